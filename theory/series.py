@@ -1,0 +1,129 @@
+"""Step-function series over processing time: the shape of every watermark curve.
+
+A :class:`StepSeries` holds strictly increasing change times ``times`` (processing time,
+µs) and the ``values`` that take effect at each of them (event time, µs). Before the
+first change the value is ``initial`` (``MIN_TIMESTAMP`` for a watermark). The value at
+``t`` is the last value whose time is ``<= t``: a change at ``t`` is visible at ``t``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from theory.time import MIN_TIMESTAMP
+
+
+@dataclass(frozen=True)
+class StepSeries:
+    """A right-continuous step function of processing time (all µs, int64)."""
+
+    times: np.ndarray
+    values: np.ndarray
+    initial: int = MIN_TIMESTAMP
+
+    def __post_init__(self) -> None:
+        t = np.asarray(self.times, dtype=np.int64)
+        v = np.asarray(self.values, dtype=np.int64)
+        if t.ndim != 1 or v.shape != t.shape:
+            raise ValueError(
+                f"StepSeries needs 1-d times and values of one length, got {t.shape} and {v.shape}"
+            )
+        if t.size > 1 and not bool(np.all(t[1:] > t[:-1])):
+            bad = int(np.argmin(t[1:] > t[:-1])) + 1
+            raise ValueError(f"StepSeries times must increase strictly; index {bad} does not")
+        object.__setattr__(self, "times", t)
+        object.__setattr__(self, "values", v)
+
+    @staticmethod
+    def from_events(times: np.ndarray, values: np.ndarray, initial: int = MIN_TIMESTAMP) -> StepSeries:
+        """Build from unsorted (time, value) updates; the last update at a time wins.
+
+        Updates are applied in a stable sort by time, so among equal times the one given
+        last takes effect.
+        """
+        t = np.asarray(times, dtype=np.int64)
+        v = np.asarray(values, dtype=np.int64)
+        if t.size == 0:
+            return StepSeries(t, v, initial)
+        order = np.argsort(t, kind="stable")
+        t, v = t[order], v[order]
+        last = np.ones(t.size, dtype=bool)
+        last[:-1] = t[1:] != t[:-1]
+        return StepSeries(t[last], v[last], initial)
+
+    def __len__(self) -> int:
+        return int(self.times.size)
+
+    def at(self, t: np.ndarray | int) -> np.ndarray:
+        """Values at processing times ``t`` (array or scalar), as int64."""
+        q = np.asarray(t, dtype=np.int64)
+        idx = np.searchsorted(self.times, q, side="right") - 1
+        out = np.where(idx >= 0, self.values[np.maximum(idx, 0)] if self.values.size else 0,
+                       self.initial)
+        return out.astype(np.int64)
+
+    def before(self, t: np.ndarray | int) -> np.ndarray:
+        """Values just before ``t``: changes at exactly ``t`` are not yet visible."""
+        q = np.asarray(t, dtype=np.int64)
+        idx = np.searchsorted(self.times, q, side="left") - 1
+        out = np.where(idx >= 0, self.values[np.maximum(idx, 0)] if self.values.size else 0,
+                       self.initial)
+        return out.astype(np.int64)
+
+    def final(self) -> int:
+        """The last value (``initial`` if there is no change)."""
+        return int(self.values[-1]) if self.values.size else int(self.initial)
+
+    def latched(self) -> StepSeries:
+        """The monotonic (running-maximum) form, as Beam's runners latch watermarks."""
+        if self.values.size == 0:
+            return self
+        v = np.maximum.accumulate(np.maximum(self.values, self.initial))
+        return StepSeries(self.times, v, self.initial).compressed()
+
+    def regressions(self) -> int:
+        """How many updates would have moved the value backwards (before latching)."""
+        if self.values.size == 0:
+            return 0
+        prev = np.maximum.accumulate(np.concatenate(([self.initial], self.values)))[:-1]
+        return int(np.count_nonzero(self.values < prev))
+
+    def compressed(self) -> StepSeries:
+        """Drop changes that do not change the value."""
+        if self.values.size == 0:
+            return self
+        prev = np.concatenate(([self.initial], self.values[:-1]))
+        keep = self.values != prev
+        return StepSeries(self.times[keep], self.values[keep], self.initial)
+
+    def is_monotonic(self) -> bool:
+        """True when no value is below the one before it (or below ``initial``)."""
+        if self.values.size == 0:
+            return True
+        v = np.concatenate(([self.initial], self.values))
+        return bool(np.all(v[1:] >= v[:-1]))
+
+
+def union_times(series: Iterable[StepSeries]) -> np.ndarray:
+    """The sorted union of the change times of ``series``."""
+    parts = [s.times for s in series]
+    if not parts:
+        return np.empty(0, dtype=np.int64)
+    return np.unique(np.concatenate(parts))
+
+
+def pointwise_min(series: list[StepSeries]) -> StepSeries:
+    """The pointwise minimum of step functions (exact, at every change of any input)."""
+    if not series:
+        raise ValueError("pointwise_min needs at least one series")
+    if len(series) == 1:
+        return series[0]
+    t = union_times(series)
+    v = series[0].at(t)
+    for s in series[1:]:
+        v = np.minimum(v, s.at(t))
+    initial = min(s.initial for s in series)
+    return StepSeries(t, v, initial).compressed()

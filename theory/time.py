@@ -1,0 +1,104 @@
+"""Time in the model: int64 microseconds since the Unix epoch, with Beam's bounds.
+
+Every event time, processing time and watermark in ``theory`` is an ``int`` (or an
+``np.int64`` array) of microseconds. Flink's milliseconds and Python ``datetime`` values
+are converted at the edge with the functions here.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Final
+
+import numpy as np
+
+#: Beam's ``MIN_TIMESTAMP``: ``MIN_TIMESTAMP_MILLIS`` (-9223372036854775 ms) in µs.
+MIN_TIMESTAMP: Final[int] = -9_223_372_036_854_775 * 1_000
+#: Beam's ``MAX_TIMESTAMP``: ``MAX_TIMESTAMP_MILLIS`` (9223372036854775 ms) in µs.
+MAX_TIMESTAMP: Final[int] = 9_223_372_036_854_775 * 1_000
+#: One day in microseconds.
+DAY: Final[int] = 86_400_000_000
+#: Beam's end of the global window: ``MAX_TIMESTAMP`` minus one day.
+END_OF_GLOBAL_WINDOW: Final[int] = MAX_TIMESTAMP - DAY
+
+MICROS_PER_MILLI: Final[int] = 1_000
+MICROS_PER_SECOND: Final[int] = 1_000_000
+SECOND: Final[int] = MICROS_PER_SECOND
+MINUTE: Final[int] = 60 * SECOND
+HOUR: Final[int] = 60 * MINUTE
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+
+
+def check_timestamp(value: int, name: str = "timestamp") -> int:
+    """Return ``value`` as ``int`` if it is in [MIN_TIMESTAMP, MAX_TIMESTAMP]; else raise.
+
+    The error names the parameter (``name``) and the value, in microseconds.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer number of microseconds, got {value!r}")
+    v = int(value)
+    if not MIN_TIMESTAMP <= v <= MAX_TIMESTAMP:
+        raise ValueError(
+            f"{name}={v} µs is outside [MIN_TIMESTAMP={MIN_TIMESTAMP}, "
+            f"MAX_TIMESTAMP={MAX_TIMESTAMP}]"
+        )
+    return v
+
+
+def check_duration(value: int, name: str, *, allow_zero: bool = True) -> int:
+    """Return a duration in microseconds, rejecting negative (or zero) values by name."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer number of microseconds, got {value!r}")
+    v = int(value)
+    if v < 0 or (v == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be {bound} µs, got {v}")
+    return v
+
+
+def from_seconds(seconds: float) -> int:
+    """Seconds (float) to microseconds, rounded to the nearest microsecond."""
+    return int(round(seconds * MICROS_PER_SECOND))
+
+
+def to_seconds(micros: int) -> float:
+    """Microseconds to float seconds."""
+    return micros / MICROS_PER_SECOND
+
+
+def from_millis(millis: int) -> int:
+    """Milliseconds (Flink, Java) to microseconds."""
+    return int(millis) * MICROS_PER_MILLI
+
+
+def to_millis(micros: int) -> int:
+    """Microseconds to milliseconds, rounding toward negative infinity (as Beam does)."""
+    return int(micros) // MICROS_PER_MILLI
+
+
+def from_datetime(value: _dt.datetime) -> int:
+    """A ``datetime`` to microseconds since the epoch; naive values are taken as UTC."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=_dt.UTC)
+    delta = value - _EPOCH
+    return (delta.days * DAY) + delta.seconds * MICROS_PER_SECOND + delta.microseconds
+
+
+def to_datetime(micros: int) -> _dt.datetime:
+    """Microseconds since the epoch to an aware UTC ``datetime``."""
+    return _EPOCH + _dt.timedelta(microseconds=int(micros))
+
+
+def format_timestamp(micros: int) -> str:
+    """Human form: ``-inf``/``+inf`` for the bounds, else ISO-8601 UTC."""
+    if micros <= MIN_TIMESTAMP:
+        return "-inf"
+    if micros >= MAX_TIMESTAMP:
+        return "+inf"
+    if micros >= END_OF_GLOBAL_WINDOW:
+        return "end-of-global-window"
+    try:
+        return to_datetime(micros).isoformat().replace("+00:00", "Z")
+    except OverflowError:
+        return f"{micros}µs"
