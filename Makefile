@@ -1,0 +1,31 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench java clean
+
+$(STAMP): setup.cfg pyproject.toml
+	@bash scripts/check_java.sh
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
+
+java:
+	@bash scripts/check_java.sh
+
+demo: java $(STAMP)
+	$(VENV)/bin/watermarks demo
+
+test: java $(STAMP)
+	$(VENV)/bin/python -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check theory beam_pipelines spark_backend tests bench
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	$(VENV)/bin/python bench/simulate_throughput.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

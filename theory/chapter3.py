@@ -1,0 +1,54 @@
+"""The *Streaming Systems* chapter-3 example pipeline.
+
+Mobile and console game sessions are each windowed into sessions (gap 1 min, fire at the
+watermark, discarding), reduced to their session length, flattened, and averaged in fixed
+2-minute windows (``Mean.globally``)::
+
+    mobile_in  -> mobile_sessions  --\\
+                                      flatten -> average_session_length
+    console_in -> console_sessions --/
+"""
+
+from __future__ import annotations
+
+from theory.generators import game_sessions_trace
+from theory.processing import INSTANT, Processing
+from theory.stages import Flatten, GroupByWindow, Pipeline, Source
+from theory.time import MINUTE
+from theory.traces import Trace
+from theory.triggers import AfterWatermark
+from theory.windowing import AccumulationMode, WindowingStrategy
+from theory.windows import FixedWindows, Sessions
+
+SESSION_GAP = 1 * MINUTE
+AVERAGE_WINDOW = 2 * MINUTE
+
+
+def pipeline(watermark: str = "perfect", processing: Processing = INSTANT) -> Pipeline:
+    """The chapter-3 pipeline with the given source-watermark spec on both inputs."""
+    sessions = WindowingStrategy(
+        Sessions(SESSION_GAP), AfterWatermark(), AccumulationMode.DISCARDING
+    )
+    fixed = WindowingStrategy(FixedWindows(AVERAGE_WINDOW), AfterWatermark())
+    return Pipeline(
+        [
+            Source("mobile_in", watermark, processing),
+            Source("console_in", watermark, processing),
+            GroupByWindow("mobile_sessions", "mobile_in", sessions, "window_length",
+                          processing=processing),
+            GroupByWindow("console_sessions", "console_in", sessions, "window_length",
+                          processing=processing),
+            Flatten("flatten", ("mobile_sessions", "console_sessions"), processing),
+            GroupByWindow("average_session_length", "flatten", fixed, "mean", rekey="global",
+                          processing=processing),
+        ]
+    )
+
+
+def traces(events: int, seed: int = 0) -> dict[str, Trace]:
+    """Seeded mobile and console traces, ``events`` in all, split evenly."""
+    half = events // 2
+    return {
+        "mobile_in": game_sessions_trace(events - half, seed=seed, platform="mobile"),
+        "console_in": game_sessions_trace(half, seed=seed + 1, platform="console"),
+    }

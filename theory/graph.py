@@ -1,0 +1,238 @@
+"""The stage graph and its watermarks: input = min of upstream outputs, output = min(input, holds).
+
+:class:`StageGraph` holds the structure: named stages and the edges between them, a DAG.
+:class:`WatermarkTracker` is the incremental bookkeeping over that structure, one update at
+a time. Every hold is a named component of a stage (see :class:`HoldKind`), so a stalled
+output watermark can be traced to the component that holds it (:meth:`WatermarkTracker.why`).
+
+All watermarks are event times in µs and are latched: ``new = max(old, computed)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
+
+
+class HoldKind(Enum):
+    """The four kinds of hold the book names for a stage's output watermark."""
+
+    SOURCE = "source"
+    EXTERNAL_INPUT = "external"
+    STATE = "state"
+    OUTPUT_BUFFER = "buffer"
+
+
+def hold_name(kind: HoldKind, name: str) -> str:
+    """The canonical name of a hold component, e.g. ``state:pending-windows``."""
+    return f"{kind.value}:{name}"
+
+
+def hold_kind(component: str) -> HoldKind:
+    """The :class:`HoldKind` of a canonical hold name; ValueError names a malformed one."""
+    prefix, sep, rest = component.partition(":")
+    if not sep or not rest:
+        raise ValueError(f"hold component {component!r} is not of the form 'kind:name'")
+    for kind in HoldKind:
+        if kind.value == prefix:
+            return kind
+    kinds = ", ".join(k.value for k in HoldKind)
+    raise ValueError(f"hold component {component!r} has unknown kind {prefix!r}; use one of {kinds}")
+
+
+class GraphError(ValueError):
+    """A malformed graph or a reference to a stage that does not exist."""
+
+
+@dataclass(frozen=True)
+class StageGraph:
+    """A DAG of named stages. A stage with no inputs is a source.
+
+    ``inputs`` maps each stage name to the names of its upstream stages, in order.
+    """
+
+    inputs: Mapping[str, tuple[str, ...]]
+    order: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        for stage, ups in self.inputs.items():
+            if not stage:
+                raise GraphError("stage names must be non-empty")
+            for up in ups:
+                if up not in self.inputs:
+                    raise GraphError(f"stage {stage!r} reads from unknown stage {up!r}")
+            if len(set(ups)) != len(ups):
+                raise GraphError(f"stage {stage!r} lists an input twice: {list(ups)}")
+        object.__setattr__(self, "order", _topological_order(self.inputs))
+
+    @staticmethod
+    def from_edges(stages: Iterable[str], edges: Iterable[tuple[str, str]]) -> StageGraph:
+        """Build from stage names and (upstream, downstream) edges."""
+        inputs: dict[str, list[str]] = {}
+        for s in stages:
+            if s in inputs:
+                raise GraphError(f"stage {s!r} is named twice")
+            inputs[s] = []
+        for up, down in edges:
+            for name in (up, down):
+                if name not in inputs:
+                    raise GraphError(f"edge ({up!r} -> {down!r}) names unknown stage {name!r}")
+            inputs[down].append(up)
+        return StageGraph({k: tuple(v) for k, v in inputs.items()})
+
+    def check(self, stage: str) -> str:
+        """Return ``stage`` if it exists, else raise GraphError naming it and the known ones."""
+        if stage not in self.inputs:
+            known = ", ".join(sorted(self.inputs))
+            raise GraphError(f"unknown stage {stage!r}; the graph has: {known}")
+        return stage
+
+    def upstream(self, stage: str) -> tuple[str, ...]:
+        """The stages ``stage`` reads from."""
+        return self.inputs[self.check(stage)]
+
+    def downstream(self, stage: str) -> tuple[str, ...]:
+        """The stages that read from ``stage``, in topological order."""
+        self.check(stage)
+        return tuple(s for s in self.order if stage in self.inputs[s])
+
+    def sources(self) -> tuple[str, ...]:
+        """The stages with no inputs, in topological order."""
+        return tuple(s for s in self.order if not self.inputs[s])
+
+    def edges(self) -> list[tuple[str, str]]:
+        """All (upstream, downstream) pairs."""
+        return [(up, s) for s in self.order for up in self.inputs[s]]
+
+
+def _topological_order(inputs: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """Kahn's algorithm, ties broken by insertion order; GraphError names a cycle's stages."""
+    remaining = {s: len(ups) for s, ups in inputs.items()}
+    readers: dict[str, list[str]] = {s: [] for s in inputs}
+    for s, ups in inputs.items():
+        for up in ups:
+            readers[up].append(s)
+    ready = [s for s in inputs if remaining[s] == 0]
+    order: list[str] = []
+    while ready:
+        s = ready.pop(0)
+        order.append(s)
+        for r in readers[s]:
+            remaining[r] -= 1
+            if remaining[r] == 0:
+                ready.append(r)
+    if len(order) != len(inputs):
+        cyclic = sorted(s for s in inputs if s not in order)
+        raise GraphError(f"the stage graph has a cycle through: {', '.join(cyclic)}")
+    return tuple(order)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a stage's output watermark has its value.
+
+    ``component`` is ``"input"`` when the input watermark is the minimum, else the hold's
+    name. ``chain`` follows the minimum upstream to the source or hold that set it, as
+    (stage, component) pairs from ``stage`` outwards.
+    """
+
+    stage: str
+    watermark: int
+    component: str
+    chain: tuple[tuple[str, str], ...]
+
+    @property
+    def culprit(self) -> tuple[str, str]:
+        """The (stage, component) at the end of the chain: where the wait really is."""
+        return self.chain[-1]
+
+
+class WatermarkTracker:
+    """Incremental input/output watermarks over a :class:`StageGraph`.
+
+    Sources get their input watermark from :meth:`set_source_watermark`; every stage may
+    carry named holds (:meth:`set_hold`). After any change, watermarks are recomputed in
+    topological order and latched. A hold of ``None`` is removed; a stage with no hold has
+    output = input.
+    """
+
+    def __init__(self, graph: StageGraph) -> None:
+        self.graph = graph
+        self._source: dict[str, int] = {s: MIN_TIMESTAMP for s in graph.sources()}
+        self._holds: dict[str, dict[str, int]] = {s: {} for s in graph.order}
+        self._input: dict[str, int] = {s: MIN_TIMESTAMP for s in graph.order}
+        self._output: dict[str, int] = {s: MIN_TIMESTAMP for s in graph.order}
+        self.regressions: dict[str, int] = {s: 0 for s in graph.order}
+
+    def set_source_watermark(self, source: str, watermark: int) -> None:
+        """Set a source's source watermark (µs). A lower value than before is latched away."""
+        if source not in self._source:
+            self.graph.check(source)
+            raise GraphError(f"stage {source!r} is not a source; it reads {self.graph.upstream(source)}")
+        if watermark < self._source[source]:
+            # A source watermark is monotonic: keep the old one and count the regression.
+            self.regressions[source] += 1
+            return
+        self._source[source] = watermark
+        self._refresh()
+
+    def set_hold(self, stage: str, component: str, value: int | None) -> None:
+        """Set (or, with ``None``, remove) the named hold ``component`` of ``stage`` (µs)."""
+        hold_kind(component)
+        holds = self._holds[self.graph.check(stage)]
+        if value is None:
+            holds.pop(component, None)
+        else:
+            holds[component] = int(value)
+        self._refresh()
+
+    def holds(self, stage: str) -> dict[str, int]:
+        """A copy of the stage's current holds."""
+        return dict(self._holds[self.graph.check(stage)])
+
+    def input_watermark(self, stage: str) -> int:
+        """The stage's latched input watermark (µs)."""
+        return self._input[self.graph.check(stage)]
+
+    def output_watermark(self, stage: str) -> int:
+        """The stage's latched output watermark (µs)."""
+        return self._output[self.graph.check(stage)]
+
+    def _refresh(self) -> None:
+        for stage in self.graph.order:
+            ups = self.graph.inputs[stage]
+            computed_in = min(self._output[u] for u in ups) if ups else self._source[stage]
+            self._input[stage] = max(self._input[stage], computed_in)
+            holds = self._holds[stage]
+            computed_out = min(self._input[stage], min(holds.values(), default=MAX_TIMESTAMP))
+            if computed_out < self._output[stage]:
+                # A hold below the latched output cannot pull it back; count it.
+                self.regressions[stage] += 1
+            self._output[stage] = max(self._output[stage], computed_out)
+
+    def why(self, stage: str) -> Explanation:
+        """Name the component that holds ``stage``'s output watermark, following the
+        minimum upstream through input watermarks to the source or hold that sets it."""
+        chain: list[tuple[str, str]] = []
+        current = self.graph.check(stage)
+        first_component = ""
+        while True:
+            holds = self._holds[current]
+            component = "input"
+            if holds:
+                name, value = min(holds.items(), key=lambda kv: (kv[1], kv[0]))
+                if value < self._input[current]:
+                    component = name
+            ups = self.graph.inputs[current]
+            if component == "input" and not ups:
+                component = hold_name(HoldKind.SOURCE, "watermark")
+            chain.append((current, component))
+            if not first_component:
+                first_component = component
+            if component != "input":
+                break
+            current = min(ups, key=lambda u: (self._output[u], u))
+        return Explanation(stage, self._output[stage], first_component, tuple(chain))
