@@ -1,0 +1,529 @@
+"""Windows and window functions, matching Apache Beam (Python SDK) exactly.
+
+All times are ``int`` microseconds since the epoch (see :mod:`theory.time`). A window is
+the half-open interval ``[start, end)`` and its ``max_timestamp`` is ``end - 1``.
+
+Each window function has a scalar form, ``assign(ts)``, that returns the same windows in
+the same order as Beam Python's ``WindowFn.assign``, and a vectorised form,
+``assign_array(ts)``, that does the same for a whole int64 array at once. Scalar results
+are exact Python ints (a window may reach past ``MIN_TIMESTAMP``/``MAX_TIMESTAMP``, as in
+Beam); the vectorised form raises ``OverflowError`` if a window does not fit in int64.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Final, TypeAlias
+
+import numpy as np
+
+from theory.time import (
+    DAY,
+    END_OF_GLOBAL_WINDOW,
+    HOUR,
+    MAX_TIMESTAMP,
+    MICROS_PER_MILLI,
+    MIN_TIMESTAMP,
+    MINUTE,
+    SECOND,
+    check_timestamp,
+)
+
+__all__ = [
+    "GLOBAL_WINDOW",
+    "FixedWindows",
+    "GlobalWindow",
+    "GlobalWindows",
+    "IntervalWindow",
+    "MergeGroup",
+    "Sessions",
+    "SlidingWindows",
+    "Window",
+    "WindowAssignment",
+    "WindowFn",
+    "parse_duration",
+    "window_fn_from_spec",
+]
+
+_INT64_MIN: Final[int] = int(np.iinfo(np.int64).min)
+_INT64_MAX: Final[int] = int(np.iinfo(np.int64).max)
+
+
+def _as_int(value: object, name: str) -> int:
+    """``value`` as a Python int; ``TypeError`` naming ``name`` for non-integers."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer number of microseconds, got {value!r}")
+    return int(value)
+
+
+def _positive_duration(value: object, name: str) -> int:
+    """A strictly positive duration in µs that fits in int64, or a ValueError naming it."""
+    v = _as_int(value, name)
+    if v <= 0:
+        raise ValueError(f"{name} must be > 0 µs, got {name}={v}")
+    if v > _INT64_MAX:
+        raise ValueError(f"{name} must fit in int64 microseconds, got {name}={v}")
+    return v
+
+
+# --------------------------------------------------------------------------- windows
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class IntervalWindow:
+    """The half-open event-time interval ``[start, end)`` in µs; requires ``start < end``.
+
+    Ordered by ``(start, end)`` (Beam orders by end, then by hash).
+    """
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        start = _as_int(self.start, "start")
+        end = _as_int(self.end, "end")
+        if not start < end:
+            raise ValueError(
+                f"IntervalWindow needs start < end, got start={start} µs, end={end} µs"
+            )
+        object.__setattr__(self, "start", start)
+        object.__setattr__(self, "end", end)
+
+    @property
+    def max_timestamp(self) -> int:
+        """The last timestamp in the window: ``end - 1`` µs."""
+        return self.end - 1
+
+    def contains(self, ts: int) -> bool:
+        """Whether ``start <= ts < end``."""
+        return self.start <= ts < self.end
+
+    def intersects(self, other: IntervalWindow) -> bool:
+        """Strict overlap, the rule Beam's ``Sessions.merge`` uses: touching is not overlap.
+
+        (Beam Python's own ``IntervalWindow.intersects`` uses ``or`` and so returns True
+        for almost any pair; this is the intended rule.)
+        """
+        return self.start < other.end and other.start < self.end
+
+    def span(self, other: IntervalWindow) -> IntervalWindow:
+        """The smallest window covering both (Beam's ``union``)."""
+        return IntervalWindow(min(self.start, other.start), max(self.end, other.end))
+
+    def __repr__(self) -> str:
+        return f"IntervalWindow({self.start}, {self.end})"
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalWindow:
+    """The single window of ``GlobalWindows``: ``[MIN_TIMESTAMP, END_OF_GLOBAL_WINDOW)``.
+
+    All instances are equal. ``max_timestamp`` is ``END_OF_GLOBAL_WINDOW - 1`` µs, as in
+    Beam *Python* (``GlobalWindow().max_timestamp()`` is the predecessor of its end). Beam
+    *Java*'s ``GlobalWindow.maxTimestamp()`` is ``END_OF_GLOBAL_WINDOW`` itself, so the two
+    SDKs differ by 1 µs (Java has millisecond resolution there anyway).
+    """
+
+    @property
+    def start(self) -> int:
+        """``MIN_TIMESTAMP`` µs."""
+        return MIN_TIMESTAMP
+
+    @property
+    def end(self) -> int:
+        """``END_OF_GLOBAL_WINDOW`` µs (``MAX_TIMESTAMP`` minus one day)."""
+        return END_OF_GLOBAL_WINDOW
+
+    @property
+    def max_timestamp(self) -> int:
+        """``END_OF_GLOBAL_WINDOW - 1`` µs (Beam Python)."""
+        return END_OF_GLOBAL_WINDOW - 1
+
+    def contains(self, ts: int) -> bool:
+        """Whether ``start <= ts < end``."""
+        return MIN_TIMESTAMP <= ts < END_OF_GLOBAL_WINDOW
+
+    def __repr__(self) -> str:
+        return "GlobalWindow()"
+
+
+#: The global window.
+GLOBAL_WINDOW: Final[GlobalWindow] = GlobalWindow()
+
+Window: TypeAlias = IntervalWindow | GlobalWindow
+#: One merge: the windows merged (in Beam's order) and the window they become.
+MergeGroup: TypeAlias = tuple[list[IntervalWindow], IntervalWindow]
+
+
+# ------------------------------------------------------------------ vectorised forms
+
+
+@dataclass(frozen=True, eq=False)
+class WindowAssignment:
+    """Vectorised window assignment: one row per (element, window), all int64 arrays.
+
+    ``element`` indexes the input timestamps; rows are grouped by element in ascending
+    element index and, within an element, in the order of the scalar ``assign``.
+    ``start``/``end`` are the window bounds in µs.
+    """
+
+    element: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+    def __post_init__(self) -> None:
+        e = np.asarray(self.element, dtype=np.int64)
+        s = np.asarray(self.start, dtype=np.int64)
+        t = np.asarray(self.end, dtype=np.int64)
+        if e.ndim != 1 or s.shape != e.shape or t.shape != e.shape:
+            raise ValueError(
+                "WindowAssignment needs 1-d element, start, end of one length, got "
+                f"{e.shape}, {s.shape}, {t.shape}"
+            )
+        object.__setattr__(self, "element", e)
+        object.__setattr__(self, "start", s)
+        object.__setattr__(self, "end", t)
+
+    def __len__(self) -> int:
+        return int(self.element.shape[0])
+
+    @property
+    def max_timestamp(self) -> np.ndarray:
+        """``end - 1`` per row, µs."""
+        return self.end - 1
+
+
+def _check_ts_array(ts: np.ndarray, name: str = "ts") -> np.ndarray:
+    """Validate a 1-d integer timestamp array in [MIN_TIMESTAMP, MAX_TIMESTAMP]; int64."""
+    a = np.asarray(ts)
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be a 1-d array of µs timestamps, got shape {a.shape}")
+    if a.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array of µs timestamps, got dtype {a.dtype}")
+    bad = (a < MIN_TIMESTAMP) | (a > MAX_TIMESTAMP)
+    if bool(bad.any()):
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"{name}[{i}]={int(a[i])} µs is outside [MIN_TIMESTAMP={MIN_TIMESTAMP}, "
+            f"MAX_TIMESTAMP={MAX_TIMESTAMP}]"
+        )
+    return a.astype(np.int64, copy=False)
+
+
+def _raise_if_overflow(mask: np.ndarray, ts: np.ndarray, what: str) -> None:
+    if bool(mask.any()):
+        i = int(np.argmax(mask))
+        raise OverflowError(
+            f"the {what} of a window of ts[{i}]={int(ts[i])} µs does not fit in int64; "
+            "use the scalar assign() for timestamps this close to the bounds"
+        )
+
+
+def _floor_offset(t: np.ndarray, step: int, offset: int) -> np.ndarray:
+    """``(t - offset) mod step`` (floor semantics, in ``[0, step)``) without int64 overflow."""
+    return np.mod(np.mod(t, step) - offset, step)  # both terms in [0, step): no overflow
+
+
+# --------------------------------------------------------------------- window fns
+
+
+class WindowFn(abc.ABC):
+    """A window function: assigns timestamps (µs) to windows, and may merge windows."""
+
+    __slots__ = ()
+
+    @property
+    def is_merging(self) -> bool:
+        """Whether windows merge (True only for :class:`Sessions`)."""
+        return False
+
+    @abc.abstractmethod
+    def assign(self, ts: int) -> tuple[Window, ...]:
+        """The windows of an element at ``ts`` µs, in Beam's order."""
+
+    @abc.abstractmethod
+    def assign_array(self, ts: np.ndarray) -> WindowAssignment:
+        """Vectorised :meth:`assign` over a 1-d integer array of µs timestamps."""
+
+    def merge(self, windows: Iterable[Window]) -> list[MergeGroup]:
+        """The merges Beam would perform on ``windows``; none for a non-merging fn."""
+        return []
+
+
+@dataclass(frozen=True)
+class GlobalWindows(WindowFn):
+    """Every element goes to the one :class:`GlobalWindow`."""
+
+    def assign(self, ts: int) -> tuple[GlobalWindow]:
+        check_timestamp(ts)
+        return (GLOBAL_WINDOW,)
+
+    def assign_array(self, ts: np.ndarray) -> WindowAssignment:
+        t = _check_ts_array(ts)
+        n = t.shape[0]
+        return WindowAssignment(
+            np.arange(n, dtype=np.int64),
+            np.full(n, MIN_TIMESTAMP, dtype=np.int64),
+            np.full(n, END_OF_GLOBAL_WINDOW, dtype=np.int64),
+        )
+
+
+@dataclass(frozen=True)
+class FixedWindows(WindowFn):
+    """Windows ``[N*size + offset, (N+1)*size + offset)``; ``size`` > 0 µs.
+
+    ``offset`` (µs, any sign) is normalised into ``[0, size)`` modulo ``size``, as Beam does.
+    """
+
+    size: int
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        size = _positive_duration(self.size, "size")
+        offset = _as_int(self.offset, "offset") % size
+        object.__setattr__(self, "size", size)
+        object.__setattr__(self, "offset", offset)
+
+    def assign(self, ts: int) -> tuple[IntervalWindow]:
+        t = check_timestamp(ts)
+        start = t - (t - self.offset) % self.size
+        return (IntervalWindow(start, start + self.size),)
+
+    def assign_array(self, ts: np.ndarray) -> WindowAssignment:
+        t = _check_ts_array(ts)
+        r = _floor_offset(t, self.size, self.offset)
+        _raise_if_overflow(t < _INT64_MIN + r, t, "start")
+        start = t - r
+        _raise_if_overflow(start > _INT64_MAX - self.size, t, "end")
+        return WindowAssignment(np.arange(t.shape[0], dtype=np.int64), start, start + self.size)
+
+
+@dataclass(frozen=True)
+class SlidingWindows(WindowFn):
+    """Windows ``[N*period + offset, N*period + offset + size)``; ``size``, ``period`` > 0 µs.
+
+    ``offset`` is normalised modulo ``period`` (Beam does the same). ``period > size`` is
+    allowed, as in Beam: timestamps in the gaps between windows get no window at all.
+    ``assign`` lists an element's windows latest start first, as Beam does.
+    """
+
+    size: int
+    period: int
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        size = _positive_duration(self.size, "size")
+        period = _positive_duration(self.period, "period")
+        offset = _as_int(self.offset, "offset") % period
+        object.__setattr__(self, "size", size)
+        object.__setattr__(self, "period", period)
+        object.__setattr__(self, "offset", offset)
+
+    def assign(self, ts: int) -> tuple[IntervalWindow, ...]:
+        t = check_timestamp(ts)
+        start = t - (t - self.offset) % self.period
+        return tuple(
+            IntervalWindow(s, s + self.size) for s in range(start, t - self.size, -self.period)
+        )
+
+    def assign_array(self, ts: np.ndarray) -> WindowAssignment:
+        t = _check_ts_array(ts)
+        size, period = self.size, self.period
+        r = _floor_offset(t, period, self.offset)
+        # windows start at t - r - k*period for k >= 0 with k*period < size - r
+        counts = np.where(r < size, (size - 1 - r) // period + 1, 0)
+        has = counts > 0  # period > size leaves gaps with no window
+        span = r + np.maximum(counts - 1, 0) * period  # < size where has: no overflow
+        _raise_if_overflow(has & (t < _INT64_MIN + span), t, "start")
+        start0 = t - r  # wraps only where there is no window; those rows are not emitted
+        _raise_if_overflow(has & (start0 > _INT64_MAX - size), t, "end")
+        n = t.shape[0]
+        element = np.repeat(np.arange(n, dtype=np.int64), counts)
+        first_row = np.cumsum(counts) - counts
+        k = np.arange(element.shape[0], dtype=np.int64) - np.repeat(first_row, counts)
+        start = start0[element] - k * period
+        return WindowAssignment(element, start, start + size)
+
+
+@dataclass(frozen=True)
+class Sessions(WindowFn):
+    """Session windows: each element gets ``[ts, ts + gap)``; overlapping windows merge.
+
+    Two windows merge only if they strictly overlap (``end > start``); windows that just
+    touch stay apart, as in Beam.
+    """
+
+    gap: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gap", _positive_duration(self.gap, "gap"))
+
+    @property
+    def is_merging(self) -> bool:
+        return True
+
+    def assign(self, ts: int) -> tuple[IntervalWindow]:
+        t = check_timestamp(ts)
+        return (IntervalWindow(t, t + self.gap),)
+
+    def assign_array(self, ts: np.ndarray) -> WindowAssignment:
+        t = _check_ts_array(ts)
+        _raise_if_overflow(t > _INT64_MAX - self.gap, t, "end")
+        return WindowAssignment(np.arange(t.shape[0], dtype=np.int64), t.copy(), t + self.gap)
+
+    def merge(self, windows: Iterable[Window]) -> list[MergeGroup]:
+        """Beam Python's ``Sessions.merge``: one pass over the windows sorted (stably) by start.
+
+        A window joins the current group when the group's running end is ``> window.start``.
+        Each group of two or more becomes ``IntervalWindow(first.start, running_end)``.
+        """
+        ws: list[IntervalWindow] = []
+        for w in windows:
+            if not isinstance(w, IntervalWindow):
+                raise TypeError(f"Sessions.merge needs IntervalWindows, got {w!r}")
+            ws.append(w)
+        groups: list[MergeGroup] = []
+        group: list[IntervalWindow] = []
+        end = MIN_TIMESTAMP
+        for w in sorted(ws, key=lambda w: w.start):
+            if group and end > w.start:
+                group.append(w)
+                end = max(end, w.end)
+            else:
+                if len(group) > 1:
+                    groups.append((group, IntervalWindow(group[0].start, end)))
+                group = [w]
+                end = w.end
+        if len(group) > 1:
+            groups.append((group, IntervalWindow(group[0].start, end)))
+        return groups
+
+    def merge_array(self, keys: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Final session ``(start, end)`` per element of a static set, as int64 arrays (µs).
+
+        Sessions are the connected components, per key, of the proto-windows
+        ``[ts, ts + gap)`` under strict overlap: the fixpoint of :meth:`merge`. ``keys`` is
+        any 1-d array (ints, strings, objects) of the same length as ``ts``.
+        """
+        t = _check_ts_array(ts)
+        k = np.asarray(keys)
+        if k.ndim != 1 or k.shape[0] != t.shape[0]:
+            raise ValueError(
+                f"keys must be 1-d with one key per timestamp, got shape {k.shape} for "
+                f"{t.shape[0]} timestamps"
+            )
+        n = t.shape[0]
+        if n == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        # a session's end is its last element's ts + gap
+        _raise_if_overflow(t > _INT64_MAX - self.gap, t, "end")
+        codes = _factorize(k)
+        order = np.lexsort((t, codes))
+        s = t[order]
+        c = codes[order]
+        # gap between consecutive sorted timestamps, exact in uint64 (wraps where s drops,
+        # which only happens at a key change, where a new session starts anyway)
+        diff = s[1:].view(np.uint64) - s[:-1].view(np.uint64)
+        new = np.empty(n, dtype=bool)
+        new[0] = True
+        new[1:] = (c[1:] != c[:-1]) | (diff >= np.uint64(self.gap))
+        sid = np.cumsum(new) - 1
+        first = np.flatnonzero(new)
+        last = np.append(first[1:] - 1, n - 1)
+        last_ts = s[last]
+        start = np.empty(n, dtype=np.int64)
+        end = np.empty(n, dtype=np.int64)
+        start[order] = s[first][sid]
+        end[order] = (last_ts + self.gap)[sid]
+        return start, end
+
+
+def _factorize(keys: np.ndarray) -> np.ndarray:
+    """Integer codes for ``keys``: ``np.unique`` when keys are orderable, else by hash."""
+    try:
+        _, inverse = np.unique(keys, return_inverse=True)
+        return np.asarray(inverse, dtype=np.int64).reshape(-1)
+    except TypeError:  # unorderable object keys (mixed types, None): hash them instead
+        index: dict[object, int] = {}
+        return np.fromiter(
+            (index.setdefault(key, len(index)) for key in keys.tolist()),
+            dtype=np.int64,
+            count=keys.shape[0],
+        )
+
+
+# ------------------------------------------------------------------------- parsing
+
+_UNITS: Final[dict[str, int]] = {
+    "": 1,
+    "us": 1,
+    "µs": 1,
+    "μs": 1,
+    "ms": MICROS_PER_MILLI,
+    "s": SECOND,
+    "m": MINUTE,
+    "min": MINUTE,
+    "h": HOUR,
+    "d": DAY,
+}
+_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-zµμ]*)")
+
+
+def parse_duration(text: str) -> int:
+    """Parse a non-negative duration to µs: ``"500ms"``, ``"30s"``, ``"2m"``, ``"1h"``,
+    ``"1d"``, ``"250us"``, ``"1.5s"``, or a plain integer of µs (``"1500"``).
+
+    Raises ``ValueError`` naming the text if it is malformed or not a whole number of µs.
+    """
+    m = _DURATION_RE.fullmatch(text.strip()) if isinstance(text, str) else None
+    if m is None or m.group(2) not in _UNITS:
+        raise ValueError(
+            f"bad duration {text!r}: expected a number with unit us, ms, s, m, h or d, "
+            "or an integer number of microseconds"
+        )
+    micros = Fraction(m.group(1)) * _UNITS[m.group(2)]
+    if micros.denominator != 1:
+        raise ValueError(f"bad duration {text!r}: not a whole number of microseconds")
+    return int(micros)
+
+
+def window_fn_from_spec(spec: str) -> WindowFn:
+    """Build a window fn from ``"global"``, ``"fixed:SIZE"``, ``"sliding:SIZE/PERIOD"`` or
+    ``"sessions:GAP"``; fixed and sliding take an optional ``+OFFSET`` suffix
+    (``"fixed:1h+15m"``). Durations are as :func:`parse_duration`.
+
+    Raises ``ValueError`` naming the spec.
+    """
+    if not isinstance(spec, str):
+        raise ValueError(f"bad window spec {spec!r}: expected a string")
+    kind, sep, rest = spec.strip().partition(":")
+    kind = kind.strip().lower()
+    rest = rest.strip()
+    try:
+        if kind == "global" and not sep:
+            return GlobalWindows()
+        if kind == "fixed" and rest:
+            size, _, offset = rest.partition("+")
+            return FixedWindows(parse_duration(size), parse_duration(offset) if offset else 0)
+        if kind == "sliding" and "/" in rest:
+            size, _, tail = rest.partition("/")
+            period, _, offset = tail.partition("+")
+            return SlidingWindows(
+                parse_duration(size),
+                parse_duration(period),
+                parse_duration(offset) if offset else 0,
+            )
+        if kind in ("sessions", "session") and rest:
+            return Sessions(parse_duration(rest))
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"bad window spec {spec!r}: {e}") from e
+    raise ValueError(
+        f"bad window spec {spec!r}: expected 'global', 'fixed:SIZE[+OFFSET]', "
+        "'sliding:SIZE/PERIOD[+OFFSET]' or 'sessions:GAP'"
+    )
