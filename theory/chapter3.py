@@ -17,17 +17,26 @@ from theory.stages import Flatten, GroupByWindow, Pipeline, Source
 from theory.time import MINUTE
 from theory.traces import Trace
 from theory.triggers import AfterWatermark
-from theory.windowing import AccumulationMode, WindowingStrategy
+from theory.windowing import AccumulationMode, OutputPolicy, TimestampCombiner, WindowingStrategy
 from theory.windows import FixedWindows, Sessions
 
 SESSION_GAP = 1 * MINUTE
 AVERAGE_WINDOW = 2 * MINUTE
 
 
-def pipeline(watermark: str = "perfect", processing: Processing = INSTANT) -> Pipeline:
-    """The chapter-3 pipeline with the given source-watermark spec on both inputs."""
+def pipeline(
+    watermark: str = "perfect",
+    processing: Processing = INSTANT,
+    timestamp_combiner: OutputPolicy = TimestampCombiner.OUTPUT_AT_EOW,
+) -> Pipeline:
+    """The chapter-3 pipeline with the given source-watermark spec on both inputs.
+
+    ``timestamp_combiner`` is the session stages' output-timestamp policy: the book's
+    figure 3.7 (end of window) against figure 3.8 (earliest element).
+    """
     sessions = WindowingStrategy(
-        Sessions(SESSION_GAP), AfterWatermark(), AccumulationMode.DISCARDING
+        Sessions(SESSION_GAP), AfterWatermark(), AccumulationMode.DISCARDING,
+        timestamp_combiner=timestamp_combiner,
     )
     fixed = WindowingStrategy(FixedWindows(AVERAGE_WINDOW), AfterWatermark())
     return Pipeline(

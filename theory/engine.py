@@ -34,6 +34,7 @@ from theory.windowing import (
     WindowingStrategy,
     assign_output_time,
     combine_holds,
+    merge_holds,
 )
 
 
@@ -235,13 +236,14 @@ class GroupByWindowEngine:
         if len(overlapping) == 1 and overlapping[0] == merged:
             return merged
         target = _WindowState()
+        holds = []
         for w in sorted(overlapping):
             ws = kstate.pop(w)
             target.values.extend(ws.values)
             if ws.hold is not None:
-                target.hold = ws.hold if target.hold is None else combine_holds(
-                    self._policy, target.hold, ws.hold)
+                holds.append(ws.hold)
             target.closed = target.closed or ws.closed
+        target.hold = merge_holds(self._policy, merged, holds)
         kstate[merged] = target
         self._schedule(key, merged)
         if target.hold is not None:

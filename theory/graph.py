@@ -169,24 +169,39 @@ class WatermarkTracker:
 
     def set_source_watermark(self, source: str, watermark: int) -> None:
         """Set a source's source watermark (µs). A lower value than before is latched away."""
-        if source not in self._source:
-            self.graph.check(source)
-            raise GraphError(f"stage {source!r} is not a source; it reads {self.graph.upstream(source)}")
-        if watermark < self._source[source]:
-            # A source watermark is monotonic: keep the old one and count the regression.
-            self.regressions[source] += 1
-            return
-        self._source[source] = watermark
-        self._refresh()
+        self.apply(source_watermarks={source: watermark})
 
     def set_hold(self, stage: str, component: str, value: int | None) -> None:
         """Set (or, with ``None``, remove) the named hold ``component`` of ``stage`` (µs)."""
-        hold_kind(component)
-        holds = self._holds[self.graph.check(stage)]
-        if value is None:
-            holds.pop(component, None)
-        else:
-            holds[component] = int(value)
+        self.apply(holds={(stage, component): value})
+
+    def apply(
+        self,
+        source_watermarks: Mapping[str, int] | None = None,
+        holds: Mapping[tuple[str, str], int | None] | None = None,
+    ) -> None:
+        """Apply many changes as one atomic step, then recompute once.
+
+        Changes that happen at the same instant must be applied together: applying them
+        one by one could latch an output watermark at a value it never really had (a
+        hold released before its replacement is set).
+        """
+        for source, watermark in (source_watermarks or {}).items():
+            if source not in self._source:
+                self.graph.check(source)
+                raise GraphError(f"stage {source!r} is not a source; it reads {self.graph.upstream(source)}")
+            if watermark < self._source[source]:
+                # A source watermark is monotonic: keep the old one, count the regression.
+                self.regressions[source] += 1
+            else:
+                self._source[source] = watermark
+        for (stage, component), value in (holds or {}).items():
+            hold_kind(component)
+            stage_holds = self._holds[self.graph.check(stage)]
+            if value is None:
+                stage_holds.pop(component, None)
+            else:
+                stage_holds[component] = int(value)
         self._refresh()
 
     def holds(self, stage: str) -> dict[str, int]:

@@ -75,6 +75,20 @@ def combine_holds(policy: OutputPolicy, a: int, b: int) -> int:
     return min(a, b)
 
 
+def merge_holds(policy: OutputPolicy, window: WindowLike, holds: list[int]) -> int | None:
+    """The hold of a merged window (Beam's ``TimestampCombiner.merge``): its
+    ``max_timestamp`` under END_OF_WINDOW, else the combination of ``holds``; None when
+    no merged window had a hold."""
+    if not holds:
+        return None
+    if policy is TimestampCombiner.OUTPUT_AT_EOW:
+        return window.max_timestamp
+    result = holds[0]
+    for h in holds[1:]:
+        result = combine_holds(policy, result, h)
+    return result
+
+
 class ClosingBehavior(Enum):
     """Whether the final pane at garbage collection is emitted when it would be empty."""
 

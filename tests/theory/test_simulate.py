@@ -1,0 +1,230 @@
+"""The simulator: chapter-3 invariants, exactness against the incremental tracker,
+and property tests over random pipelines."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from theory import chapter3
+from theory.engine import STATE_HOLD
+from theory.graph import GraphError, WatermarkTracker
+from theory.processing import Processing
+from theory.simulate import BUFFER_HOLD, SimulationResult, simulate
+from theory.stages import Flatten, GroupByWindow, ParDo, Pipeline, Source
+from theory.time import MAX_TIMESTAMP, SECOND
+from theory.traces import Trace
+from theory.triggers import AfterWatermark
+from theory.windowing import TimestampCombiner, WindowingStrategy
+from theory.windows import FixedWindows, Sessions
+
+
+@pytest.fixture(scope="module")
+def perfect_result() -> SimulationResult:
+    return simulate(chapter3.pipeline("perfect"), chapter3.traces(20_000, seed=3), seed=3)
+
+
+@pytest.fixture(scope="module")
+def heuristic_result() -> SimulationResult:
+    return simulate(chapter3.pipeline("bounded:2s"), chapter3.traces(20_000, seed=3), seed=3)
+
+
+def assert_invariants(result: SimulationResult) -> None:
+    graph = result.pipeline.graph
+    for name in graph.order:
+        t, iw, ow = result.series(name)
+        assert np.all(iw[1:] >= iw[:-1]), f"{name}: input watermark not monotonic"
+        assert np.all(ow[1:] >= ow[:-1]), f"{name}: output watermark not monotonic"
+        assert np.all(ow <= iw), f"{name}: output above input"
+        ups = graph.upstream(name)
+        if ups:
+            upstream_min = np.min([result.series(u)[2] for u in ups], axis=0)
+            assert np.array_equal(iw, upstream_min), f"{name}: input != min upstream outputs"
+
+
+def test_chapter3_invariants_perfect(perfect_result):
+    assert_invariants(perfect_result)
+
+
+def test_chapter3_invariants_heuristic(heuristic_result):
+    assert_invariants(heuristic_result)
+
+
+def test_flatten_input_is_min_of_session_outputs(perfect_result):
+    _, iw, _ = perfect_result.series("flatten")
+    _, _, mobile = perfect_result.series("mobile_sessions")
+    _, _, console = perfect_result.series("console_sessions")
+    assert np.array_equal(iw, np.minimum(mobile, console))
+    # and the minimum really alternates between the two inputs: both matter
+    assert np.any(mobile < console) and np.any(console < mobile)
+
+
+def test_perfect_watermark_gives_no_late_data(perfect_result):
+    for name, r in perfect_result.stages.items():
+        assert r.late_count == 0, name
+        assert sum(r.dropped.values()) == 0, name
+
+
+def test_heuristic_watermark_gives_late_data(heuristic_result):
+    assert heuristic_result.stages["mobile_in"].late_count > 0
+    # the engine's own count of late-but-grouped plus dropped elements agrees with the
+    # simulator's vectorised lateness at a grouping stage
+    r = heuristic_result.stages["mobile_sessions"]
+    assert r.late_count >= r.dropped["expired"] + r.dropped["closed"]
+
+
+def test_all_windows_fire_and_values_are_session_lengths(perfect_result):
+    panes = perfect_result.stages["mobile_sessions"].panes
+    assert panes is not None and len(panes) > 0
+    np.testing.assert_allclose(panes.value, (panes.window_end - panes.window_start) / 1e6)
+    assert set(panes.timing.tolist()) == {"ON_TIME"}
+    assert np.all(panes.timestamp == panes.window_end - 1)
+    # every element of the session stage is in exactly one pane (discarding, nothing late)
+    assert int(panes.count.sum()) == perfect_result.stages["mobile_sessions"].arrivals
+    avg = perfect_result.stages["average_session_length"]
+    assert avg.panes is not None
+    assert int(avg.panes.count.sum()) == len(perfect_result.stages["mobile_sessions"].panes) + len(
+        perfect_result.stages["console_sessions"].panes)
+
+
+def test_end_of_window_policy_never_holds_without_processing_delay(perfect_result):
+    # Under END_OF_WINDOW a window fires exactly when the input passes its hold.
+    r = perfect_result.stages["mobile_sessions"]
+    t = perfect_result.times
+    assert np.array_equal(r.output_watermark.at(t), r.input_watermark.at(t))
+
+
+@pytest.fixture(scope="module")
+def earliest_result() -> SimulationResult:
+    pipe = chapter3.pipeline("perfect", timestamp_combiner=TimestampCombiner.OUTPUT_AT_EARLIEST)
+    return simulate(pipe, chapter3.traces(20_000, seed=3), seed=3)
+
+
+def test_earliest_policy_holds_output_at_pending_windows(earliest_result, perfect_result):
+    assert_invariants(earliest_result)
+    r = earliest_result.stages["mobile_sessions"]
+    t = earliest_result.times
+    ow, iw = r.output_watermark.at(t), r.input_watermark.at(t)
+    held = ow < iw
+    assert np.any(held)
+    # wherever output < input, the state hold is exactly what holds it
+    assert np.array_equal(ow[held], r.holds[STATE_HOLD].at(t)[held])
+    at = int(t[np.flatnonzero(held)[held.sum() // 2]])
+    assert earliest_result.why("mobile_sessions", at) == [("mobile_sessions", STATE_HOLD)]
+    # the book's figure 3.8: the downstream input watermark is delayed against EOW
+    eow_iw = perfect_result.stages["average_session_length"].input_watermark.at(t)
+    early_iw = earliest_result.stages["average_session_length"].input_watermark.at(t)
+    assert np.all(early_iw <= eow_iw) and np.any(early_iw < eow_iw)
+
+
+def test_processing_delay_holds_output_at_the_buffer():
+    pipe = chapter3.pipeline("perfect", Processing(latency=5 * SECOND))
+    result = simulate(pipe, chapter3.traces(5_000, seed=4), seed=4)
+    assert_invariants(result)
+    r = result.stages["mobile_in"]
+    t = result.times
+    ow, iw = r.output_watermark.at(t), r.input_watermark.at(t)
+    held = ow < iw
+    assert np.any(held)
+    assert np.array_equal(ow[held], r.holds[BUFFER_HOLD].at(t)[held])
+    at = int(t[np.flatnonzero(held)[held.sum() // 2]])
+    assert result.why("flatten", at)[-1][1] == BUFFER_HOLD
+
+
+def replay(result: SimulationResult) -> None:
+    """Replay every source watermark and hold change through WatermarkTracker in time
+    order and check that it reproduces the simulator's series exactly."""
+    graph = result.pipeline.graph
+    tracker = WatermarkTracker(graph)
+    for t in result.times.tolist():
+        sources = {}
+        holds = {}
+        for name in graph.order:
+            r = result.stages[name]
+            if not graph.upstream(name):
+                sources[name] = int(r.input_watermark.at(t))
+            for comp, series in r.holds.items():
+                h = int(series.at(t))
+                holds[(name, comp)] = None if h >= MAX_TIMESTAMP else h
+        tracker.apply(sources, holds)
+        for name in graph.order:
+            r = result.stages[name]
+            assert tracker.input_watermark(name) == int(r.input_watermark.at(t)), (name, t)
+            assert tracker.output_watermark(name) == int(r.output_watermark.at(t)), (name, t)
+
+
+def test_simulator_equals_incremental_tracker():
+    result = simulate(chapter3.pipeline("bounded:1s", Processing(latency=SECOND)),
+                      chapter3.traces(2_000, seed=5), seed=5)
+    replay(result)
+
+
+def test_missing_trace_and_unknown_stage():
+    pipe = chapter3.pipeline()
+    with pytest.raises(GraphError, match="console_in"):
+        simulate(pipe, {"mobile_in": chapter3.traces(10)["mobile_in"]})
+    with pytest.raises(GraphError, match="unknown stage 'nope'"):
+        pipe.stage("nope")
+    with pytest.raises(GraphError, match="reads from unknown stage 'missing'"):
+        Pipeline([Source("a"), ParDo("b", "missing")])
+    with pytest.raises(GraphError, match="repeated: a"):
+        Pipeline([Source("a"), Source("a")])
+    with pytest.raises(ValueError, match="unknown combine"):
+        GroupByWindow("g", "a", WindowingStrategy(FixedWindows(10)), combine="median")
+
+
+def test_deterministic_for_a_seed():
+    pipe = chapter3.pipeline("bounded:1s", Processing(latency=SECOND))
+    a = simulate(pipe, chapter3.traces(3_000, seed=9), seed=9)
+    b = simulate(pipe, chapter3.traces(3_000, seed=9), seed=9)
+    for name in pipe.graph.order:
+        assert np.array_equal(a.series(name)[2], b.series(name)[2])
+
+
+# -- random pipelines ------------------------------------------------------------------
+
+
+@st.composite
+def random_pipeline(draw):
+    n_sources = draw(st.integers(1, 3))
+    stages: list = []
+    traces = {}
+    for i in range(n_sources):
+        name = f"src{i}"
+        wm = draw(st.sampled_from(["perfect", "bounded:0", "bounded:5", "bounded:20"]))
+        stages.append(Source(name, wm))
+        n = draw(st.integers(1, 25))
+        event = np.array(draw(st.lists(st.integers(0, 200), min_size=n, max_size=n)), np.int64)
+        delay = np.array(draw(st.lists(st.integers(0, 40), min_size=n, max_size=n)), np.int64)
+        keys = np.array(draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)), np.int64)
+        traces[name] = Trace(event, event + delay, keys, np.ones(n))
+    for j in range(draw(st.integers(1, 5))):
+        names = [s.name for s in stages]
+        kind = draw(st.sampled_from(["pardo", "flatten", "group"]))
+        name = f"st{j}"
+        latency = Processing(latency=draw(st.integers(0, 15)))
+        if kind == "flatten" and len(names) > 1:
+            ins = tuple(draw(st.lists(st.sampled_from(names), min_size=2, max_size=3, unique=True)))
+            stages.append(Flatten(name, ins, latency))
+        elif kind == "group":
+            fn = draw(st.sampled_from([FixedWindows(10), Sessions(8)]))
+            trig = draw(st.sampled_from([None, AfterWatermark()]))
+            strat = WindowingStrategy(fn, trig, allowed_lateness=draw(st.integers(0, 20)))
+            stages.append(GroupByWindow(name, draw(st.sampled_from(names)), strat, "count",
+                                        processing=latency))
+        else:
+            stages.append(ParDo(name, draw(st.sampled_from(names)), processing=latency))
+    return Pipeline(stages), traces
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_pipeline(), st.integers(0, 3))
+def test_invariants_on_random_pipelines(case, seed):
+    pipe, traces = case
+    result = simulate(pipe, traces, seed=seed)
+    assert_invariants(result)
+    replay(result)
+    for name, r in result.stages.items():
+        assert BUFFER_HOLD in r.holds
+        if all(pipe.stage(s).watermark == "perfect" for s in pipe.source_names()):  # type: ignore[union-attr]
+            assert r.late_count == 0, name
