@@ -23,7 +23,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--watermark", default="perfect")
     args = parser.parse_args()
-    print(f"{'events':>10} {'watermark':>12} {'median s':>9} {'events/s':>12}  per stage (last run)")
+    print(
+        f"{'events':>10} {'watermark':>12} {'median s':>9} {'events/s':>12}  per stage (last run)"
+    )
     for n in args.events:
         traces = chapter3.traces(n, seed=0)
         pipe = chapter3.pipeline(args.watermark)
@@ -33,7 +35,9 @@ def main() -> None:
             marks = [time.perf_counter()]
             stage_times = {}
 
-            def on_stage(name: str, marks: list[float] = marks, st: dict[str, float] = stage_times) -> None:
+            def on_stage(
+                name: str, marks: list[float] = marks, st: dict[str, float] = stage_times
+            ) -> None:
                 now = time.perf_counter()
                 st[name] = now - marks[-1]
                 marks.append(now)

@@ -75,7 +75,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     result = simulate(pipe, traces, seed=args.seed, on_stage=lambda s: bar.step(f"stage {s}"))
     elapsed = time.perf_counter() - t0
     rows = stage_metrics(result)
-    header = f"{'stage':<24} {'input wm':<22} {'output wm':<22} {'lag p50':>9} {'lag p99':>9} {'late':>7}"
+    header = (
+        f"{'stage':<24} {'input wm':<22} {'output wm':<22} "
+        f"{'lag p50':>9} {'lag p99':>9} {'late':>7}"
+    )
     print(header)
     print("-" * len(header))
     for m in rows:
@@ -107,8 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=(fn.__doc__ or "").strip())
         p.add_argument("--events", type=int, default=events, help="trace size (events)")
         p.add_argument("--seed", type=int, default=0, help="generator and simulator seed")
-        p.add_argument("--watermark", default="perfect",
-                       help="source watermark spec: perfect, bounded:30s, flink-bounded:30s, ...")
+        p.add_argument(
+            "--watermark",
+            default="perfect",
+            help="source watermark spec: perfect, bounded:30s, flink-bounded:30s, ...",
+        )
         p.add_argument("--out", default=out, help="output directory (replaced atomically)")
         p.set_defaults(func=fn)
     return parser

@@ -25,5 +25,8 @@ class Progress:
         filled = self.width * self.done // self.total
         bar = "#" * filled + "." * (self.width - filled)
         elapsed = time.perf_counter() - self.start
-        print(f"[{bar}] {self.done}/{self.total} {label} ({elapsed:.1f}s)", file=self.stream,
-              flush=True)
+        print(
+            f"[{bar}] {self.done}/{self.total} {label} ({elapsed:.1f}s)",
+            file=self.stream,
+            flush=True,
+        )

@@ -35,7 +35,9 @@ def pipeline(
     figure 3.7 (end of window) against figure 3.8 (earliest element).
     """
     sessions = WindowingStrategy(
-        Sessions(SESSION_GAP), AfterWatermark(), AccumulationMode.DISCARDING,
+        Sessions(SESSION_GAP),
+        AfterWatermark(),
+        AccumulationMode.DISCARDING,
         timestamp_combiner=timestamp_combiner,
     )
     fixed = WindowingStrategy(FixedWindows(AVERAGE_WINDOW), AfterWatermark())
@@ -43,13 +45,21 @@ def pipeline(
         [
             Source("mobile_in", watermark, processing),
             Source("console_in", watermark, processing),
-            GroupByWindow("mobile_sessions", "mobile_in", sessions, "window_length",
-                          processing=processing),
-            GroupByWindow("console_sessions", "console_in", sessions, "window_length",
-                          processing=processing),
+            GroupByWindow(
+                "mobile_sessions", "mobile_in", sessions, "window_length", processing=processing
+            ),
+            GroupByWindow(
+                "console_sessions", "console_in", sessions, "window_length", processing=processing
+            ),
             Flatten("flatten", ("mobile_sessions", "console_sessions"), processing),
-            GroupByWindow("average_session_length", "flatten", fixed, "mean", rekey="global",
-                          processing=processing),
+            GroupByWindow(
+                "average_session_length",
+                "flatten",
+                fixed,
+                "mean",
+                rekey="global",
+                processing=processing,
+            ),
         ]
     )
 

@@ -23,19 +23,24 @@ Rules (all times µs; W is the input watermark when the call is made):
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Iterable, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+import numpy as np
+
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, check_timestamp
 from theory.windowing import (
     AccumulationMode,
+    TimestampCombiner,
     WindowingStrategy,
     assign_output_time,
     combine_holds,
     merge_holds,
 )
+from theory.windows import GLOBAL_WINDOW, GlobalWindows, IntervalWindow
 
 
 class Timing(Enum):
@@ -79,6 +84,9 @@ class _WindowState:
 #: The hold component name the engine reports for its pending windows.
 STATE_HOLD = "state:pending-windows"
 
+#: A window inside the engine: its (start, end) in µs. Window objects are made for panes.
+_Win = tuple[int, int]
+
 
 class GroupByWindowEngine:
     """Incremental GroupByKey + windowing for one stage (see the module docstring)."""
@@ -86,6 +94,7 @@ class GroupByWindowEngine:
     def __init__(self, strategy: WindowingStrategy) -> None:
         self.strategy = strategy
         self._window_fn: Any = strategy.window_fn
+        self._global = isinstance(self._window_fn, GlobalWindows)
         self._merging = bool(getattr(self._window_fn, "is_merging", False))
         self._lateness = strategy.allowed_lateness
         self._policy = strategy.timestamp_combiner
@@ -95,11 +104,15 @@ class GroupByWindowEngine:
         self.input_watermark = MIN_TIMESTAMP
         self.output_watermark = MIN_TIMESTAMP
         self.processing_time = 0
-        self._state: dict[Hashable, dict[Any, _WindowState]] = {}
+        self._state: dict[Hashable, dict[_Win, _WindowState]] = {}
+        # For merging window fns: per key, the sorted starts of its (disjoint) windows,
+        # and each window's end by its start.
+        self._starts: dict[Hashable, list[int]] = {}
+        self._ends: dict[Hashable, dict[int, int]] = {}
         self._seq = 0
-        self._fire_heap: list[tuple[int, int, Hashable, Any]] = []
-        self._gc_heap: list[tuple[int, int, Hashable, Any]] = []
-        self._hold_heap: list[tuple[int, int, Hashable, Any]] = []
+        self._fire_heap: list[tuple[int, int, Hashable, _Win]] = []
+        self._gc_heap: list[tuple[int, int, Hashable, _Win]] = []
+        self._hold_heap: list[tuple[int, int, Hashable, _Win]] = []
         #: (element, window) pairs dropped, by reason: "expired" or "closed".
         self.dropped: dict[str, int] = {"expired": 0, "closed": 0}
         #: Elements that arrived late (timestamp < input watermark) but were grouped.
@@ -109,41 +122,80 @@ class GroupByWindowEngine:
 
     def add_elements(self, elements: Sequence[tuple[Hashable, Any, int]]) -> list[Pane]:
         """Add ``(key, value, timestamp)`` elements; returns panes fired by late data."""
+        if not elements:
+            return []
         for i, (_, _, ts) in enumerate(elements):
             check_timestamp(ts, f"elements[{i}] timestamp")
+        stamps = [e[2] for e in elements]
+        rows = self._window_fn.assign_array(np.asarray(stamps, dtype=np.int64))
+        return self.add_rows(
+            [e[0] for e in elements],
+            [e[1] for e in elements],
+            stamps,
+            rows.element.tolist(),
+            rows.start.tolist(),
+            rows.end.tolist(),
+            0,
+            len(rows),
+        )
+
+    def add_rows(
+        self,
+        keys: Sequence[Hashable],
+        values: Sequence[Any],
+        stamps: Sequence[int],
+        element: Sequence[int],
+        starts: Sequence[int],
+        ends: Sequence[int],
+        lo: int,
+        hi: int,
+    ) -> list[Pane]:
+        """Add pre-assigned rows ``lo..hi``: row r puts element ``element[r]`` (an index
+        into keys/values/stamps) into window ``[starts[r], ends[r])``.
+
+        The bulk form of :meth:`add_elements` for callers that assign windows for a whole
+        stream at once (the simulator); timestamps must already be validated.
+        """
         iw = self.input_watermark
         expired_before = iw - self._lateness  # max_timestamp < this  <=>  droppable
-        touched: dict[tuple[Hashable, Any], None] = {}
-        assign = self._window_fn.assign
-        for key, value, ts in elements:
-            for proto in assign(ts):
-                if proto.max_timestamp < expired_before:
-                    # Droppable: the watermark is past the window's garbage-collection time.
-                    self.dropped["expired"] += 1
-                    continue
-                kstate = self._state.get(key)
-                if kstate is None:
-                    kstate = self._state[key] = {}
-                window = self._merge_into(key, kstate, proto) if self._merging else proto
-                ws = kstate.get(window)
-                if ws is None:
-                    ws = kstate[window] = _WindowState()
-                    self._schedule(key, window)
-                if ws.closed:
-                    # The trigger finished: the window takes no more data.
-                    self.dropped["closed"] += 1
-                    continue
-                ws.values.append(value)
-                if ts < iw:
-                    # Late data is grouped but holds nothing back.
-                    self.late_elements += 1
-                else:
-                    self._add_hold(key, window, ws, ts)
-                if window.max_timestamp < iw:
-                    touched[(key, window)] = None
+        touched: dict[tuple[Hashable, _Win], None] = {}
+        state = self._state
+        merging = self._merging
+        for r in range(lo, hi):
+            end = ends[r]
+            if end - 1 < expired_before:
+                # Droppable: the watermark is past the window's garbage-collection time.
+                self.dropped["expired"] += 1
+                continue
+            i = element[r]
+            key = keys[i]
+            kstate = state.get(key)
+            if kstate is None:
+                kstate = state[key] = {}
+            window = self._merge_into(key, kstate, starts[r], end) if merging else (starts[r], end)
+            ws = kstate.get(window)
+            if ws is None:
+                ws = kstate[window] = _WindowState()
+                self._schedule(key, window)
+                if merging:
+                    insort(self._starts.setdefault(key, []), window[0])
+                    self._ends.setdefault(key, {})[window[0]] = window[1]
+            if ws.closed:
+                # The trigger finished: the window takes no more data.
+                self.dropped["closed"] += 1
+                continue
+            ws.values.append(values[i])
+            ts = stamps[i]
+            if ts < iw:
+                # Late data is grouped but holds nothing back.
+                self.late_elements += 1
+            else:
+                self._add_hold(key, window, ws, ts)
+            if window[1] - 1 < iw:
+                touched[(key, window)] = None
         panes = []
         for key, window in touched:
-            ws_now = self._state.get(key, {}).get(window)
+            ws_now = state.get(key, {}).get(window)
             if ws_now is not None and not ws_now.closed:
                 panes.append(self._fire(key, window, ws_now, on_time=False))
         self._update_output()
@@ -160,9 +212,10 @@ class GroupByWindowEngine:
         self.input_watermark = watermark
         panes: list[Pane] = []
         fire_heap = self._fire_heap
+        state = self._state
         while fire_heap and fire_heap[0][0] < watermark:
             _, _, key, window = heapq.heappop(fire_heap)
-            ws = self._state.get(key, {}).get(window)
+            ws = state.get(key, {}).get(window)
             if ws is None or ws.on_time_done or ws.closed:
                 continue  # merged away, collected, or already fired
             ws.on_time_done = True
@@ -170,9 +223,17 @@ class GroupByWindowEngine:
         gc_heap = self._gc_heap
         while gc_heap and gc_heap[0][0] < watermark:
             _, _, key, window = heapq.heappop(gc_heap)
-            kstate = self._state.get(key)
-            if kstate is not None and kstate.pop(window, None) is not None and not kstate:
-                del self._state[key]
+            kstate = state.get(key)
+            if kstate is None or kstate.pop(window, None) is None:
+                continue  # merged away or already collected
+            if self._merging:
+                starts = self._starts[key]
+                del starts[bisect_left(starts, window[0])]
+                del self._ends[key][window[0]]
+            if not kstate:
+                del state[key]
+                self._starts.pop(key, None)
+                self._ends.pop(key, None)
         self._update_output()
         return panes
 
@@ -192,11 +253,12 @@ class GroupByWindowEngine:
     def min_hold(self) -> tuple[int, Hashable, Any] | None:
         """The smallest hold and the (key, window) that holds it, or None."""
         heap = self._hold_heap
+        state = self._state
         while heap:
             hold, _, key, window = heap[0]
-            ws = self._state.get(key, {}).get(window)
+            ws = state.get(key, {}).get(window)
             if ws is not None and ws.hold == hold:
-                return hold, key, window
+                return hold, key, self._window(window)
             heapq.heappop(heap)  # stale: the hold moved, fired or was merged away
         return None
 
@@ -211,39 +273,81 @@ class GroupByWindowEngine:
 
     # -- internals -----------------------------------------------------------------
 
-    def _schedule(self, key: Hashable, window: Any) -> None:
+    def _window(self, window: _Win) -> Any:
+        return GLOBAL_WINDOW if self._global else IntervalWindow(*window)
+
+    def _schedule(self, key: Hashable, window: _Win) -> None:
         self._seq += 1
-        mts = window.max_timestamp
+        mts = window[1] - 1
         heapq.heappush(self._fire_heap, (mts, self._seq, key, window))
-        heapq.heappush(self._gc_heap, (min(mts + self._lateness, MAX_TIMESTAMP), self._seq, key, window))
+        gc_time = min(mts + self._lateness, MAX_TIMESTAMP)
+        heapq.heappush(self._gc_heap, (gc_time, self._seq, key, window))
 
-    def _add_hold(self, key: Hashable, window: Any, ws: _WindowState, ts: int) -> None:
-        hold = assign_output_time(self._policy, ts, window)
+    def _add_hold(self, key: Hashable, window: _Win, ws: _WindowState, ts: int) -> None:
+        max_ts = window[1] - 1
+        policy = self._policy
+        if policy is TimestampCombiner.OUTPUT_AT_EOW:
+            hold = max_ts
+        else:
+            hold = assign_output_time(policy, ts, self._window(window))
         # Never earlier than the output watermark, never past the end of the window.
-        hold = min(max(hold, self.output_watermark), window.max_timestamp)
-        ws.hold = hold if ws.hold is None else combine_holds(self._policy, ws.hold, hold)
-        self._seq += 1
-        heapq.heappush(self._hold_heap, (ws.hold, self._seq, key, window))
+        hold = min(max(hold, self.output_watermark), max_ts)
+        old = ws.hold
+        new = hold if old is None else combine_holds(policy, old, hold)
+        if new != old:
+            ws.hold = new
+            self._seq += 1
+            heapq.heappush(self._hold_heap, (new, self._seq, key, window))
 
-    def _merge_into(self, key: Hashable, kstate: dict[Any, _WindowState], proto: Any) -> Any:
-        """Merge ``proto`` with the key's overlapping windows; return the surviving window."""
-        overlapping = [w for w in kstate if w.start < proto.end and proto.start < w.end]
-        if not overlapping:
-            return proto
-        start = min(proto.start, *(w.start for w in overlapping))
-        end = max(proto.end, *(w.end for w in overlapping))
-        merged = type(proto)(start, end)
-        if len(overlapping) == 1 and overlapping[0] == merged:
+    def _merge_into(
+        self, key: Hashable, kstate: dict[_Win, _WindowState], start: int, end: int
+    ) -> _Win:
+        """Merge [start, end) with the key's overlapping windows; return the survivor.
+
+        The key's windows are disjoint, so those overlapping [start, end) are a run of the
+        sorted starts: the ones with ``w.start < end`` whose ``w.end > start``.
+        """
+        starts = self._starts.get(key)
+        if not starts:
+            return (start, end)
+        end_of = self._ends[key]
+        j = bisect_left(starts, end)  # windows [0, j) start before our end
+        i = j
+        ends: list[int] = []
+        while i > 0:
+            w_end = end_of[starts[i - 1]]
+            if w_end <= start:
+                break  # disjoint and sorted: no earlier window reaches us either
+            ends.append(w_end)
+            i -= 1
+        if i == j:
+            return (start, end)
+        merged_start = min(start, starts[i])
+        merged_end = max(end, *ends)
+        merged = (merged_start, merged_end)
+        if j - i == 1 and (starts[i], ends[0]) == merged:
             return merged
-        target = _WindowState()
-        holds = []
-        for w in sorted(overlapping):
-            ws = kstate.pop(w)
+        # Reuse the first merged state for the result: a merged window is a new window,
+        # so its pane counters start again (Beam clears PaneInfo state across merges).
+        target = kstate.pop((starts[i], end_of.pop(starts[i])))
+        target.index = target.nonspeculative = 0
+        target.on_time_done = False
+        holds = [] if target.hold is None else [target.hold]
+        for w_start in starts[i + 1 : j]:
+            ws = kstate.pop((w_start, end_of.pop(w_start)))
             target.values.extend(ws.values)
             if ws.hold is not None:
                 holds.append(ws.hold)
             target.closed = target.closed or ws.closed
-        target.hold = merge_holds(self._policy, merged, holds)
+        del starts[i:j]
+        insort(starts, merged_start)
+        end_of[merged_start] = merged_end
+        if not holds:
+            target.hold = None
+        elif self._policy is TimestampCombiner.OUTPUT_AT_EOW:
+            target.hold = merged_end - 1
+        else:
+            target.hold = merge_holds(self._policy, self._window(merged), holds)
         kstate[merged] = target
         self._schedule(key, merged)
         if target.hold is not None:
@@ -251,17 +355,17 @@ class GroupByWindowEngine:
             heapq.heappush(self._hold_heap, (target.hold, self._seq, key, merged))
         return merged
 
-    def _fire(self, key: Hashable, window: Any, ws: _WindowState, *, on_time: bool) -> Pane:
+    def _fire(self, key: Hashable, window: _Win, ws: _WindowState, *, on_time: bool) -> Pane:
         index = ws.index
         ws.index += 1
-        if self.input_watermark <= window.max_timestamp:
+        if self.input_watermark <= window[1] - 1:
             timing, nonspec = Timing.EARLY, -1
         else:
             nonspec = ws.nonspeculative
             ws.nonspeculative += 1
             timing = Timing.ON_TIME if on_time and nonspec == 0 else Timing.LATE
         values = tuple(ws.values)
-        timestamp = window.max_timestamp if ws.hold is None else ws.hold
+        timestamp = window[1] - 1 if ws.hold is None else ws.hold
         # The watermark is past the window: the hold has done its job.
         ws.hold = None
         finished = self._finishes
@@ -270,21 +374,32 @@ class GroupByWindowEngine:
             ws.values = []
         elif self._discarding:
             ws.values = []
-        return Pane(key, window, values, timestamp, timing, index, nonspec, index == 0, finished)
+        return Pane(
+            key,
+            self._window(window),
+            values,
+            timestamp,
+            timing,
+            index,
+            nonspec,
+            index == 0,
+            finished,
+        )
 
     def _update_output(self) -> None:
-        found = self.min_hold()
-        computed = self.input_watermark if found is None else min(self.input_watermark, found[0])
+        found = self.min_hold_value()
+        computed = self.input_watermark if found is None else min(self.input_watermark, found)
         if computed > self.output_watermark:
             self.output_watermark = computed
 
-
-def run_batches(
-    engine: GroupByWindowEngine, batches: Iterable[tuple[Sequence[tuple[Hashable, Any, int]], int]]
-) -> list[Pane]:
-    """Feed (elements, then watermark) batches in order; return all panes fired."""
-    out: list[Pane] = []
-    for elements, watermark in batches:
-        out.extend(engine.add_elements(elements))
-        out.extend(engine.advance_watermark_to(watermark))
-    return out
+    def min_hold_value(self) -> int | None:
+        """The smallest hold (µs), or None; :meth:`min_hold` without the window."""
+        heap = self._hold_heap
+        state = self._state
+        while heap:
+            hold, _, key, window = heap[0]
+            ws = state.get(key, {}).get(window)
+            if ws is not None and ws.hold == hold:
+                return hold
+            heapq.heappop(heap)
+        return None

@@ -40,7 +40,9 @@ def hold_kind(component: str) -> HoldKind:
         if kind.value == prefix:
             return kind
     kinds = ", ".join(k.value for k in HoldKind)
-    raise ValueError(f"hold component {component!r} has unknown kind {prefix!r}; use one of {kinds}")
+    raise ValueError(
+        f"hold component {component!r} has unknown kind {prefix!r}; use one of {kinds}"
+    )
 
 
 class GraphError(ValueError):
@@ -189,7 +191,9 @@ class WatermarkTracker:
         for source, watermark in (source_watermarks or {}).items():
             if source not in self._source:
                 self.graph.check(source)
-                raise GraphError(f"stage {source!r} is not a source; it reads {self.graph.upstream(source)}")
+                raise GraphError(
+                    f"stage {source!r} is not a source; it reads {self.graph.upstream(source)}"
+                )
             if watermark < self._source[source]:
                 # A source watermark is monotonic: keep the old one, count the regression.
                 self.regressions[source] += 1

@@ -57,7 +57,8 @@ def sample_grid(result: SimulationResult, max_points: int = 20_000) -> np.ndarra
 
 def _percentiles(x: np.ndarray) -> tuple[float, float, float]:
     if x.size == 0:
-        return (float("nan"),) * 3  # type: ignore[return-value]
+        nan = float("nan")
+        return nan, nan, nan
     p = np.percentile(x.astype(np.float64), PERCENTILES)
     return float(p[0]), float(p[1]), float(p[2])
 
@@ -99,9 +100,15 @@ def stage_metrics(result: SimulationResult, max_points: int = 20_000) -> list[St
                 late_fraction=r.late_fraction,
                 dropped=int(sum(r.dropped.values())),
                 panes=0 if r.panes is None else len(r.panes),
-                watermark_lag_p50=wl[0], watermark_lag_p90=wl[1], watermark_lag_p99=wl[2],
-                stage_lag_p50=sl[0], stage_lag_p90=sl[1], stage_lag_p99=sl[2],
-                window_latency_p50=lat[0], window_latency_p90=lat[1], window_latency_p99=lat[2],
+                watermark_lag_p50=wl[0],
+                watermark_lag_p90=wl[1],
+                watermark_lag_p99=wl[2],
+                stage_lag_p50=sl[0],
+                stage_lag_p90=sl[1],
+                stage_lag_p99=sl[2],
+                window_latency_p50=lat[0],
+                window_latency_p90=lat[1],
+                window_latency_p99=lat[2],
             )
         )
     return rows

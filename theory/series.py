@@ -38,7 +38,9 @@ class StepSeries:
         object.__setattr__(self, "values", v)
 
     @staticmethod
-    def from_events(times: np.ndarray, values: np.ndarray, initial: int = MIN_TIMESTAMP) -> StepSeries:
+    def from_events(
+        times: np.ndarray, values: np.ndarray, initial: int = MIN_TIMESTAMP
+    ) -> StepSeries:
         """Build from unsorted (time, value) updates; the last update at a time wins.
 
         Updates are applied in a stable sort by time, so among equal times the one given
@@ -61,16 +63,18 @@ class StepSeries:
         """Values at processing times ``t`` (array or scalar), as int64."""
         q = np.asarray(t, dtype=np.int64)
         idx = np.searchsorted(self.times, q, side="right") - 1
-        out = np.where(idx >= 0, self.values[np.maximum(idx, 0)] if self.values.size else 0,
-                       self.initial)
+        out = np.where(
+            idx >= 0, self.values[np.maximum(idx, 0)] if self.values.size else 0, self.initial
+        )
         return out.astype(np.int64)
 
     def before(self, t: np.ndarray | int) -> np.ndarray:
         """Values just before ``t``: changes at exactly ``t`` are not yet visible."""
         q = np.asarray(t, dtype=np.int64)
         idx = np.searchsorted(self.times, q, side="left") - 1
-        out = np.where(idx >= 0, self.values[np.maximum(idx, 0)] if self.values.size else 0,
-                       self.initial)
+        out = np.where(
+            idx >= 0, self.values[np.maximum(idx, 0)] if self.values.size else 0, self.initial
+        )
         return out.astype(np.int64)
 
     def final(self) -> int:

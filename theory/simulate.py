@@ -169,7 +169,8 @@ def simulate(
         if on_stage is not None:
             on_stage(name)
     times = union_times(
-        [r.input_watermark for r in results.values()] + [r.output_watermark for r in results.values()]
+        [r.input_watermark for r in results.values()]
+        + [r.output_watermark for r in results.values()]
     )
     return SimulationResult(pipeline, results, times)
 
@@ -209,12 +210,21 @@ def _run_elementwise(
     if isinstance(spec, ParDo) and spec.fn is not None:
         value = np.asarray(spec.fn(value), dtype=np.float64)
         if value.shape != stream.value.shape:
-            raise ValueError(f"stage {spec.name!r}: fn returned {value.shape}, expected {stream.value.shape}")
+            raise ValueError(
+                f"stage {spec.name!r}: fn returned {value.shape}, expected {stream.value.shape}"
+            )
     out = Stream(depart, stream.timestamp, stream.key, value)
     kind = type(spec).__name__
     result = StageResult(
-        spec.name, kind, iw.latched(), ow, {BUFFER_HOLD: buffer}, len(stream), late,
-        stream.timestamp[late], stream.time[late],
+        spec.name,
+        kind,
+        iw.latched(),
+        ow,
+        {BUFFER_HOLD: buffer},
+        len(stream),
+        late,
+        stream.timestamp[late],
+        stream.time[late],
     )
     return out, result
 
@@ -227,11 +237,14 @@ def _run_group(
     keys: list[Hashable] = [None] * len(stream) if spec.rekey == "global" else stream.key.tolist()
     values = stream.value.tolist()
     stamps = stream.timestamp.tolist()
+    rows = spec.strategy.window_fn.assign_array(stream.timestamp)  # type: ignore[attr-defined]
+    element, starts, ends = rows.element.tolist(), rows.start.tolist(), rows.end.tolist()
     arrival = stream.time
     wm_times = iw.times.tolist()
     wm_values = iw.values.tolist()
-    instants = np.union1d(arrival, iw.times).tolist()
-    bounds = np.searchsorted(arrival, np.asarray(instants, dtype=np.int64), side="right").tolist()
+    instants = np.union1d(arrival, iw.times)
+    # rows of the elements arriving at or before each instant: rows are grouped by element
+    row_bounds = np.searchsorted(rows.element, np.searchsorted(arrival, instants, side="right"))
     panes: list[Pane] = []
     fire_times: list[int] = []
     hold_t: list[int] = []
@@ -239,20 +252,20 @@ def _run_group(
     last_hold = MAX_TIMESTAMP
     lo = 0
     wi = 0
-    for t, hi in zip(instants, bounds, strict=True):
+    n_wm = len(wm_times)
+    for t, hi in zip(instants.tolist(), row_bounds.tolist(), strict=True):
         fired: list[Pane] = []
         if hi > lo:
-            batch = list(zip(keys[lo:hi], values[lo:hi], stamps[lo:hi], strict=True))
-            fired.extend(engine.add_elements(batch))
+            fired.extend(engine.add_rows(keys, values, stamps, element, starts, ends, lo, hi))
             lo = hi
-        if wi < len(wm_times) and wm_times[wi] == t:
+        if wi < n_wm and wm_times[wi] == t:
             fired.extend(engine.advance_watermark_to(wm_values[wi]))
             wi += 1
         if fired:
             panes.extend(fired)
             fire_times.extend([t] * len(fired))
-        found = engine.min_hold()
-        h = MAX_TIMESTAMP if found is None else found[0]
+        found = engine.min_hold_value()
+        h = MAX_TIMESTAMP if found is None else found
         if h != last_hold:
             hold_t.append(t)
             hold_v.append(h)
@@ -263,9 +276,17 @@ def _run_group(
     ow = pointwise_min([iw, state, buffer]).latched()
     late = _lateness(stream, iw)
     result = StageResult(
-        spec.name, "GroupByWindow", iw, ow, {STATE_HOLD: state, BUFFER_HOLD: buffer},
-        len(stream), late, stream.timestamp[late], stream.time[late],
-        dict(engine.dropped), table,
+        spec.name,
+        "GroupByWindow",
+        iw,
+        ow,
+        {STATE_HOLD: state, BUFFER_HOLD: buffer},
+        len(stream),
+        late,
+        stream.timestamp[late],
+        stream.time[late],
+        dict(engine.dropped),
+        table,
     )
     return out, result
 

@@ -115,7 +115,9 @@ class GroupByWindow:
             fn = self.combine
         object.__setattr__(self, "combine_fn", fn)
         if self.rekey not in (None, "global"):
-            raise ValueError(f"stage {self.name!r}: rekey must be None or 'global', got {self.rekey!r}")
+            raise ValueError(
+                f"stage {self.name!r}: rekey must be None or 'global', got {self.rekey!r}"
+            )
 
     @property
     def inputs(self) -> tuple[str, ...]:

@@ -59,7 +59,7 @@ def check_duration(value: int, name: str, *, allow_zero: bool = True) -> int:
 
 def from_seconds(seconds: float) -> int:
     """Seconds (float) to microseconds, rounded to the nearest microsecond."""
-    return int(round(seconds * MICROS_PER_SECOND))
+    return round(seconds * MICROS_PER_SECOND)
 
 
 def to_seconds(micros: int) -> float:

@@ -116,7 +116,9 @@ class WindowingStrategy:
 
             object.__setattr__(self, "trigger", DefaultTrigger())
         if not isinstance(self.accumulation_mode, AccumulationMode):
-            raise TypeError(f"accumulation_mode must be an AccumulationMode, got {self.accumulation_mode!r}")
+            raise TypeError(
+                f"accumulation_mode must be an AccumulationMode, got {self.accumulation_mode!r}"
+            )
         if not isinstance(self.timestamp_combiner, (TimestampCombiner, ElementPolicy)):
             raise TypeError(
                 f"timestamp_combiner must be a TimestampCombiner or ElementPolicy, "

@@ -4,7 +4,7 @@ from hypothesis import strategies as st
 
 from theory.engine import STATE_HOLD, GroupByWindowEngine, Timing
 from theory.time import MAX_TIMESTAMP
-from theory.triggers import AfterWatermark, DefaultTrigger
+from theory.triggers import AfterWatermark
 from theory.windowing import AccumulationMode, TimestampCombiner, WindowingStrategy
 from theory.windows import FixedWindows, IntervalWindow, Sessions, SlidingWindows
 
@@ -56,8 +56,9 @@ def test_latest_hold_is_the_maximum():
 
 
 def test_late_data_within_lateness_fires_late_pane_at_end_of_window():
-    e = GroupByWindowEngine(strategy(allowed_lateness=20,
-                                     timestamp_combiner=TimestampCombiner.OUTPUT_AT_EARLIEST))
+    e = GroupByWindowEngine(
+        strategy(allowed_lateness=20, timestamp_combiner=TimestampCombiner.OUTPUT_AT_EARLIEST)
+    )
     e.add_elements([("k", 1, 3)])
     (on_time,) = e.advance_watermark_to(12)
     (late,) = e.add_elements([("k", 2, 5)])
@@ -87,8 +88,9 @@ def test_after_watermark_closes_the_window():
 
 
 def test_accumulating_mode_repeats_values():
-    e = GroupByWindowEngine(strategy(allowed_lateness=50,
-                                     accumulation_mode=AccumulationMode.ACCUMULATING))
+    e = GroupByWindowEngine(
+        strategy(allowed_lateness=50, accumulation_mode=AccumulationMode.ACCUMULATING)
+    )
     e.add_elements([("k", 1, 3)])
     e.advance_watermark_to(10)
     (late,) = e.add_elements([("k", 2, 4)])
@@ -132,8 +134,10 @@ def test_negative_allowed_lateness_is_rejected():
 
 script = st.lists(
     st.one_of(
-        st.tuples(st.just("el"), st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 60)),
-                                          min_size=1, max_size=4)),
+        st.tuples(
+            st.just("el"),
+            st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 60)), min_size=1, max_size=4),
+        ),
         st.tuples(st.just("wm"), st.integers(0, 15)),
     ),
     max_size=25,
@@ -141,10 +145,16 @@ script = st.lists(
 
 
 @settings(max_examples=150)
-@given(script, st.sampled_from(["fixed", "sliding", "sessions"]), st.integers(0, 20),
-       st.sampled_from(list(TimestampCombiner)))
+@given(
+    script,
+    st.sampled_from(["fixed", "sliding", "sessions"]),
+    st.integers(0, 20),
+    st.sampled_from(list(TimestampCombiner)),
+)
 def test_engine_invariants(ops, fn_name, lateness, combiner):
-    fn = {"fixed": FixedWindows(10), "sliding": SlidingWindows(10, 5), "sessions": Sessions(7)}[fn_name]
+    fn = {"fixed": FixedWindows(10), "sliding": SlidingWindows(10, 5), "sessions": Sessions(7)}[
+        fn_name
+    ]
     e = GroupByWindowEngine(strategy(fn, allowed_lateness=lateness, timestamp_combiner=combiner))
     wm = 0
     n_rows = 0

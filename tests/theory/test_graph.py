@@ -7,9 +7,7 @@ from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 
 def diamond() -> StageGraph:
-    return StageGraph.from_edges(
-        ["a", "b", "c", "d"], [("a", "c"), ("b", "c"), ("c", "d")]
-    )
+    return StageGraph.from_edges(["a", "b", "c", "d"], [("a", "c"), ("b", "c"), ("c", "d")])
 
 
 def test_topological_order_and_neighbours():
@@ -81,8 +79,11 @@ def random_dag_and_ops(draw):
         st.lists(
             st.one_of(
                 st.tuples(st.just("src"), st.sampled_from(graph.sources()), st.integers(-50, 200)),
-                st.tuples(st.just("hold"), st.sampled_from(names),
-                          st.one_of(st.none(), st.integers(-50, 200))),
+                st.tuples(
+                    st.just("hold"),
+                    st.sampled_from(names),
+                    st.one_of(st.none(), st.integers(-50, 200)),
+                ),
             ),
             max_size=30,
         )

@@ -31,7 +31,9 @@ def test_bad_processing_parameters():
         Processing(latency=1).departures(np.array([3, 1]), rng)
 
 
-items = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 10), st.integers(-50, 50)), max_size=30)
+items = st.lists(
+    st.tuples(st.integers(0, 40), st.integers(0, 10), st.integers(-50, 50)), max_size=30
+)
 
 
 @given(items, st.booleans())

@@ -19,8 +19,9 @@ def _naive_at(ups: list[tuple[int, int]], t: int, initial: int) -> int:
 
 @given(updates)
 def test_from_events_matches_naive(ups):
-    s = StepSeries.from_events(np.array([u[0] for u in ups], dtype=np.int64),
-                               np.array([u[1] for u in ups], dtype=np.int64))
+    s = StepSeries.from_events(
+        np.array([u[0] for u in ups], dtype=np.int64), np.array([u[1] for u in ups], dtype=np.int64)
+    )
     for t in range(-1, 52):
         assert int(s.at(t)) == _naive_at(ups, t, MIN_TIMESTAMP)
         assert int(s.before(t)) == _naive_at(ups, t - 1, MIN_TIMESTAMP)
@@ -28,8 +29,12 @@ def test_from_events_matches_naive(ups):
 
 @given(updates, updates)
 def test_pointwise_min_matches_naive(a, b):
-    sa = StepSeries.from_events(np.array([u[0] for u in a], np.int64), np.array([u[1] for u in a], np.int64), 0)
-    sb = StepSeries.from_events(np.array([u[0] for u in b], np.int64), np.array([u[1] for u in b], np.int64), 0)
+    sa = StepSeries.from_events(
+        np.array([u[0] for u in a], np.int64), np.array([u[1] for u in a], np.int64), 0
+    )
+    sb = StepSeries.from_events(
+        np.array([u[0] for u in b], np.int64), np.array([u[1] for u in b], np.int64), 0
+    )
     m = pointwise_min([sa, sb])
     for t in range(-1, 52):
         assert int(m.at(t)) == min(_naive_at(a, t, 0), _naive_at(b, t, 0))
@@ -37,7 +42,9 @@ def test_pointwise_min_matches_naive(a, b):
 
 @given(updates)
 def test_latched_is_running_max_and_counts_regressions(ups):
-    s = StepSeries.from_events(np.array([u[0] for u in ups], np.int64), np.array([u[1] for u in ups], np.int64), 0)
+    s = StepSeries.from_events(
+        np.array([u[0] for u in ups], np.int64), np.array([u[1] for u in ups], np.int64), 0
+    )
     latched = s.latched()
     assert latched.is_monotonic()
     running = 0

@@ -32,7 +32,7 @@ def heuristic_result() -> SimulationResult:
 def assert_invariants(result: SimulationResult) -> None:
     graph = result.pipeline.graph
     for name in graph.order:
-        t, iw, ow = result.series(name)
+        _, iw, ow = result.series(name)
         assert np.all(iw[1:] >= iw[:-1]), f"{name}: input watermark not monotonic"
         assert np.all(ow[1:] >= ow[:-1]), f"{name}: output watermark not monotonic"
         assert np.all(ow <= iw), f"{name}: output above input"
@@ -84,7 +84,8 @@ def test_all_windows_fire_and_values_are_session_lengths(perfect_result):
     avg = perfect_result.stages["average_session_length"]
     assert avg.panes is not None
     assert int(avg.panes.count.sum()) == len(perfect_result.stages["mobile_sessions"].panes) + len(
-        perfect_result.stages["console_sessions"].panes)
+        perfect_result.stages["console_sessions"].panes
+    )
 
 
 def test_end_of_window_policy_never_holds_without_processing_delay(perfect_result):
@@ -154,8 +155,11 @@ def replay(result: SimulationResult) -> None:
 
 
 def test_simulator_equals_incremental_tracker():
-    result = simulate(chapter3.pipeline("bounded:1s", Processing(latency=SECOND)),
-                      chapter3.traces(2_000, seed=5), seed=5)
+    result = simulate(
+        chapter3.pipeline("bounded:1s", Processing(latency=SECOND)),
+        chapter3.traces(2_000, seed=5),
+        seed=5,
+    )
     replay(result)
 
 
@@ -210,8 +214,11 @@ def random_pipeline(draw):
             fn = draw(st.sampled_from([FixedWindows(10), Sessions(8)]))
             trig = draw(st.sampled_from([None, AfterWatermark()]))
             strat = WindowingStrategy(fn, trig, allowed_lateness=draw(st.integers(0, 20)))
-            stages.append(GroupByWindow(name, draw(st.sampled_from(names)), strat, "count",
-                                        processing=latency))
+            stages.append(
+                GroupByWindow(
+                    name, draw(st.sampled_from(names)), strat, "count", processing=latency
+                )
+            )
         else:
             stages.append(ParDo(name, draw(st.sampled_from(names)), processing=latency))
     return Pipeline(stages), traces

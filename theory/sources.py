@@ -1,0 +1,935 @@
+"""Source watermarks: perfect and heuristic generators, incremental and vectorised.
+
+Conventions (all times int µs, see DESIGN.md "Time" and "Source watermarks"):
+
+- A watermark ``W`` asserts that no more non-late data with event time ``< W`` will
+  arrive (Beam's convention). Flink's ``<= W`` appears only in
+  :class:`FlinkBoundedOutOfOrderness` and :func:`flink_to_core` / :func:`core_to_flink`.
+- Every watermark starts at ``MIN_TIMESTAMP`` and is latched monotonic:
+  ``new = max(old, computed)``. A computed value below the current one is kept out and
+  counted in ``regressions``.
+- Elements are read in arrival (processing-time) order; ties keep their trace order (a
+  stable sort). The watermark is recomputed and latched after every element; the value
+  *at* processing time ``t`` is the one after the last element arriving at ``t`` (elements
+  at ``t`` come first, then the watermark at ``t`` includes them).
+
+Each generator has an incremental object (``observe`` / ``current`` / ``regressions`` /
+``advance_to``) and a vectorised ``*_curve(event_time, arrival_time, partition=None, ...)``
+returning a :class:`~theory.series.StepSeries` whose step times are the unique arrival
+times (plus idle-expiry instants for :func:`dynamic_partitions_curve` with a timeout) and
+whose values are the latched watermark at those times. Both give identical answers.
+
+``advance_to(t)`` declares that processing time has reached ``t`` and that every element
+arriving at or before ``t`` has been observed; later elements must arrive after ``t``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Protocol, overload, runtime_checkable
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from theory.series import StepSeries
+from theory.time import (
+    HOUR,
+    MAX_TIMESTAMP,
+    MICROS_PER_MILLI,
+    MIN_TIMESTAMP,
+    MINUTE,
+    SECOND,
+    check_duration,
+    check_timestamp,
+)
+
+__all__ = [
+    "BoundedOutOfOrderness",
+    "DynamicPartitionsWatermark",
+    "FlinkBoundedOutOfOrderness",
+    "FlinkCoreView",
+    "IngressWatermark",
+    "LatchedWatermark",
+    "PerfectWatermark",
+    "SourceWatermark",
+    "SourceWatermarkSpec",
+    "StaticPartitionsWatermark",
+    "bounded_out_of_orderness_curve",
+    "core_to_flink",
+    "dynamic_partitions_curve",
+    "flink_bounded_out_of_orderness_curve",
+    "flink_to_core",
+    "ingress_curve",
+    "ingress_timestamps",
+    "make_source_watermark",
+    "parse_duration",
+    "perfect_curve",
+    "static_partitions_curve",
+]
+
+_INT64_MAX: Final[int] = int(np.iinfo(np.int64).max)
+_EMPTY: Final[int] = _INT64_MAX  # "no partition covers this slot" in _cover_min
+
+
+# --------------------------------------------------------------------------- protocol
+
+
+@runtime_checkable
+class SourceWatermark(Protocol):
+    """An incremental source watermark (event time, µs, Beam convention)."""
+
+    def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
+        """Read one element (times in µs), in arrival order."""
+        ...
+
+    def current(self) -> int:
+        """The latched watermark after everything observed so far (µs)."""
+        ...
+
+    @property
+    def regressions(self) -> int:
+        """How many computed values fell below the latched one (and were ignored)."""
+        ...
+
+
+class LatchedWatermark:
+    """Base of the incremental generators: latching, regression count, processing clock.
+
+    Subclasses implement :meth:`observe` and may override :meth:`_on_advance`.
+    """
+
+    def __init__(self) -> None:
+        self._value: int = MIN_TIMESTAMP
+        self.regressions: int = 0
+        self._last_arrival: int | None = None
+        self._sealed: int | None = None
+
+    def current(self) -> int:
+        """The latched watermark (µs); ``MIN_TIMESTAMP`` before any information."""
+        return self._value
+
+    def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
+        """Read one element (µs) in arrival order."""
+        raise NotImplementedError
+
+    def advance_to(self, processing_time: int) -> None:
+        """Processing time reached ``processing_time`` (µs) with every element at or before
+        it observed. Only generators whose value moves with time alone change."""
+        t = check_timestamp(processing_time, "processing_time")
+        for prev, what in ((self._last_arrival, "an element arrived"), (self._sealed, "advanced")):
+            if prev is not None and t < prev:
+                raise ValueError(
+                    f"processing_time={t} µs goes back in time: already {what} at {prev} µs"
+                )
+        self._sealed = t
+        self._on_advance(t)
+
+    def _on_advance(self, t: int) -> None:
+        """Hook for :meth:`advance_to`; the default changes nothing."""
+
+    def _check_arrival(self, arrival_time: int, *, commit: bool = True) -> int:
+        """Validate the arrival order; record it as the latest arrival when ``commit``."""
+        a = check_timestamp(arrival_time, "arrival_time")
+        if self._last_arrival is not None and a < self._last_arrival:
+            raise ValueError(
+                f"arrival_time={a} µs is before the previous arrival {self._last_arrival} µs: "
+                "elements must be observed in arrival order"
+            )
+        if self._sealed is not None and a <= self._sealed:
+            raise ValueError(
+                f"arrival_time={a} µs is not after advance_to({self._sealed}): elements at or "
+                "before that processing time were declared complete"
+            )
+        if commit:
+            self._last_arrival = a
+        return a
+
+    def _latch(self, computed: int) -> None:
+        if computed < self._value:
+            self.regressions += 1
+        else:
+            self._value = computed
+
+
+# --------------------------------------------------------------------------- array helpers
+
+
+def _int_column(x: ArrayLike, name: str) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-d array, got shape {arr.shape}")
+    if arr.size == 0:
+        return arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers (µs), got dtype {arr.dtype}")
+    if arr.dtype.kind == "u" and int(arr.max()) > _INT64_MAX:
+        i = int(np.argmax(arr))
+        raise ValueError(f"{name}[{i}]={int(arr[i])} does not fit in int64")
+    return arr.astype(np.int64, copy=False)
+
+
+def _time_column(x: ArrayLike, name: str) -> np.ndarray:
+    arr = _int_column(x, name)
+    if arr.size:
+        i, j = int(np.argmin(arr)), int(np.argmax(arr))
+        if int(arr[i]) < MIN_TIMESTAMP:
+            raise ValueError(f"{name}[{i}]={int(arr[i])} µs is below MIN_TIMESTAMP")
+        if int(arr[j]) > MAX_TIMESTAMP:
+            raise ValueError(f"{name}[{j}]={int(arr[j])} µs is above MAX_TIMESTAMP")
+    return arr
+
+
+def _trace(
+    event_time: ArrayLike | None, arrival_time: ArrayLike, partition: ArrayLike | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    a = _time_column(arrival_time, "arrival_time")
+    e = a if event_time is None else _time_column(event_time, "event_time")
+    if e.size != a.size:
+        raise ValueError(f"event_time has {e.size} elements but arrival_time has {a.size}")
+    p = None
+    if partition is not None:
+        p = _int_column(partition, "partition")
+        if p.size != a.size:
+            raise ValueError(f"partition has {p.size} elements but arrival_time has {a.size}")
+    return e, a, p
+
+
+def _arrival_order(a: np.ndarray) -> np.ndarray | None:
+    """Stable arrival order, or None when ``a`` is already sorted."""
+    if a.size < 2 or bool(np.all(a[1:] >= a[:-1])):
+        return None
+    return np.argsort(a, kind="stable")
+
+
+def _take(x: np.ndarray | None, order: np.ndarray | None) -> np.ndarray | None:
+    if x is None or order is None:
+        return x
+    return x[order]
+
+
+def _group_last(sorted_times: np.ndarray) -> np.ndarray:
+    """Index of the last entry of each run of equal values in a sorted array."""
+    brk = np.flatnonzero(sorted_times[1:] != sorted_times[:-1])
+    return np.append(brk, sorted_times.size - 1)
+
+
+def _sorted_unique(x: np.ndarray) -> np.ndarray:
+    """Sorted distinct values (sort + dedupe; avoids np.unique's slow hash path)."""
+    s = np.sort(x)
+    if s.size < 2:
+        return s
+    keep = np.empty(s.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
+def _stable_argsort_int(p: np.ndarray) -> np.ndarray:
+    """Stable argsort of integer ids (radix sort when the ids span < 2**16)."""
+    if p.size == 0:
+        return np.empty(0, dtype=np.intp)
+    lo, hi = int(p.min()), int(p.max())
+    if hi - lo < 1 << 16:
+        return np.argsort((p - lo).astype(np.uint16), kind="stable")
+    return np.argsort(p, kind="stable")
+
+
+def _minus_clamped(x: np.ndarray, d: int) -> np.ndarray:
+    """``max(x - d, MIN_TIMESTAMP)`` for ``x`` in [MIN, MAX] and ``d >= 0``, without overflow."""
+    if d == 0:
+        return x.copy()
+    threshold = MIN_TIMESTAMP + d
+    if threshold > MAX_TIMESTAMP:
+        return np.full(x.shape, MIN_TIMESTAMP, dtype=np.int64)
+    lifted = np.maximum(x, np.int64(threshold))
+    if d <= _INT64_MAX:
+        return lifted - np.int64(d)
+    return (lifted - np.int64(MAX_TIMESTAMP)) - np.int64(d - MAX_TIMESTAMP)
+
+
+def _expiry(a: np.ndarray, timeout: int, limit: int) -> np.ndarray:
+    """``a + timeout + 1`` where ``a <= limit = MAX - timeout - 1`` (garbage elsewhere)."""
+    clipped = np.minimum(a, np.int64(limit))
+    if timeout + 1 <= _INT64_MAX:
+        return clipped + np.int64(timeout + 1)
+    return (clipped - np.int64(limit)) + np.int64(MAX_TIMESTAMP)  # limit < 0: no overflow
+
+
+def _empty_series() -> StepSeries:
+    return StepSeries(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), MIN_TIMESTAMP)
+
+
+def _cover_min(lo: np.ndarray, hi: np.ndarray, val: np.ndarray, m: int) -> np.ndarray:
+    """For each slot ``j`` in ``[0, m)``, the minimum ``val[i]`` over ``lo[i] <= j < hi[i]``.
+
+    Slots no interval covers get ``_EMPTY``. An offline sparse table of range-chmin updates:
+    each interval is two overlapping power-of-two blocks; levels are pushed down top to
+    bottom. O(n + m log m) numpy work, one Python iteration per level.
+    """
+    out_empty = np.full(m, _EMPTY, dtype=np.int64)
+    length = hi - lo
+    keep = length > 0
+    if not bool(np.all(keep)):
+        lo, hi, val, length = lo[keep], hi[keep], val[keep], length[keep]
+    if length.size == 0:
+        return out_empty
+    level = (np.frexp(length.astype(np.float64))[1] - 1).astype(np.int8)
+    order = np.argsort(level, kind="stable")
+    bounds = np.searchsorted(level[order], np.arange(int(level.max()) + 2))
+    cur: np.ndarray | None = None
+    for lev in range(int(level.max()), -1, -1):
+        w = 1 << lev
+        if cur is None:
+            new = np.full(m - w + 1, _EMPTY, dtype=np.int64)
+        else:  # cur[i] covers [i, i + 2w): push it to new[i] and new[i + w]
+            k = cur.size
+            new = np.empty(m - w + 1, dtype=np.int64)
+            if k <= w:
+                new[:k] = cur
+                new[k:w] = _EMPTY
+                new[w:] = cur
+            else:
+                new[:w] = cur[:w]
+                np.minimum(cur[w:], cur[:k - w], out=new[w:k])
+                new[k:] = cur[k - w:]
+        sel = order[bounds[lev]:bounds[lev + 1]]
+        if sel.size:
+            v = val[sel]
+            np.minimum.at(new, lo[sel], v)
+            np.minimum.at(new, hi[sel] - w, v)
+        cur = new
+    assert cur is not None and cur.size == m
+    return cur
+
+
+# --------------------------------------------------------------------------- 1. ingress
+
+
+def ingress_timestamps(arrival_time: ArrayLike) -> np.ndarray:
+    """Ingress timestamping: each element's event time is its arrival time (µs, int64)."""
+    return _time_column(arrival_time, "arrival_time").copy()
+
+
+def ingress_curve(arrival_time: ArrayLike) -> StepSeries:
+    """Perfect watermark under ingress timestamping: ``W(t) = t + 1`` at each arrival ``t``.
+
+    After the elements arriving at ``t`` are emitted, every later element is stamped with
+    a later arrival time ``>= t + 1``, so ``t + 1`` is exact (capped at MAX_TIMESTAMP).
+    Between arrivals the true value keeps rising with the clock; see
+    :meth:`IngressWatermark.advance_to`.
+    """
+    a = _time_column(arrival_time, "arrival_time")
+    if a.size == 0:
+        return _empty_series()
+    times = _sorted_unique(a)
+    return StepSeries(times, np.minimum(times + 1, MAX_TIMESTAMP), MIN_TIMESTAMP)
+
+
+class IngressWatermark(LatchedWatermark):
+    """Incremental :func:`ingress_curve`. ``event_time`` is ignored: ingress re-stamps
+    every element with its ``arrival_time``."""
+
+    def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
+        a = self._check_arrival(arrival_time)
+        self._latch(min(a + 1, MAX_TIMESTAMP))
+
+    def _on_advance(self, t: int) -> None:
+        self._latch(min(t + 1, MAX_TIMESTAMP))
+
+
+# --------------------------------------------------------------------------- 2. perfect oracle
+
+
+def perfect_curve(
+    event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None = None
+) -> StepSeries:
+    """Oracle over a finite trace: ``W(t) = min event_time over elements arriving > t``.
+
+    ``MAX_TIMESTAMP`` once nothing remains. No element is ever late against it.
+    ``partition`` is accepted for a uniform signature and ignored.
+    """
+    e, a, _ = _trace(event_time, arrival_time, partition)
+    if a.size == 0:
+        return _empty_series()
+    order = _arrival_order(a)
+    e_s, a_s = _take(e, order), _take(a, order)
+    assert e_s is not None and a_s is not None
+    suffix = np.empty(e_s.size + 1, dtype=np.int64)
+    suffix[-1] = MAX_TIMESTAMP
+    suffix[:-1] = np.minimum.accumulate(e_s[::-1])[::-1]
+    last = _group_last(a_s)
+    return StepSeries(a_s[last], suffix[last + 1], MIN_TIMESTAMP)
+
+
+class PerfectWatermark(LatchedWatermark):
+    """Incremental :func:`perfect_curve`: an oracle that knows the whole trace.
+
+    After each element: the minimum event time of the elements not yet observed (µs).
+    Elements must be observed in arrival order, each exactly once; within one arrival
+    time any order is accepted.
+    """
+
+    def __init__(self, event_time: ArrayLike, arrival_time: ArrayLike) -> None:
+        super().__init__()
+        e, a, _ = _trace(event_time, arrival_time, None)
+        order = np.lexsort((e, a))
+        self._e = e[order]
+        a_s = a[order]
+        self._suffix = np.empty(e.size + 1, dtype=np.int64)
+        self._suffix[-1] = MAX_TIMESTAMP
+        if e.size:
+            self._suffix[:-1] = np.minimum.accumulate(self._e[::-1])[::-1]
+        ends = _group_last(a_s) + 1 if a.size else np.empty(0, dtype=np.intp)
+        self._times = a_s[ends - 1] if a.size else a_s
+        self._ends = ends
+        self._group = -1
+        self._start = 0
+        self._end = 0
+        self._pos = 0
+        self._left: Counter[int] = Counter()
+
+    def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
+        e = check_timestamp(event_time, "event_time")
+        a = self._check_arrival(arrival_time, commit=False)
+        if self._group < 0 or a != int(self._times[self._group]):
+            self._next_group(a)
+        if self._left[e] == 0:
+            raise ValueError(
+                f"element (event_time={e}, arrival_time={a}) is not in the oracle's trace "
+                "or was already observed"
+            )
+        self._last_arrival = a
+        self._left[e] -= 1
+        while self._pos < self._end and self._left[int(self._e[self._pos])] == 0:
+            self._pos += 1
+        head = int(self._e[self._pos]) if self._pos < self._end else MAX_TIMESTAMP
+        self._latch(min(head, int(self._suffix[self._end])))
+
+    def _next_group(self, a: int) -> None:
+        if self._group >= 0 and self._pos < self._end:
+            raise ValueError(
+                f"arrival_time={a} µs, but element event_time={int(self._e[self._pos])} arriving "
+                f"at {int(self._times[self._group])} µs was never observed"
+            )
+        g = self._group + 1
+        if g >= self._times.size or int(self._times[g]) != a:
+            what = "the trace has no more elements" if g >= self._times.size else (
+                f"the next elements arrive at {int(self._times[g])} µs"
+            )
+            raise ValueError(f"arrival_time={a} µs does not match the oracle's trace: {what}")
+        self._group = g
+        self._start = self._end
+        self._end = int(self._ends[g])
+        self._pos = self._start
+        self._left = Counter(self._e[self._start:self._end].tolist())
+
+
+# --------------------------------------------------------------------------- 3. static partitions
+
+
+def _partition_logs(e_s: np.ndarray, p_s: np.ndarray) -> dict[int, np.ndarray]:
+    """Per-partition event times in arrival order; raise if one is not time-ordered."""
+    if p_s.size == 0:
+        return {}
+    po = _stable_argsort_int(p_s)
+    pe, pp = e_s[po], p_s[po]
+    bad = np.flatnonzero((pp[1:] == pp[:-1]) & (pe[1:] < pe[:-1]))
+    starts = np.concatenate(([0], np.flatnonzero(pp[1:] != pp[:-1]) + 1))
+    if bad.size:
+        j = int(bad[0]) + 1
+        part = int(pp[j])
+        idx = j - int(starts[np.searchsorted(starts, j, side="right") - 1])
+        _raise_unordered(part, idx, int(pe[j]), int(pe[j - 1]))
+    ends = np.append(starts[1:], pp.size)
+    return {int(pp[s]): pe[s:t] for s, t in zip(starts.tolist(), ends.tolist(), strict=True)}
+
+
+def _raise_unordered(part: int, idx: int, value: int, previous: int) -> None:
+    raise ValueError(
+        f"partition {part} is not time-ordered: index {idx} has event time {value} µs, "
+        f"below index {idx - 1} ({previous} µs)"
+    )
+
+
+def static_partitions_curve(
+    event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None = None
+) -> StepSeries:
+    """Static set of time-ordered partitions: ``W = min over partitions of the next unread
+    event time`` (µs; an exhausted partition counts as MAX_TIMESTAMP).
+
+    Each partition's log is its elements in arrival order; a log that is not
+    non-decreasing raises ValueError naming the partition and index. On ordered logs this
+    equals :func:`perfect_curve` (the next unread of a sorted log is its minimum unread).
+    """
+    e, a, p = _trace(event_time, arrival_time, partition)
+    order = _arrival_order(a)
+    e_s = _take(e, order)
+    assert e_s is not None
+    p_s = _take(p, order) if p is not None else np.zeros(e.size, dtype=np.int64)
+    assert p_s is not None
+    _partition_logs(e_s, p_s)
+    return perfect_curve(e, a)
+
+
+class StaticPartitionsWatermark(LatchedWatermark):
+    """Incremental :func:`static_partitions_curve` over known logs.
+
+    ``partition_logs`` maps partition id to its event times in log order (µs); each must
+    be non-decreasing. ``observe(e, a, p)`` must read the next unread element of ``p``.
+    """
+
+    def __init__(self, partition_logs: Mapping[int, ArrayLike]) -> None:
+        super().__init__()
+        self._logs: dict[int, np.ndarray] = {}
+        for part, log in partition_logs.items():
+            arr = _time_column(log, f"partition_logs[{part}]")
+            bad = np.flatnonzero(arr[1:] < arr[:-1])
+            if bad.size:
+                j = int(bad[0]) + 1
+                _raise_unordered(int(part), j, int(arr[j]), int(arr[j - 1]))
+            self._logs[int(part)] = arr
+        self._cursor = dict.fromkeys(self._logs, 0)
+        self._heads = [(int(log[0]), part, 0) for part, log in self._logs.items() if log.size]
+        heapq.heapify(self._heads)
+
+    @classmethod
+    def from_trace(
+        cls, event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None = None
+    ) -> StaticPartitionsWatermark:
+        """Logs built from a trace: each partition's elements in (stable) arrival order."""
+        e, a, p = _trace(event_time, arrival_time, partition)
+        order = _arrival_order(a)
+        e_s = _take(e, order)
+        assert e_s is not None
+        p_s = _take(p, order) if p is not None else np.zeros(e.size, dtype=np.int64)
+        assert p_s is not None
+        return cls(_partition_logs(e_s, p_s))
+
+    def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
+        e = check_timestamp(event_time, "event_time")
+        part = int(partition)
+        if part not in self._logs:
+            raise ValueError(f"partition {part} is not one of the static partitions")
+        log, c = self._logs[part], self._cursor[part]
+        if c >= log.size:
+            raise ValueError(f"partition {part} is exhausted ({log.size} elements), got {e} µs")
+        if int(log[c]) != e:
+            raise ValueError(
+                f"partition {part}: the next unread element (index {c}) has event time "
+                f"{int(log[c])} µs, got {e} µs"
+            )
+        self._check_arrival(arrival_time)
+        self._cursor[part] = c + 1
+        if c + 1 < log.size:
+            heapq.heappush(self._heads, (int(log[c + 1]), part, c + 1))
+        heads = self._heads
+        while heads and heads[0][2] != self._cursor[heads[0][1]]:
+            heapq.heappop(heads)
+        self._latch(heads[0][0] if heads else MAX_TIMESTAMP)
+
+
+# --------------------------------------------------------------------------- 4./5. bounded OOO
+
+
+def bounded_out_of_orderness_curve(
+    event_time: ArrayLike,
+    arrival_time: ArrayLike,
+    partition: ArrayLike | None = None,
+    *,
+    bound: int,
+) -> StepSeries:
+    """Heuristic, Beam convention: ``W = max event time seen - bound`` (µs, >= MIN).
+
+    An element is late iff it arrives after an element more than ``bound`` µs newer.
+    ``partition`` is ignored.
+    """
+    b = check_duration(bound, "bound")
+    e, a, _ = _trace(event_time, arrival_time, partition)
+    if a.size == 0:
+        return _empty_series()
+    order = _arrival_order(a)
+    e_s, a_s = _take(e, order), _take(a, order)
+    assert e_s is not None and a_s is not None
+    last = _group_last(a_s)
+    seen = np.maximum.accumulate(e_s)[last]
+    return StepSeries(a_s[last], _minus_clamped(seen, b), MIN_TIMESTAMP)
+
+
+class BoundedOutOfOrderness(LatchedWatermark):
+    """Incremental :func:`bounded_out_of_orderness_curve` (``bound`` in µs, >= 0)."""
+
+    def __init__(self, bound: int) -> None:
+        super().__init__()
+        self.bound = check_duration(bound, "bound")
+        self._max_seen: int | None = None
+
+    def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
+        e = check_timestamp(event_time, "event_time")
+        self._check_arrival(arrival_time)
+        self._max_seen = e if self._max_seen is None else max(self._max_seen, e)
+        self._latch(max(MIN_TIMESTAMP, self._max_seen - self.bound))
+
+
+@overload
+def flink_to_core(w: int | np.integer) -> int: ...
+@overload
+def flink_to_core(w: np.ndarray) -> np.ndarray: ...
+def flink_to_core(w: int | np.integer | np.ndarray) -> int | np.ndarray:
+    """A Flink watermark (no more ``ts <= w``) as a core one (no more ``ts < w``): ``w + 1``.
+
+    ``<= MIN_TIMESTAMP`` (incl. Java's ``Long.MIN_VALUE``) maps to MIN_TIMESTAMP and
+    ``>= MAX_TIMESTAMP`` (incl. ``Long.MAX_VALUE``) to MAX_TIMESTAMP. Round-trips with
+    :func:`core_to_flink` for ``MIN_TIMESTAMP < w < MAX_TIMESTAMP - 1``.
+    """
+    if isinstance(w, np.ndarray):
+        arr = w.astype(np.int64, copy=False)
+        return np.where(arr <= MIN_TIMESTAMP, MIN_TIMESTAMP, np.minimum(arr, MAX_TIMESTAMP - 1) + 1)
+    v = int(w)
+    if v <= MIN_TIMESTAMP:
+        return MIN_TIMESTAMP
+    return MAX_TIMESTAMP if v >= MAX_TIMESTAMP else v + 1
+
+
+@overload
+def core_to_flink(w: int | np.integer) -> int: ...
+@overload
+def core_to_flink(w: np.ndarray) -> np.ndarray: ...
+def core_to_flink(w: int | np.integer | np.ndarray) -> int | np.ndarray:
+    """A core watermark as Flink's: ``w - 1``; the bounds map to themselves.
+
+    Round-trips with :func:`flink_to_core` for ``MIN_TIMESTAMP + 1 < w < MAX_TIMESTAMP``.
+    """
+    if isinstance(w, np.ndarray):
+        arr = w.astype(np.int64, copy=False)
+        return np.where(arr >= MAX_TIMESTAMP, MAX_TIMESTAMP, np.maximum(arr, MIN_TIMESTAMP + 1) - 1)
+    v = int(w)
+    if v >= MAX_TIMESTAMP:
+        return MAX_TIMESTAMP
+    return MIN_TIMESTAMP if v <= MIN_TIMESTAMP else v - 1
+
+
+def flink_bounded_out_of_orderness_curve(
+    event_time: ArrayLike,
+    arrival_time: ArrayLike,
+    partition: ArrayLike | None = None,
+    *,
+    bound: int,
+) -> StepSeries:
+    """Flink's ``BoundedOutOfOrdernessWatermarks`` value after each arrival, **Flink
+    convention**: ``max_seen - bound - 1`` (µs, no more ``ts <= W``), MIN_TIMESTAMP
+    before any element. Apply :func:`flink_to_core` to compare with core curves.
+
+    Per-event value only; periodic emission is modelled elsewhere.
+    """
+    b = check_duration(bound, "bound")
+    e, a, _ = _trace(event_time, arrival_time, partition)
+    if a.size == 0:
+        return _empty_series()
+    order = _arrival_order(a)
+    e_s, a_s = _take(e, order), _take(a, order)
+    assert e_s is not None and a_s is not None
+    last = _group_last(a_s)
+    seen = np.maximum.accumulate(e_s)[last]
+    return StepSeries(a_s[last], _minus_clamped(seen, b + 1), MIN_TIMESTAMP)
+
+
+class FlinkBoundedOutOfOrderness(LatchedWatermark):
+    """Flink's ``BoundedOutOfOrdernessWatermarks`` per event (``bound`` µs, >= 0).
+
+    ``current()`` is Flink's convention: ``max_seen - bound - 1`` (no more ``ts <= W``);
+    Flink's initial ``Long.MIN_VALUE`` is reported as MIN_TIMESTAMP.
+    ``current_core()`` is the same watermark in the core convention (``flink + 1``).
+    """
+
+    def __init__(self, bound: int) -> None:
+        super().__init__()
+        self.bound = check_duration(bound, "bound")
+        self._max_seen: int | None = None
+
+    def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
+        e = check_timestamp(event_time, "event_time")
+        self._check_arrival(arrival_time)
+        self._max_seen = e if self._max_seen is None else max(self._max_seen, e)
+        self._latch(max(MIN_TIMESTAMP, self._max_seen - self.bound - 1))
+
+    def current_core(self) -> int:
+        """The current watermark in the core (Beam) convention, µs."""
+        return flink_to_core(self.current())
+
+
+class FlinkCoreView(LatchedWatermark):
+    """A :class:`FlinkBoundedOutOfOrderness` seen in the core convention (``current()`` is
+    its ``current_core()``); the wrapped generator is ``self.flink``."""
+
+    def __init__(self, flink: FlinkBoundedOutOfOrderness) -> None:
+        super().__init__()
+        self.flink = flink
+        self._sync()
+
+    def _sync(self) -> None:
+        self._value = self.flink.current_core()
+        self.regressions = self.flink.regressions
+
+    def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
+        self.flink.observe(event_time, arrival_time, partition)
+        self._sync()
+
+    def advance_to(self, processing_time: int) -> None:
+        self.flink.advance_to(processing_time)
+        self._sync()
+
+
+# --------------------------------------------------------------------------- 6. dynamic
+
+
+def dynamic_partitions_curve(
+    event_time: ArrayLike,
+    arrival_time: ArrayLike,
+    partition: ArrayLike | None = None,
+    *,
+    idle_timeout: int | None = None,
+) -> StepSeries:
+    """Heuristic over a dynamic set of time-ordered logs (all µs).
+
+    Computed after each element: the minimum, over the partitions seen so far, of the
+    event time of the latest element read from each. A partition that appears later with
+    older data is not covered by the watermark, so its data is late.
+
+    With ``idle_timeout``: a partition whose latest element arrived at ``a`` is idle at
+    processing times ``t > a + idle_timeout`` (from ``a + idle_timeout + 1``) and left out
+    of the minimum until it produces again; when every partition is idle the watermark
+    stays put. The step times then also hold those expiry instants that are not arrival
+    times (at an arrival time the elements come first, then the idle partitions drop out).
+    """
+    timeout = None if idle_timeout is None else check_duration(idle_timeout, "idle_timeout")
+    e, a, p = _trace(event_time, arrival_time, partition)
+    n = a.size
+    if n == 0:
+        return _empty_series()
+    order = _arrival_order(a)
+    e_s, a_s = _take(e, order), _take(a, order)
+    assert e_s is not None and a_s is not None
+    p_s = _take(p, order) if p is not None else np.zeros(n, dtype=np.int64)
+    assert p_s is not None
+    # Intervals are built in partition order (each partition's slots ascending), where an
+    # element's successor in its partition is the next entry; _cover_min ignores order.
+    po = _stable_argsort_int(p_s)
+    pp = p_s[po]
+    same = np.zeros(n, dtype=bool)  # same[j]: po[j] has a successor po[j + 1]
+    np.equal(pp[1:], pp[:-1], out=same[:-1])
+    val = e_s[po]
+    if timeout is None or MAX_TIMESTAMP - timeout - 1 < MIN_TIMESTAMP:
+        slot_t = a_s
+        m = n
+        lo = po.astype(np.int64, copy=False)
+        hi = np.full(n, n, dtype=np.int64)
+        hi[:-1] = np.where(same[:-1], lo[1:], n)
+    else:
+        limit = MAX_TIMESTAMP - timeout - 1  # arrivals after it never expire in range
+        a_p = a_s[po]
+        can_p = a_p <= limit
+        exp_p = _expiry(a_p, timeout, limit)
+        later = np.ones(n, dtype=bool)  # successor arrives after the expiry (or none)
+        np.greater(a_p[1:], exp_p[:-1], out=later[:-1])
+        later |= ~same
+        cand = _sorted_unique(exp_p[can_p & later])
+        pos = np.searchsorted(a_s, cand)
+        present = (pos < n) & (a_s[np.minimum(pos, n - 1)] == cand)
+        extra = cand[~present]  # expiry instants that are not arrival times get own slots
+        ins = pos[~present]  # arrivals before each extra instant
+        el_slot = np.arange(n, dtype=np.int64)
+        el_slot += np.cumsum(np.bincount(ins, minlength=n + 1)[:n])
+        ex_slot = np.arange(extra.size, dtype=np.int64) + ins
+        m = n + extra.size
+        slot_t = np.empty(m, dtype=np.int64)
+        slot_t[el_slot] = a_s
+        slot_t[ex_slot] = extra
+        can_expire = a_s <= limit
+        expiry = _expiry(a_s, timeout, limit)
+        hi_exp = np.where(can_expire, np.searchsorted(slot_t, expiry, side="left"), m)
+        lo = el_slot[po]
+        hi = hi_exp[po]
+        np.minimum(hi[:-1], np.where(same[:-1], lo[1:], m), out=hi[:-1])
+    computed = _cover_min(lo, hi, val, m)
+    computed[computed == _EMPTY] = MIN_TIMESTAMP  # all idle: stays put
+    latched = np.maximum.accumulate(computed)
+    last = _group_last(slot_t)
+    return StepSeries(slot_t[last], latched[last], MIN_TIMESTAMP)
+
+
+class DynamicPartitionsWatermark(LatchedWatermark):
+    """Incremental :func:`dynamic_partitions_curve` (``idle_timeout`` in µs, >= 0, or None).
+
+    Partitions may appear at any time. ``advance_to(t)`` applies the idle expiries up to
+    ``t``, recomputing at each expiry instant.
+    """
+
+    def __init__(self, idle_timeout: int | None = None) -> None:
+        super().__init__()
+        self.idle_timeout = (
+            None if idle_timeout is None else check_duration(idle_timeout, "idle_timeout")
+        )
+        self._latest: dict[int, int] = {}
+        self._arrived: dict[int, int] = {}
+        self._version: dict[int, int] = {}
+        self._values: list[tuple[int, int, int]] = []  # (event time, partition, version)
+        self._expiries: list[tuple[int, int, int]] = []  # (instant, partition, version)
+        self._now: int | None = None  # latest processing time already computed at
+
+    def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
+        e = check_timestamp(event_time, "event_time")
+        a = self._check_arrival(arrival_time)
+        part = int(partition)
+        self._expire(a - 1)
+        ver = self._version.get(part, 0) + 1
+        self._version[part] = ver
+        self._latest[part] = e
+        self._arrived[part] = a
+        heapq.heappush(self._values, (e, part, ver))
+        if self.idle_timeout is not None and a + self.idle_timeout + 1 <= MAX_TIMESTAMP:
+            heapq.heappush(self._expiries, (a + self.idle_timeout + 1, part, ver))
+        self._now = a
+        computed = self._compute(a)
+        assert computed is not None  # ``part`` is active
+        self._latch(computed)
+        if len(self._values) > 2 * len(self._version) + 64:
+            self._values = [(v, q, self._version[q]) for q, v in self._latest.items()]
+            heapq.heapify(self._values)
+
+    def _on_advance(self, t: int) -> None:
+        self._expire(t)
+        self._now = t if self._now is None else max(self._now, t)
+
+    def _active(self, part: int, ver: int, now: int) -> bool:
+        if ver != self._version[part]:
+            return False
+        return self.idle_timeout is None or self._arrived[part] + self.idle_timeout >= now
+
+    def _compute(self, now: int) -> int | None:
+        heap = self._values
+        while heap:
+            v, part, ver = heap[0]
+            if self._active(part, ver, now):
+                return v
+            heapq.heappop(heap)  # stale, or idle until it produces again (new version)
+        return None
+
+    def _expire(self, through: int) -> None:
+        heap = self._expiries
+        while heap and heap[0][0] <= through:
+            s = heap[0][0]
+            valid = False
+            while heap and heap[0][0] == s:
+                _, part, ver = heapq.heappop(heap)
+                valid = valid or ver == self._version[part]
+            if not valid or (self._now is not None and s <= self._now):
+                continue
+            self._now = s
+            computed = self._compute(s)
+            if computed is not None:
+                self._latch(computed)
+
+
+# --------------------------------------------------------------------------- registry
+
+_DURATION = re.compile(r"^(\d+)(us|µs|ms|s|m|h)?$")
+_UNITS: Final[dict[str, int]] = {
+    "": 1, "us": 1, "µs": 1, "ms": MICROS_PER_MILLI, "s": SECOND, "m": MINUTE, "h": HOUR,
+}
+_SPEC_FORMS = (
+    "perfect, ingress, static, bounded:<duration>, flink-bounded:<duration>, dynamic, "
+    "dynamic:idle=<duration>; durations like 500ms, 30s, 2m, 1h or integer µs"
+)
+
+
+def parse_duration(text: str) -> int:
+    """``"500ms"``, ``"30s"``, ``"2m"``, ``"1h"``, ``"250us"`` or ``"1500"`` (µs) to µs."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise ValueError(f"bad duration {text!r}: expected e.g. 500ms, 30s, 2m, 1h or integer µs")
+    return int(match.group(1)) * _UNITS[match.group(2) or ""]
+
+
+@dataclass(frozen=True)
+class SourceWatermarkSpec:
+    """A parsed source-watermark spec; its curves and objects use the core convention."""
+
+    spec: str
+    kind: str
+    bound: int | None = None
+    idle_timeout: int | None = None
+
+    def curve(
+        self, event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None = None
+    ) -> StepSeries:
+        """The vectorised watermark (µs) of this spec over a trace.
+
+        For ``ingress`` the event times are ignored (elements are re-stamped with their
+        arrival times; see :func:`ingress_timestamps`).
+        """
+        if self.kind == "perfect":
+            return perfect_curve(event_time, arrival_time, partition)
+        if self.kind == "ingress":
+            return ingress_curve(arrival_time)
+        if self.kind == "static":
+            return static_partitions_curve(event_time, arrival_time, partition)
+        if self.kind == "bounded":
+            assert self.bound is not None
+            return bounded_out_of_orderness_curve(event_time, arrival_time, bound=self.bound)
+        if self.kind == "flink-bounded":
+            assert self.bound is not None
+            c = flink_bounded_out_of_orderness_curve(event_time, arrival_time, bound=self.bound)
+            return StepSeries(c.times, flink_to_core(c.values), MIN_TIMESTAMP)
+        return dynamic_partitions_curve(
+            event_time, arrival_time, partition, idle_timeout=self.idle_timeout
+        )
+
+    def incremental(
+        self,
+        event_time: ArrayLike | None = None,
+        arrival_time: ArrayLike | None = None,
+        partition: ArrayLike | None = None,
+    ) -> LatchedWatermark:
+        """A fresh incremental generator. ``perfect`` and ``static`` are oracles over a
+        known trace and need ``event_time`` and ``arrival_time`` (and ``partition``)."""
+        if self.kind in ("perfect", "static"):
+            if event_time is None or arrival_time is None:
+                raise ValueError(
+                    f"source watermark {self.spec!r} knows its trace in advance: "
+                    "pass event_time and arrival_time to incremental()"
+                )
+            if self.kind == "perfect":
+                return PerfectWatermark(event_time, arrival_time)
+            return StaticPartitionsWatermark.from_trace(event_time, arrival_time, partition)
+        if self.kind == "ingress":
+            return IngressWatermark()
+        if self.kind == "bounded":
+            assert self.bound is not None
+            return BoundedOutOfOrderness(self.bound)
+        if self.kind == "flink-bounded":
+            assert self.bound is not None
+            return FlinkCoreView(FlinkBoundedOutOfOrderness(self.bound))
+        return DynamicPartitionsWatermark(self.idle_timeout)
+
+
+def make_source_watermark(spec: str) -> SourceWatermarkSpec:
+    """Parse a spec: ``perfect``, ``ingress``, ``static``, ``bounded:30s``,
+    ``flink-bounded:30s``, ``dynamic`` or ``dynamic:idle=1m``. Bad specs raise ValueError."""
+    if not isinstance(spec, str):
+        raise ValueError(f"bad source watermark spec {spec!r}: expected a string ({_SPEC_FORMS})")
+    text = spec.strip()
+    name, _, arg = text.partition(":")
+    try:
+        if name in ("perfect", "ingress", "static", "dynamic") and not arg and ":" not in text:
+            return SourceWatermarkSpec(spec, name)
+        if name in ("bounded", "flink-bounded") and arg:
+            return SourceWatermarkSpec(spec, name, bound=parse_duration(arg))
+        if name == "dynamic" and arg.startswith("idle="):
+            return SourceWatermarkSpec(spec, name, idle_timeout=parse_duration(arg[5:]))
+    except ValueError as err:
+        raise ValueError(f"bad source watermark spec {spec!r}: {err}") from None
+    raise ValueError(f"bad source watermark spec {spec!r}: expected one of {_SPEC_FORMS}")
