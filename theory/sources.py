@@ -26,7 +26,6 @@ arriving at or before ``t`` has been observed; later elements must arrive after 
 from __future__ import annotations
 
 import heapq
-import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,14 +36,11 @@ from numpy.typing import ArrayLike
 
 from theory.series import StepSeries
 from theory.time import (
-    HOUR,
     MAX_TIMESTAMP,
-    MICROS_PER_MILLI,
     MIN_TIMESTAMP,
-    MINUTE,
-    SECOND,
     check_duration,
     check_timestamp,
+    parse_duration,
 )
 
 __all__ = [
@@ -229,12 +225,16 @@ def _sorted_unique(x: np.ndarray) -> np.ndarray:
 
 
 def _stable_argsort_int(p: np.ndarray) -> np.ndarray:
-    """Stable argsort of integer ids (radix sort when the ids span < 2**16)."""
+    """Stable argsort of integer ids (one or two radix passes when they span < 2**32)."""
     if p.size == 0:
         return np.empty(0, dtype=np.intp)
     lo, hi = int(p.min()), int(p.max())
     if hi - lo < 1 << 16:
         return np.argsort((p - lo).astype(np.uint16), kind="stable")
+    if hi - lo < 1 << 32:
+        q = (p - lo).astype(np.uint32)
+        first = np.argsort((q & 0xFFFF).astype(np.uint16), kind="stable")
+        return first[np.argsort((q[first] >> 16).astype(np.uint16), kind="stable")]
     return np.argsort(p, kind="stable")
 
 
@@ -836,22 +836,10 @@ class DynamicPartitionsWatermark(LatchedWatermark):
 
 # --------------------------------------------------------------------------- registry
 
-_DURATION = re.compile(r"^(\d+)(us|µs|ms|s|m|h)?$")
-_UNITS: Final[dict[str, int]] = {
-    "": 1, "us": 1, "µs": 1, "ms": MICROS_PER_MILLI, "s": SECOND, "m": MINUTE, "h": HOUR,
-}
 _SPEC_FORMS = (
     "perfect, ingress, static, bounded:<duration>, flink-bounded:<duration>, dynamic, "
     "dynamic:idle=<duration>; durations like 500ms, 30s, 2m, 1h or integer µs"
 )
-
-
-def parse_duration(text: str) -> int:
-    """``"500ms"``, ``"30s"``, ``"2m"``, ``"1h"``, ``"250us"`` or ``"1500"`` (µs) to µs."""
-    match = _DURATION.match(text.strip())
-    if match is None:
-        raise ValueError(f"bad duration {text!r}: expected e.g. 500ms, 30s, 2m, 1h or integer µs")
-    return int(match.group(1)) * _UNITS[match.group(2) or ""]
 
 
 @dataclass(frozen=True)

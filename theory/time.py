@@ -8,6 +8,8 @@ are converted at the edge with the functions here.
 from __future__ import annotations
 
 import datetime as _dt
+import re
+from fractions import Fraction
 from typing import Final
 
 import numpy as np
@@ -102,3 +104,36 @@ def format_timestamp(micros: int) -> str:
         return to_datetime(micros).isoformat().replace("+00:00", "Z")
     except OverflowError:
         return f"{micros}µs"
+
+
+_UNITS: Final[dict[str, int]] = {
+    "": 1,
+    "us": 1,
+    "µs": 1,
+    "μs": 1,
+    "ms": MICROS_PER_MILLI,
+    "s": SECOND,
+    "m": MINUTE,
+    "min": MINUTE,
+    "h": HOUR,
+    "d": DAY,
+}
+_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-zµμ]*)")
+
+
+def parse_duration(text: str) -> int:
+    """Parse a non-negative duration to µs: ``"500ms"``, ``"30s"``, ``"2m"``, ``"1h"``,
+    ``"1d"``, ``"250us"``, ``"1.5s"``, or a plain integer of µs (``"1500"``).
+
+    Raises ``ValueError`` naming the text if it is malformed or not a whole number of µs.
+    """
+    m = _DURATION_RE.fullmatch(text.strip()) if isinstance(text, str) else None
+    if m is None or m.group(2) not in _UNITS:
+        raise ValueError(
+            f"bad duration {text!r}: expected a number with unit us, ms, s, m, h or d, "
+            "or an integer number of microseconds"
+        )
+    micros = Fraction(m.group(1)) * _UNITS[m.group(2)]
+    if micros.denominator != 1:
+        raise ValueError(f"bad duration {text!r}: not a whole number of microseconds")
+    return int(micros)

@@ -13,24 +13,18 @@ Beam); the vectorised form raises ``OverflowError`` if a window does not fit in 
 from __future__ import annotations
 
 import abc
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Final, TypeAlias
 
 import numpy as np
 
 from theory.time import (
-    DAY,
     END_OF_GLOBAL_WINDOW,
-    HOUR,
     MAX_TIMESTAMP,
-    MICROS_PER_MILLI,
     MIN_TIMESTAMP,
-    MINUTE,
-    SECOND,
     check_timestamp,
+    parse_duration,
 )
 
 __all__ = [
@@ -459,39 +453,6 @@ def _factorize(keys: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------- parsing
-
-_UNITS: Final[dict[str, int]] = {
-    "": 1,
-    "us": 1,
-    "µs": 1,
-    "μs": 1,
-    "ms": MICROS_PER_MILLI,
-    "s": SECOND,
-    "m": MINUTE,
-    "min": MINUTE,
-    "h": HOUR,
-    "d": DAY,
-}
-_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-zµμ]*)")
-
-
-def parse_duration(text: str) -> int:
-    """Parse a non-negative duration to µs: ``"500ms"``, ``"30s"``, ``"2m"``, ``"1h"``,
-    ``"1d"``, ``"250us"``, ``"1.5s"``, or a plain integer of µs (``"1500"``).
-
-    Raises ``ValueError`` naming the text if it is malformed or not a whole number of µs.
-    """
-    m = _DURATION_RE.fullmatch(text.strip()) if isinstance(text, str) else None
-    if m is None or m.group(2) not in _UNITS:
-        raise ValueError(
-            f"bad duration {text!r}: expected a number with unit us, ms, s, m, h or d, "
-            "or an integer number of microseconds"
-        )
-    micros = Fraction(m.group(1)) * _UNITS[m.group(2)]
-    if micros.denominator != 1:
-        raise ValueError(f"bad duration {text!r}: not a whole number of microseconds")
-    return int(micros)
-
 
 def window_fn_from_spec(spec: str) -> WindowFn:
     """Build a window fn from ``"global"``, ``"fixed:SIZE"``, ``"sliding:SIZE/PERIOD"`` or

@@ -18,6 +18,7 @@ from theory.sources import (
     PerfectWatermark,
     SourceWatermark,
     StaticPartitionsWatermark,
+    _cover_min,
     bounded_out_of_orderness_curve,
     core_to_flink,
     dynamic_partitions_curve,
@@ -375,6 +376,31 @@ def test_dynamic_huge_timeout_and_extremes(tr: Trace, timeout: int) -> None:
     np.testing.assert_array_equal(got, curve.values)
 
 
+@given(traces(), st.sampled_from([None, 3]))
+def test_dynamic_with_wide_partition_ids(tr: Trace, timeout: int | None) -> None:
+    e, a, p = tr
+    wide = np.array([-3, 70_000, 2**33, 2**62], dtype=I64)[p]  # spans > 2**16 and > 2**32
+    curve = dynamic_partitions_curve(e, a, wide, idle_timeout=timeout)
+    ref_t, ref_v = dynamic_reference(e, a, p, timeout)
+    np.testing.assert_array_equal(curve.times, ref_t)
+    np.testing.assert_array_equal(curve.values, ref_v)
+
+
+@given(st.integers(1, 40).flatmap(lambda m: st.tuples(
+    st.just(m),
+    st.lists(st.tuples(st.integers(0, m), st.integers(0, m), st.integers(-50, 50)), max_size=30),
+)))
+def test_cover_min_matches_brute_force(case: tuple[int, list[tuple[int, int, int]]]) -> None:
+    m, ivs = case
+    lo = np.array([min(x, y) for x, y, _ in ivs], dtype=I64)
+    hi = np.array([max(x, y) for x, y, _ in ivs], dtype=I64)
+    val = np.array([v for _, _, v in ivs], dtype=I64)
+    got = _cover_min(lo, hi, val, m)
+    for j in range(m):
+        cover = val[(lo <= j) & (j < hi)]
+        assert got[j] == (int(cover.min()) if cover.size else np.iinfo(np.int64).max)
+
+
 def test_dynamic_late_appearing_partition_produces_late_data() -> None:
     e = np.array([100, 110, 120, 50, 130])
     a = np.array([1, 2, 3, 4, 5])
@@ -450,7 +476,7 @@ def test_registry_curves_match_incremental(tr: Trace) -> None:
 
 
 @pytest.mark.parametrize("spec", [
-    "", "foo", "bounded", "bounded:", "bounded:-1s", "bounded:1.5s", "bounded:3d",
+    "", "foo", "bounded", "bounded:", "bounded:-1s", "bounded:1.5us", "bounded:3x",
     "flink-bounded", "dynamic:", "dynamic:idle", "dynamic:idle=", "dynamic:idle=-1m",
     "dynamic:x=1m", "perfect:3", "ingress:", "Bounded:1s",
 ])

@@ -1,0 +1,82 @@
+"""TestStream-like scripts: the events that drive a grouping stage, in order.
+
+A script is a list of :class:`ElementEvent`, :class:`WatermarkEvent` and
+:class:`ProcessingTimeEvent`. It is the common language between the theory engine and
+Beam's ``TestStream`` (see ``beam_pipelines.teststream``). All times are µs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from theory.time import MAX_TIMESTAMP, check_duration, check_timestamp
+
+
+@dataclass(frozen=True)
+class ElementEvent:
+    """Elements ``(key, value, timestamp µs)`` arriving together (one TestStream event)."""
+
+    elements: tuple[tuple[Hashable, Any, int], ...]
+
+    def __init__(self, elements: Sequence[tuple[Hashable, Any, int]]) -> None:
+        checked = []
+        for i, element in enumerate(elements):
+            if len(element) != 3:
+                raise ValueError(f"elements[{i}] must be (key, value, timestamp), got {element!r}")
+            key, value, ts = element
+            checked.append((key, value, check_timestamp(ts, f"elements[{i}] timestamp")))
+        object.__setattr__(self, "elements", tuple(checked))
+
+
+@dataclass(frozen=True)
+class WatermarkEvent:
+    """The input watermark advances to ``watermark`` µs."""
+
+    watermark: int
+
+    def __post_init__(self) -> None:
+        check_timestamp(self.watermark, "watermark")
+
+
+@dataclass(frozen=True)
+class ProcessingTimeEvent:
+    """Processing time advances by ``delta`` µs."""
+
+    delta: int
+
+    def __post_init__(self) -> None:
+        check_duration(self.delta, "delta")
+
+
+Event = ElementEvent | WatermarkEvent | ProcessingTimeEvent
+
+
+@dataclass(frozen=True)
+class Script:
+    """A validated script: watermarks never move backwards."""
+
+    events: tuple[Event, ...] = field(default_factory=tuple)
+
+    def __init__(self, events: Sequence[Event]) -> None:
+        wm = None
+        for i, event in enumerate(events):
+            if not isinstance(event, (ElementEvent, WatermarkEvent, ProcessingTimeEvent)):
+                raise TypeError(f"events[{i}] is not a script event: {event!r}")
+            if isinstance(event, WatermarkEvent):
+                if wm is not None and event.watermark < wm:
+                    raise ValueError(
+                        f"events[{i}]: watermark moves backwards from {wm} to {event.watermark} µs"
+                    )
+                wm = event.watermark
+        object.__setattr__(self, "events", tuple(events))
+
+    def elements(self) -> list[tuple[Hashable, Any, int]]:
+        """All elements of the script, in order."""
+        return [e for ev in self.events if isinstance(ev, ElementEvent) for e in ev.elements]
+
+    def ends_at_infinity(self) -> bool:
+        """Whether the last watermark event is ``MAX_TIMESTAMP``."""
+        marks = [e for e in self.events if isinstance(e, WatermarkEvent)]
+        return bool(marks) and marks[-1].watermark >= MAX_TIMESTAMP
