@@ -252,15 +252,10 @@ class GroupByWindowEngine:
 
     def min_hold(self) -> tuple[int, Hashable, Any] | None:
         """The smallest hold and the (key, window) that holds it, or None."""
-        heap = self._hold_heap
-        state = self._state
-        while heap:
-            hold, _, key, window = heap[0]
-            ws = state.get(key, {}).get(window)
-            if ws is not None and ws.hold == hold:
-                return hold, key, self._window(window)
-            heapq.heappop(heap)  # stale: the hold moved, fired or was merged away
-        return None
+        if self.min_hold_value() is None:
+            return None
+        hold, _, key, window = self._hold_heap[0]
+        return hold, key, self._window(window)
 
     def holds(self) -> dict[str, int]:
         """The named holds behind the output watermark (µs), empty when none."""
@@ -401,5 +396,5 @@ class GroupByWindowEngine:
             ws = state.get(key, {}).get(window)
             if ws is not None and ws.hold == hold:
                 return hold
-            heapq.heappop(heap)
+            heapq.heappop(heap)  # stale: the hold moved, fired or was merged away
         return None

@@ -548,6 +548,13 @@ def bounded_out_of_orderness_curve(
     ``partition`` is ignored.
     """
     b = check_duration(bound, "bound")
+    return _max_seen_minus(event_time, arrival_time, partition, b)
+
+
+def _max_seen_minus(
+    event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None, offset: int
+) -> StepSeries:
+    """``max event time seen - offset`` after each arrival time, clamped at MIN (µs)."""
     e, a, _ = _trace(event_time, arrival_time, partition)
     if a.size == 0:
         return _empty_series()
@@ -556,7 +563,7 @@ def bounded_out_of_orderness_curve(
     assert e_s is not None and a_s is not None
     last = _group_last(a_s)
     seen = np.maximum.accumulate(e_s)[last]
-    return StepSeries(a_s[last], _minus_clamped(seen, b), MIN_TIMESTAMP)
+    return StepSeries(a_s[last], _minus_clamped(seen, offset), MIN_TIMESTAMP)
 
 
 class BoundedOutOfOrderness(LatchedWatermark):
@@ -626,15 +633,7 @@ def flink_bounded_out_of_orderness_curve(
     Per-event value only; periodic emission is modelled elsewhere.
     """
     b = check_duration(bound, "bound")
-    e, a, _ = _trace(event_time, arrival_time, partition)
-    if a.size == 0:
-        return _empty_series()
-    order = _arrival_order(a)
-    e_s, a_s = _take(e, order), _take(a, order)
-    assert e_s is not None and a_s is not None
-    last = _group_last(a_s)
-    seen = np.maximum.accumulate(e_s)[last]
-    return StepSeries(a_s[last], _minus_clamped(seen, b + 1), MIN_TIMESTAMP)
+    return _max_seen_minus(event_time, arrival_time, partition, b + 1)
 
 
 class FlinkBoundedOutOfOrderness(LatchedWatermark):
