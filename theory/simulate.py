@@ -36,6 +36,8 @@ from theory.traces import Trace
 #: The hold component name for elements a stage has received but not yet emitted.
 BUFFER_HOLD = "buffer:output"
 
+_NO_HOLD = StepSeries(np.empty(0, np.int64), np.empty(0, np.int64), MAX_TIMESTAMP)
+
 
 @dataclass(frozen=True)
 class Stream:
@@ -87,6 +89,10 @@ class StageResult:
     late_arrival: np.ndarray
     dropped: dict[str, int] = field(default_factory=dict)
     panes: PaneTable | None = None
+    #: The oldest entry time (processing time, µs) of work this stage has received but
+    #: not finished: elements (or fired panes) in flight. MAX_TIMESTAMP when there is none.
+    #: Buffered window state is processed work and does not count.
+    processing_hold: StepSeries = field(default_factory=lambda: _NO_HOLD)
 
     @property
     def late_count(self) -> int:
@@ -225,6 +231,7 @@ def _run_elementwise(
         late,
         stream.timestamp[late],
         stream.time[late],
+        processing_hold=inflight_min(stream.time, depart, stream.time),
     )
     return out, result
 
@@ -287,6 +294,7 @@ def _run_group(
         stream.time[late],
         dict(engine.dropped),
         table,
+        processing_hold=inflight_min(table.fire_time, table.emit_time, table.fire_time),
     )
     return out, result
 
