@@ -115,6 +115,94 @@ def stage_metrics(result: SimulationResult, max_points: int = 20_000) -> list[St
 
 
 def metrics_table(result: SimulationResult) -> dict[str, list[object]]:
-    """The metrics as a column table (dict of equal-length lists), ready for Arrow."""
-    rows = [asdict(m) for m in stage_metrics(result)]
-    return {k: [row[k] for row in rows] for k in rows[0]} if rows else {}
+    """The per-stage metrics as a column table (dict of equal-length lists)."""
+    return as_table(list(stage_metrics(result)))
+
+
+def eventual_counts(
+    window_fn: object, key: np.ndarray, event_time: np.ndarray
+) -> dict[tuple[object, int, int], int]:
+    """How many elements each (key, window start, window end) eventually receives: every
+    element of the trace, late or dropped included (µs bounds)."""
+    rows = window_fn.assign_array(np.asarray(event_time, dtype=np.int64))  # type: ignore[attr-defined]
+    counts: dict[tuple[object, int, int], int] = {}
+    keys = np.asarray(key)[rows.element].tolist()
+    for k, s, e in zip(keys, rows.start.tolist(), rows.end.tolist(), strict=True):
+        counts[(k, s, e)] = counts.get((k, s, e), 0) + 1
+    return counts
+
+
+def first_pane_completeness(
+    result: SimulationResult, stage: str, eventual: dict[tuple[object, int, int], int]
+) -> np.ndarray:
+    """Per window of ``eventual``: the fraction of its elements in its first pane (0 when
+    it never fired), in the dict's order."""
+    panes = result.stages[result.pipeline.graph.check(stage)].panes
+    first: dict[tuple[object, int, int], int] = {}
+    if panes is not None:
+        sel = np.flatnonzero(panes.index == 0)
+        for k, s, e, c in zip(
+            panes.key[sel].tolist(),
+            panes.window_start[sel].tolist(),
+            panes.window_end[sel].tolist(),
+            panes.count[sel].tolist(),
+            strict=True,
+        ):
+            first[(k, s, e)] = c
+    return np.array([first.get(w, 0) / n for w, n in eventual.items()], dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class StrategyMetrics:
+    """One strategy's row in a comparison (durations µs, fractions in [0, 1])."""
+
+    strategy: str
+    late_count: int
+    late_fraction: float
+    dropped: int
+    windows: int
+    completeness_mean: float
+    complete_fraction: float
+    window_latency_p50: float
+    window_latency_p90: float
+    window_latency_p99: float
+    watermark_lag_p50: float
+    watermark_lag_p90: float
+    watermark_lag_p99: float
+    stage_lag_p50: float
+    stage_lag_p99: float
+
+
+def strategy_metrics(
+    name: str,
+    result: SimulationResult,
+    stage: str,
+    eventual: dict[tuple[object, int, int], int],
+    max_points: int = 20_000,
+) -> StrategyMetrics:
+    """The comparison row of one strategy, measured at its grouping ``stage``."""
+    row = next(m for m in stage_metrics(result, max_points) if m.stage == stage)
+    completeness = first_pane_completeness(result, stage, eventual)
+    return StrategyMetrics(
+        strategy=name,
+        late_count=row.late_count,
+        late_fraction=row.late_fraction,
+        dropped=row.dropped,
+        windows=len(eventual),
+        completeness_mean=float(completeness.mean()) if completeness.size else float("nan"),
+        complete_fraction=float(np.mean(completeness >= 1.0)) if completeness.size else 0.0,
+        window_latency_p50=row.window_latency_p50,
+        window_latency_p90=row.window_latency_p90,
+        window_latency_p99=row.window_latency_p99,
+        watermark_lag_p50=row.watermark_lag_p50,
+        watermark_lag_p90=row.watermark_lag_p90,
+        watermark_lag_p99=row.watermark_lag_p99,
+        stage_lag_p50=row.stage_lag_p50,
+        stage_lag_p99=row.stage_lag_p99,
+    )
+
+
+def as_table(rows: list[object]) -> dict[str, list[object]]:
+    """Dataclass rows as a column table (dict of equal-length lists), ready for Arrow."""
+    dicts = [asdict(r) for r in rows]  # type: ignore[call-overload]
+    return {k: [d[k] for d in dicts] for k in dicts[0]} if dicts else {}

@@ -185,6 +185,15 @@ def _source_input(spec: Source, trace: Trace) -> tuple[Stream, StepSeries]:
     t = trace.sorted_by_arrival()
     wm = make_source_watermark(spec.watermark)
     iw = wm.curve(t.event_time, t.arrival_time, t.partition)
+    if spec.finish and len(t):
+        # A finished bounded source: the watermark jumps to the end of time once the last
+        # element has arrived (the last update at one instant wins).
+        last = t.arrival_time[-1:]
+        iw = StepSeries.from_events(
+            np.concatenate((iw.times, last)),
+            np.concatenate((iw.values, [MAX_TIMESTAMP])),
+            iw.initial,
+        )
     return Stream(t.arrival_time, t.event_time, t.key, t.value.astype(np.float64)), iw
 
 

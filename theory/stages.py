@@ -53,11 +53,17 @@ COMBINERS: dict[str, Callable[[Pane], float]] = {
 
 @dataclass(frozen=True)
 class Source:
-    """A source stage. ``watermark`` is a source-watermark spec (see ``theory.sources``)."""
+    """A source stage. ``watermark`` is a source-watermark spec (see ``theory.sources``).
+
+    With ``finish`` (the default) the trace is a bounded input: once its last element has
+    arrived the source watermark advances to ``MAX_TIMESTAMP``, as a finished bounded
+    source does in Beam. Without it the watermark stays where the estimator left it.
+    """
 
     name: str
     watermark: str = "perfect"
     processing: Processing = INSTANT
+    finish: bool = True
 
     @property
     def inputs(self) -> tuple[str, ...]:

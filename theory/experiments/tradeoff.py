@@ -1,0 +1,145 @@
+"""The latency vs completeness trade-off of watermark strategies on one trace.
+
+Each :class:`Strategy` is a source watermark (a ``theory.sources`` spec) feeding one
+grouping stage: per-key fixed windows summing values. Without late firings the window fires
+once at the watermark (``AfterWatermark``) and later data is dropped; with late firings
+(``DefaultTrigger``, accumulating, ``allowed_lateness``) late data updates the result.
+
+For every strategy :func:`tradeoff` reports :class:`~theory.metrics.StrategyMetrics` and
+whether its point (median window latency, mean first-pane completeness) is on the Pareto
+frontier: no other strategy is at least as fast and at least as complete, and better in one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from theory.metrics import StrategyMetrics, as_table, eventual_counts, strategy_metrics
+from theory.simulate import SimulationResult, simulate
+from theory.stages import GroupByWindow, Pipeline, Source
+from theory.time import HOUR, MINUTE, check_duration
+from theory.traces import Trace
+from theory.triggers import AfterWatermark, DefaultTrigger
+from theory.windowing import AccumulationMode, WindowingStrategy
+from theory.windows import FixedWindows
+
+#: The name of the grouping stage in every strategy's pipeline.
+STAGE = "window"
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A named source watermark, optionally with late firings (µs of allowed lateness)."""
+
+    name: str
+    watermark: str
+    late_firings: bool = False
+    allowed_lateness: int = 0
+
+    def __post_init__(self) -> None:
+        check_duration(self.allowed_lateness, "allowed_lateness")
+        if self.late_firings and self.allowed_lateness == 0:
+            raise ValueError(f"strategy {self.name!r}: late firings need allowed_lateness > 0")
+
+    def pipeline(self, window_size: int) -> Pipeline:
+        """Source -> per-key fixed windows (sum) under this strategy."""
+        if self.late_firings:
+            windowing = WindowingStrategy(
+                FixedWindows(window_size),
+                DefaultTrigger(),
+                AccumulationMode.ACCUMULATING,
+                allowed_lateness=self.allowed_lateness,
+            )
+        else:
+            windowing = WindowingStrategy(
+                FixedWindows(window_size),
+                AfterWatermark(),
+                allowed_lateness=self.allowed_lateness,
+            )
+        return Pipeline(
+            [Source("in", self.watermark), GroupByWindow(STAGE, "in", windowing, "sum")]
+        )
+
+
+DEFAULT_STRATEGIES: tuple[Strategy, ...] = (
+    Strategy("perfect", "perfect"),
+    Strategy("bounded 1s", "bounded:1s"),
+    Strategy("bounded 10s", "bounded:10s"),
+    Strategy("bounded 1m", "bounded:1m"),
+    Strategy("bounded 10s + late firings", "bounded:10s", True, 1 * HOUR),
+)
+
+
+@dataclass(frozen=True)
+class TradeoffResult:
+    """Rows in strategy order, the frontier flags, and each strategy's simulation."""
+
+    rows: list[StrategyMetrics]
+    on_frontier: list[bool]
+    results: dict[str, SimulationResult]
+
+    def table(self) -> dict[str, list[object]]:
+        """The rows as a column table, with an ``on_frontier`` column."""
+        t = as_table(list(self.rows))
+        t["on_frontier"] = list(self.on_frontier)
+        return t
+
+
+def pareto_frontier(latency: Sequence[float], completeness: Sequence[float]) -> list[bool]:
+    """Which (latency, completeness) points no other point dominates (lower latency is
+    better, higher completeness is better)."""
+    lat = np.asarray(latency, dtype=np.float64)
+    comp = np.asarray(completeness, dtype=np.float64)
+    flags = []
+    for i in range(lat.size):
+        no_worse = (lat <= lat[i]) & (comp >= comp[i])
+        better = (lat < lat[i]) | (comp > comp[i])
+        flags.append(not bool(np.any(no_worse & better)))
+    return flags
+
+
+def tradeoff(
+    trace: Trace,
+    strategies: Sequence[Strategy] = DEFAULT_STRATEGIES,
+    *,
+    window_size: int = 2 * MINUTE,
+    seed: int = 0,
+) -> TradeoffResult:
+    """Run every strategy on ``trace`` and tabulate latency against completeness."""
+    check_duration(window_size, "window_size", allow_zero=False)
+    names = [s.name for s in strategies]
+    if len(set(names)) != len(names):
+        raise ValueError(f"strategy names must be unique, got {names}")
+    eventual = eventual_counts(FixedWindows(window_size), trace.key, trace.event_time)
+    rows = []
+    results = {}
+    for s in strategies:
+        result = simulate(s.pipeline(window_size), {"in": trace}, seed=seed)
+        results[s.name] = result
+        rows.append(strategy_metrics(s.name, result, STAGE, eventual))
+    frontier = pareto_frontier(
+        [r.window_latency_p50 for r in rows], [r.completeness_mean for r in rows]
+    )
+    return TradeoffResult(rows, frontier, results)
+
+
+def final_values(
+    result: SimulationResult, stage: str = STAGE
+) -> dict[tuple[object, int, int], float]:
+    """The value of each window's last pane: what the pipeline finally said."""
+    panes = result.stages[stage].panes
+    out: dict[tuple[object, int, int], float] = {}
+    if panes is None:
+        return out
+    for k, s, e, v in zip(
+        panes.key.tolist(),
+        panes.window_start.tolist(),
+        panes.window_end.tolist(),
+        panes.value.tolist(),
+        strict=True,
+    ):
+        out[(k, s, e)] = v  # panes are in firing order: the last one wins
+    return out
