@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench java clean
+.PHONY: demo test lint bench java system clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@bash scripts/check_java.sh
@@ -14,10 +14,13 @@ $(STAMP): setup.cfg pyproject.toml
 java:
 	@bash scripts/check_java.sh
 
+system:
+	@bash scripts/system_deps.sh
+
 demo: java $(STAMP)
 	$(VENV)/bin/watermarks demo
 
-test: java $(STAMP)
+test: java system $(STAMP)
 	$(VENV)/bin/python -m pytest -q
 
 lint: $(STAMP)

@@ -1,0 +1,193 @@
+"""The report's figures, drawn with matplotlib (Agg) and saved as PNG.
+
+Every axis is in human units: minutes (or hours, for long traces) since the start of the
+trace; durations in seconds. Input times are µs. Each function writes one PNG and returns
+its path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from theory.series import StepSeries
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
+
+_COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+
+
+class TimeAxis:
+    """Maps µs to a readable unit relative to ``origin``: minutes, or hours past 3 h."""
+
+    def __init__(self, origin: int, span: int) -> None:
+        self.origin = origin
+        hours = span / 3.6e9
+        self.scale, self.unit = (3.6e9, "h") if hours > 3 else (6e7, "min")
+
+    def __call__(self, t: np.ndarray) -> np.ndarray:
+        return (np.asarray(t, dtype=np.float64) - self.origin) / self.scale
+
+
+def _finite_steps(series: StepSeries, t_end: int) -> tuple[np.ndarray, np.ndarray]:
+    """(times, values) of a step function for plotting, dropping infinite values."""
+    t = np.append(series.times, t_end)
+    v = np.append(series.values, series.final())
+    ok = (v > MIN_TIMESTAMP) & (v < MAX_TIMESTAMP)
+    return t[ok], v[ok]
+
+
+def event_vs_processing(
+    path: Path,
+    event_time: np.ndarray,
+    arrival_time: np.ndarray,
+    curves: Mapping[str, StepSeries],
+    late: Mapping[str, np.ndarray],
+    *,
+    max_points: int = 20_000,
+    seed: int = 0,
+) -> Path:
+    """Figure 3.1/3.10 style: elements as points (processing time vs event time), each
+    strategy's watermark as a step line, and each strategy's late elements marked."""
+    n = event_time.size
+    rng = np.random.default_rng(seed)
+    idx = np.sort(rng.choice(n, max_points, replace=False)) if n > max_points else np.arange(n)
+    origin = int(min(event_time.min(), arrival_time.min())) if n else 0
+    end = int(arrival_time.max()) if n else 1
+    ax_t = TimeAxis(origin, end - origin)
+    fig, ax = plt.subplots(figsize=(10, 6), dpi=110)
+    ax.scatter(
+        ax_t(arrival_time[idx]),
+        ax_t(event_time[idx]),
+        s=3,
+        c="0.6",
+        alpha=0.5,
+        label="elements",
+        rasterized=True,
+    )
+    for i, (name, curve) in enumerate(curves.items()):
+        color = _COLORS[i % len(_COLORS)]
+        t, v = _finite_steps(curve, end)
+        ax.step(ax_t(t), ax_t(v), where="post", color=color, lw=1.6, label=f"watermark: {name}")
+        mask = late.get(name)
+        if mask is not None and mask.any():
+            sel = idx[mask[idx]]
+            ax.scatter(
+                ax_t(arrival_time[sel]),
+                ax_t(event_time[sel]),
+                s=9,
+                marker="x",
+                color=color,
+                label=f"late under {name} ({int(mask.sum()):,})",
+            )
+    lo = ax_t(np.array([origin]))[0]
+    hi = ax_t(np.array([end]))[0]
+    ax.plot([lo, hi], [lo, hi], ls=":", c="k", lw=0.8, label="event time = processing time")
+    ax.set_xlabel(f"processing time ({ax_t.unit} since start)")
+    ax.set_ylabel(f"event time ({ax_t.unit} since start)")
+    ax.set_title("Elements, watermarks and late data")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def stage_watermarks(
+    path: Path, times: np.ndarray, series: Mapping[str, tuple[np.ndarray, np.ndarray]]
+) -> Path:
+    """Figure 3.5 style: per stage, input (solid) and output (dashed) watermarks over
+    processing time. ``series`` maps stage -> (input, output) sampled at ``times``."""
+    finite = [
+        v[(v > MIN_TIMESTAMP) & (v < MAX_TIMESTAMP)] for pair in series.values() for v in pair
+    ]
+    origin = int(min([times.min()] + [f.min() for f in finite if f.size]))
+    ax_t = TimeAxis(origin, int(times.max()) - origin)
+    fig, axes = plt.subplots(
+        len(series), 1, figsize=(10, 2.1 * len(series)), dpi=110, sharex=True, squeeze=False
+    )
+    for i, (ax, (stage, (iw, ow))) in enumerate(zip(axes[:, 0], series.items(), strict=True)):
+        color = _COLORS[i % len(_COLORS)]
+        for values, style, label in ((iw, "-", "input"), (ow, "--", "output")):
+            ok = (values > MIN_TIMESTAMP) & (values < MAX_TIMESTAMP)
+            ax.step(
+                ax_t(times[ok]),
+                ax_t(values[ok]),
+                where="post",
+                ls=style,
+                color=color,
+                lw=1.4,
+                label=f"{label} watermark",
+            )
+        ax.set_title(stage, fontsize=9, loc="left")
+        ax.set_ylabel(f"event time ({ax_t.unit})", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", fontsize=7)
+    axes[-1, 0].set_xlabel(f"processing time ({ax_t.unit} since start)")
+    fig.suptitle("Input and output watermarks per stage")
+    return _save(fig, path)
+
+
+def lags(
+    path: Path,
+    times: np.ndarray,
+    event_lag: np.ndarray,
+    processing_lag: np.ndarray,
+    stage: str,
+) -> Path:
+    """Figure 3.15 style: event-time lag and processing-time lag (seconds) over time."""
+    ax_t = TimeAxis(int(times.min()), int(times.max() - times.min()))
+    fig, ax = plt.subplots(figsize=(10, 4), dpi=110)
+    ax.plot(ax_t(times), event_lag / 1e6, lw=1.2, label="event-time lag")
+    ax.plot(ax_t(times), processing_lag / 1e6, lw=1.2, label="processing-time lag")
+    ax.set_xlabel(f"processing time ({ax_t.unit} since start)")
+    ax.set_ylabel("lag (s)")
+    ax.set_title(f"Event-time and processing-time lag at {stage}")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def frontier(
+    path: Path,
+    names: Sequence[str],
+    latency: Sequence[float],
+    completeness: Sequence[float],
+    on_frontier: Sequence[bool],
+) -> Path:
+    """Latency (median, s) against completeness at first firing, one point per strategy,
+    with the Pareto frontier joined."""
+    lat = np.asarray(latency, dtype=np.float64) / 1e6
+    comp = np.asarray(completeness, dtype=np.float64) * 100
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    for i, name in enumerate(names):
+        ax.scatter(
+            lat[i],
+            comp[i],
+            s=60,
+            color=_COLORS[i % len(_COLORS)],
+            marker="o" if on_frontier[i] else "s",
+            zorder=3,
+        )
+        ax.annotate(name, (lat[i], comp[i]), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    sel = np.flatnonzero(np.asarray(on_frontier))
+    order = sel[np.argsort(lat[sel])]
+    ax.plot(lat[order], comp[order], ls="--", c="0.4", lw=1, label="Pareto frontier")
+    if np.all(lat > 0) and lat.max() / max(lat.min(), 1e-9) > 50:
+        ax.set_xscale("log")
+    ax.set_xlabel("window latency, median (s after window end)")
+    ax.set_ylabel("completeness at first firing (%)")
+    ax.set_title("Latency vs completeness")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
