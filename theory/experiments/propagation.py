@@ -283,20 +283,14 @@ def propagation(
     for scenario in scenarios:
         for depth in depths:
             for p in parallelisms:
-                for name, run in (("in-band", run_in_band), ("out-of-band", run_out_of_band)):
-                    design = in_band if name == "in-band" else out_of_band
+                for name in ("in-band", "out-of-band"):
                     # The same seeds at every depth: the source phases are shared, so the
                     # cells differ by what depth itself does.
-                    outs = [
-                        run(
-                            design,
-                            depth,
-                            p,
-                            scenario,  # type: ignore[arg-type]
-                            np.random.default_rng([seed, p, t]),
-                        )
-                        for t in range(trials)
-                    ]
+                    rngs = [np.random.default_rng([seed, p, t]) for t in range(trials)]
+                    if name == "in-band":
+                        outs = [run_in_band(in_band, depth, p, scenario, g) for g in rngs]
+                    else:
+                        outs = [run_out_of_band(out_of_band, depth, p, scenario, g) for g in rngs]
                     lat = float(np.median([o.latency for o in outs]))
                     rows.append(
                         Outcome(
