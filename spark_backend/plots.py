@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from theory.experiments.propagation import Outcome
 from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
@@ -191,3 +192,34 @@ def _save(fig: plt.Figure, path: Path) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def propagation(path: Path, rows: Sequence[Outcome], parallelism: int, depth: int) -> Path:
+    """Two panels: steady-state propagation latency against depth (at ``parallelism``)
+    and watermark messages per second against parallelism (at ``depth``), per design."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
+    for i, design in enumerate(("in-band", "out-of-band")):
+        mine = [r for r in rows if r.design == design and r.scenario == "steady"]
+        by_depth = sorted((r.depth, r.latency) for r in mine if r.parallelism == parallelism)
+        by_p = sorted((r.parallelism, r.messages_per_second) for r in mine if r.depth == depth)
+        color = _COLORS[i]
+        ax1.plot(
+            [d for d, _ in by_depth],
+            [v / 1e3 for _, v in by_depth],
+            "o-",
+            color=color,
+            label=design,
+        )
+        ax2.plot([p for p, _ in by_p], [v for _, v in by_p], "o-", color=color, label=design)
+    ax1.set_xlabel("pipeline depth (stages)")
+    ax1.set_ylabel("propagation latency, median (ms)")
+    ax1.set_title(f"Latency at parallelism {parallelism}")
+    ax2.set_xscale("log")
+    ax2.set_yscale("log")
+    ax2.set_xlabel("parallelism (tasks per stage)")
+    ax2.set_ylabel("watermark messages per second")
+    ax2.set_title(f"Traffic at depth {depth}")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(fig, path)

@@ -40,6 +40,8 @@ def test_every_file_is_written(demo):
         "stages.png",
         "lags.png",
         "chapter3_stalls.csv",
+        "propagation.csv",
+        "propagation.png",
     }
     for png in out.glob("*.png"):
         image = mpimg.imread(png)
@@ -104,7 +106,7 @@ def test_index_renders_with_images_in_chromium(demo):
         )
     title = re.search(r"<title>(.*?)</title>", proc.stdout)
     assert title is not None, proc.stderr[-2000:]
-    assert title.group(1) == "loaded 4 of 4"
+    assert title.group(1) == "loaded 5 of 5"
 
 
 def test_failed_report_leaves_nothing(tmp_path):
