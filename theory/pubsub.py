@@ -1,0 +1,678 @@
+"""Pub/Sub event-time watermarks: Dataflow's base/tracking estimator and Beam's rule.
+
+Google Cloud Pub/Sub delivers in no guaranteed order and only reports the oldest
+*unacknowledged publish time* of a subscription. *Streaming Systems* ch. 3 estimates an
+event-time watermark with two subscriptions on one topic (DESIGN.md, "Pub/Sub
+base/tracking estimator"):
+
+- the **base** subscription carries the data; ``pt_base`` is its oldest unacked publish
+  time (``None`` when nothing is unacked);
+- the **tracking** subscription is pulled fast; each message's (publish time, event time)
+  goes to :meth:`TrackingEstimator.on_tracked`, then it is acked.
+
+All times are int µs (:mod:`theory.time`); a watermark ``W`` asserts that no more non-late
+data with event time ``< W`` will arrive. Every estimator here is latched monotonic
+(``new = max(old, computed)``) and counts the computed values it kept out.
+
+The exact rule of :meth:`TrackingEstimator.estimate` (``newest`` = the newest publish time
+tracked so far; all comparisons exact, in µs), applied in this order:
+
+1. **No data**: before any tracked message, the idle rule (4) may apply; otherwise hold
+   (``"no data yet"``).
+2. **Band**: the tracked messages with ``publish_time >= L``, where
+   ``L = min(pt_base, newest - band)`` (``L = newest - band`` when ``pt_base`` is None;
+   clamped at MIN_TIMESTAMP). Buckets entirely below ``L`` are pruned. If ``L`` falls
+   below an earlier pruning point (``pt_base`` went back, e.g. lost acks), that history is
+   gone: hold (``"held: band reaches pruned history"``).
+3. **Sufficiency**: the band minimum is taken (``"band minimum"``) only when the tracking
+   subscription is **ahead** of the base by at least ``band`` (``newest - pt_base >=
+   band``; never when ``pt_base`` is None) or has **no backlog**; otherwise hold
+   (``"held: tracking not far enough ahead"``).
+4. **Idle**: when neither subscription has a backlog (``pt_base`` None and no tracking
+   backlog) and nothing was published for ``idle_advance_after`` (``now - newest >=
+   idle_advance_after``; before any data, since the first ``estimate`` call), the value
+   is ``now - idle_lag`` (``"idle: advanced to near real time"``); checked before 3.
+5. **Cap** (``cap_at_idle_lag``, on by default; off is the book's bare rule): a band
+   minimum above ``now - idle_lag`` is lowered to it (``"capped: ..."``).
+6. **Latch**: a value below the watermark is kept out and counted
+   (``"latched: ..."``).
+
+Assumptions, made explicit. Safe = the watermark never passes a message the base has yet
+to process. The base owes the messages with publish time ``>= pt_base``; ahead/no-backlog
+says the tracking subscription has seen them (ahead relies on delivery disorder ``<
+band``). Messages not yet seen are assumed no earlier in event time than some message
+published within ``band`` before them, which the band's trailing ``band`` covers. That
+assumption has no witness at the start of a stream or of a burst after a gap: the first
+messages seen set the minimum, and a message a moment later with an older event time
+would be late (the simulator shows it). The idle rule already assumes ``publish_time -
+event_time <= idle_lag`` for new data; the cap applies the same assumption to the band,
+so the estimator never claims more than that, which closes the gap. With the cap it is
+safe when every message has ``publish_time - event_time <= D`` with ``D <= idle_lag``
+and, for the ahead branch, ``D`` plus the tracking delivery disorder ``<= band``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from theory.series import StepSeries
+from theory.sources import _cover_min, _minus_clamped, _time_column
+from theory.time import (
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    MINUTE,
+    SECOND,
+    check_duration,
+    check_timestamp,
+)
+
+__all__ = [
+    "REASONS",
+    "REASON_BAND_MIN",
+    "REASON_BEAM_HELD",
+    "REASON_BEAM_IDLE",
+    "REASON_BEAM_MIN",
+    "REASON_CAPPED",
+    "REASON_HELD_NOT_AHEAD",
+    "REASON_HELD_PRUNED",
+    "REASON_IDLE",
+    "REASON_LATCHED",
+    "REASON_NO_DATA",
+    "BeamPubsubRule",
+    "Estimate",
+    "EstimateSeries",
+    "TrackingEstimator",
+    "tracking_estimate_series",
+]
+
+REASON_NO_DATA: Final[str] = "no data yet"
+REASON_BAND_MIN: Final[str] = "band minimum"
+REASON_HELD_NOT_AHEAD: Final[str] = "held: tracking not far enough ahead"
+REASON_IDLE: Final[str] = "idle: advanced to near real time"
+REASON_HELD_PRUNED: Final[str] = "held: band reaches pruned history"
+REASON_LATCHED: Final[str] = "latched: computed value below the watermark"
+REASON_CAPPED: Final[str] = "capped: band minimum above now - idle_lag"
+REASON_BEAM_MIN: Final[str] = "beam: minimum read timestamp over the sample period"
+REASON_BEAM_IDLE: Final[str] = "beam: idle, jumped to wall time"
+REASON_BEAM_HELD: Final[str] = "beam: too few samples, held"
+#: The reason codes of :class:`EstimateSeries` index this tuple.
+REASONS: Final[tuple[str, ...]] = (
+    REASON_NO_DATA,
+    REASON_BAND_MIN,
+    REASON_HELD_NOT_AHEAD,
+    REASON_IDLE,
+    REASON_HELD_PRUNED,
+    REASON_LATCHED,
+    REASON_CAPPED,
+)
+_CODE: Final[dict[str, int]] = {r: i for i, r in enumerate(REASONS)}
+_I64_MIN: Final[int] = int(np.iinfo(np.int64).min)
+_MIN: Final[int] = MIN_TIMESTAMP
+_MAX: Final[int] = MAX_TIMESTAMP
+_push = heapq.heappush
+_STATE_VERSION: Final[int] = 1
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A watermark (µs, latched) and why it has that value.
+
+    ``computed`` is the rule's value before latching, ``None`` when the rule held.
+    """
+
+    watermark: int
+    reason: str
+    computed: int | None = None
+
+
+def _check_param(value: int, name: str, *, allow_zero: bool = True) -> int:
+    v = check_duration(value, name, allow_zero=allow_zero)
+    if v > MAX_TIMESTAMP:
+        raise ValueError(f"{name} must be <= MAX_TIMESTAMP={MAX_TIMESTAMP} µs, got {v}")
+    return v
+
+
+def _check_flag(value: object, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+# --------------------------------------------------------------------------- estimator
+
+
+class TrackingEstimator:
+    """The book's base/tracking estimator over a sparse publish-time histogram.
+
+    Parameters (µs): ``band`` (>= 0) the assumed out-of-order bound;
+    ``idle_advance_after`` (>= 0) the quiet time before the idle jump; ``idle_lag`` (>= 0)
+    how far below ``now`` the idle jump lands (the assumed bound on ``publish_time -
+    event_time`` after a quiet period); ``bucket_width`` (> 0) the histogram's bucket.
+
+    Bucket ``k`` holds the tracked messages with ``k * bucket_width <= publish_time <
+    (k + 1) * bucket_width``: their minimum event time and count. The band query takes
+    every bucket that *intersects* ``[L, +inf)``, i.e. the whole bucket holding ``L`` too:
+    a superset of the band, so its minimum is ``<=`` the exact band minimum. Bucketing can
+    only lower the estimate (never over-estimate, never make data late); it is exact when
+    ``bucket_width`` is 1 µs and otherwise may also count messages published up to
+    ``bucket_width`` before ``L``. The ahead/idle decisions use exact publish times.
+
+    Memory: the buckets from the pruned frontier (the last ``L``'s bucket) up to the newest,
+    i.e. ``(newest - L) / bucket_width + 1`` plus buckets created since the last
+    ``estimate``; never the message count. A message in the band is never pruned.
+
+    Snapshot the state (:meth:`state`) *before* acking tracked messages: a restart from
+    that snapshot (:meth:`from_state`) keeps the watermark and every in-band message.
+    """
+
+    def __init__(
+        self,
+        band: int = 10 * SECOND,
+        idle_advance_after: int = 2 * MINUTE,
+        idle_lag: int = 10 * SECOND,
+        bucket_width: int = SECOND // 10,
+        *,
+        cap_at_idle_lag: bool = True,
+    ) -> None:
+        self.cap_at_idle_lag = _check_flag(cap_at_idle_lag, "cap_at_idle_lag")
+        self.band = _check_param(band, "band")
+        self.idle_advance_after = _check_param(idle_advance_after, "idle_advance_after")
+        self.idle_lag = _check_param(idle_lag, "idle_lag")
+        self.bucket_width = _check_param(bucket_width, "bucket_width", allow_zero=False)
+        self._buckets: dict[int, list[int]] = {}  # bucket -> [min event time, count]
+        self._keys: list[int] = []  # heap of bucket indices, to prune from the oldest
+        self._mins: list[tuple[int, int]] = []  # lazy heap of (bucket min, bucket)
+        self._frontier: int | None = None  # buckets below it are pruned
+        self._floor: int = _I64_MIN  # the frontier, or below every bucket before one
+        self._newest: int | None = None
+        self._first_now: int | None = None
+        self._watermark: int = MIN_TIMESTAMP
+        #: Computed values below the watermark (kept out by latching).
+        self.regressions: int = 0
+        #: Tracked messages whose bucket was pruned (publish time below an ``L``, so
+        #: before that ``pt_base``: already acked by the base).
+        self.dropped: int = 0
+        #: Every tracked message, duplicates included.
+        self.tracked: int = 0
+
+    # ------------------------------------------------------------------ observing
+
+    @property
+    def watermark(self) -> int:
+        """The latched watermark (µs); ``MIN_TIMESTAMP`` until a rule yields a value."""
+        return self._watermark
+
+    @property
+    def newest_publish_time(self) -> int | None:
+        """The newest tracked publish time (µs), or None before any data."""
+        return self._newest
+
+    @property
+    def bucket_count(self) -> int:
+        """Buckets held now (the memory bound)."""
+        return len(self._buckets)
+
+    def in_band_counts(self) -> tuple[int, int]:
+        """``(buckets, messages)`` held, duplicates counted as tracked."""
+        return len(self._buckets), sum(b[1] for b in self._buckets.values())
+
+    def on_tracked(self, publish_time: int, event_time: int) -> None:
+        """Record one tracked message (µs). Duplicates are harmless (only counted)."""
+        pt = publish_time
+        if type(pt) is not int or not _MIN <= pt <= _MAX:
+            pt = check_timestamp(publish_time, "publish_time")
+        et = event_time
+        if type(et) is not int or not _MIN <= et <= _MAX:
+            et = check_timestamp(event_time, "event_time")
+        self.tracked += 1
+        newest = self._newest
+        if newest is None or pt > newest:
+            self._newest = pt
+        k = pt // self.bucket_width
+        if k < self._floor:
+            self.dropped += 1
+            return
+        b = self._buckets.get(k)
+        if b is None:
+            self._buckets[k] = [et, 1]
+            _push(self._keys, k)
+            _push(self._mins, (et, k))
+        else:
+            b[1] += 1
+            if et < b[0]:
+                b[0] = et
+                _push(self._mins, (et, k))
+
+    def on_tracked_batch(self, publish_times: ArrayLike, event_times: ArrayLike) -> None:
+        """Record many tracked messages (µs arrays); same result as :meth:`on_tracked` on
+        each pair in turn. Validated as a whole before any change."""
+        pt = _time_column(publish_times, "publish_times")
+        et = _time_column(event_times, "event_times")
+        if pt.size != et.size:
+            raise ValueError(
+                f"publish_times has {pt.size} elements but event_times has {et.size}"
+            )
+        if pt.size == 0:
+            return
+        self.tracked += int(pt.size)
+        top = int(pt.max())
+        if self._newest is None or top > self._newest:
+            self._newest = top
+        k = pt // self.bucket_width
+        if self._frontier is not None:
+            keep = k >= self._frontier
+            kept = int(np.count_nonzero(keep))
+            if kept < k.size:
+                self.dropped += int(k.size) - kept
+                k, et = k[keep], et[keep]
+                if kept == 0:
+                    return
+        if k.size > 1 and not bool(np.all(k[1:] >= k[:-1])):
+            order = np.argsort(k, kind="stable")
+            k, et = k[order], et[order]
+        starts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+        mins = np.minimum.reduceat(et, starts)
+        counts = np.diff(np.append(starts, k.size))
+        buckets, keys, heap = self._buckets, self._keys, self._mins
+        for kk, mn, c in zip(k[starts].tolist(), mins.tolist(), counts.tolist(), strict=True):
+            b = buckets.get(kk)
+            if b is None:
+                buckets[kk] = [mn, c]
+                heapq.heappush(keys, kk)
+                heapq.heappush(heap, (mn, kk))
+            else:
+                b[1] += c
+                if mn < b[0]:
+                    b[0] = mn
+                    heapq.heappush(heap, (mn, kk))
+
+    # ------------------------------------------------------------------ estimating
+
+    def estimate(
+        self,
+        now: int,
+        base_oldest_unacked_publish_time: int | None,
+        tracking_has_backlog: bool,
+    ) -> Estimate:
+        """Apply the rule (module docstring) at processing time ``now`` (µs).
+
+        ``base_oldest_unacked_publish_time`` is ``pt_base`` (µs) or None when the base
+        subscription has nothing unacked; ``tracking_has_backlog`` says whether the
+        tracking subscription still has unacked messages (Cloud Monitoring's
+        ``num_undelivered_messages > 0``). Inputs are validated before any change.
+        Returns the latched watermark and its reason.
+        """
+        t = check_timestamp(now, "now")
+        base = (
+            None
+            if base_oldest_unacked_publish_time is None
+            else check_timestamp(
+                base_oldest_unacked_publish_time, "base_oldest_unacked_publish_time"
+            )
+        )
+        backlog = _check_flag(tracking_has_backlog, "tracking_has_backlog")
+        if self._first_now is None:
+            self._first_now = t
+        quiet_ok = base is None and not backlog
+        newest = self._newest
+        if newest is None:
+            if quiet_ok and t - self._first_now >= self.idle_advance_after:
+                return self._latch(max(t - self.idle_lag, MIN_TIMESTAMP), REASON_IDLE)
+            return Estimate(self._watermark, REASON_NO_DATA)
+        lower = max(newest - self.band, MIN_TIMESTAMP)
+        if base is not None:
+            lower = min(lower, base)
+        kl = lower // self.bucket_width
+        if self._frontier is not None and kl < self._frontier:
+            return Estimate(self._watermark, REASON_HELD_PRUNED)
+        self._prune(kl)
+        if quiet_ok and t - newest >= self.idle_advance_after:
+            return self._latch(max(t - self.idle_lag, MIN_TIMESTAMP), REASON_IDLE)
+        ahead = base is not None and newest - base >= self.band
+        if ahead or not backlog:
+            value = self._band_min()
+            cap = max(t - self.idle_lag, MIN_TIMESTAMP)
+            if self.cap_at_idle_lag and cap < value:
+                return self._latch(cap, REASON_CAPPED)
+            return self._latch(value, REASON_BAND_MIN)
+        return Estimate(self._watermark, REASON_HELD_NOT_AHEAD)
+
+    def _latch(self, computed: int, reason: str) -> Estimate:
+        if computed < self._watermark:
+            self.regressions += 1
+            return Estimate(self._watermark, REASON_LATCHED, computed)
+        self._watermark = computed
+        return Estimate(computed, reason, computed)
+
+    def _prune(self, kl: int) -> None:
+        keys, buckets = self._keys, self._buckets
+        while keys and keys[0] < kl:
+            del buckets[heapq.heappop(keys)]
+        self._frontier = self._floor = kl
+        if len(self._mins) > 2 * len(buckets) + 64:
+            self._mins = [(b[0], k) for k, b in buckets.items()]
+            heapq.heapify(self._mins)
+
+    def _band_min(self) -> int:
+        """Minimum event time over the held buckets (non-empty: the newest is held)."""
+        heap, buckets = self._mins, self._buckets
+        while True:
+            v, k = heap[0]
+            b = buckets.get(k)
+            if b is not None and b[0] == v:
+                return v
+            heapq.heappop(heap)
+
+    # ------------------------------------------------------------------ snapshot
+
+    def state(self) -> dict[str, Any]:
+        """A JSON-serialisable snapshot (plain ints and lists) of everything."""
+        return {
+            "version": _STATE_VERSION,
+            "band": self.band,
+            "idle_advance_after": self.idle_advance_after,
+            "idle_lag": self.idle_lag,
+            "bucket_width": self.bucket_width,
+            "cap_at_idle_lag": self.cap_at_idle_lag,
+            "watermark": self._watermark,
+            "regressions": self.regressions,
+            "dropped": self.dropped,
+            "tracked": self.tracked,
+            "newest_publish_time": self._newest,
+            "first_now": self._first_now,
+            "frontier": self._frontier,
+            "buckets": [[k, b[0], b[1]] for k, b in sorted(self._buckets.items())],
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> TrackingEstimator:
+        """Rebuild from :meth:`state`; a bad snapshot raises ``ValueError`` naming the key."""
+        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
+            raise ValueError(f"state: expected a dict with version {_STATE_VERSION}")
+        try:
+            est = cls(
+                state["band"],
+                state["idle_advance_after"],
+                state["idle_lag"],
+                state["bucket_width"],
+                cap_at_idle_lag=state["cap_at_idle_lag"],
+            )
+            est._watermark = check_timestamp(state["watermark"], "state['watermark']")
+            for key in ("regressions", "dropped", "tracked"):
+                setattr(est, key, check_duration(state[key], f"state[{key!r}]"))
+            for key, attr in (
+                ("newest_publish_time", "_newest"),
+                ("first_now", "_first_now"),
+            ):
+                v = state[key]
+                setattr(est, attr, None if v is None else check_timestamp(v, f"state[{key!r}]"))
+            frontier = state["frontier"]
+            if frontier is not None and (
+                isinstance(frontier, bool) or not isinstance(frontier, int)
+            ):
+                raise ValueError(f"state['frontier'] must be an int or None, got {frontier!r}")
+            est._frontier = frontier
+            est._floor = _I64_MIN if frontier is None else frontier
+            for entry in state["buckets"]:
+                k, mn, count = entry
+                if isinstance(k, bool) or not isinstance(k, int):
+                    raise ValueError(f"state['buckets']: bucket index {k!r} is not an int")
+                check_timestamp(mn, "state['buckets'] minimum event time")
+                check_duration(count, "state['buckets'] count", allow_zero=False)
+                if frontier is not None and k < frontier:
+                    raise ValueError(f"state['buckets']: bucket {k} is below the frontier")
+                if k in est._buckets:
+                    raise ValueError(f"state['buckets']: bucket {k} appears twice")
+                est._buckets[k] = [int(mn), int(count)]
+        except KeyError as err:
+            raise ValueError(f"state: missing key {err.args[0]!r}") from None
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"state: {err}") from None
+        if est._buckets and est._newest is None:
+            raise ValueError("state['newest_publish_time'] is None but buckets are held")
+        est._keys = sorted(est._buckets)
+        est._mins = [(b[0], k) for k, b in est._buckets.items()]
+        heapq.heapify(est._mins)
+        return est
+
+
+# --------------------------------------------------------------------------- vectorised
+
+
+@dataclass(frozen=True)
+class EstimateSeries:
+    """:func:`tracking_estimate_series`'s answer, one entry per query (all µs).
+
+    ``computed`` is the rule's value (``MIN_TIMESTAMP`` where ``held``); ``reason`` codes
+    index :data:`REASONS`; ``regressions`` counts computed values below the watermark.
+    """
+
+    now: np.ndarray
+    watermark: np.ndarray
+    computed: np.ndarray
+    held: np.ndarray
+    reason: np.ndarray
+    regressions: int
+
+    def reasons(self) -> list[str]:
+        """The reason of each query as text."""
+        return [REASONS[c] for c in self.reason.tolist()]
+
+    def step_series(self) -> StepSeries:
+        """The watermark over processing time (the last query at each ``now`` wins)."""
+        return StepSeries.from_events(self.now, self.watermark, MIN_TIMESTAMP)
+
+
+def _bool_column(x: ArrayLike, name: str, n: int) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.shape != (n,) or arr.dtype != np.bool_:
+        raise ValueError(f"{name} must be a 1-d bool array of {n} entries")
+    return arr
+
+
+def tracking_estimate_series(
+    tracked_publish_time: ArrayLike,
+    tracked_event_time: ArrayLike,
+    tracked_at: ArrayLike,
+    now: ArrayLike,
+    base_oldest_unacked_publish_time: ArrayLike,
+    base_has_backlog: ArrayLike,
+    tracking_has_backlog: ArrayLike,
+    *,
+    band: int = 10 * SECOND,
+    idle_advance_after: int = 2 * MINUTE,
+    idle_lag: int = 10 * SECOND,
+    bucket_width: int = SECOND // 10,
+    cap_at_idle_lag: bool = True,
+) -> EstimateSeries:
+    """A fresh :class:`TrackingEstimator`'s answers over a recorded stream, vectorised.
+
+    Message ``i`` (publish/event time) is tracked at processing time ``tracked_at[i]``;
+    query ``j`` calls ``estimate(now[j], pt_base, tracking_has_backlog[j])`` with
+    ``pt_base = base_oldest_unacked_publish_time[j]`` where ``base_has_backlog[j]``, else
+    None. Messages tracked at or before ``now[j]`` come before query ``j`` (in their given
+    order among equal times). ``now`` must not decrease. Identical to the incremental
+    estimator; O((n + q) log(n + q)) numpy work.
+    """
+    b = _check_param(band, "band")
+    idle = _check_param(idle_advance_after, "idle_advance_after")
+    lag = _check_param(idle_lag, "idle_lag")
+    w = _check_param(bucket_width, "bucket_width", allow_zero=False)
+    cap_on = _check_flag(cap_at_idle_lag, "cap_at_idle_lag")
+    pt = _time_column(tracked_publish_time, "tracked_publish_time")
+    et = _time_column(tracked_event_time, "tracked_event_time")
+    at = _time_column(tracked_at, "tracked_at")
+    if not pt.size == et.size == at.size:
+        raise ValueError(
+            "tracked_publish_time, tracked_event_time and tracked_at differ in length: "
+            f"{pt.size}, {et.size}, {at.size}"
+        )
+    q_now = _time_column(now, "now")
+    q = q_now.size
+    if q > 1 and not bool(np.all(q_now[1:] >= q_now[:-1])):
+        raise ValueError("now must not decrease")
+    base_has = _bool_column(base_has_backlog, "base_has_backlog", q)
+    base_raw = np.asarray(base_oldest_unacked_publish_time)
+    if base_raw.shape != (q,):
+        raise ValueError(f"base_oldest_unacked_publish_time must have {q} entries")
+    base = np.where(base_has, base_raw, 0).astype(np.int64) if q else base_raw.astype(np.int64)
+    if q:
+        _time_column(base, "base_oldest_unacked_publish_time")
+    trk = _bool_column(tracking_has_backlog, "tracking_has_backlog", q)
+    empty = np.empty(0, dtype=np.int64)
+    if q == 0:
+        return EstimateSeries(empty, empty, empty, np.empty(0, bool), empty.astype(np.int8), 0)
+
+    order = np.argsort(at, kind="stable")
+    pt_s, et_s, at_s = pt[order], et[order], at[order]
+    n = np.searchsorted(at_s, q_now, side="right")
+    has = n > 0
+    if pt_s.size:
+        newest = np.maximum.accumulate(pt_s)[np.maximum(n - 1, 0)]
+    else:
+        newest = np.zeros(q, dtype=np.int64)
+    lower = _minus_clamped(newest, b)
+    lower = np.where(base_has, np.minimum(lower, base), lower)
+    kl = np.where(has, lower // w, _I64_MIN)
+    kf = np.maximum.accumulate(kl)
+    kf_prev = np.concatenate(([_I64_MIN], kf[:-1]))
+    pruned = has & (kl < kf_prev)
+
+    band_min = np.full(q, MAX_TIMESTAMP, dtype=np.int64)
+    if pt_s.size:
+        lo = np.searchsorted(n, np.arange(pt_s.size), side="right")
+        hi = np.searchsorted(kf, pt_s // w, side="right")
+        band_min = _cover_min(lo.astype(np.int64), hi.astype(np.int64), et_s, q)
+
+    ref = np.where(has, newest, q_now[0])
+    floor = MIN_TIMESTAMP + idle
+    quiet = (q_now >= floor) & (ref <= np.maximum(q_now, floor) - idle)
+    is_idle = ~base_has & ~trk & quiet & ~pruned
+    ahead = has & base_has & (newest >= MIN_TIMESTAMP + b) & (base <= _minus_clamped(newest, b))
+    is_band = has & ~pruned & ~is_idle & (ahead | ~trk)
+    valid = is_idle | is_band
+    cap = _minus_clamped(q_now, lag)
+    capped = is_band & (cap < band_min) if cap_on else np.zeros(q, dtype=bool)
+    computed = np.where(is_idle | capped, cap, band_min)
+    computed = np.where(valid, computed, MIN_TIMESTAMP)
+    wm = np.maximum.accumulate(computed)
+    prev = np.concatenate(([MIN_TIMESTAMP], wm[:-1]))
+    regress = valid & (computed < prev)
+
+    reason = np.full(q, _CODE[REASON_HELD_NOT_AHEAD], dtype=np.int8)
+    reason[~has] = _CODE[REASON_NO_DATA]
+    reason[pruned] = _CODE[REASON_HELD_PRUNED]
+    reason[is_band] = _CODE[REASON_BAND_MIN]
+    reason[capped] = _CODE[REASON_CAPPED]
+    reason[is_idle] = _CODE[REASON_IDLE]
+    reason[regress] = _CODE[REASON_LATCHED]
+    return EstimateSeries(q_now, wm, computed, ~valid, reason, int(np.count_nonzero(regress)))
+
+
+# --------------------------------------------------------------------------- Beam's rule
+
+
+class BeamPubsubRule:
+    """Beam's ``PubsubUnboundedSource`` reader watermark (µs), latched as its runner does.
+
+    Facts carried over from Beam (``PubsubReader.getWatermark`` with ``MovingFunction``):
+    every message the reader emits adds its event time to a moving minimum over
+    ``sample_period`` (1 min) kept in ``sample_period / sample_update`` buckets (5 s each,
+    aligned to multiples of ``sample_update``). At each query:
+
+    - if no message was read in the window and the last pull that received messages is
+      more than ``sample_period`` ago, the watermark jumps to ``now`` (no lag);
+    - else if the window is *significant* (``>= min_spread`` non-empty buckets or
+      ``>= min_messages`` samples) it is the window minimum;
+    - else the previous value is kept.
+
+    Beam also folds in the minimum over messages pulled but not yet emitted; the simulated
+    reader emits on pull, so that term is empty here. Beam reports unlatched values and
+    lets the runner latch; this class latches and counts the regressions.
+    """
+
+    def __init__(
+        self,
+        sample_period: int = MINUTE,
+        sample_update: int = 5 * SECOND,
+        min_messages: int = 10,
+        min_spread: int = 2,
+    ) -> None:
+        self.sample_update = _check_param(sample_update, "sample_update", allow_zero=False)
+        self.sample_period = _check_param(sample_period, "sample_period")
+        if self.sample_period < self.sample_update:
+            raise ValueError(
+                f"sample_period={sample_period} µs must be >= sample_update={sample_update} µs"
+            )
+        self.min_messages = check_duration(min_messages, "min_messages")
+        self.min_spread = check_duration(min_spread, "min_spread")
+        n = self.sample_period // self.sample_update
+        self._mins = [MAX_TIMESTAMP] * n
+        self._counts = [0] * n
+        self._start: int | None = None  # start of the current bucket
+        self._cur = 0
+        self._last_received: int | None = None
+        self._last = MIN_TIMESTAMP  # Beam's lastWatermark (unlatched)
+        self._watermark = MIN_TIMESTAMP
+        self.regressions = 0
+
+    @property
+    def watermark(self) -> int:
+        """The latched watermark (µs)."""
+        return self._watermark
+
+    def _flush(self, now: int) -> None:
+        if self._start is None:
+            self._start = now - now % self.sample_update
+            self._cur = 0
+        steps = min((now - self._start) // self.sample_update, len(self._mins))
+        if steps <= 0:
+            return
+        n = len(self._mins)
+        for _ in range(steps):
+            self._cur = (self._cur + 1) % n
+            self._mins[self._cur] = MAX_TIMESTAMP
+            self._counts[self._cur] = 0
+        self._start += ((now - self._start) // self.sample_update) * self.sample_update
+
+    def on_received(self, now: int) -> None:
+        """A pull at ``now`` (µs) returned messages (Beam's ``lastReceivedMsSinceEpoch``)."""
+        self._last_received = check_timestamp(now, "now")
+
+    def on_read(self, now: int, event_time: int) -> None:
+        """The reader emitted a message with ``event_time`` at ``now`` (µs)."""
+        t = check_timestamp(now, "now")
+        e = check_timestamp(event_time, "event_time")
+        self._flush(t)
+        if e < self._mins[self._cur]:
+            self._mins[self._cur] = e
+        self._counts[self._cur] += 1
+
+    def estimate(self, now: int) -> Estimate:
+        """The rule at ``now`` (µs); ``now`` must not go back before the last sample."""
+        t = check_timestamp(now, "now")
+        self._flush(t)
+        read_min = min(self._mins)
+        if (
+            read_min == MAX_TIMESTAMP
+            and self._last_received is not None
+            and t > self._last_received + self.sample_period
+        ):
+            self._last, reason = t, REASON_BEAM_IDLE
+        elif (
+            sum(1 for c in self._counts if c) >= self.min_spread
+            or sum(self._counts) >= self.min_messages
+        ):
+            self._last, reason = read_min, REASON_BEAM_MIN
+        else:
+            return Estimate(self._watermark, REASON_BEAM_HELD)
+        if self._last < self._watermark:
+            self.regressions += 1
+            return Estimate(self._watermark, REASON_LATCHED, self._last)
+        self._watermark = self._last
+        return Estimate(self._watermark, reason, self._last)
