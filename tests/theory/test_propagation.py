@@ -93,3 +93,39 @@ def test_bad_parameters():
     with pytest.raises(ValueError, match="trials"):
         propagation(trials=0)
     assert SECOND
+
+
+@pytest.mark.parametrize("p", [2, 7, 16])
+def test_message_model_valve_advances_on_every_update_in_steady_state(p):
+    """The traffic model's premise, checked on a real valve: with P channels emitting
+    ``t - bound`` at their own periodic ticks, the valve's output advances on (almost)
+    every update, so a task forwards ~P watermarks per interval."""
+    from theory.valve import StatusWatermarkValve
+
+    interval = 200 * MILLISECOND
+    rng = np.random.default_rng(p)
+    phases = rng.permutation(interval)[:p]
+    valve = StatusWatermarkValve(p)
+    updates = sorted((int(ph) + k * interval, ch) for ch, ph in enumerate(phases)
+                     for k in range(50))
+    emitted = 0
+    for t, ch in updates:
+        emitted += sum(1 for x in valve.input_watermark(ch, t - SECOND) if isinstance(x, int))
+    per_interval = emitted / 50
+    assert p - 1 <= per_interval <= p
+
+
+def test_latency_follows_the_design_parameters():
+    rng = lambda: np.random.default_rng(5)  # noqa: E731
+    slow = run_in_band(InBand(emit_interval=2 * SECOND), 5, 10, "steady", rng())
+    fast = run_in_band(InBand(emit_interval=20 * MILLISECOND), 5, 10, "steady", rng())
+    assert fast.latency < slow.latency
+    far = run_in_band(InBand(hop_delay=50 * MILLISECOND), 5, 10, "steady", rng())
+    near = run_in_band(InBand(hop_delay=1 * MILLISECOND), 5, 10, "steady", rng())
+    assert far.latency - near.latency >= 5 * 49 * MILLISECOND
+    a = run_out_of_band(OutOfBand(report_interval=5 * SECOND), 5, 10, "steady", rng())
+    b = run_out_of_band(OutOfBand(report_interval=SECOND), 5, 10, "steady", rng())
+    assert b.latency < a.latency
+    c = run_out_of_band(OutOfBand(aggregator_latency=2 * SECOND), 5, 10, "steady", rng())
+    d = run_out_of_band(OutOfBand(aggregator_latency=0), 5, 10, "steady", rng())
+    assert c.latency - d.latency == 2 * SECOND
