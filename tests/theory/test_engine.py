@@ -1,22 +1,36 @@
+"""The grouping engine: panes, holds, lateness, bad input, scripts, and its fast path.
+
+Times are µs. The runner behaviours that differ from the Beam model are in
+test_triggers.py, each under its own name, and checked against Beam itself in
+tests/beam_pipelines/test_engine_vs_beam.py."""
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory.engine import STATE_HOLD, GroupByWindowEngine, Timing
+from theory.engine import STATE_HOLD, GroupByWindowEngine, Timing, run_script
+from theory.script import ElementEvent, ProcessingTimeEvent, Script, WatermarkEvent
 from theory.time import MAX_TIMESTAMP
-from theory.triggers import AfterWatermark
-from theory.windowing import AccumulationMode, TimestampCombiner, WindowingStrategy
-from theory.windows import FixedWindows, IntervalWindow, Sessions, SlidingWindows
+from theory.triggers import AfterProcessingTime, AfterWatermark, DefaultTrigger, Repeatedly
+from theory.windowing import (
+    AccumulationMode,
+    ElementPolicy,
+    TimestampCombiner,
+    WindowingStrategy,
+    legacy_sliding_output_time,
+)
+from theory.windows import FixedWindows, GlobalWindows, IntervalWindow, Sessions, SlidingWindows
 
 
 def strategy(fn=None, **kw):
     return WindowingStrategy(fn or FixedWindows(10), **kw)
 
 
-def test_on_time_pane_fires_when_watermark_passes_max_timestamp():
+def test_on_time_pane_fires_when_watermark_reaches_window_end():
     e = GroupByWindowEngine(strategy())
     assert e.add_elements([("k", 1, 3), ("k", 2, 7)]) == []
-    assert e.advance_watermark_to(9) == []  # 9 == max_timestamp: not yet past
+    assert e.advance_watermark_to(9) == []  # 9 == max_timestamp: the timer is at end = 10
     (pane,) = e.advance_watermark_to(10)
     assert pane.window == IntervalWindow(0, 10)
     assert sorted(pane.values) == [1, 2]
@@ -30,25 +44,26 @@ def test_eow_hold_holds_output_watermark_until_the_pane_fires():
     e.add_elements([("k", 1, 3)])
     e.advance_watermark_to(5)
     assert e.output_watermark == 5
-    assert e.holds() == {STATE_HOLD: 9}
+    assert e.holds() == {STATE_HOLD: 8}  # the hold at max_timestamp 9, minus 1 µs
+    assert e.min_hold() == (8, "k", IntervalWindow(0, 10))
     e.advance_watermark_to(9)
-    assert e.output_watermark == 9
+    assert e.output_watermark == 8
     e.advance_watermark_to(30)
     assert e.output_watermark == 30 and e.holds() == {}
 
 
-def test_earliest_hold_is_the_minimum_non_late_timestamp():
+def test_earliest_hold_is_the_minimum_timestamp():
     e = GroupByWindowEngine(strategy(timestamp_combiner=TimestampCombiner.OUTPUT_AT_EARLIEST))
     e.add_elements([("k", 1, 6), ("k", 2, 4)])
     e.advance_watermark_to(5)
-    assert e.output_watermark == 4
-    e.add_elements([("k", 3, 2)])  # late: no hold
+    assert e.output_watermark == 3
+    e.add_elements([("k", 3, 2)])  # below the output watermark: no hold
     (pane,) = e.advance_watermark_to(10)
     assert pane.timestamp == 4
     assert e.late_elements == 1
 
 
-def test_latest_hold_is_the_maximum():
+def test_latest_pane_timestamp_is_the_maximum():
     e = GroupByWindowEngine(strategy(timestamp_combiner=TimestampCombiner.OUTPUT_AT_LATEST))
     e.add_elements([("k", 1, 6), ("k", 2, 4)])
     (pane,) = e.advance_watermark_to(10)
@@ -65,21 +80,23 @@ def test_late_data_within_lateness_fires_late_pane_at_end_of_window():
     assert late.timing is Timing.LATE and late.values == (2,)
     assert late.timestamp == 9  # late panes sit at the end of the window
     assert (late.index, late.nonspeculative_index) == (1, 1)
-    assert on_time.values == (1,)
+    assert on_time.values == (1,) and on_time.timestamp == 3
 
 
 def test_droppable_data_is_counted_not_lost():
     e = GroupByWindowEngine(strategy(allowed_lateness=5))
-    e.advance_watermark_to(15)
-    assert e.add_elements([("k", 1, 3)]) == []  # 9 + 5 < 15: droppable
+    e.advance_watermark_to(16)
+    assert e.add_elements([("k", 1, 3)]) == []  # 16 > end 10 + 5: dropped
     assert e.dropped == {"expired": 1, "closed": 0}
     e2 = GroupByWindowEngine(strategy(allowed_lateness=5))
-    e2.advance_watermark_to(14)
-    assert len(e2.add_elements([("k", 1, 3)])) == 1  # 9 + 5 == 14: still allowed
+    e2.advance_watermark_to(15)
+    assert len(e2.add_elements([("k", 1, 3)])) == 1  # 15 == end + 5: still kept
 
 
 def test_after_watermark_closes_the_window():
-    e = GroupByWindowEngine(strategy(trigger=AfterWatermark(), allowed_lateness=100))
+    e = GroupByWindowEngine(
+        strategy(trigger=AfterWatermark(), allowed_lateness=100, allow_unsafe_triggers=True)
+    )
     e.add_elements([("k", 1, 3)])
     (pane,) = e.advance_watermark_to(10)
     assert pane.is_last
@@ -100,8 +117,8 @@ def test_accumulating_mode_repeats_values():
 def test_sessions_merge_and_fire_once():
     e = GroupByWindowEngine(strategy(Sessions(10)))
     e.add_elements([("k", "a", 0), ("k", "b", 25)])
-    e.add_elements([("k", "c", 12)])  # bridges [0,10) and [25,35) via [12,22)? no: 22 < 25
-    e.add_elements([("k", "d", 18)])  # [18,28) overlaps [25,35) and [12,22)
+    e.add_elements([("k", "c", 12)])  # [12, 22) touches neither [0, 10) nor [25, 35)
+    e.add_elements([("k", "d", 18)])  # [18, 28) overlaps [25, 35) and [12, 22)
     panes = e.advance_watermark_to_infinity()
     windows = sorted((p.window, tuple(sorted(p.values))) for p in panes)
     assert windows == [(IntervalWindow(0, 10), ("a",)), (IntervalWindow(12, 35), ("b", "c", "d"))]
@@ -114,23 +131,99 @@ def test_sliding_windows_fire_per_window():
     assert sorted(p.window for p in panes) == [IntervalWindow(0, 10), IntervalWindow(5, 15)]
 
 
+def test_processing_time_trigger_fires_on_processing_time():
+    e = GroupByWindowEngine(strategy(trigger=Repeatedly(AfterProcessingTime(5))))
+    e.add_elements([("k", 1, 3)])
+    assert e.advance_processing_time(4) == []
+    (pane,) = e.advance_processing_time(1)
+    assert pane.values == (1,)
+    assert pane.timing is Timing.EARLY  # the timer's time 5 <= max_timestamp 9
+    assert e.pending_timers() == {"watermark": 0, "processing_time": 0}
+
+
+def test_element_policy_and_legacy_sliding_adjustment():
+    fn = SlidingWindows(10, 5)
+    e = GroupByWindowEngine(strategy(fn, timestamp_combiner=legacy_sliding_output_time(fn)))
+    e.add_elements([("k", 1, 7)])
+    panes = {p.window: p.timestamp for p in e.advance_watermark_to_infinity()}
+    # window N+1's output is not before window N's end; window [0, 10) keeps the element's
+    assert panes == {IntervalWindow(0, 10): 7, IntervalWindow(5, 15): 10}
+    clamp = ElementPolicy(lambda ts, w: ts + 100)
+    e = GroupByWindowEngine(strategy(timestamp_combiner=clamp))
+    e.add_elements([("k", 1, 3)])
+    (pane,) = e.advance_watermark_to(10)
+    assert pane.timestamp == 9  # never past the end of the window
+    with pytest.raises(TypeError, match="SlidingWindows"):
+        legacy_sliding_output_time(FixedWindows(10))  # type: ignore[arg-type]
+
+
 def test_bad_input_leaves_state_unchanged():
     e = GroupByWindowEngine(strategy())
     e.add_elements([("k", 1, 3)])
     e.advance_watermark_to(5)
+    before = (e.input_watermark, e.output_watermark, e.holds(), e.pending_windows())
     with pytest.raises(ValueError, match="backwards"):
         e.advance_watermark_to(4)
     with pytest.raises(ValueError, match=r"elements\[1\] timestamp"):
         e.add_elements([("k", 2, 4), ("k", 3, MAX_TIMESTAMP + 1)])
-    assert e.input_watermark == 5
+    with pytest.raises(ValueError, match=r"elements\[0\] must be"):
+        e.add_elements([("k", 2)])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="backwards"):
+        e.advance_processing_time(-1)
+    with pytest.raises(TypeError):
+        e.advance_watermark_to(5.5)  # type: ignore[arg-type]
+    assert (e.input_watermark, e.output_watermark, e.holds(), e.pending_windows()) == before
     (pane,) = e.advance_watermark_to(10)
     assert pane.values == (1,)
 
 
-def test_negative_allowed_lateness_is_rejected():
+def test_invalid_strategies_are_rejected():
     with pytest.raises(ValueError, match="allowed_lateness"):
         strategy(allowed_lateness=-1)
+    with pytest.raises(ValueError, match="GlobalWindows with DefaultTrigger"):
+        WindowingStrategy(GlobalWindows())
+    with pytest.raises(ValueError, match="unsafe trigger"):
+        strategy(trigger=AfterWatermark(), allowed_lateness=1)
+    with pytest.raises(TypeError, match="trigger"):
+        strategy(trigger="default")
+    with pytest.raises(TypeError, match="WindowingStrategy"):
+        GroupByWindowEngine(FixedWindows(10))  # type: ignore[arg-type]
+    # allowed with Beam's flag, or without lateness
+    strategy(trigger=AfterWatermark(), allowed_lateness=1, allow_unsafe_triggers=True)
+    strategy(trigger=AfterWatermark())
 
+
+def test_run_script_gives_panes_and_watermark_series():
+    events = [
+        ElementEvent([("k", 1, 3), ("j", 2, 12)]),
+        WatermarkEvent(10),
+        ProcessingTimeEvent(7),
+        ElementEvent([("k", 3, 4)]),
+    ]
+    r = run_script(events, strategy(allowed_lateness=5), fast=False)
+    assert [(p.key, p.timing, e) for p, e in zip(r.panes, r.pane_event, strict=True)] == [
+        ("k", Timing.ON_TIME, 1),
+        ("k", Timing.LATE, 3),
+        ("j", Timing.ON_TIME, 4),
+    ]
+    assert r.input_watermark.tolist() == [r.input_watermark[0], 10, 10, 10, MAX_TIMESTAMP]
+    assert r.output_watermark.tolist()[1:] == [10, 10, 10, MAX_TIMESTAMP]
+    assert r.processing_time.tolist() == [0, 0, 7, 7, 7]
+    assert not r.stalled
+    fast = run_script(Script(events), strategy(allowed_lateness=5))
+    assert sorted(map(repr, fast.panes)) == sorted(map(repr, r.panes))
+    assert np.array_equal(fast.output_watermark, r.output_watermark)
+
+
+def test_stalled_when_holds_outlive_the_input():
+    r = run_script(
+        [ElementEvent([("k", 1, 3)])],
+        strategy(trigger=Repeatedly(AfterProcessingTime(5)), allow_unsafe_triggers=True),
+    )
+    assert r.panes == [] and r.stalled and r.pending_processing_timers == 1
+
+
+# -- properties -------------------------------------------------------------------------
 
 script = st.lists(
     st.one_of(
@@ -144,7 +237,7 @@ script = st.lists(
 )
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None)
 @given(
     script,
     st.sampled_from(["fixed", "sliding", "sessions"]),
@@ -160,19 +253,84 @@ def test_engine_invariants(ops, fn_name, lateness, combiner):
     n_rows = 0
     fired = []
     for op, arg in ops:
-        before = e.output_watermark
         if op == "el":
             n_rows += sum(len(fn.assign(ts)) for _, ts in arg)
             fired += e.add_elements([(k, ts, ts) for k, ts in arg])
         else:
             wm += arg
             fired += e.advance_watermark_to(wm)
-        assert e.output_watermark >= before
-        assert e.output_watermark <= e.input_watermark
+        # the output watermark is the input held by the state hold (not latched)
+        hold = e.min_hold_value()
+        assert e.output_watermark == (
+            e.input_watermark if hold is None else min(e.input_watermark, hold)
+        )
     fired += e.advance_watermark_to_infinity()
-    # discarding: every (element, window) row is in exactly one pane or counted as dropped
+    # discarding DefaultTrigger: every (element, window) is in exactly one pane or dropped
     assert sum(len(p.values) for p in fired) + sum(e.dropped.values()) == n_rows
     for p in fired:
         assert p.timestamp <= p.window.max_timestamp
         if p.timing is Timing.LATE:
             assert p.timestamp == p.window.max_timestamp
+
+
+def _canon(result):
+    return sorted(
+        (int(ev), repr(p.key), p.window.start, p.window.end, tuple(sorted(p.values)), p[3:])
+        for p, ev in zip(result.panes, result.pane_event, strict=True)
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("el"),
+                st.lists(
+                    st.tuples(st.sampled_from("abc"), st.integers(-5, 80)), min_size=1, max_size=5
+                ),
+            ),
+            st.tuples(st.just("wm"), st.integers(0, 12)),
+            st.tuples(st.just("pt"), st.integers(1, 5)),
+        ),
+        max_size=30,
+    ),
+    st.sampled_from(["fixed", "sliding", "global"]),
+    st.sampled_from([DefaultTrigger(), AfterWatermark()]),
+    st.sampled_from(list(AccumulationMode)),
+    st.sampled_from(list(TimestampCombiner)),
+    st.integers(0, 20),
+)
+def test_fast_path_equals_incremental_engine(ops, fn_name, trigger, mode, combiner, lateness):
+    fn = {
+        "fixed": FixedWindows(10, 3),
+        "sliding": SlidingWindows(12, 4),
+        "global": GlobalWindows(),
+    }[fn_name]
+    events = []
+    wm = 0
+    value = 0
+    for op, arg in ops:
+        if op == "el":
+            els = []
+            for k, ts in arg:
+                els.append((k, value, ts))
+                value += 1
+            events.append(ElementEvent(els))
+        elif op == "wm":
+            wm += arg
+            events.append(WatermarkEvent(wm))
+        else:
+            events.append(ProcessingTimeEvent(arg))
+    strat = WindowingStrategy(fn, trigger, mode, lateness, combiner, allow_unsafe_triggers=True)
+    slow = run_script(events, strat, fast=False)
+    fast = run_script(events, strat)
+    assert _canon(fast) == _canon(slow)
+    assert np.array_equal(fast.output_watermark, slow.output_watermark)
+    assert np.array_equal(fast.input_watermark, slow.input_watermark)
+    assert np.array_equal(fast.processing_time, slow.processing_time)
+    assert (fast.dropped, fast.late_elements, fast.stalled) == (
+        slow.dropped,
+        slow.late_elements,
+        slow.stalled,
+    )

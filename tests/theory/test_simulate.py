@@ -88,11 +88,17 @@ def test_all_windows_fire_and_values_are_session_lengths(perfect_result):
     )
 
 
-def test_end_of_window_policy_never_holds_without_processing_delay(perfect_result):
-    # Under END_OF_WINDOW a window fires exactly when the input passes its hold.
+def test_end_of_window_policy_holds_only_through_state(perfect_result):
+    # Beam Python's runner (which the engine matches) keeps the END_OF_WINDOW holds of the
+    # sessions merged into a bigger one, and holds 1 µs below each hold, so the output of a
+    # session stage can lag its input even without processing delay; the Beam model would
+    # not lag. Whatever lags is the state hold.
     r = perfect_result.stages["mobile_sessions"]
     t = perfect_result.times
-    assert np.array_equal(r.output_watermark.at(t), r.input_watermark.at(t))
+    ow, iw = r.output_watermark.at(t), r.input_watermark.at(t)
+    held = ow < iw
+    assert np.any(held)
+    assert np.array_equal(ow[held], r.holds[STATE_HOLD].at(t)[held])
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +219,9 @@ def random_pipeline(draw):
         elif kind == "group":
             fn = draw(st.sampled_from([FixedWindows(10), Sessions(8)]))
             trig = draw(st.sampled_from([None, AfterWatermark()]))
-            strat = WindowingStrategy(fn, trig, allowed_lateness=draw(st.integers(0, 20)))
+            strat = WindowingStrategy(
+                fn, trig, allowed_lateness=draw(st.integers(0, 20)), allow_unsafe_triggers=True
+            )
             stages.append(
                 GroupByWindow(
                     name, draw(st.sampled_from(names)), strat, "count", processing=latency

@@ -1,0 +1,384 @@
+"""Run a script and a windowing strategy through a real Beam pipeline and collect its panes.
+
+The pipeline is ``TestStream -> WindowInto(strategy) -> GroupByKey -> collect`` on
+``BundleBasedDirectRunner`` in streaming mode (constructed explicitly: passing the runner by
+name silently produced no output here). Each pane comes back as a
+:class:`theory.engine.Pane` (key, window, values, timestamp µs, timing, index,
+nonspeculative index, first/last), so it compares directly with
+:func:`theory.engine.run_script`.
+
+:func:`run_beam_packed` runs several scripts that share their watermark and
+processing-time events in one pipeline: one ``Filter -> WindowInto -> GroupByKey`` branch
+per script, keys namespaced by branch. Each branch is its own GroupByKey with its own
+keyed state, holds, timers and output watermark, and an event with no elements for a
+branch reaches it as an empty bundle, which the runner drops; so a branch sees exactly its
+own script (``tests/beam_pipelines/test_beam_runner.py`` checks packed against separate
+runs).
+
+Beam's own limits apply: times in whole milliseconds (see :mod:`beam_pipelines.teststream`),
+``AfterProcessingTime`` delays in whole seconds, processing time starting at 0. Beam's
+TestClock hands processing time to triggers as float seconds, and a float turns back into
+a Timestamp by truncation, so processing times that are not exact binary fractions of a
+second (e.g. 0.3 s) can compare 1 µs off from the engine's exact µs; whole seconds are
+exact (the differential suite uses them). A script
+that leaves a hold and a processing-time timer behind never finishes on the direct runner;
+:func:`run_beam` gives up after ``timeout`` seconds with ``TimeoutError``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Hashable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
+from apache_beam.transforms import trigger as bt
+from apache_beam.transforms import window as bw
+from apache_beam.utils.timestamp import Duration, Timestamp
+from apache_beam.utils.windowed_value import PaneInfoTiming
+
+from beam_pipelines.teststream import to_test_stream
+from theory import triggers as tt
+from theory.engine import Pane, Timing
+from theory.script import ElementEvent, Event, ProcessingTimeEvent, Script, WatermarkEvent
+from theory.time import MICROS_PER_MILLI, MICROS_PER_SECOND, MIN_TIMESTAMP
+from theory.windowing import AccumulationMode, TimestampCombiner, WindowingStrategy
+from theory.windows import (
+    GLOBAL_WINDOW,
+    FixedWindows,
+    GlobalWindows,
+    IntervalWindow,
+    Sessions,
+    SlidingWindows,
+)
+
+__all__ = [
+    "BeamRun",
+    "beam_trigger",
+    "beam_window_fn",
+    "beam_windowing",
+    "canonical_panes",
+    "run_beam",
+    "run_beam_packed",
+    "skeleton",
+]
+
+_TIMING = {
+    PaneInfoTiming.EARLY: Timing.EARLY,
+    PaneInfoTiming.ON_TIME: Timing.ON_TIME,
+    PaneInfoTiming.LATE: Timing.LATE,
+    PaneInfoTiming.UNKNOWN: Timing.UNKNOWN,
+}
+_COMBINER = {
+    TimestampCombiner.OUTPUT_AT_EOW: bw.TimestampCombiner.OUTPUT_AT_EOW,
+    TimestampCombiner.OUTPUT_AT_EARLIEST: bw.TimestampCombiner.OUTPUT_AT_EARLIEST,
+    TimestampCombiner.OUTPUT_AT_LATEST: bw.TimestampCombiner.OUTPUT_AT_LATEST,
+    TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED: (
+        bw.TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED
+    ),
+}
+
+
+# ------------------------------------------------------------------- conversions
+
+
+def beam_window_fn(fn: object) -> bw.WindowFn:
+    """The Beam window fn of a :mod:`theory.windows` window fn."""
+    if isinstance(fn, FixedWindows):
+        return bw.FixedWindows(Duration(micros=fn.size), Timestamp(micros=fn.offset))
+    if isinstance(fn, SlidingWindows):
+        return bw.SlidingWindows(
+            Duration(micros=fn.size), Duration(micros=fn.period), Timestamp(micros=fn.offset)
+        )
+    if isinstance(fn, Sessions):
+        return bw.Sessions(Duration(micros=fn.gap))
+    if isinstance(fn, GlobalWindows):
+        return bw.GlobalWindows()
+    raise TypeError(f"no Beam window fn for {fn!r}")
+
+
+def beam_trigger(trigger: tt.Trigger) -> bt.TriggerFn:
+    """The Beam trigger of a :mod:`theory.triggers` trigger."""
+    if isinstance(trigger, tt.DefaultTrigger):
+        return bt.DefaultTrigger()
+    if isinstance(trigger, tt.AfterWatermark):
+        return bt.AfterWatermark(
+            early=None if trigger.early is None else beam_trigger(trigger.early),
+            late=None if trigger.late is None else beam_trigger(trigger.late),
+        )
+    if isinstance(trigger, tt.AfterProcessingTime):
+        if trigger.delay % MICROS_PER_SECOND:
+            raise ValueError(
+                f"Beam Python's AfterProcessingTime takes whole seconds, got {trigger.delay} µs"
+            )
+        return bt.AfterProcessingTime(trigger.delay // MICROS_PER_SECOND)
+    if isinstance(trigger, tt.AfterCount):
+        return bt.AfterCount(trigger.count)
+    if isinstance(trigger, tt.Repeatedly):
+        return bt.Repeatedly(beam_trigger(trigger.underlying))
+    if isinstance(trigger, tt.OrFinally):
+        return bt.OrFinally(*(beam_trigger(t) for t in trigger.triggers))
+    if isinstance(trigger, tt.AfterAny):
+        return bt.AfterAny(*(beam_trigger(t) for t in trigger.triggers))
+    if isinstance(trigger, tt.AfterAll):
+        return bt.AfterAll(*(beam_trigger(t) for t in trigger.triggers))
+    if isinstance(trigger, tt.AfterEach):
+        return bt.AfterEach(*(beam_trigger(t) for t in trigger.triggers))
+    if isinstance(trigger, tt.Never):
+        return bt._Never()
+    if isinstance(trigger, tt.Always):
+        return bt.Always()
+    raise TypeError(f"no Beam trigger for {trigger!r}")
+
+
+def beam_windowing(strategy: WindowingStrategy) -> dict[str, Any]:
+    """Keyword arguments for ``beam.WindowInto`` equivalent to ``strategy``."""
+    if strategy.allowed_lateness % MICROS_PER_MILLI:
+        raise ValueError(
+            "allowed_lateness must be whole milliseconds for Beam, got "
+            f"{strategy.allowed_lateness} µs"
+        )
+    combiner = strategy.timestamp_combiner
+    if not isinstance(combiner, TimestampCombiner):
+        raise ValueError(f"Beam has no user-chosen output policy like {combiner!r}")
+    return {
+        "windowfn": beam_window_fn(strategy.window_fn),
+        "trigger": beam_trigger(strategy.trigger),
+        "accumulation_mode": (
+            bt.AccumulationMode.ACCUMULATING
+            if strategy.accumulation_mode is AccumulationMode.ACCUMULATING
+            else bt.AccumulationMode.DISCARDING
+        ),
+        "timestamp_combiner": _COMBINER[combiner],
+        "allowed_lateness": Duration(micros=strategy.allowed_lateness),
+    }
+
+
+def skeleton(script: Script | Iterable[Event]) -> tuple[Event, ...]:
+    """The watermark and processing-time events of ``script`` as Beam sees them
+    (non-advancing watermarks and zero steps left out)."""
+    events = script.events if isinstance(script, Script) else Script(list(script)).events
+    out: list[Event] = []
+    watermark = MIN_TIMESTAMP
+    for ev in events:
+        if isinstance(ev, WatermarkEvent) and ev.watermark > watermark:
+            watermark = ev.watermark
+            out.append(ev)
+        elif isinstance(ev, ProcessingTimeEvent) and ev.delta > 0:
+            out.append(ev)
+    return tuple(out)
+
+
+def canonical_panes(panes: Iterable[Pane]) -> list[tuple[Any, ...]]:
+    """Panes as sorted tuples with values as a sorted multiset, for comparison."""
+    out = []
+    for p in panes:
+        try:
+            values = tuple(sorted(p.values))
+        except TypeError:
+            values = tuple(sorted(p.values, key=repr))
+        w = p.window
+        window = (w.start, w.end)
+        out.append(
+            (
+                repr(p.key),
+                window,
+                values,
+                p.timestamp,
+                p.timing.value,
+                p.index,
+                p.nonspeculative_index,
+                p.is_first,
+                p.is_last,
+            )
+        )
+    return sorted(out, key=repr)
+
+
+# ------------------------------------------------------------------------ running
+
+_SINK: dict[str, list[tuple[int, Pane]]] = {}
+
+
+class _Collect(beam.DoFn):
+    """Appends each pane to ``_SINK[run_id]`` (the direct runner runs in this process)."""
+
+    def __init__(self, run_id: str, branch: int) -> None:
+        self.run_id = run_id
+        self.branch = branch
+
+    def process(
+        self,
+        kv: tuple[tuple[int, Hashable], Iterable[Any]],
+        window: Any = beam.DoFn.WindowParam,
+        timestamp: Any = beam.DoFn.TimestampParam,
+        pane: Any = beam.DoFn.PaneInfoParam,
+    ) -> Iterator[None]:
+        (_, key), values = kv
+        if isinstance(window, bw.GlobalWindow):
+            win: Any = GLOBAL_WINDOW
+        else:
+            win = IntervalWindow(int(window.start.micros), int(window.end.micros))
+        sink = _SINK.get(self.run_id)
+        if sink is None:  # the run was given up (timeout)
+            return iter(())
+        sink.append(
+            (
+                self.branch,
+                Pane(
+                    key,
+                    win,
+                    tuple(values),
+                    int(timestamp.micros),
+                    _TIMING[pane.timing],
+                    int(pane.index),
+                    int(pane.nonspeculative_index),
+                    bool(pane.is_first),
+                    bool(pane.is_last),
+                ),
+            )
+        )
+        return iter(())
+
+
+@dataclass(frozen=True)
+class BeamRun:
+    """Panes per script (in output order), whether the runner reported a pipeline stall
+    (some output watermark never reached infinity), and the wall time (s)."""
+
+    panes: list[list[Pane]]
+    stalled: bool
+    seconds: float
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    log = logging.getLogger("apache_beam")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _is_stall(exc: BaseException) -> bool:
+    # The monitor reports a stall as a tuple, which ``raise`` turns into this TypeError.
+    text = str(exc)
+    return "pipeline stall" in text or (
+        isinstance(exc, TypeError) and "must derive from BaseException" in text
+    )
+
+
+def run_beam_packed(
+    cases: Sequence[tuple[Script | Iterable[Event], WindowingStrategy]],
+    *,
+    timeout: float = 120.0,
+) -> BeamRun:
+    """Run scripts sharing one skeleton (see :func:`skeleton`) in one Beam pipeline."""
+    if not cases:
+        raise ValueError("no scripts to run")
+    scripts = [s if isinstance(s, Script) else Script(list(s)) for s, _ in cases]
+    base = skeleton(scripts[0])
+    for i, s in enumerate(scripts[1:], 1):
+        if skeleton(s) != base:
+            raise ValueError(f"script {i} does not share script 0's watermark/processing events")
+    merged = _interleave(scripts)
+    run_id = uuid.uuid4().hex
+    _SINK[run_id] = []
+    opts = PipelineOptions(
+        allow_unsafe_triggers=any(st.allow_unsafe_triggers for _, st in cases),
+    )
+    opts.view_as(StandardOptions).streaming = True
+    # the runner-API round trip cannot carry OUTPUT_AT_EARLIEST_TRANSFORMED
+    test_runner_api = not any(
+        st.timestamp_combiner is TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED for _, st in cases
+    )
+    t0 = time.perf_counter()
+    stalled = False
+    with _quiet():
+        pipeline = beam.Pipeline(runner=BundleBasedDirectRunner(), options=opts)
+        source = pipeline | "events" >> to_test_stream(merged)
+        for i, (_, strategy) in enumerate(cases):
+            branch = source
+            if len(cases) > 1:
+                branch = branch | f"only{i}" >> beam.Filter(lambda kv, i=i: kv[0][0] == i)
+            _ = (
+                branch
+                | f"window{i}" >> beam.WindowInto(**beam_windowing(strategy))
+                | f"group{i}" >> beam.GroupByKey()
+                | f"collect{i}" >> beam.ParDo(_Collect(run_id, i))
+            )
+        try:
+            result = pipeline.run(test_runner_api=test_runner_api)
+            box: list[BaseException] = []
+
+            def wait() -> None:
+                try:
+                    result.wait_until_finish()
+                except BaseException as e:
+                    box.append(e)
+
+            waiter = threading.Thread(target=wait, daemon=True)
+            waiter.start()
+            waiter.join(timeout)
+            if waiter.is_alive():
+                result.cancel()
+                raise TimeoutError(
+                    f"Beam did not finish within {timeout} s (a hold and a pending "
+                    "processing-time timer keep the direct runner waiting forever)"
+                )
+            if box:
+                if not _is_stall(box[0]):
+                    raise box[0]
+                stalled = True
+        finally:
+            collected = _SINK.pop(run_id, [])
+    seconds = time.perf_counter() - t0
+    panes: list[list[Pane]] = [[] for _ in cases]
+    for branch_index, pane in collected:
+        panes[branch_index].append(pane)
+    return BeamRun(panes, stalled, seconds)
+
+
+def run_beam(
+    script: Script | Iterable[Event], strategy: WindowingStrategy, *, timeout: float = 120.0
+) -> BeamRun:
+    """Run one script through Beam; ``BeamRun.panes[0]`` are its panes."""
+    return run_beam_packed([(script, strategy)], timeout=timeout)
+
+
+def _interleave(scripts: list[Script]) -> Script:
+    """One script with every script's elements (keys ``(i, key)``), in the shared skeleton:
+    between two skeleton events, script 0's element events, then script 1's, and so on."""
+    gaps: list[list[list[ElementEvent]]] = []
+    base = skeleton(scripts[0])
+    for i, s in enumerate(scripts):
+        per_gap: list[list[ElementEvent]] = [[] for _ in range(len(base) + 1)]
+        g = 0
+        watermark = MIN_TIMESTAMP
+        for ev in s.events:
+            if isinstance(ev, ElementEvent):
+                if ev.elements:
+                    per_gap[g].append(ElementEvent([((i, k), v, t) for k, v, t in ev.elements]))
+            elif isinstance(ev, WatermarkEvent):
+                if ev.watermark > watermark:
+                    watermark = ev.watermark
+                    g += 1
+            elif ev.delta > 0:
+                g += 1
+        gaps.append(per_gap)
+    out: list[Event] = []
+    for g in range(len(base) + 1):
+        for per_gap in gaps:
+            out.extend(per_gap[g])
+        if g < len(base):
+            out.append(base[g])
+    return Script(out)

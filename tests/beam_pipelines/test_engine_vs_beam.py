@@ -1,0 +1,282 @@
+"""The engine against Beam's own runner (BundleBasedDirectRunner, streaming).
+
+Every script runs through :func:`theory.engine.run_script` and through a real Beam
+pipeline; the panes (key, window, values as a multiset, timestamp, timing, index,
+nonspeculative index, first/last) and the stall flag must be identical.
+
+- ``test_runner_*``: where Beam Python's runner differs from the Beam model, one named
+  script each; the engine matches the runner, and the test states the model's answer.
+- ``test_random_script_matches_beam``: seeded random scripts across window fns, triggers,
+  accumulation modes, timestamp combiners, lateness, late and droppable data
+  (``beam_pipelines.differential``). About 0.1-0.2 s of Beam each.
+"""
+
+import collections
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.testing.test_stream import TestStream as BeamTestStream
+
+from beam_pipelines.beam_runner import beam_windowing, canonical_panes, run_beam
+from beam_pipelines.differential import compare, random_case
+from theory import triggers as tt
+from theory.engine import ScriptResult, run_script
+from theory.script import ElementEvent as E
+from theory.script import ProcessingTimeEvent as P
+from theory.script import WatermarkEvent as W
+from theory.windowing import AccumulationMode, TimestampCombiner, WindowingStrategy
+from theory.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows
+
+S = 1_000_000
+ACC = AccumulationMode.ACCUMULATING
+EARLIEST = TimestampCombiner.OUTPUT_AT_EARLIEST
+#: How many random scripts the differential suite runs.
+RANDOM_SCRIPTS = 300
+
+
+def strat(trigger=None, fn=None, **kw):
+    kw.setdefault("allow_unsafe_triggers", True)
+    return WindowingStrategy(fn or FixedWindows(10 * S), trigger or tt.DefaultTrigger(), **kw)
+
+
+def check(events, strategy) -> ScriptResult:
+    """Run both; assert identical panes and stall flags; return the engine's result."""
+    ours = run_script(events, strategy)
+    beam_run = run_beam(events, strategy)
+    assert canonical_panes(ours.panes) == canonical_panes(beam_run.panes[0])
+    assert ours.stalled == beam_run.stalled
+    return ours
+
+
+def summary(result):
+    return [
+        (p.key, tuple(sorted(p.values)), p.timing.name, p.index, p.nonspeculative_index, p.is_last)
+        for p in result.panes
+    ]
+
+
+# -- named divergences: the runner, not the model -------------------------------------------
+
+
+def test_runner_drops_on_window_end_not_max_timestamp():
+    r = check(
+        [W(15 * S), E([("a", 1, 3 * S)]), W(15 * S + 1000), E([("a", 2, 4 * S)])],
+        strat(allowed_lateness=5 * S),
+    )
+    # model: IW 15 s > max_timestamp + lateness drops the first element too
+    assert summary(r) == [("a", (1,), "LATE", 0, 0, False)]
+
+
+def test_runner_sliding_windows_do_not_shift_output_times():
+    fn = SlidingWindows(10 * S, 5 * S)
+    for combiner in (EARLIEST, TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED):
+        r = check([E([("a", 1, 7 * S)])], strat(fn=fn, timestamp_combiner=combiner))
+        # model (Java's old getOutputTime): [5 s, 15 s) would output at 10 s
+        assert sorted(p.timestamp for p in r.panes) == [7 * S, 7 * S]
+
+
+def test_runner_earliest_hold_only_for_elements_at_or_after_output_watermark():
+    r = check(
+        [E([("b", 0, 2 * S)]), W(5 * S), E([("a", 1, 3 * S)]), E([("c", 2, 1 * S)])],
+        strat(timestamp_combiner=EARLIEST),
+    )
+    # model: a (late) holds nothing; c's hold is clamped to the output watermark
+    assert {p.key: p.timestamp for p in r.panes} == {"b": 2 * S, "a": 3 * S, "c": 10 * S - 1}
+
+
+def test_runner_late_pane_can_be_early_when_output_watermark_is_held():
+    r = check(
+        [E([("a", 1, 10 * S)]), W(12 * S), E([("b", 2, 5 * S)])],
+        strat(timestamp_combiner=EARLIEST, allowed_lateness=100 * S),
+    )
+    assert summary(r)[0] == ("b", (2,), "EARLY", 0, -1, False)  # model: LATE, 0
+
+
+def test_runner_output_watermark_is_one_microsecond_below_the_hold():
+    r = check(
+        [E([("a", 1, 4 * S)]), W(6 * S), E([("b", 2, 1 * S)])],
+        strat(fn=FixedWindows(4 * S), timestamp_combiner=EARLIEST, allowed_lateness=100 * S),
+    )
+    # a hold at 4 s keeps the output at 4 s - 1 µs = [0, 4 s)'s max_timestamp: EARLY
+    assert summary(r)[0] == ("b", (2,), "EARLY", 0, -1, False)
+
+
+def test_runner_latest_holds_the_watermark_at_the_earliest_batch():
+    r = check(
+        [
+            E([("a", 1, 3 * S)]),
+            E([("a", 2, 3 * S + 500_000)]),
+            W(3 * S + 600_000),
+            E([("b", 3, 2 * S + 500_000)]),
+        ],
+        strat(
+            fn=FixedWindows(S),
+            timestamp_combiner=TimestampCombiner.OUTPUT_AT_LATEST,
+            allowed_lateness=100 * S,
+        ),
+    )
+    # model: held at 3.5 s, b's pane LATE
+    assert summary(r)[0] == ("b", (3,), "EARLY", 0, -1, False)
+
+
+def test_runner_never_garbage_collects_and_stalls():
+    r = check([E([("a", 1, S), ("a", 2, S)])], strat(tt.AfterCount(3)))
+    assert r.panes == [] and r.stalled  # model: a final pane at garbage collection
+
+
+def test_runner_processing_time_timer_counts_as_watermark():
+    r = check(
+        [P(8 * S), E([("a", 1, 3 * S)]), P(20 * S), W(5 * S), E([("a", 2, 4 * S)]), W(30 * S)],
+        strat(tt.AfterWatermark(early=tt.AfterProcessingTime(5 * S))),
+    )
+    assert summary(r) == [("a", (1,), "LATE", 0, 0, True)]  # model: EARLY [1], ON_TIME [2]
+
+
+def test_runner_after_any_processing_time_branch_never_finishes():
+    r = check(
+        [E([("a", 1, S)]), P(2 * S), E([("a", 2, S)]), E([("a", 3, S)]), E([("a", 4, S)])],
+        strat(tt.AfterAny(tt.AfterProcessingTime(S), tt.AfterCount(3))),
+    )
+    # model: the first pane is the last
+    assert summary(r) == [("a", (1,), "EARLY", 0, -1, False), ("a", (2, 3), "EARLY", 1, -1, True)]
+
+
+def test_runner_merged_session_keeps_older_holds():
+    r = check(
+        [E([("a", 1, 0)]), E([("a", 2, 5 * S)]), W(12 * S), E([("b", 3, 0)]), W(13 * S)],
+        strat(tt.AfterWatermark(late=tt.AfterCount(1)), Sessions(10 * S), allowed_lateness=100 * S),
+    )
+    assert ("b", (3,), "EARLY", 0, -1, False) in summary(r) and r.stalled
+
+
+def test_runner_merged_session_starts_a_new_pane_sequence():
+    r = check(
+        [E([("a", 1, S)]), W(7 * S), E([("a", 2, 5 * S)]), W(11 * S)],
+        strat(fn=Sessions(5 * S), allowed_lateness=100 * S, accumulation_mode=ACC),
+    )
+    assert [(p.timing.name, p.index, p.is_first) for p in r.panes] == [
+        ("ON_TIME", 0, True),
+        ("ON_TIME", 0, True),
+    ]
+
+
+def test_after_all_fires_on_the_element_that_completes_it():
+    r = check(
+        [E([("a", 0, S)]), W(11 * S), E([("a", 1, 2 * S)])],
+        strat(tt.AfterAll(tt.AfterWatermark(), tt.AfterCount(2)), allowed_lateness=20 * S),
+    )
+    assert summary(r) == [("a", (0, 1), "EARLY", 0, -1, True)]
+
+
+def _beam_rejects(strategy: WindowingStrategy) -> bool:
+    opts = PipelineOptions()
+    opts.view_as(StandardOptions).streaming = True
+    p = beam.Pipeline(options=opts)
+    try:
+        _ = (
+            p
+            | BeamTestStream().advance_watermark_to_infinity()
+            | beam.WindowInto(**beam_windowing(strategy))
+            | beam.GroupByKey()
+        )
+    except ValueError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize(
+    ("fn", "trigger", "lateness"),
+    [
+        (GlobalWindows(), tt.DefaultTrigger(), 0),
+        (GlobalWindows(), tt.Repeatedly(tt.AfterCount(2)), 0),
+        (FixedWindows(S), tt.AfterCount(1), 0),
+        (FixedWindows(S), tt.AfterWatermark(), 0),
+        (FixedWindows(S), tt.AfterWatermark(), 1000),
+        (FixedWindows(S), tt.AfterWatermark(late=tt.AfterCount(1)), 1000),
+        (FixedWindows(S), tt.AfterAny(tt.AfterCount(2), tt.Repeatedly(tt.AfterCount(1))), 0),
+        (FixedWindows(S), tt.AfterAll(tt.AfterCount(2), tt.Repeatedly(tt.AfterCount(1))), 0),
+        (FixedWindows(S), tt.AfterEach(tt.AfterCount(1), tt.AfterProcessingTime(S)), 0),
+        (FixedWindows(S), tt.OrFinally(tt.Always(), tt.Never()), 0),
+        (Sessions(S), tt.Never(), 0),
+    ],
+)
+def test_strategies_are_rejected_exactly_when_beam_rejects_them(fn, trigger, lateness):
+    unsafe = WindowingStrategy(fn, trigger, allowed_lateness=lateness, allow_unsafe_triggers=True)
+    try:
+        WindowingStrategy(fn, trigger, allowed_lateness=lateness)
+        ours = False
+    except ValueError:
+        ours = True
+    assert ours == _beam_rejects(unsafe)
+
+
+# -- the random suite -------------------------------------------------------------------------
+
+
+def test_random_suite_covers_the_space():
+    seen: collections.Counter[str] = collections.Counter()
+    for seed in range(RANDOM_SCRIPTS):
+        case = random_case(seed)
+        s = case.strategy
+        seen[type(s.window_fn).__name__] += 1
+        seen[s.accumulation_mode.name] += 1
+        seen[s.timestamp_combiner.name] += 1
+        seen["lateness>0" if s.allowed_lateness else "lateness=0"] += 1
+        text = repr(s.trigger)
+        for name in (
+            "DefaultTrigger",
+            "AfterWatermark(early=Repeatedly",
+            "late=Repeatedly",
+            "AfterCount",
+            "AfterProcessingTime",
+            "AfterAny",
+            "AfterAll",
+            "AfterEach",
+            "OrFinally",
+            "Never",
+        ):
+            seen[name] += name in text
+        r = run_script(case.script, s)
+        seen["late data"] += r.late_elements > 0
+        seen["dropped"] += r.dropped["expired"] > 0
+        seen["closed"] += r.dropped["closed"] > 0
+        seen["stalled"] += r.stalled
+        for p in r.panes:
+            seen[p.timing.name] += 1
+    for fn in ("FixedWindows", "SlidingWindows", "Sessions"):
+        assert seen[fn] >= 50, seen
+    for item in list(TimestampCombiner) + list(AccumulationMode):
+        assert seen[item.name] >= 20, seen
+    for what in (
+        "lateness>0",
+        "lateness=0",
+        "late data",
+        "dropped",
+        "closed",
+        "stalled",
+        "EARLY",
+        "ON_TIME",
+        "LATE",
+    ):
+        assert seen[what] >= 20, seen
+    for what in (
+        "DefaultTrigger",
+        "AfterWatermark(early=Repeatedly",
+        "late=Repeatedly",
+        "AfterCount",
+        "AfterProcessingTime",
+        "AfterAny",
+        "AfterAll",
+        "AfterEach",
+        "OrFinally",
+        "Never",
+    ):
+        assert seen[what] >= 10, seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(RANDOM_SCRIPTS))
+def test_random_script_matches_beam(seed):
+    problems, _ = compare(random_case(seed))
+    assert not problems, "\n".join(problems)
