@@ -1,0 +1,272 @@
+"""A splittable DoFn reading Pub/Sub with the base/tracking watermark estimator.
+
+:class:`ReadWithTrackingWatermarkFn` takes a :class:`PubsubReadSpec` element (a base and
+a tracking subscription of one topic) and emits the base subscription's records as
+``TimestampedValue(PubsubRecord, event time)``. Its watermark estimator is
+:class:`~beam_pipelines.pubsub.TrackingWatermarkEstimator`, fed from the tracking
+subscription; Beam checkpoints the estimator's state with the restriction.
+
+Beam's form of "snapshot before ack": both subscriptions are acked in the bundle
+finalizer, which the runner calls only after it has committed the bundle's output and the
+estimator state. A failed bundle is retried from the previous state and its messages are
+redelivered. The lease grace (``lease_grace``, the tracking subscription's ack deadline)
+holds the watermark after any start that is not a clean resume: a resume is clean when the
+state it starts from was committed *and finalized* in this process and no other attempt
+has started from it (a retry has); everything else (first start, another worker, a retry)
+waits out the leases a dead attempt may hold.
+
+``pt_base`` comes from ``backlog_factory(spec)`` (e.g. a
+:class:`~beam_pipelines.pubsub.MonitoredBaseBacklog` in production); by default from an
+:class:`~beam_pipelines.pubsub.AckLedger` per base subscription kept *in this process*,
+which is exact only while one worker reads the subscription (the DirectRunner, tests).
+
+The restriction is ``OffsetRange(0, spec.max_records)``, one position per emitted record,
+so a finite ``max_records`` makes a bounded read (tests); ``stop_after_idle`` (seconds of
+real time without a base record) ends the read early, so a test can never hang.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.core import RestrictionProvider
+from apache_beam.transforms.window import TimestampedValue
+from apache_beam.utils.timestamp import Duration, Timestamp
+
+from beam_pipelines.pubsub import (
+    REASON_LEASE_GRACE,
+    AckLedger,
+    BaseBacklog,
+    BaseConsumer,
+    Clock,
+    TrackingReader,
+    TrackingWatermarkEstimator,
+    TrackingWatermarkEstimatorProvider,
+    system_clock,
+)
+from theory.time import MIN_TIMESTAMP, MINUTE, SECOND, check_duration
+
+__all__ = ["METRICS_NAMESPACE", "PubsubReadSpec", "ReadWithTrackingWatermarkFn", "shared_ledger"]
+
+#: The namespace of the DoFn's Beam metrics.
+METRICS_NAMESPACE = "pubsub_tracking"
+
+_LOCK = threading.Lock()
+_LEDGERS: dict[str, AckLedger] = {}
+_FINALIZED: OrderedDict[str, None] = OrderedDict()  # tokens committed and finalized here
+_MAX_TOKENS = 10_000
+# The DoFn is its own restriction and watermark-estimator provider.
+_SELF_RESTRICTION = beam.DoFn.RestrictionParam()
+_SELF_WATERMARK = beam.DoFn.WatermarkEstimatorParam()
+
+
+def shared_ledger(base_subscription: str) -> AckLedger:
+    """This process's :class:`AckLedger` for a base subscription (the default backlog)."""
+    with _LOCK:
+        led = _LEDGERS.get(base_subscription)
+        if led is None:
+            led = _LEDGERS[base_subscription] = AckLedger()
+        return led
+
+
+def _mark_finalized(token: str) -> None:
+    with _LOCK:
+        _FINALIZED[token] = None
+        while len(_FINALIZED) > _MAX_TOKENS:
+            _FINALIZED.popitem(last=False)
+
+
+def _take_clean(token: str | None) -> bool:
+    """True once for a token that was finalized here (the next attempt consumes it)."""
+    if token is None:
+        return False
+    with _LOCK:
+        if token in _FINALIZED:
+            del _FINALIZED[token]
+            return True
+        return False
+
+
+@dataclass(frozen=True)
+class PubsubReadSpec:
+    """What to read: full subscription paths, Beam's attribute names, a record budget."""
+
+    base_subscription: str
+    tracking_subscription: str
+    timestamp_attribute: str
+    id_label: str | None = None
+    max_records: int = 2**62
+
+
+class ReadWithTrackingWatermarkFn(
+    beam.DoFn, RestrictionProvider, TrackingWatermarkEstimatorProvider
+):
+    """Reads :class:`PubsubReadSpec` elements; see the module docstring.
+
+    Estimator parameters (µs) as :class:`~theory.pubsub.TrackingEstimator`; ``clock``
+    gives processing time (µs); ``records_per_bundle`` records are emitted before the
+    DoFn checkpoints itself (``defer_remainder``).
+    """
+
+    def __init__(
+        self,
+        *,
+        band: int = 10 * SECOND,
+        idle_advance_after: int = 2 * MINUTE,
+        idle_lag: int = 10 * SECOND,
+        bucket_width: int = SECOND // 10,
+        cap_at_idle_lag: bool = True,
+        clock: Clock = system_clock,
+        lease_grace: int = 10 * SECOND,
+        records_per_bundle: int = 100,
+        max_messages: int = 100,
+        stop_after_idle: float = 30.0,
+        backlog_factory: Callable[[PubsubReadSpec], BaseBacklog] | None = None,
+    ) -> None:
+        beam.DoFn.__init__(self)
+        TrackingWatermarkEstimatorProvider.__init__(
+            self,
+            band,
+            idle_advance_after,
+            idle_lag,
+            bucket_width,
+            cap_at_idle_lag=cap_at_idle_lag,
+        )
+        self.clock = clock
+        self.lease_grace = check_duration(lease_grace, "lease_grace")
+        self.records_per_bundle = check_duration(
+            records_per_bundle, "records_per_bundle", allow_zero=False
+        )
+        self.max_messages = check_duration(max_messages, "max_messages", allow_zero=False)
+        if stop_after_idle <= 0:
+            raise ValueError(f"stop_after_idle must be > 0 s, got {stop_after_idle}")
+        self.stop_after_idle = float(stop_after_idle)
+        self.backlog_factory = backlog_factory
+        self._subscriber: Any = None
+        self._last_record: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ restriction
+
+    def initial_restriction(self, element: PubsubReadSpec) -> OffsetRange:
+        return OffsetRange(0, element.max_records)
+
+    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element: PubsubReadSpec, restriction: OffsetRange) -> int:
+        return int(restriction.size())
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def setup(self) -> None:
+        from google.cloud import pubsub_v1
+
+        self._subscriber = pubsub_v1.SubscriberClient()
+
+    def teardown(self) -> None:
+        if self._subscriber is not None:
+            self._subscriber.close()
+            self._subscriber = None
+
+    def process(
+        self,
+        spec: PubsubReadSpec,
+        finalizer: Any = beam.DoFn.BundleFinalizerParam,
+        tracker: Any = _SELF_RESTRICTION,
+        watermark: Any = _SELF_WATERMARK,
+    ) -> Iterator[TimestampedValue]:
+        # ``finalizer`` must come before the restriction and estimator parameters (Beam
+        # fills them by keyword; a later positional parameter collides with them).
+        # ``watermark`` is our TrackingWatermarkEstimator behind Beam's thread-safe
+        # wrapper: only its methods are reachable, each under the wrapper's lock.
+        wm: TrackingWatermarkEstimator = watermark
+        ns = METRICS_NAMESPACE
+        resumed_from, token = wm.tokens()
+        if not _take_clean(resumed_from):
+            wm.hold_until_at_least(self.clock() + self.lease_grace)
+        finalizer.register(partial(_mark_finalized, token))
+        ledger = shared_ledger(spec.base_subscription)
+        backlog = self.backlog_factory(spec) if self.backlog_factory else ledger
+        common: dict[str, Any] = {
+            "timestamp_attribute": spec.timestamp_attribute,
+            "id_label": spec.id_label,
+            "max_messages": self.max_messages,
+        }
+        # Used for pulling and acking only; the estimator is ``wm``'s.
+        tracking = TrackingReader(
+            self._subscriber, spec.tracking_subscription, backlog=backlog, **common
+        )
+        base = BaseConsumer(self._subscriber, spec.base_subscription, ledger=ledger, **common)
+        last = self._last_record.setdefault(spec.base_subscription, time.monotonic())
+        pos = tracker.current_restriction().start
+        stop = tracker.current_restriction().stop
+        if pos >= stop:
+            return
+        emitted = 0
+        try:
+            while emitted < self.records_per_bundle:
+                for _ in range(tracking.max_pulls):  # drain the tracking subscription
+                    batch = tracking.pull()
+                    if not batch:
+                        break
+                    wm.record(batch)
+                    for rec in batch:
+                        if rec.event_time is not None:
+                            ledger.expect(rec.record_id, rec.publish_time)
+                    # Acked once the runner has committed the estimator state.
+                    finalizer.register(partial(tracking.ack, batch))
+                records = base.pull() or []
+                bad = [r for r in records if r.event_time is None]
+                good = [r for r in records if r.event_time is not None]
+                finalizer.register(partial(base.ack, bad))  # dead-lettered: counted only
+                for i, rec in enumerate(good):
+                    if not tracker.try_claim(pos):
+                        base.nack(good[i:])
+                        return
+                    pos += 1
+                    emitted += 1
+                    assert rec.event_time is not None
+                    if rec.event_time < wm.watermark_micros():
+                        Metrics.counter(ns, "late_emitted").inc()
+                    yield TimestampedValue(rec, Timestamp(micros=rec.event_time))
+                finalizer.register(partial(base.ack, good))
+                if pos >= stop:  # the whole budget is claimed: done
+                    return
+                e = wm.update(
+                    self.clock(),
+                    backlog.oldest_unacked_publish_time(),
+                    tracking.tracking_has_backlog(),
+                )
+                if e.reason == REASON_LEASE_GRACE:
+                    Metrics.counter(ns, "lease_grace_holds").inc()
+                if records:
+                    last = self._last_record[spec.base_subscription] = time.monotonic()
+                elif time.monotonic() - last > self.stop_after_idle:
+                    tracker.try_claim(stop)  # nothing for too long: end the read
+                    return
+                else:
+                    break  # nothing to read now: checkpoint and resume shortly
+        finally:
+            Metrics.counter(ns, "emitted").inc(emitted)
+            # Distributions, not gauges: the runner's gauge merge across bundles is not
+            # "latest wins"; the watermark is monotonic, so its distribution's max is it.
+            value = wm.watermark_micros()
+            if value > MIN_TIMESTAMP:
+                Metrics.distribution(ns, "watermark_us").update(value)
+            Metrics.distribution(ns, "regressions").update(wm.counts()["regressions"])
+            for side, puller in (("tracking", tracking), ("base", base)):
+                for reason, n in puller.attribute_errors.items():
+                    Metrics.counter(ns, f"{side} attribute_errors: {reason}").inc(n)
+                for what, n in puller.rpc_errors.items():
+                    Metrics.counter(ns, f"{side} rpc_errors: {what}").inc(n)
+        Metrics.counter(ns, "checkpoints").inc()
+        tracker.defer_remainder(Duration(seconds=0 if emitted else 0.05))
