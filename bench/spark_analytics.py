@@ -1,0 +1,256 @@
+"""Benchmark: watermark curves and the lateness table, Spark local[2] against numpy.
+
+For each trace size (default 1M and 10M events; add 50M with ``--sizes 1e6,1e7,5e7``) a
+seeded trace is generated with :func:`spark_backend.tracedf.generate_trace_df`, and both
+paths compute the perfect, two bounded (heuristic) and one percentile curve plus the late
+count of every strategy:
+
+- **spark**: :func:`spark_backend.analytics.prepare` (the one shuffle) +
+  :func:`~spark_backend.analytics.analyze` (the lateness table) + materialising the
+  curves (a ``noop`` write);
+- **numpy**: :func:`theory.sources.perfect_curve`,
+  :func:`theory.sources.bounded_out_of_orderness_curve`,
+  :func:`theory.percentile.percentile_curve` (source level: active from event to arrival
+  time, the perfect curve as fallback; :func:`spark_backend.analytics.
+  percentile_curve_numpy` if theory lacks it) and late counts with
+  :meth:`theory.series.StepSeries.before`, on the same rows collected through Arrow.
+
+Trace generation and collection are not timed. Both paths must give identical numbers:
+the curves are compared exactly (or, above ``--compare-max`` events, by exact checksums
+of every column) and the late counts exactly. Prints wall-time medians, events/s and the
+Spark/numpy ratio per size.
+
+    .venv/bin/python bench/spark_analytics.py --sizes 1e6,1e7 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from spark_backend.analytics import analyze, percentile_curve_numpy, prepare
+from spark_backend.session import get_session
+from spark_backend.tracedf import generate_trace_df
+from theory.generators import Delay
+from theory.series import StepSeries
+from theory.sources import bounded_out_of_orderness_curve, perfect_curve
+from theory.time import SECOND
+
+STRATEGIES = ("perfect", "bounded:2s", "bounded:30s", "percentile:0.99")
+_MOD = 1_000_003
+
+
+PercentileFn = Callable[[np.ndarray, np.ndarray, float, StepSeries], StepSeries]
+
+
+def _numpy_percentile() -> tuple[str, PercentileFn]:
+    """theory's vectorised percentile curve when it exists, else the numpy kernel."""
+    try:
+        from theory.percentile import percentile_curve
+    except ImportError:
+        return "spark_backend.analytics.percentile_curve_numpy", (
+            lambda e, a, p, _fallback: percentile_curve_numpy(e, a, p)
+        )
+    return "theory.percentile.percentile_curve", (
+        lambda e, a, p, fallback: percentile_curve(e, np.minimum(e, a), a, p, fallback)
+    )
+
+
+def numpy_path(e: np.ndarray, a: np.ndarray) -> tuple[dict[str, StepSeries], dict[str, int]]:
+    """The numpy reference: curves and late counts of :data:`STRATEGIES`."""
+    _, pct = _numpy_percentile()
+    perfect = perfect_curve(e, a)
+    curves = {
+        "perfect": perfect,
+        "bounded:2s": bounded_out_of_orderness_curve(e, a, bound=2 * SECOND),
+        "bounded:30s": bounded_out_of_orderness_curve(e, a, bound=30 * SECOND),
+        "percentile:0.99": pct(e, a, 0.99, perfect),
+    }
+    late = {k: int(np.count_nonzero(e < c.before(a))) for k, c in curves.items()}
+    return curves, late
+
+
+def _same(x: StepSeries, y: StepSeries) -> bool:
+    return bool(np.array_equal(x.times, y.times) and np.array_equal(x.values, y.values))
+
+
+def checksum(times: np.ndarray, values: np.ndarray) -> tuple[int, int, int, int, int]:
+    """(steps, min, max, sum of value mod p, sum of (time mod p) * (value mod 997))."""
+    v = values.astype(np.int64)
+    t = times.astype(np.int64)
+    return (
+        int(v.size),
+        int(v.min()),
+        int(v.max()),
+        int(np.sum(v % _MOD)),
+        int(np.sum((t % _MOD) * (v % 997))),
+    )
+
+
+def spark_checksums(curves_df: Any, names: list[str]) -> dict[str, tuple[int, ...]]:
+    from pyspark.sql import functions as F
+
+    aggs = []
+    for i, n in enumerate(names):
+        c = F.col("`" + n + "`")
+        t = F.col("processing_time")
+        aggs += [
+            F.count(c).alias(f"n{i}"),
+            F.min(c).alias(f"lo{i}"),
+            F.max(c).alias(f"hi{i}"),
+            F.sum(F.pmod(c, F.lit(_MOD))).alias(f"s{i}"),
+            F.sum(F.pmod(t, F.lit(_MOD)) * F.pmod(c, F.lit(997))).alias(f"x{i}"),
+        ]
+    row = curves_df.agg(*aggs).first()
+    return {
+        n: tuple(int(row[f"{k}{i}"]) for k in ("n", "lo", "hi", "s", "x"))
+        for i, n in enumerate(names)
+    }
+
+
+def run_size(spark: Any, n: int, repeat: int, compare_max: int, seed: int) -> dict[str, Any]:
+    df = generate_trace_df(
+        spark,
+        n,
+        seed=seed,
+        rate=2000.0,
+        keys=1000,
+        partitions=8,
+        delay=Delay("lognorm", s=1.0, scale=1.0),
+        stragglers=0.01,
+        straggler_delay=Delay("pareto", b=1.5, scale=30.0),
+        idle_partitions=(3,),
+        idle_interval=(n // 4 * 500, n // 3 * 500),
+    )
+    from pyspark import StorageLevel
+
+    df = df.select("event_time", "arrival_time", "key", "partition").persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
+    t0 = time.perf_counter()
+    df.count()
+    gen = time.perf_counter() - t0
+
+    spark_times = []
+    late_spark: dict[str, int] = {}
+    analysis = None
+    for _ in range(repeat):
+        if analysis is not None:
+            analysis.layout.unpersist()
+        gc.collect()
+        t0 = time.perf_counter()
+        layout = prepare(df)
+        analysis = analyze(layout, STRATEGIES)
+        analysis.curves().write.format("noop").mode("overwrite").save()
+        spark_times.append(time.perf_counter() - t0)
+        late_spark = {
+            str(k): int(v) for k, v in zip(analysis.late["strategy"], analysis.late["late"],
+                                           strict=True)
+        }
+    assert analysis is not None
+
+    table = df.select("event_time", "arrival_time").toArrow()
+    e = table.column(0).to_numpy()
+    a = table.column(1).to_numpy()
+    del table
+    numpy_times = []
+    curves: dict[str, StepSeries] = {}
+    late_np: dict[str, int] = {}
+    for _ in range(repeat):
+        curves = {}
+        gc.collect()
+        t0 = time.perf_counter()
+        curves, late_np = numpy_path(e, a)
+        numpy_times.append(time.perf_counter() - t0)
+
+    if n <= compare_max:
+        same_curves = all(_same(analysis.curve(k), curves[k]) for k in STRATEGIES)
+        how = "exact arrays"
+    else:
+        sums = spark_checksums(analysis.curves(), list(STRATEGIES))
+        arrivals = np.unique(a)
+        evals = np.unique(np.concatenate((arrivals, e[e < a])))
+        same_curves = True
+        for k in STRATEGIES:
+            times = evals if k.startswith("percentile") else arrivals
+            same_curves &= sums[k] == checksum(times, curves[k].at(times))
+        how = "checksums"
+    same_late = {k: late_spark[k] == late_np[k] for k in STRATEGIES}
+    analysis.layout.unpersist()
+    df.unpersist()
+    sp, nu = statistics.median(spark_times), statistics.median(numpy_times)
+    return {
+        "events": n,
+        "generate_s": gen,
+        "spark_s": sp,
+        "numpy_s": nu,
+        "spark_runs": spark_times,
+        "numpy_runs": numpy_times,
+        "spark_eps": n / sp,
+        "numpy_eps": n / nu,
+        "ratio": sp / nu,
+        "identical": same_curves and all(same_late.values()),
+        "compared": how,
+        "late": late_np,
+        "steps": len(curves["perfect"]),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="1e6,1e7", help="comma-separated event counts")
+    p.add_argument("--repeat", type=int, default=3, help="runs per path (median reported)")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--driver-memory", default="12g")
+    p.add_argument("--compare-max", type=float, default=1e7,
+                   help="compare full curves up to this size, checksums above")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    sizes = [int(float(x)) for x in args.sizes.split(",") if x.strip()]
+    spark = get_session(args.master, {"spark.driver.memory": args.driver_memory})
+    name, _ = _numpy_percentile()
+    print(f"strategies: {', '.join(STRATEGIES)}; percentile reference: {name}")
+    print(f"master {args.master}, {args.repeat} run(s) per path, medians\n")
+    header = (
+        f"{'events':>11} {'spark s':>9} {'numpy s':>9} {'spark ev/s':>12} {'numpy ev/s':>12} "
+        f"{'spark/numpy':>11}  identical"
+    )
+    print(header)
+    print("-" * len(header))
+    results = []
+    for n in sizes:
+        r = run_size(spark, n, args.repeat, int(args.compare_max), args.seed)
+        results.append(r)
+        print(
+            f"{n:>11,} {r['spark_s']:>9.1f} {r['numpy_s']:>9.1f} {r['spark_eps']:>12,.0f} "
+            f"{r['numpy_eps']:>12,.0f} {r['ratio']:>11.2f}  {r['identical']} ({r['compared']})",
+            flush=True,
+        )
+    print()
+    for r in results:
+        runs = ", ".join(f"{x:.1f}" for x in r["spark_runs"])
+        nruns = ", ".join(f"{x:.1f}" for x in r["numpy_runs"])
+        print(f"{r['events']:>11,}: spark runs [{runs}] s, numpy runs [{nruns}] s, "
+              f"generation {r['generate_s']:.1f} s, {r['steps']:,} curve steps, late {r['late']}")
+    if len(results) > 1:
+        base = results[0]
+        for r in results[1:]:
+            scale = r["events"] / base["events"]
+            print(f"{base['events']:,} -> {r['events']:,} events (x{scale:g}): spark time "
+                  f"x{r['spark_s'] / base['spark_s']:.1f}, throughput "
+                  f"x{r['spark_eps'] / base['spark_eps']:.2f}")
+    return 0 if all(r["identical"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

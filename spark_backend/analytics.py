@@ -1,0 +1,1244 @@
+"""Watermark analytics of a trace on Spark, exact: the same numbers as :mod:`theory`.
+
+Everything here is computed from a trace DataFrame (columns of :mod:`theory.traces`;
+times are bigint µs) and agrees exactly with theory's vectorised numpy results on the
+same rows; ``tests/spark_backend/test_analytics.py`` shows it.
+
+How it scales
+-------------
+:func:`prepare` cuts processing time into *buckets*: contiguous arrival-time ranges with
+about the same number of rows (bounds from quantiles of a sample of arrival times; any
+bounds give the same results). Rows are shuffled once so that each bucket is one Spark
+partition, and persisted. Every scan over time (suffix minimum, prefix maximum, latching)
+is then a *parallel scan*: a tiny per-bucket summary is combined on the driver into
+per-bucket carries, which go back (in the task closure) to vectorised numpy scans of each
+bucket (sorted by arrival time in numpy, in ``mapInArrow``). No window function ever sees
+all rows in one partition. :func:`analyze` runs one such pass for the late counts and the
+percentile carries; the curves are a second pass with every carry known.
+
+Strategies (source watermarks; a watermark ``W`` says "no more data with event time < W")
+-----------------------------------------------------------------------------------------
+Curves have a step per unique arrival time ``t``: the value after every element
+arriving at ``t`` was read, as :mod:`theory.sources` defines them (percentile curves also
+step at event times, see below).
+
+- ``perfect``: ``W(t) = min event_time of the elements arriving after t`` (MAX_TIMESTAMP
+  once none is left) = :func:`theory.sources.perfect_curve`.
+- ``bounded:<duration>``: ``max event_time seen - bound`` (>= MIN_TIMESTAMP) =
+  :func:`theory.sources.bounded_out_of_orderness_curve`.
+- ``percentile:<p>``, p in (0, 1]: the percentile watermark of DESIGN.md at the source,
+  exactly :func:`theory.percentile.percentile_curve` with activation = event time,
+  completion = arrival time and the perfect curve as fallback. The active set is the
+  *backlog* ``A(t) = {elements with event_time <= t < arrival_time}`` (events that
+  happened but have not arrived; rows arriving before their event time never belong to
+  it). ``W_p(t)`` is the order statistic of ``A(t)`` of 0-based rank
+  ``floor((n - 1) * (1 - p))`` (float64; ``numpy.quantile(A, 1 - p, method="lower")``),
+  or the perfect watermark where ``A(t)`` is empty, latched (running maximum). It is
+  evaluated at every arrival time and at every activation (event) time, so its curve has
+  those extra steps. ``p = 1`` equals the perfect curve from the first arrival on.
+  ``percentile:<p>:hold`` has no fallback (theory's ``fallback=None``): it holds while
+  the backlog is empty. Exact, no sketch: per bucket a wavelet-matrix order-statistics
+  scan in numpy.
+
+An element is *late* under a strategy when ``event_time < W.before(arrival_time)``, the
+watermark just before it arrived (:meth:`theory.series.StepSeries.before`).
+
+Windows (:meth:`WatermarkAnalysis.windows`): fixed windows ``[start, end)`` per key, fired
+once by the watermark (Beam's ``AfterWatermark``, no allowed lateness). A window fires at
+the first curve step ``t`` with ``W(t) > end - 1``; with ``finish=True`` (the default, as
+:func:`theory.simulate.simulate` does for a bounded source) the watermark also jumps to
+MAX_TIMESTAMP at the last arrival, so every window fires. Its first pane holds the
+window's elements arriving at or before ``t``; completeness = first-pane count / all the
+window's elements (0 if it never fires); latency = ``t - end`` (µs). These are the
+numbers of :func:`theory.experiments.tradeoff` / :func:`theory.metrics.strategy_metrics`.
+
+Skew (:func:`holdback`): under the static-partitions perfect watermark each partition
+``p`` (or key) has the watermark ``W_p(t)`` = min event time of its elements arriving
+after ``t`` (= its next unread event time when its log is time-ordered), and
+``W(t) = min_p W_p(t)``. The partition *holding the watermark back* at ``t`` is the
+argmin (ties: the smallest id). Over ``[first arrival, last arrival)`` it is held for
+the total processing time reported, in runs.
+
+Small results come back as pandas DataFrames (µs, counts); curves as Spark DataFrames
+(lazy) with :meth:`WatermarkAnalysis.curve` / :meth:`WatermarkAnalysis.sample` to collect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, cast
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from theory.series import StepSeries
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, check_duration, parse_duration
+
+__all__ = [
+    "ArrivalLayout",
+    "Strategy",
+    "WatermarkAnalysis",
+    "analyze",
+    "holdback",
+    "parse_strategy",
+    "percentile_curve_numpy",
+    "prepare",
+]
+
+_ROWS_PER_BUCKET: Final[int] = 1_500_000
+_MAX_BUCKETS: Final[int] = 512
+
+
+# =========================================================================== strategies
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A parsed strategy spec: ``kind`` is perfect, bounded or percentile.
+
+    ``bound`` is µs (bounded); ``p`` and ``fallback`` (``"perfect"`` or ``"hold"``) are
+    the percentile's.
+    """
+
+    name: str
+    kind: str
+    bound: int = 0
+    p: float = 1.0
+    fallback: str = "perfect"
+
+
+def parse_strategy(spec: str | Strategy) -> Strategy:
+    """``perfect``, ``bounded:<duration>`` (``10s``, ``2m``, µs), ``percentile:<p>`` or
+    ``percentile:<p>:hold`` (no fallback: the watermark holds while the backlog is empty).
+    """
+    if isinstance(spec, Strategy):
+        return spec
+    if not isinstance(spec, str):
+        raise ValueError(f"bad strategy {spec!r}: expected a string")
+    text = spec.strip()
+    kind, _, arg = text.partition(":")
+    try:
+        if kind in ("perfect", "static") and not arg:
+            return Strategy(text, "perfect")
+        if kind == "bounded" and arg:
+            return Strategy(text, "bounded", bound=check_duration(parse_duration(arg), "bound"))
+        if kind == "percentile" and arg:
+            value, _, mode = arg.partition(":")
+            if mode not in ("", "hold"):
+                raise ValueError(f"unknown percentile option {mode!r} (only 'hold')")
+            p = float(value)
+            if not 0.0 < p <= 1.0:
+                raise ValueError(f"p must be in (0, 1], got {value}")
+            return Strategy(text, "percentile", p=p, fallback="hold" if mode else "perfect")
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"bad strategy {spec!r}: {err}") from None
+    raise ValueError(
+        f"bad strategy {spec!r}: expected 'perfect', 'bounded:<duration>' or "
+        "'percentile:<p>[:hold]'"
+    )
+
+
+# =========================================================================== numpy kernels
+
+
+def _groups(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unique times of a sorted array with the [start, end) row range of each."""
+    if a.size == 0:
+        e = np.empty(0, dtype=np.int64)
+        return a, e, e
+    brk = np.flatnonzero(a[1:] != a[:-1]) + 1
+    starts = np.concatenate(([0], brk))
+    ends = np.concatenate((brk, [a.size]))
+    return a[starts], starts, ends
+
+
+def _sorted_unique(x: np.ndarray) -> np.ndarray:
+    """Sorted distinct values (a sort and a dedupe; numpy's unique hashes, slowly)."""
+    s = np.sort(x)
+    if s.size < 2:
+        return s
+    keep = np.empty(s.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
+def _minus_clamped(x: np.ndarray, d: int) -> np.ndarray:
+    """``max(x - d, MIN_TIMESTAMP)`` for x in [MIN, MAX] without overflow."""
+    if d == 0:
+        return x.copy()
+    if MIN_TIMESTAMP + d > MAX_TIMESTAMP:
+        return np.full(x.shape, MIN_TIMESTAMP, dtype=np.int64)
+    return np.maximum(x, np.int64(MIN_TIMESTAMP + d)) - np.int64(d)
+
+
+def _kth_in_suffix(ranks: np.ndarray, pos: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """For each query ``i``: the ``k[i]``-th smallest (1-based) of ``ranks[pos[i]:]``.
+
+    ``ranks`` is a permutation of ``0..m-1``; ``1 <= k[i] <= m - pos[i]``. A wavelet
+    matrix descended level by level for all queries at once: O((m + q) log m) numpy work
+    and O(m + q) memory (int32 while m < 2**31).
+    """
+    m = ranks.size
+    q = pos.size
+    if m == 0 or q == 0:
+        return np.zeros(q, dtype=np.int64)
+    it = np.int32 if m < 2**31 - 1 else np.int64
+    levels = max(1, int(m - 1).bit_length())
+    cur: np.ndarray = ranks.astype(it)
+    s: np.ndarray = pos.astype(it)
+    e: np.ndarray = np.full(q, m, dtype=it)
+    k = k.astype(it)
+    ans: np.ndarray = np.zeros(q, dtype=it)
+    z: np.ndarray = np.zeros(m + 1, dtype=it)
+    for lvl in range(levels - 1, -1, -1):
+        bit: np.ndarray = np.bitwise_and(np.right_shift(cur, lvl), 1).astype(bool)
+        np.cumsum(~bit, out=z[1:])
+        zs = z[s]
+        ze = z[e]
+        zeros = ze - zs
+        one = k > zeros
+        k -= zeros * one
+        ans = np.bitwise_or(ans, np.left_shift(one.astype(it), lvl))
+        nz = z[m]
+        # zero branch: [zs, ze); one branch: [nz + s - zs, nz + e - ze)
+        s = np.where(one, s - zs + nz, zs)
+        e = np.where(one, e - ze + nz, ze)
+        cur = np.concatenate((cur[~bit], cur[bit]))
+    return ans.astype(np.int64)
+
+
+@dataclass
+class _Carry:
+    """What one bucket needs from the others (all µs; sentinels for "none")."""
+
+    perfect_after: int = MAX_TIMESTAMP  # min event time arriving in later buckets
+    max_before: int = MIN_TIMESTAMP  # max event time arriving in earlier buckets
+    lo: int = MIN_TIMESTAMP  # the bucket's arrival range [lo, hi)
+    hi: int = MAX_TIMESTAMP + 1
+    latched: dict[int, int] = field(default_factory=dict)  # percentile carry per strategy
+
+
+@dataclass
+class _BucketResult:
+    """One bucket's curves: values at the arrival times ``times`` for every strategy;
+    percentile values also at the activation times ``extra`` (not arrival times);
+    ``late`` and ``local_max`` per strategy; percentile carry candidates
+    ``(event times, value before arrival)`` per strategy."""
+
+    times: np.ndarray
+    values: list[np.ndarray]
+    extra: np.ndarray
+    extra_values: dict[int, np.ndarray]
+    late: list[int]
+    local_max: list[int]
+    cands: dict[int, tuple[np.ndarray, np.ndarray]]
+
+
+def _bucket_curves(
+    a: np.ndarray,
+    e: np.ndarray,
+    rep_a: np.ndarray,
+    rep_e: np.ndarray,
+    strategies: Sequence[Strategy],
+    carry: _Carry,
+) -> _BucketResult:
+    """Curves of one bucket (see :class:`_BucketResult`).
+
+    ``a``/``e`` are the bucket's rows sorted by (arrival, event); ``rep_*`` the backlog
+    replicas (rows arriving in later buckets that happened before this bucket's end).
+    Percentile values are final when ``carry.latched`` holds the strategy's carry; else
+    they are latched from MIN within the bucket, and the candidates list the rows the
+    carry could make late.
+    """
+    times, starts, ends = _groups(a)
+    m = a.size
+    sizes = ends - starts
+    values: list[np.ndarray] = []
+    late: list[int] = []
+    local_max: list[int] = []
+    cands: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    extra_values: dict[int, np.ndarray] = {}
+    suffix = np.empty(m + 1, dtype=np.int64)  # min event time of rows i.. and later buckets
+    suffix[m] = carry.perfect_after
+    if m:
+        suffix[:m] = np.minimum.accumulate(e[::-1])[::-1]
+        np.minimum(suffix[:m], carry.perfect_after, out=suffix[:m])
+    backlog: _Backlog | None = None
+    extra = np.empty(0, dtype=np.int64)
+    for i, s in enumerate(strategies):
+        if s.kind == "perfect":
+            values.append(suffix[ends])
+            before = np.repeat(suffix[starts], sizes)
+            late.append(int(np.count_nonzero(e < before)))
+            local_max.append(MIN_TIMESTAMP)
+        elif s.kind == "bounded":
+            cm = np.empty(m + 1, dtype=np.int64)
+            cm[0] = carry.max_before
+            if m:
+                np.maximum.accumulate(np.maximum(e, carry.max_before), out=cm[1:])
+            values.append(_minus_clamped(cm[ends], s.bound))
+            before = np.repeat(_minus_clamped(cm[starts], s.bound), sizes)
+            late.append(int(np.count_nonzero(e < before)))
+            local_max.append(MIN_TIMESTAMP)
+        else:
+            if backlog is None:
+                backlog = _Backlog(a, e, rep_a, rep_e, times, ends, suffix, carry)
+                extra = backlog.times[~backlog.is_arrival]
+            raw = backlog.raw(s)
+            c = carry.latched.get(i)
+            latched = raw.copy()
+            if latched.size:
+                np.maximum.accumulate(latched, out=latched)
+                if c is not None:
+                    np.maximum(latched, c, out=latched)
+            values.append(latched[backlog.is_arrival])
+            extra_values[i] = latched[~backlog.is_arrival]
+            # the value just before each arrival: the last evaluation strictly before it
+            at = np.searchsorted(backlog.times, times, side="left") - 1
+            prev = np.where(at >= 0, latched[np.maximum(at, 0)], MIN_TIMESTAMP if c is None else c)
+            if c is not None and latched.size:
+                prev = np.maximum(prev, c)
+            before = np.repeat(prev, sizes)
+            is_late = e < before
+            late.append(int(np.count_nonzero(is_late)))
+            local_max.append(int(latched[-1]) if latched.size else MIN_TIMESTAMP)
+            if c is None and carry.lo > MIN_TIMESTAMP:
+                cand = ~is_late & (e < carry.lo)
+                cands[i] = (e[cand], before[cand])
+    return _BucketResult(times, values, extra, extra_values, late, local_max, cands)
+
+
+class _Backlog:
+    """The backlog ``A(t) = {e <= t < a}`` of one bucket at its evaluation times: the
+    arrival times of its rows and the activation (event) times inside ``[lo, hi)``,
+    as :func:`theory.percentile.percentile_details` evaluates a source-level trace."""
+
+    def __init__(
+        self,
+        a: np.ndarray,
+        e: np.ndarray,
+        rep_a: np.ndarray,
+        rep_e: np.ndarray,
+        times: np.ndarray,
+        ends: np.ndarray,
+        perfect_suffix: np.ndarray,
+        carry: _Carry,
+    ) -> None:
+        live = e < a
+        rep_live = rep_e < rep_a
+        act = np.concatenate((e[live], rep_e[rep_live]))
+        inside = act[(act >= carry.lo) & (act < carry.hi)]
+        evals = _sorted_unique(np.concatenate((times, inside)))
+        self.times = evals
+        pos_t = np.searchsorted(evals, times)
+        self.is_arrival = np.zeros(evals.size, dtype=bool)
+        self.is_arrival[pos_t] = True
+        act.sort()
+        # rows of this bucket arrived by each evaluation time, and live ones among them
+        arrived = np.searchsorted(a, evals, side="right")
+        done = np.concatenate(([0], np.cumsum(live, dtype=np.int64)))
+        self.n = np.searchsorted(act, evals, side="right").astype(np.int64) - done[arrived]
+        self.pos = arrived
+        # the perfect watermark at each evaluation time (the fallback): rows after it
+        self.perfect = perfect_suffix[arrived]
+        vals = np.concatenate((e, rep_e))
+        self.order = np.argsort(vals, kind="stable")
+        self.vals = vals
+        self._ranks: np.ndarray | None = None
+
+    def raw(self, s: Strategy) -> np.ndarray:
+        """Unlatched values: the order statistic of rank ``floor((n - 1) * (1 - p))``
+        (float64, as theory), or the fallback where the backlog is empty."""
+        n = self.n
+        q = 1.0 - s.p
+        out = (
+            self.perfect.copy()
+            if s.fallback == "perfect"
+            else np.full(n.size, MIN_TIMESTAMP, dtype=np.int64)
+        )
+        busy = np.flatnonzero(n > 0)
+        if busy.size:
+            k = np.floor((n[busy] - 1).astype(np.float64) * q).astype(np.int64)
+            if self._ranks is None:
+                self._ranks = np.empty(self.vals.size, dtype=np.int64)
+                self._ranks[self.order] = np.arange(self.vals.size, dtype=np.int64)
+            kth = _kth_in_suffix(self._ranks, self.pos[busy], k + 1)
+            out[busy] = self.vals[self.order[kth]]
+        return out
+
+
+def percentile_curve_numpy(
+    event_time: np.ndarray, arrival_time: np.ndarray, p: float, fallback: str = "perfect"
+) -> StepSeries:
+    """The source-level percentile watermark of a whole trace, in numpy, as a compressed
+    :class:`StepSeries`: the kernel of the Spark path run on one bucket. Equals
+    ``theory.percentile.percentile_curve(e, e, a, p, fallback=perfect_curve(e, a))``
+    (``fallback="hold"``: ``fallback=None``)."""
+    spec = f"percentile:{p}" + (":hold" if fallback == "hold" else "")
+    s = parse_strategy(spec)
+    e = np.asarray(event_time, dtype=np.int64)
+    a = np.asarray(arrival_time, dtype=np.int64)
+    order = np.lexsort((e, a))
+    empty = np.empty(0, dtype=np.int64)
+    r = _bucket_curves(a[order], e[order], empty, empty, [s], _Carry())
+    times = np.concatenate((r.times, r.extra))
+    vals = np.concatenate((r.values[0], r.extra_values[0]))
+    o = np.argsort(times, kind="stable")
+    return StepSeries(times[o], vals[o], MIN_TIMESTAMP).compressed()
+
+
+# =========================================================================== layout
+
+
+@dataclass
+class ArrivalLayout:
+    """A trace cut into arrival-time buckets, one bucket per Spark partition, persisted.
+
+    ``df`` columns: ``bucket`` (int), ``replica`` (bool: a backlog copy of a row arriving
+    in a later bucket), ``arrival_time``, ``event_time`` and, when ``holder`` is set,
+    that column (``partition`` or ``key``). Rows are not sorted; each pass sorts its
+    bucket in numpy. ``bounds[j]`` is the first arrival time of bucket ``j + 1``.
+    ``summary`` has one row per bucket: ``rows``, ``min_event``, ``max_event``,
+    ``first_arrival``, ``last_arrival`` (main rows), ``replicas`` and, with a holder,
+    ``min_by_holder`` (the smallest ``(event_time, holder)`` pair, or None).
+    ``source`` is the trace DataFrame it was cut from.
+    """
+
+    df: DataFrame
+    source: DataFrame
+    bounds: np.ndarray
+    summary: pd.DataFrame
+    rows: int
+    holder: str | None = None
+    backlog: bool = False
+
+    @property
+    def buckets(self) -> int:
+        """Number of buckets (= Spark partitions of ``df``)."""
+        return int(self.bounds.size + 1)
+
+    @property
+    def first_arrival(self) -> int:
+        """The earliest arrival time (µs)."""
+        return int(self.summary["first_arrival"].min())
+
+    @property
+    def last_arrival(self) -> int:
+        """The latest arrival time (µs)."""
+        return int(self.summary["last_arrival"].max())
+
+    def unpersist(self) -> None:
+        """Release the cached rows."""
+        self.df.unpersist()
+
+    def carries(self) -> list[_Carry]:
+        """Per-bucket carries of the perfect and bounded scans: the driver-side combine of
+        the per-bucket minima and maxima (a suffix minimum and a prefix maximum)."""
+        b = self.buckets
+        mins = np.full(b, MAX_TIMESTAMP, dtype=np.int64)
+        maxs = np.full(b, MIN_TIMESTAMP, dtype=np.int64)
+        for row in self.summary.itertuples():
+            if row.rows:
+                mins[row.bucket] = row.min_event
+                maxs[row.bucket] = row.max_event
+        after = np.minimum.accumulate(np.append(mins, MAX_TIMESTAMP)[::-1])[::-1]
+        before = np.maximum.accumulate(np.insert(maxs, 0, MIN_TIMESTAMP))
+        out = []
+        for j in range(b):
+            lo = MIN_TIMESTAMP if j == 0 else int(self.bounds[j - 1])
+            hi = MAX_TIMESTAMP + 1 if j == b - 1 else int(self.bounds[j])
+            out.append(_Carry(int(after[j + 1]), int(before[j]), lo, hi))
+        return out
+
+
+def _spark(df: DataFrame) -> Any:
+    return df.sparkSession
+
+
+def _pandas(df: DataFrame) -> pd.DataFrame:
+    """``df.toPandas()`` (Arrow), typed."""
+    return cast(pd.DataFrame, df.toPandas())
+
+
+_PKEYS: dict[int, list[int]] = {}
+
+
+def _partition_keys(spark: Any, buckets: int) -> list[int]:
+    """For each bucket j, a bigint whose Spark hash partition (of ``buckets``) is j, so
+    that ``repartition(buckets, key)`` puts bucket j alone in partition j."""
+    if buckets in _PKEYS:
+        return _PKEYS[buckets]
+    probe = (
+        spark.range(0, 64 * buckets + 4096)
+        .select("id", F.expr(f"pmod(hash(id), {buckets})").alias("p"))
+        .groupBy("p")
+        .agg(F.min("id").alias("id"))
+        .collect()
+    )
+    found = {int(r["p"]): int(r["id"]) for r in probe}
+    missing = [j for j in range(buckets) if j not in found]
+    if missing:  # pragma: no cover - 64 candidates per partition always suffice in practice
+        raise RuntimeError(f"no hash key found for partitions {missing}")
+    _PKEYS[buckets] = [found[j] for j in range(buckets)]
+    return _PKEYS[buckets]
+
+
+def _py(x: Any) -> Any:
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def _bucket_of(col: Column, bounds: np.ndarray) -> Column:
+    """The bucket of a time column: how many bounds are <= it."""
+    expr: Column = F.lit(0)
+    for b in bounds.tolist():
+        expr = expr + F.when(col >= F.lit(int(b)), 1).otherwise(0)
+    return expr.cast("int")
+
+
+def _cores(spark: Any) -> int:
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect
+        return 2
+
+
+def _plan_bounds(df: DataFrame, buckets: int | None) -> tuple[int, np.ndarray]:
+    """Row count and bucket bounds: quantiles of a sample of arrival times."""
+    n = int(df.count())
+    if n == 0:
+        raise ValueError("the trace has no rows")
+    b = buckets if buckets is not None else max(2 * _cores(_spark(df)), -(-n // _ROWS_PER_BUCKET))
+    b = max(1, min(int(b), _MAX_BUCKETS, n))
+    if b == 1:
+        return n, np.empty(0, dtype=np.int64)
+    frac = min(1.0, 200_000 / n)
+    sample = df.select("arrival_time").sample(False, frac, seed=7).toArrow()
+    a = np.sort(sample.column(0).to_numpy(zero_copy_only=False).astype(np.int64))
+    if a.size == 0:
+        return n, np.empty(0, dtype=np.int64)
+    picks = a[np.linspace(0, a.size - 1, b + 1).round().astype(np.int64)[1:-1]]
+    bounds = np.unique(picks)
+    return n, bounds[bounds > a[0]] if bounds.size else bounds
+
+
+def prepare(
+    df: DataFrame,
+    *,
+    buckets: int | None = None,
+    backlog: bool = True,
+    holder: str | None = None,
+    storage: StorageLevel = StorageLevel.MEMORY_AND_DISK,
+) -> ArrivalLayout:
+    """Cut a trace DataFrame into arrival-time buckets (see the module docstring).
+
+    ``buckets`` defaults to about one per 1.5 M rows (at least two per core, at most 512).
+    ``backlog`` adds the replicas the percentile strategies need (rows whose event and
+    arrival fall in different buckets, copied to each bucket in between). ``holder``
+    (``"partition"`` or ``"key"``) carries that column along, for :func:`holdback`. Runs
+    a count, a sample, the shuffle and a per-bucket summary; the rows stay persisted until
+    :meth:`ArrivalLayout.unpersist`.
+    """
+    missing = [c for c in ("event_time", "arrival_time") if c not in df.columns]
+    if missing:
+        raise ValueError(f"trace DataFrame lacks column(s) {missing}; it has {df.columns}")
+    if holder is not None and holder not in df.columns:
+        raise ValueError(f"the trace has no {holder!r} column")
+    extra = [holder] if holder else []
+    base = df.select(
+        F.col("event_time").cast("long").alias("event_time"),
+        F.col("arrival_time").cast("long").alias("arrival_time"),
+        *[F.col(c) for c in extra],
+    )
+    n, bounds = _plan_bounds(base, buckets)
+    nb = int(bounds.size + 1)
+    ba = _bucket_of(F.col("arrival_time"), bounds)
+    cols = ["arrival_time", "event_time", *extra]
+    rows = base.select(ba.alias("bucket"), F.lit(False).alias("replica"), *cols)
+    if backlog and nb > 1:
+        be = _bucket_of(F.col("event_time"), bounds)
+        reps = (
+            base.select(be.alias("_be"), ba.alias("_ba"), *cols)
+            .where(F.col("_be") < F.col("_ba"))
+            .select(
+                F.explode(F.sequence(F.col("_be"), F.col("_ba") - F.lit(1))).alias("bucket"),
+                F.lit(True).alias("replica"),
+                *cols,
+            )
+        )
+        rows = rows.unionByName(reps)
+    pkeys = _partition_keys(_spark(df), nb)
+    pkey = F.element_at(F.array(*[F.lit(k).cast("long") for k in pkeys]), F.col("bucket") + 1)
+    lay = rows.repartition(nb, pkey).persist(storage)
+    main = F.when(~F.col("replica"), F.lit(1))
+    aggs = [
+        F.count(main).alias("rows"),
+        F.count(F.when(F.col("replica"), F.lit(1))).alias("replicas"),
+        F.min(F.when(~F.col("replica"), F.col("event_time"))).alias("min_event"),
+        F.max(F.when(~F.col("replica"), F.col("event_time"))).alias("max_event"),
+        F.min(F.when(~F.col("replica"), F.col("arrival_time"))).alias("first_arrival"),
+        F.max(F.when(~F.col("replica"), F.col("arrival_time"))).alias("last_arrival"),
+    ]
+    if holder:
+        aggs.append(
+            F.min(F.when(~F.col("replica"), F.struct("event_time", holder))).alias("min_by_holder")
+        )
+    got = _pandas(lay.groupBy("bucket").agg(*aggs)).set_index("bucket")
+    summary = pd.DataFrame({"bucket": np.arange(nb)})
+    fills = {
+        "rows": 0,
+        "replicas": 0,
+        "min_event": MAX_TIMESTAMP,
+        "max_event": MIN_TIMESTAMP,
+        "first_arrival": MAX_TIMESTAMP,
+        "last_arrival": MIN_TIMESTAMP,
+    }
+    for c, fill in fills.items():
+        summary[c] = summary["bucket"].map(got[c]).fillna(fill).astype(np.int64)
+    if holder:
+        mins = got["min_by_holder"].to_dict()
+        summary["min_by_holder"] = [
+            None
+            if mins.get(j) is None
+            else (int(mins[j]["event_time"]), _py(mins[j][holder]))
+            for j in range(nb)
+        ]
+    return ArrivalLayout(lay, df, bounds, summary, n, holder, backlog and nb > 1)
+
+
+# =========================================================================== the pass
+
+
+def _concat_batches(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
+    got = [b for b in batches if b.num_rows]
+    return pa.Table.from_batches(got) if got else None
+
+
+def _bucket_slices(bucket: np.ndarray) -> list[tuple[int, int, int]]:
+    if bucket.size == 0:
+        return []
+    _, starts, ends = _groups(bucket)
+    return [(int(bucket[s]), int(s), int(t)) for s, t in zip(starts, ends, strict=True)]
+
+
+def _split_bucket(t: pa.Table) -> Iterator[tuple[int, pa.Table, pa.Table]]:
+    """(bucket, main rows sorted by (arrival, event), replica rows) of each bucket."""
+    bucket = t.column("bucket").to_numpy()
+    order = np.argsort(bucket, kind="stable") if bucket.size > 1 and bool(
+        np.any(bucket[1:] < bucket[:-1])
+    ) else None
+    if order is not None:
+        t = t.take(pa.array(order))
+        bucket = bucket[order]
+    for j, lo, hi in _bucket_slices(bucket):
+        part = t.slice(lo, hi - lo)
+        rep = part.column("replica").to_numpy(zero_copy_only=False)
+        main = part.filter(pa.array(~rep)) if rep.any() else part
+        reps = part.filter(pa.array(rep)) if rep.any() else part.slice(0, 0)
+        a = main.column("arrival_time").to_numpy()
+        e = main.column("event_time").to_numpy()
+        if a.size > 1 and not bool(np.all(a[1:] >= a[:-1])):
+            main = main.take(pa.array(np.lexsort((e, a))))
+        elif a.size > 1:
+            same = a[1:] == a[:-1]
+            if bool(np.any(same & (e[1:] < e[:-1]))):
+                main = main.take(pa.array(np.lexsort((e, a))))
+        yield j, main, reps
+
+
+_KIND_CURVE, _KIND_LATE, _KIND_MAX, _KIND_CAND, _KIND_EXTRA = 0, 1, 2, 3, 4
+
+
+def _table_schema(strategies: Sequence[Strategy]) -> T.StructType:
+    fields = [
+        T.StructField("kind", T.IntegerType(), False),
+        T.StructField("bucket", T.IntegerType(), False),
+        T.StructField("t", T.LongType(), False),
+    ]
+    fields += [T.StructField(f"v{i}", T.LongType(), True) for i in range(len(strategies))]
+    return T.StructType(fields)
+
+
+def _run_pass(
+    layout: ArrivalLayout,
+    strategies: Sequence[Strategy],
+    carries: list[_Carry],
+    curve: bool,
+) -> DataFrame:
+    """A Python pass over the buckets. With ``curve`` (and the percentile carries in
+    ``carries``) it yields the curves, rows of ``kind``:
+
+    0. an arrival time ``t``: ``v<i>`` the watermark of strategy i there;
+    4. an activation time ``t`` that is no arrival time: percentile values only.
+
+    Without, the small rows that :func:`analyze` combines:
+
+    1. per bucket: ``v<i>`` the elements late under strategy i (percentile: within the
+       bucket);
+    2. per bucket: ``v<i>`` the bucket's largest percentile value (for the carry);
+    3. a percentile carry candidate: ``t`` its event time, ``v<i>`` the value just before
+       its arrival within the bucket (it is late iff ``t < max(v<i>, carry)``).
+    """
+    strategies = list(strategies)
+    pct = [i for i, s in enumerate(strategies) if s.kind == "percentile"]
+    ns = len(strategies)
+    names = ["kind", "bucket", "t"] + [f"v{i}" for i in range(ns)]
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        t = _concat_batches(batches)
+        if t is None:
+            return
+        for j, main, reps in _split_bucket(t):
+            a = main.column("arrival_time").to_numpy()
+            e = main.column("event_time").to_numpy()
+            ra = reps.column("arrival_time").to_numpy() if pct else a[:0]
+            re_ = reps.column("event_time").to_numpy() if pct else e[:0]
+            r = _bucket_curves(a, e, ra, re_, strategies, carries[j])
+            if curve:
+                g, x = r.times.size, r.extra.size
+                arrays = [
+                    pa.array(np.concatenate((np.full(g, _KIND_CURVE, dtype=np.int32),
+                                             np.full(x, _KIND_EXTRA, dtype=np.int32)))),
+                    pa.array(np.full(g + x, j, dtype=np.int32)),
+                    pa.array(np.concatenate((r.times, r.extra))),
+                ]
+                for i in range(ns):
+                    ev = r.extra_values.get(i)
+                    arrays.append(
+                        pa.array(
+                            np.concatenate((r.values[i], ev if ev is not None else
+                                            np.zeros(x, dtype=np.int64))),
+                            mask=np.concatenate((np.zeros(g, bool), np.full(x, ev is None))),
+                        )
+                    )
+                yield pa.record_batch(arrays, names=names)
+                continue
+            kinds = [np.array([_KIND_LATE, _KIND_MAX], dtype=np.int32)]
+            ts = [np.zeros(2, dtype=np.int64)]
+            cols = [[np.array([r.late[i], r.local_max[i]], dtype=np.int64)] for i in range(ns)]
+            masks = [[np.zeros(2, dtype=bool)] for _ in range(ns)]
+            for i in pct:  # carry candidates, one row each, per strategy
+                ce, cb = r.cands.get(i, (np.empty(0, np.int64), np.empty(0, np.int64)))
+                if not ce.size:
+                    continue
+                kinds.append(np.full(ce.size, _KIND_CAND, dtype=np.int32))
+                ts.append(ce)
+                for q in range(ns):
+                    cols[q].append(cb if q == i else np.zeros(ce.size, dtype=np.int64))
+                    masks[q].append(np.full(ce.size, q != i))
+            k = np.concatenate(kinds)
+            arrays = [
+                pa.array(k),
+                pa.array(np.full(k.size, j, dtype=np.int32)),
+                pa.array(np.concatenate(ts)),
+            ]
+            for i in range(ns):
+                arrays.append(pa.array(np.concatenate(cols[i]), mask=np.concatenate(masks[i])))
+            yield pa.record_batch(arrays, names=names)
+
+    return layout.df.select("bucket", "replica", "arrival_time", "event_time").mapInArrow(
+        run, _table_schema(strategies)
+    )
+
+
+# =========================================================================== analysis
+
+
+@dataclass
+class WatermarkAnalysis:
+    """Strategies evaluated on a prepared trace.
+
+    ``late`` has one row per strategy: ``strategy``, ``elements``, ``late``,
+    ``late_fraction``. Curves, samples and fire times run a second pass over the buckets
+    with every carry known; :meth:`persist_curves` keeps its result for repeated use.
+    Call :meth:`unpersist` when done.
+    """
+
+    layout: ArrivalLayout
+    strategies: tuple[Strategy, ...]
+    late: pd.DataFrame
+    carries: list[_Carry] = field(repr=False)
+    owns_layout: bool = field(default=False, repr=False)
+    _persisted: DataFrame | None = field(default=None, repr=False)
+
+    @property
+    def names(self) -> list[str]:
+        """Strategy names (the curve columns), in order."""
+        return [s.name for s in self.strategies]
+
+    def unpersist(self) -> None:
+        """Release cached curves (and the layout if :func:`analyze` built it)."""
+        if self._persisted is not None:
+            self._persisted.unpersist()
+            self._persisted = None
+        if self.owns_layout:
+            self.layout.unpersist()
+
+    def persist_curves(self, storage: StorageLevel = StorageLevel.MEMORY_AND_DISK) -> DataFrame:
+        """Compute the curves once and keep them cached; later calls reuse them."""
+        if self._persisted is None:
+            self._persisted = self.curves().persist(storage)
+        return self._persisted
+
+    def curves(self) -> DataFrame:
+        """The curves: ``processing_time`` (µs) and one column per strategy, named by its
+        spec, holding the watermark there (µs). There is a row per unique arrival time,
+        and for percentile strategies also per activation (event) time where the backlog
+        changes; other strategies are null in those rows. Names hold ``:`` and ``.``:
+        select them with backticks (``F.col("`percentile:0.9`")``)."""
+        if self._persisted is not None:
+            return self._persisted
+        cols = [F.col("t").alias("processing_time")]
+        cols += [F.col(f"v{i}").alias(s.name) for i, s in enumerate(self.strategies)]
+        return _run_pass(self.layout, self.strategies, self.carries, curve=True).select(*cols)
+
+    def curve(self, name: str) -> StepSeries:
+        """One strategy's curve collected (Arrow) into a :class:`StepSeries`: a step per
+        unique arrival time for perfect and bounded (as :mod:`theory.sources`), only the
+        changes for percentile (as :func:`theory.percentile.percentile_curve`)."""
+        if name not in self.names:
+            raise KeyError(f"no strategy {name!r}; have {self.names}")
+        t = self.curves().select("processing_time", _col(name)).where(_col(name).isNotNull())
+        got = t.toArrow()
+        times = got.column(0).to_numpy()
+        vals = got.column(1).to_numpy()
+        order = np.argsort(times, kind="stable")
+        out = StepSeries(times[order], vals[order], MIN_TIMESTAMP)
+        if self.strategies[self.names.index(name)].kind == "percentile":
+            return out.compressed()
+        return out
+
+    def sample(self, points: int = 2000) -> pd.DataFrame:
+        """Every curve at ``points`` evenly spaced processing times from the first to the
+        last arrival: ``processing_time`` plus one column per strategy (µs), for plots."""
+        lo, hi = self.layout.first_arrival, self.layout.last_arrival
+        points = max(2, int(points))
+        step = max(1, -(-(hi - lo) // (points - 1)))
+        grid = lo + step * np.arange(points, dtype=np.int64)
+        # a step at t is visible from grid point ceil((t - lo) / step) on
+        idx = F.expr(f"(processing_time - {lo} + {step - 1}) div {step}")
+        agg = _pandas(
+            self.curves()
+            .withColumn("_g", idx)
+            .groupBy("_g")
+            .agg(*[F.max(_col(n)).alias(f"m{i}") for i, n in enumerate(self.names)])
+        )
+        out = pd.DataFrame({"processing_time": grid})
+        g = agg["_g"].to_numpy(dtype=np.int64)
+        ok = g < points
+        for i, n in enumerate(self.names):
+            v = np.full(points, MIN_TIMESTAMP, dtype=np.int64)
+            v[g[ok]] = agg[f"m{i}"].to_numpy(dtype=np.int64)[ok]
+            out[n] = np.maximum.accumulate(v)  # every curve is monotone
+        return out
+
+    def fire_times(self, window_size: int, offset: int = 0, finish: bool = True) -> pd.DataFrame:
+        """When each fixed window (by its end) first fires under each strategy.
+
+        One row per window end from the trace's first window to its last:
+        ``window_end`` (µs) and one column per strategy with the fire time (µs), or -1
+        if the window never fires. One Spark job.
+        """
+        size = check_duration(window_size, "window_size", allow_zero=False)
+        off = int(offset) % size
+        summ = self.layout.summary[self.layout.summary["rows"] > 0]
+        lo_e, hi_e = int(summ["min_event"].min()), int(summ["max_event"].max())
+        first_end = lo_e - (lo_e - off) % size + size
+        last_end = hi_e - (hi_e - off) % size + size
+        count = (last_end - first_end) // size + 1
+        out = pd.DataFrame({"window_end": first_end + size * np.arange(count, dtype=np.int64)})
+        base = first_end - size
+        # per strategy: c = how many window ends are <= W, from W clamped to
+        # [base, last_end] (no overflow); the first time each c is reached
+        counts = [
+            F.struct(
+                F.lit(i).alias("s"),
+                (F.least(F.greatest(_col(n), F.lit(base)), F.lit(last_end)) - F.lit(base)).alias(
+                    "x"
+                ),
+            )
+            for i, n in enumerate(self.names)
+        ]
+        got = _pandas(
+            self.curves()
+            .select("processing_time", F.explode(F.array(*counts)).alias("y"))
+            .select("processing_time", "y.s", F.expr(f"y.x div {size}").alias("c"))
+            .where(F.col("c").isNotNull())
+            .groupBy("s", "c")
+            .agg(F.min("processing_time").alias("t"))
+        )
+        never = np.iinfo(np.int64).max
+        for i, n in enumerate(self.names):
+            sel = got[got["s"] == i]
+            first_at = np.full(count + 1, never, dtype=np.int64)
+            np.minimum.at(first_at, sel["c"].to_numpy(np.int64), sel["t"].to_numpy(np.int64))
+            # window k fires at the first step where more than k window ends are <= W
+            fire = np.minimum.accumulate(first_at[::-1])[::-1][1:]
+            if finish:
+                fire = np.minimum(fire, self.layout.last_arrival)
+            fire[fire == never] = -1
+            out[n] = fire
+        return out
+
+    def windows(self, window_size: int, offset: int = 0, finish: bool = True) -> pd.DataFrame:
+        """Per strategy and per (key, fixed window): the window's first firing.
+
+        Columns: ``strategy``, ``key``, ``window_start``, ``window_end`` (µs),
+        ``elements`` (all the window's elements), ``first_pane`` (those arriving at or
+        before the firing), ``fire_time`` (µs, -1 if it never fires), ``completeness``
+        (``first_pane / elements``) and ``latency`` (``fire_time - window_end`` µs, NaN
+        if it never fires). Rows by strategy, then window end, then key.
+        """
+        size = check_duration(window_size, "window_size", allow_zero=False)
+        off = int(offset) % size
+        fires = self.fire_times(size, off, finish)
+        spark = _spark(self.layout.source)
+        fire_df = spark.createDataFrame(
+            fires.rename(columns={n: f"_f{i}" for i, n in enumerate(self.names)})
+        )
+        src = self.layout.source
+        key = F.col("key") if "key" in src.columns else F.lit(0).cast("long")
+        start = _window_start(F.col("event_time").cast("long"), size, off)
+        el = src.select(
+            key.alias("key"),
+            F.col("arrival_time").cast("long").alias("arrival_time"),
+            start.alias("window_start"),
+        ).withColumn("window_end", F.col("window_start") + F.lit(size))
+        joined = el.join(F.broadcast(fire_df), "window_end", "left")
+        aggs = [F.count(F.lit(1)).alias("elements")]
+        for i in range(len(self.names)):
+            f = F.col(f"_f{i}")
+            in_first = (f >= 0) & (F.col("arrival_time") <= f)
+            aggs.append(F.count(F.when(in_first, F.lit(1))).alias(f"_p{i}"))
+            aggs.append(F.first(f).alias(f"_t{i}"))
+        got = _pandas(joined.groupBy("key", "window_start", "window_end").agg(*aggs))
+        got = got.sort_values(["window_end", "key"], kind="stable").reset_index(drop=True)
+        frames = []
+        for i, name in enumerate(self.names):
+            fire = got[f"_t{i}"].to_numpy(dtype=np.int64)
+            first = got[f"_p{i}"].to_numpy(dtype=np.int64)
+            elements = got["elements"].to_numpy(dtype=np.int64)
+            end = got["window_end"].to_numpy(dtype=np.int64)
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "strategy": name,
+                        "key": got["key"],
+                        "window_start": got["window_start"].to_numpy(dtype=np.int64),
+                        "window_end": end,
+                        "elements": elements,
+                        "first_pane": first,
+                        "fire_time": fire,
+                        "completeness": first / elements,
+                        "latency": np.where(fire >= 0, (fire - end).astype(np.float64), np.nan),
+                    }
+                )
+            )
+        return pd.concat(frames, ignore_index=True)
+
+    def window_summary(
+        self, window_size: int, offset: int = 0, finish: bool = True
+    ) -> pd.DataFrame:
+        """One row per strategy with the trace-determined columns of
+        :class:`theory.metrics.StrategyMetrics`: ``late_count``, ``late_fraction``,
+        ``dropped`` (elements after their window's firing), ``windows``,
+        ``completeness_mean``, ``complete_fraction`` and ``window_latency_p50/p90/p99``
+        (µs, over the windows that fire; numpy's linear percentiles)."""
+        w = self.windows(window_size, offset, finish)
+        late = self.late.set_index("strategy")
+        rows = []
+        for s in self.strategies:
+            sel = w[w["strategy"] == s.name]
+            lat = sel["latency"].to_numpy()
+            lat = lat[~np.isnan(lat)]
+            pcts = np.percentile(lat, [50, 90, 99]) if lat.size else [np.nan] * 3
+            comp = sel["completeness"].to_numpy()
+            rows.append(
+                {
+                    "strategy": s.name,
+                    "late_count": int(late.loc[s.name, "late"]),
+                    "late_fraction": float(late.loc[s.name, "late_fraction"]),
+                    "dropped": int((sel["elements"] - sel["first_pane"]).sum()),
+                    "windows": len(sel),
+                    "completeness_mean": float(comp.mean()) if comp.size else float("nan"),
+                    "complete_fraction": float(np.mean(comp >= 1.0)) if comp.size else 0.0,
+                    "window_latency_p50": float(pcts[0]),
+                    "window_latency_p90": float(pcts[1]),
+                    "window_latency_p99": float(pcts[2]),
+                }
+            )
+        return pd.DataFrame(rows)
+
+
+def _col(name: str) -> Column:
+    """A column by its exact name (strategy names hold ':' and '.')."""
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _window_start(e: Column, size: int, off: int) -> Column:
+    """``e - ((e - off) mod size)`` (Beam's FixedWindows start), exact on bigints."""
+    return e - F.pmod(F.pmod(e, F.lit(size)) - F.lit(off), F.lit(size))
+
+
+def analyze(
+    data: DataFrame | ArrivalLayout,
+    strategies: Sequence[str | Strategy],
+    *,
+    buckets: int | None = None,
+    storage: StorageLevel = StorageLevel.MEMORY_AND_DISK,
+) -> WatermarkAnalysis:
+    """Evaluate ``strategies`` (specs, see :func:`parse_strategy`) on a trace.
+
+    ``data`` is a trace DataFrame (cut here with :func:`prepare`; that layout is released
+    by :meth:`WatermarkAnalysis.unpersist`) or a layout. Runs one Python pass over the
+    buckets and combines its small results on the driver: the late counts and the
+    percentile carries (the latched value before each bucket).
+    """
+    parsed = tuple(parse_strategy(s) for s in strategies)
+    if not parsed:
+        raise ValueError("no strategies given")
+    names = [s.name for s in parsed]
+    if len(set(names)) != len(names):
+        raise ValueError(f"strategy names must be unique, got {names}")
+    need_rep = any(s.kind == "percentile" for s in parsed)
+    owns = not isinstance(data, ArrivalLayout)
+    layout = data if isinstance(data, ArrivalLayout) else prepare(
+        data, buckets=buckets, backlog=need_rep, storage=storage
+    )
+    if need_rep and layout.buckets > 1 and not layout.backlog:
+        raise ValueError("percentile strategies need a layout prepared with backlog=True")
+    carries = layout.carries()
+    small = _pandas(_run_pass(layout, parsed, carries, curve=False))
+    nb = layout.buckets
+    late = np.zeros(len(parsed), dtype=np.int64)
+    lates = small[small["kind"] == _KIND_LATE]
+    maxes = small[small["kind"] == _KIND_MAX]
+    cands = small[small["kind"] == _KIND_CAND]
+    for i, s in enumerate(parsed):
+        late[i] = int(lates[f"v{i}"].sum())
+        if s.kind != "percentile":
+            continue
+        lmax = np.full(nb, MIN_TIMESTAMP, dtype=np.int64)
+        lmax[maxes["bucket"].to_numpy(dtype=np.int64)] = maxes[f"v{i}"].to_numpy(dtype=np.int64)
+        carry = np.maximum.accumulate(np.insert(lmax, 0, MIN_TIMESTAMP))[:-1]  # before bucket j
+        for j in range(nb):
+            carries[j].latched[i] = int(carry[j])
+        sel = cands[cands[f"v{i}"].notna()]
+        if len(sel):
+            cj = carry[sel["bucket"].to_numpy(dtype=np.int64)]
+            ev = sel["t"].to_numpy(dtype=np.int64)
+            late[i] += int(np.count_nonzero(ev < cj))  # not late in the bucket, late by carry
+    table_late = pd.DataFrame(
+        {
+            "strategy": names,
+            "elements": layout.rows,
+            "late": late,
+            "late_fraction": late / layout.rows,
+        }
+    )
+    return WatermarkAnalysis(layout, parsed, table_late, carries, owns)
+
+
+
+# =========================================================================== skew
+
+
+def _holdback_bucket(
+    a: np.ndarray,
+    e: np.ndarray,
+    h: np.ndarray,
+    carry: tuple[int, Any] | None,
+    next_arrival: int | None,
+) -> tuple[list[Any], list[int], list[int]]:
+    """Runs ``(holder, start, end)`` of one bucket: who holds the perfect watermark back
+    over each interval between consecutive arrival times (see :func:`holdback`)."""
+    times, _, ends = _groups(a)
+    m = a.size
+    if m == 0:
+        return [], [], []
+    order = np.lexsort((h, e))
+    rank = np.empty(m, dtype=np.int64)
+    rank[order] = np.arange(m)
+    best = np.minimum.accumulate(rank[::-1])[::-1]  # rank of the (e, h)-min of rows i..
+    sfx = np.append(best, m)  # m = "no local row"
+    idx = sfx[ends]  # the min over rows arriving after each group time
+    has_local = idx < m
+    safe = np.where(has_local, idx, 0)
+    le, lh = e[order[safe]], h[order[safe]]
+    holder = np.empty(times.size, dtype=object if h.dtype == object else h.dtype)
+    known = has_local.copy()
+    holder[has_local] = lh[has_local]
+    if carry is not None:
+        ce, ch = carry
+        use_carry = ~has_local | (ce < le) | ((ce == le) & np.asarray(ch < lh, dtype=bool))
+        holder[use_carry] = ch
+        known |= use_carry
+    stop = np.empty(times.size, dtype=np.int64)
+    stop[:-1] = times[1:]
+    if next_arrival is None:
+        known[-1] = False  # after the last arrival nothing is left: no holder
+        stop[-1] = times[-1]
+    else:
+        stop[-1] = next_arrival
+    sel = np.flatnonzero(known)
+    if sel.size == 0:
+        return [], [], []
+    hs, st, en = holder[sel], times[sel], stop[sel]
+    brk = np.flatnonzero(np.asarray(hs[1:] != hs[:-1], dtype=bool) | (st[1:] != en[:-1])) + 1
+    rs = np.concatenate(([0], brk))
+    re_ = np.concatenate((brk, [sel.size]))
+    return hs[rs].tolist(), st[rs].tolist(), en[re_ - 1].tolist()
+
+
+def holdback(data: ArrivalLayout | DataFrame, by: str = "partition") -> pd.DataFrame:
+    """Which partition (``by="partition"``) or key (``by="key"``) holds the static-partitions
+    perfect watermark back, and for how long (see the module docstring).
+
+    ``data`` is a trace DataFrame or a layout prepared with ``holder=by`` (another
+    layout's bounds are reused for a new one). One row per holder that ever holds the
+    watermark, longest first: ``holder``, ``held_us`` (total processing time it is the
+    argmin), ``held_fraction`` (of first to last arrival), ``runs`` (maximal intervals),
+    ``longest_run_us`` and ``longest_run_start`` (µs).
+    """
+    if by not in ("partition", "key"):
+        raise ValueError(f"by must be 'partition' or 'key', got {by!r}")
+    own = not (isinstance(data, ArrivalLayout) and data.holder == by)
+    if isinstance(data, ArrivalLayout):
+        lay = (
+            data
+            if not own
+            else prepare(data.source, buckets=data.buckets, backlog=False, holder=by)
+        )
+    else:
+        lay = prepare(data, backlog=False, holder=by)
+    try:
+        return _holdback(lay, by)
+    finally:
+        if own:
+            lay.unpersist()
+
+
+def _holdback(lay: ArrivalLayout, by: str) -> pd.DataFrame:
+    nb = lay.buckets
+    mins = list(lay.summary["min_by_holder"])
+    carries: list[tuple[int, Any] | None] = []
+    best: tuple[int, Any] | None = None
+    for j in range(nb - 1, -1, -1):  # suffix minimum over later buckets
+        carries.append(best)
+        if mins[j] is not None and (best is None or mins[j] < best):
+            best = mins[j]
+    carries.reverse()
+    nexts: list[int | None] = []
+    nxt: int | None = None
+    for j in range(nb - 1, -1, -1):  # the first arrival after each bucket
+        nexts.append(nxt)
+        if int(lay.summary["rows"].iloc[j]):
+            nxt = int(lay.summary["first_arrival"].iloc[j])
+    nexts.reverse()
+    htype = lay.source.schema[by].dataType
+    if not isinstance(htype, T.StringType):
+        htype = T.LongType()
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        t = _concat_batches(batches)
+        if t is None:
+            return
+        for j, main, _ in _split_bucket(t):
+            hv = main.column(by).to_numpy(zero_copy_only=False)
+            if hv.dtype.kind not in "iu":
+                hv = hv.astype(object)
+            hs, st, en = _holdback_bucket(
+                main.column("arrival_time").to_numpy(),
+                main.column("event_time").to_numpy(),
+                hv,
+                carries[j],
+                nexts[j],
+            )
+            if not hs:
+                continue
+            edge = np.zeros(len(hs), dtype=bool)
+            edge[0] = edge[-1] = True
+            yield pa.record_batch(
+                [
+                    pa.array(hs, type=_arrow_type(htype)),
+                    pa.array(st, pa.int64()),
+                    pa.array(en, pa.int64()),
+                    pa.array(edge),
+                ],
+                names=["holder", "start", "end", "edge"],
+            )
+
+    schema = T.StructType(
+        [
+            T.StructField("holder", htype, True),
+            T.StructField("start", T.LongType(), False),
+            T.StructField("end", T.LongType(), False),
+            T.StructField("edge", T.BooleanType(), False),
+        ]
+    )
+    runs = (
+        lay.df.select("bucket", "replica", "arrival_time", "event_time", F.col(by).cast(htype))
+        .mapInArrow(run, schema)
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    try:
+        inner = _pandas(
+            runs.where(~F.col("edge"))
+            .withColumn("len", F.col("end") - F.col("start"))
+            .groupBy("holder")
+            .agg(
+                F.sum("len").alias("held"),
+                F.count(F.lit(1)).alias("runs"),
+                F.max(F.struct("len", (-F.col("start")).alias("neg_start"))).alias("longest"),
+            )
+        )
+        edges = _pandas(runs.where(F.col("edge")).select("holder", "start", "end"))
+    finally:
+        runs.unpersist()
+    stats: dict[Any, list[int]] = {}
+    for r in inner.itertuples(index=False):
+        stats[_py(r.holder)] = [
+            int(r.held), int(r.runs), int(r.longest["len"]), -int(r.longest["neg_start"])
+        ]
+    edges = edges.sort_values("start", kind="stable")
+    merged: list[list[Any]] = []  # runs at bucket edges, joined across buckets
+    for h, st, en in zip(edges["holder"].map(_py), edges["start"], edges["end"], strict=True):
+        if merged and merged[-1][0] == h and merged[-1][2] == st:
+            merged[-1][2] = int(en)
+        else:
+            merged.append([h, int(st), int(en)])
+    for h, st, en in merged:
+        cur = stats.setdefault(h, [0, 0, -1, 0])
+        cur[0] += en - st
+        cur[1] += 1
+        if en - st > cur[2] or (en - st == cur[2] and st < cur[3]):
+            cur[2], cur[3] = en - st, st
+    span = max(1, lay.last_arrival - lay.first_arrival)
+    out = pd.DataFrame(
+        [
+            {
+                "holder": h,
+                "held_us": v[0],
+                "held_fraction": v[0] / span,
+                "runs": v[1],
+                "longest_run_us": v[2],
+                "longest_run_start": v[3],
+            }
+            for h, v in stats.items()
+        ],
+        columns=["holder", "held_us", "held_fraction", "runs", "longest_run_us",
+                 "longest_run_start"],
+    )
+    return out.sort_values(
+        ["held_us", "holder"], ascending=[False, True], kind="stable"
+    ).reset_index(drop=True)
+
+
+def _arrow_type(t: T.DataType) -> pa.DataType:
+    return pa.string() if isinstance(t, T.StringType) else pa.int64()

@@ -1,0 +1,297 @@
+"""Spark analytics agree exactly with theory's vectorised results on the same rows.
+
+Traces are generated in Spark (seeded), collected through Arrow, and given to
+:mod:`theory.sources`, :mod:`theory.percentile`, :mod:`theory.series` and
+:func:`theory.experiments.tradeoff`; every curve, late count, window and hold-back figure
+must be identical (means of fractions up to float rounding).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from pyspark.sql import functions as F
+
+from spark_backend.analytics import (
+    analyze,
+    holdback,
+    parse_strategy,
+    percentile_curve_numpy,
+    prepare,
+)
+from spark_backend.tracedf import generate_trace_df, to_trace
+from theory.experiments.tradeoff import Strategy as TheoryStrategy
+from theory.experiments.tradeoff import tradeoff
+from theory.percentile import percentile_curve, reference_percentile_values
+from theory.series import StepSeries
+from theory.sources import bounded_out_of_orderness_curve, perfect_curve
+from theory.time import MAX_TIMESTAMP, SECOND
+
+pytestmark = pytest.mark.slow
+
+STRATEGIES = (
+    "perfect",
+    "bounded:1s",
+    "bounded:10s",
+    "percentile:0.5",
+    "percentile:0.9",
+    "percentile:1",
+    "percentile:0.75:hold",
+)
+
+
+def _theory_curve(spec: str, e: np.ndarray, a: np.ndarray) -> StepSeries:
+    s = parse_strategy(spec)
+    if s.kind == "perfect":
+        return perfect_curve(e, a)
+    if s.kind == "bounded":
+        return bounded_out_of_orderness_curve(e, a, bound=s.bound)
+    # source level: active from the event time (never, for rows arriving before it)
+    fallback = perfect_curve(e, a) if s.fallback == "perfect" else None
+    return percentile_curve(e, np.minimum(e, a), a, s.p, fallback=fallback)
+
+
+def _same(x: StepSeries, y: StepSeries) -> bool:
+    return (
+        np.array_equal(x.times, y.times)
+        and np.array_equal(x.values, y.values)
+        and x.initial == y.initial
+    )
+
+
+@pytest.fixture(scope="module")
+def traces(spark):
+    """Two small traces: int keys with arrival ties (arrivals rounded up to 100 ms), and
+    string keys with µs arrivals. Both have stragglers and an idle partition."""
+    tied = generate_trace_df(
+        spark, 3000, seed=11, rate=50.0, keys=7, partitions=3, stragglers=0.05,
+        idle_partitions=(1,), idle_interval=(10 * SECOND, 25 * SECOND),
+    ).withColumn("arrival_time", (F.ceil(F.col("arrival_time") / 100_000) * 100_000).cast("long"))
+    strings = generate_trace_df(
+        spark, 2500, seed=12, rate=40.0, keys=9, partitions=4, stragglers=0.05,
+        key_prefix="user-",
+    )
+    out = {}
+    for name, df in (("tied", tied), ("strings", strings)):
+        df = df.persist()
+        out[name] = (df, to_trace(df))
+    yield out
+    for df, _ in out.values():
+        df.unpersist()
+
+
+@pytest.fixture(scope="module")
+def analyses(traces):
+    """Each trace analysed twice: one bucket (no carries at all) and 5 buckets."""
+    out = {}
+    for name, (df, _) in traces.items():
+        out[name, 1] = analyze(df, STRATEGIES, buckets=1)
+        out[name, 5] = analyze(df, STRATEGIES, buckets=5)
+    yield out
+    for a in out.values():
+        a.unpersist()
+
+
+@pytest.mark.parametrize("name", ["tied", "strings"])
+@pytest.mark.parametrize("buckets", [1, 5])
+def test_curves_and_late_counts_equal_theory(traces, analyses, name, buckets):
+    _, trace = traces[name]
+    e, a = trace.event_time, trace.arrival_time
+    an = analyses[name, buckets]
+    assert an.layout.buckets == buckets
+    late = an.late.set_index("strategy")
+    for spec in STRATEGIES:
+        ref = _theory_curve(spec, e, a)
+        assert _same(an.curve(spec), ref), spec
+        expected = int(np.count_nonzero(e < ref.before(a)))
+        assert int(late.loc[spec, "late"]) == expected, spec
+        assert late.loc[spec, "elements"] == len(trace)
+    assert int(late.loc["perfect", "late"]) == 0
+    assert int(late.loc["bounded:1s", "late"]) > int(late.loc["bounded:10s", "late"]) > 0
+
+
+def test_percentile_equals_the_naive_oracle(traces, analyses):
+    """Against theory's O(n)-per-time reference: the curve is the running maximum of the
+    quantile (or the perfect fallback) evaluated at every event and arrival time."""
+    _, trace = traces["tied"]
+    e, a = trace.event_time, trace.arrival_time
+    live = e < a
+    times = np.unique(np.concatenate((e[live], a)))
+    for spec in ("percentile:0.5", "percentile:0.9"):
+        s = parse_strategy(spec)
+        raw = reference_percentile_values(e, np.minimum(e, a), a, s.p, times, perfect_curve(e, a))
+        expected = StepSeries(times, np.maximum.accumulate(raw)).compressed()
+        assert _same(analyses["tied", 5].curve(spec), expected), spec
+
+
+def test_percentile_one_is_the_perfect_watermark_after_the_first_arrival(traces, analyses):
+    _, trace = traces["strings"]
+    an = analyses["strings", 5]
+    pct, perfect = an.curve("percentile:1"), an.curve("perfect")
+    grid = np.unique(np.concatenate((pct.times, perfect.times)))
+    grid = grid[grid >= trace.arrival_time.min()]
+    assert np.array_equal(pct.at(grid), perfect.at(grid))
+
+
+def test_lower_percentiles_are_more_aggressive(analyses):
+    late = analyses["tied", 5].late.set_index("strategy")["late"]
+    assert late["percentile:1"] == 0
+    assert late["percentile:0.5"] > late["percentile:0.9"] > 0
+
+
+def test_numpy_kernel_equals_theory_percentile():
+    rng = np.random.default_rng(3)
+    e = np.cumsum(rng.integers(0, 5_000, 4000)).astype(np.int64)
+    a = e + rng.integers(0, 200_000, e.size) * (rng.random(e.size) < 0.9)
+    a = (a // 1000) * 1000 + 1000  # ties, still causal
+    fallback = perfect_curve(e, a)
+    for p in (0.3, 0.9, 1.0):
+        ref = percentile_curve(e, e, a, p, fallback=fallback)
+        assert _same(percentile_curve_numpy(e, a, p), ref)
+        assert _same(percentile_curve_numpy(e, a, p, fallback="hold"), percentile_curve(e, e, a, p))
+
+
+def test_sample_is_the_curve_on_a_grid(traces, analyses):
+    an = analyses["tied", 5]
+    got = an.sample(points=400)
+    grid = got["processing_time"].to_numpy()
+    assert grid[0] == traces["tied"][1].arrival_time.min()
+    assert grid[-1] >= traces["tied"][1].arrival_time.max()
+    for spec in STRATEGIES:
+        assert np.array_equal(got[spec].to_numpy(), an.curve(spec).at(grid)), spec
+
+
+def test_windows_equal_theory_tradeoff(traces):
+    """Completeness at first firing, latency and dropped data against the simulator."""
+    df, trace = traces["tied"]
+    specs = ["perfect", "bounded:1s", "bounded:10s"]
+    an = analyze(df, specs, buckets=4)
+    try:
+        window = 5 * SECOND
+        ours = an.window_summary(window)
+        result = tradeoff(trace, [TheoryStrategy(s, s) for s in specs], window_size=window)
+        theirs = pd.DataFrame(result.table())
+        for col in ("late_count", "dropped", "windows", "window_latency_p50",
+                    "window_latency_p90", "window_latency_p99", "complete_fraction"):
+            assert list(ours[col]) == list(theirs[col]), col
+        np.testing.assert_allclose(ours["completeness_mean"], theirs["completeness_mean"],
+                                   rtol=1e-12, atol=0)
+        # per window: first panes and fire times equal the simulator's panes
+        windows = an.windows(window)
+        for s in specs:
+            panes = result.results[s].stages["window"].panes
+            assert panes is not None
+            first = panes.index == 0
+            theirs_w = {
+                (k, st): (int(c), int(ft))
+                for k, st, c, ft in zip(panes.key[first], panes.window_start[first],
+                                        panes.count[first], panes.fire_time[first], strict=True)
+            }
+            sel = windows[windows["strategy"] == s]
+            ours_w = {
+                (k, st): (int(c), int(ft))
+                for k, st, c, ft in zip(sel["key"], sel["window_start"], sel["first_pane"],
+                                        sel["fire_time"], strict=True)
+            }
+            assert ours_w == theirs_w, s
+    finally:
+        an.unpersist()
+
+
+def test_windows_without_finish_never_fire_past_the_watermark(traces, analyses):
+    an = analyses["strings", 5]
+    fires = an.fire_times(2 * SECOND, finish=False)
+    perfect = an.curve("perfect")
+    assert (fires["perfect"] >= 0).all()  # the perfect watermark ends at MAX_TIMESTAMP
+    bounded = an.curve("bounded:10s")
+    last = fires["window_end"] - 1 >= bounded.final()
+    assert (fires.loc[last, "bounded:10s"] == -1).all()
+    fired = fires[~last]
+    # fired at the first step where W > end - 1
+    for end, t in zip(fired["window_end"], fired["bounded:10s"], strict=True):
+        i = int(np.searchsorted(bounded.times, t))
+        assert bounded.values[i] > end - 1
+        assert i == 0 or bounded.values[i - 1] <= end - 1
+    assert perfect.final() == MAX_TIMESTAMP
+
+
+def _holdback_reference(trace, holder: np.ndarray) -> dict:
+    order = np.lexsort((trace.event_time, trace.arrival_time))
+    a, e, h = trace.arrival_time[order], trace.event_time[order], holder[order]
+    times = np.unique(a)
+    runs: list[list] = []
+    for g, t in enumerate(times[:-1]):
+        later = a > t
+        ee, hh = e[later], h[later]
+        who = sorted(hh[ee == ee.min()].tolist())[0]
+        d = int(times[g + 1] - t)
+        if runs and runs[-1][0] == who:
+            runs[-1][2] += d
+        else:
+            runs.append([who, int(t), d])
+    out: dict = {}
+    for who, start, d in runs:
+        r = out.setdefault(who, [0, 0, -1, 0])
+        r[0] += d
+        r[1] += 1
+        if d > r[2]:
+            r[2], r[3] = d, start
+    return out
+
+
+@pytest.mark.parametrize("name", ["tied", "strings"])
+@pytest.mark.parametrize("by", ["partition", "key"])
+def test_holdback_equals_brute_force(traces, name, by):
+    df, trace = traces[name]
+    got = holdback(df, by)
+    ref = _holdback_reference(trace, trace.partition if by == "partition" else trace.key)
+    assert {
+        r.holder: [r.held_us, r.runs, r.longest_run_us, r.longest_run_start]
+        for r in got.itertuples()
+    } == ref
+    span = trace.arrival_time.max() - trace.arrival_time.min()
+    assert got["held_us"].sum() == span  # someone holds it back until the last arrival
+    assert list(got["held_us"]) == sorted(got["held_us"], reverse=True)
+
+
+def test_holdback_reuses_a_prepared_layout(traces):
+    df, trace = traces["tied"]
+    lay = prepare(df, buckets=3, backlog=False, holder="partition")
+    try:
+        assert lay.df.rdd.getNumPartitions() == lay.buckets == 3
+        assert lay.summary["rows"].sum() == len(trace)
+        got = holdback(lay, "partition")
+        assert got["held_us"].sum() == trace.arrival_time.max() - trace.arrival_time.min()
+    finally:
+        lay.unpersist()
+
+
+def test_each_bucket_is_one_partition(traces):
+    df, trace = traces["strings"]
+    lay = prepare(df, buckets=6)
+    try:
+        per_part = lay.df.select(F.spark_partition_id().alias("p"), "bucket").distinct()
+        rows = per_part.collect()
+        assert len(rows) == lay.buckets
+        assert {r["p"] for r in rows} == set(range(lay.buckets))
+        assert lay.summary["rows"].sum() == len(trace)
+        # backlog replicas: rows that happened in an earlier bucket than they arrive in
+        assert lay.summary["replicas"].sum() > 0
+    finally:
+        lay.unpersist()
+
+
+@pytest.mark.parametrize(
+    "spec", ["bounded", "bounded:-1s", "percentile:0", "percentile:1.5", "percentile:0.5:x",
+             "nonsense", "perfect:3"]
+)
+def test_bad_strategies(spec):
+    with pytest.raises(ValueError, match="bad strategy"):
+        parse_strategy(spec)
+
+
+def test_empty_trace_is_refused(spark):
+    empty = spark.createDataFrame([], "event_time long, arrival_time long")
+    with pytest.raises(ValueError, match="no rows"):
+        analyze(empty, ["perfect"])
