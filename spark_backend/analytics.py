@@ -251,7 +251,7 @@ def _bucket_curves(
 ) -> _BucketResult:
     """Curves of one bucket (see :class:`_BucketResult`).
 
-    ``a``/``e`` are the bucket's rows sorted by (arrival, event); ``rep_*`` the backlog
+    ``a``/``e`` are the bucket's rows sorted by arrival time; ``rep_*`` the backlog
     replicas (rows arriving in later buckets that happened before this bucket's end).
     Percentile values are final when ``carry.latched`` holds the strategy's carry; else
     they are latched from MIN within the bucket, and the candidates list the rows the
@@ -628,12 +628,11 @@ def _bucket_slices(bucket: np.ndarray) -> list[tuple[int, int, int]]:
 
 
 def _split_bucket(t: pa.Table) -> Iterator[tuple[int, pa.Table, pa.Table]]:
-    """(bucket, main rows sorted by (arrival, event), replica rows) of each bucket."""
+    """(bucket, main rows sorted by arrival time, replica rows) of each bucket. Rows with
+    equal arrival times may come in any order: every kernel treats them as one group."""
     bucket = t.column("bucket").to_numpy()
-    order = np.argsort(bucket, kind="stable") if bucket.size > 1 and bool(
-        np.any(bucket[1:] < bucket[:-1])
-    ) else None
-    if order is not None:
+    if bucket.size > 1 and bool(np.any(bucket[1:] != bucket[:-1])):
+        order = np.argsort(bucket, kind="stable")
         t = t.take(pa.array(order))
         bucket = bucket[order]
     for j, lo, hi in _bucket_slices(bucket):
@@ -642,13 +641,8 @@ def _split_bucket(t: pa.Table) -> Iterator[tuple[int, pa.Table, pa.Table]]:
         main = part.filter(pa.array(~rep)) if rep.any() else part
         reps = part.filter(pa.array(rep)) if rep.any() else part.slice(0, 0)
         a = main.column("arrival_time").to_numpy()
-        e = main.column("event_time").to_numpy()
         if a.size > 1 and not bool(np.all(a[1:] >= a[:-1])):
-            main = main.take(pa.array(np.lexsort((e, a))))
-        elif a.size > 1:
-            same = a[1:] == a[:-1]
-            if bool(np.any(same & (e[1:] < e[:-1]))):
-                main = main.take(pa.array(np.lexsort((e, a))))
+            main = main.take(pa.array(np.argsort(a)))
         yield j, main, reps
 
 
