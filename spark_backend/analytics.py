@@ -646,7 +646,7 @@ def _split_bucket(t: pa.Table) -> Iterator[tuple[int, pa.Table, pa.Table]]:
         yield j, main, reps
 
 
-_KIND_CURVE, _KIND_LATE, _KIND_MAX, _KIND_CAND, _KIND_EXTRA = 0, 1, 2, 3, 4
+_KIND_CURVE, _KIND_LATE, _KIND_MAX, _KIND_CAND, _KIND_PCT = 0, 1, 2, 3, 5
 
 
 def _table_schema(strategies: Sequence[Strategy]) -> T.StructType:
@@ -665,24 +665,27 @@ def _run_pass(
     carries: list[_Carry],
     curve: bool,
 ) -> DataFrame:
-    """A Python pass over the buckets. With ``curve`` (and the percentile carries in
-    ``carries``) it yields the curves, rows of ``kind``:
+    """A Python pass over the buckets.
 
-    0. an arrival time ``t``: ``v<i>`` the watermark of strategy i there;
-    4. an activation time ``t`` that is no arrival time: percentile values only.
-
-    Without, the small rows that :func:`analyze` combines:
+    With ``curve`` (perfect and bounded strategies only) it yields rows of kind 0: an
+    arrival time ``t`` and ``v<i>``, the watermark of strategy i there (final). Without,
+    it yields what :func:`analyze` combines and keeps, by ``kind``:
 
     1. per bucket: ``v<i>`` the elements late under strategy i (percentile: within the
        bucket);
     2. per bucket: ``v<i>`` the bucket's largest percentile value (for the carry);
     3. a percentile carry candidate: ``t`` its event time, ``v<i>`` the value just before
-       its arrival within the bucket (it is late iff ``t < max(v<i>, carry)``).
+       its arrival within the bucket (it is late iff ``t < max(v<i>, carry)``);
+    5. a change of a percentile curve latched within the bucket: ``t`` and ``v<i>``
+       (the final curve is ``max(v<i>, carry)``; every change of it is among these).
     """
     strategies = list(strategies)
     pct = [i for i, s in enumerate(strategies) if s.kind == "percentile"]
+    if curve and pct:
+        raise ValueError("curve passes compute perfect and bounded strategies only")
     ns = len(strategies)
     names = ["kind", "bucket", "t"] + [f"v{i}" for i in range(ns)]
+    empty = np.empty(0, dtype=np.int64)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         t = _concat_batches(batches)
@@ -691,41 +694,43 @@ def _run_pass(
         for j, main, reps in _split_bucket(t):
             a = main.column("arrival_time").to_numpy()
             e = main.column("event_time").to_numpy()
-            ra = reps.column("arrival_time").to_numpy() if pct else a[:0]
-            re_ = reps.column("event_time").to_numpy() if pct else e[:0]
+            ra = reps.column("arrival_time").to_numpy() if pct else empty
+            re_ = reps.column("event_time").to_numpy() if pct else empty
             r = _bucket_curves(a, e, ra, re_, strategies, carries[j])
             if curve:
-                g, x = r.times.size, r.extra.size
+                g = r.times.size
                 arrays = [
-                    pa.array(np.concatenate((np.full(g, _KIND_CURVE, dtype=np.int32),
-                                             np.full(x, _KIND_EXTRA, dtype=np.int32)))),
-                    pa.array(np.full(g + x, j, dtype=np.int32)),
-                    pa.array(np.concatenate((r.times, r.extra))),
-                ]
-                for i in range(ns):
-                    ev = r.extra_values.get(i)
-                    arrays.append(
-                        pa.array(
-                            np.concatenate((r.values[i], ev if ev is not None else
-                                            np.zeros(x, dtype=np.int64))),
-                            mask=np.concatenate((np.zeros(g, bool), np.full(x, ev is None))),
-                        )
-                    )
+                    pa.array(np.full(g, _KIND_CURVE, dtype=np.int32)),
+                    pa.array(np.full(g, j, dtype=np.int32)),
+                    pa.array(r.times),
+                ] + [pa.array(v) for v in r.values]
                 yield pa.record_batch(arrays, names=names)
                 continue
             kinds = [np.array([_KIND_LATE, _KIND_MAX], dtype=np.int32)]
             ts = [np.zeros(2, dtype=np.int64)]
             cols = [[np.array([r.late[i], r.local_max[i]], dtype=np.int64)] for i in range(ns)]
             masks = [[np.zeros(2, dtype=bool)] for _ in range(ns)]
-            for i in pct:  # carry candidates, one row each, per strategy
-                ce, cb = r.cands.get(i, (np.empty(0, np.int64), np.empty(0, np.int64)))
-                if not ce.size:
-                    continue
-                kinds.append(np.full(ce.size, _KIND_CAND, dtype=np.int32))
-                ts.append(ce)
+
+            def rows(kind: int, i: int, times: np.ndarray, vals: np.ndarray) -> None:
+                kinds.append(np.full(times.size, kind, dtype=np.int32))
+                ts.append(times)
                 for q in range(ns):
-                    cols[q].append(cb if q == i else np.zeros(ce.size, dtype=np.int64))
-                    masks[q].append(np.full(ce.size, q != i))
+                    cols[q].append(vals if q == i else np.zeros(times.size, dtype=np.int64))
+                    masks[q].append(np.full(times.size, q != i))
+
+            for i in pct:
+                ce, cb = r.cands.get(i, (empty, empty))
+                if ce.size:  # carry candidates
+                    rows(_KIND_CAND, i, ce, cb)
+                times = np.concatenate((r.times, r.extra))
+                vals = np.concatenate((r.values[i], r.extra_values[i]))
+                o = np.argsort(times, kind="stable")
+                times, vals = times[o], vals[o]
+                keep = np.empty(vals.size, dtype=bool)  # the latched changes
+                if vals.size:
+                    keep[0] = vals[0] != MIN_TIMESTAMP
+                    np.not_equal(vals[1:], vals[:-1], out=keep[1:])
+                rows(_KIND_PCT, i, times[keep], vals[keep])
             k = np.concatenate(kinds)
             arrays = [
                 pa.array(k),
@@ -736,7 +741,10 @@ def _run_pass(
                 arrays.append(pa.array(np.concatenate(cols[i]), mask=np.concatenate(masks[i])))
             yield pa.record_batch(arrays, names=names)
 
-    return layout.df.select("bucket", "replica", "arrival_time", "event_time").mapInArrow(
+    src = layout.df
+    if curve:
+        src = src.where(~F.col("replica"))
+    return src.select("bucket", "replica", "arrival_time", "event_time").mapInArrow(
         run, _table_schema(strategies)
     )
 
@@ -749,15 +757,17 @@ class WatermarkAnalysis:
     """Strategies evaluated on a prepared trace.
 
     ``late`` has one row per strategy: ``strategy``, ``elements``, ``late``,
-    ``late_fraction``. Curves, samples and fire times run a second pass over the buckets
-    with every carry known; :meth:`persist_curves` keeps its result for repeated use.
-    Call :meth:`unpersist` when done.
+    ``late_fraction``. ``table`` keeps (persisted) what the analysis pass found,
+    including the percentile curves' changes; the perfect and bounded curves are a second,
+    cheap pass over the buckets with every carry known. :meth:`persist_curves` keeps the
+    curves for repeated use. Call :meth:`unpersist` when done.
     """
 
     layout: ArrivalLayout
     strategies: tuple[Strategy, ...]
     late: pd.DataFrame
     carries: list[_Carry] = field(repr=False)
+    table: DataFrame = field(repr=False)
     owns_layout: bool = field(default=False, repr=False)
     _persisted: DataFrame | None = field(default=None, repr=False)
 
@@ -767,10 +777,11 @@ class WatermarkAnalysis:
         return [s.name for s in self.strategies]
 
     def unpersist(self) -> None:
-        """Release cached curves (and the layout if :func:`analyze` built it)."""
+        """Release the cached results (and the layout if :func:`analyze` built it)."""
         if self._persisted is not None:
             self._persisted.unpersist()
             self._persisted = None
+        self.table.unpersist()
         if self.owns_layout:
             self.layout.unpersist()
 
@@ -782,15 +793,42 @@ class WatermarkAnalysis:
 
     def curves(self) -> DataFrame:
         """The curves: ``processing_time`` (µs) and one column per strategy, named by its
-        spec, holding the watermark there (µs). There is a row per unique arrival time,
-        and for percentile strategies also per activation (event) time where the backlog
-        changes; other strategies are null in those rows. Names hold ``:`` and ``.``:
-        select them with backticks (``F.col("`percentile:0.9`")``)."""
+        spec, holding the watermark there (µs). Perfect and bounded strategies have a
+        value at every unique arrival time; a percentile strategy has its own rows, at
+        the times where it may change (every change is among them), and is null in the
+        other rows. Names hold ``:`` and ``.``: select them with backticks
+        (``F.col("`percentile:0.9`")``). Rows come in no particular order."""
         if self._persisted is not None:
             return self._persisted
-        cols = [F.col("t").alias("processing_time")]
-        cols += [F.col(f"v{i}").alias(s.name) for i, s in enumerate(self.strategies)]
-        return _run_pass(self.layout, self.strategies, self.carries, curve=True).select(*cols)
+        plain = [i for i, s in enumerate(self.strategies) if s.kind != "percentile"]
+        pct = [i for i, s in enumerate(self.strategies) if s.kind == "percentile"]
+        parts = []
+        if plain:
+            base = _run_pass(
+                self.layout, [self.strategies[i] for i in plain], self.carries, curve=True
+            )
+            cols = [F.col("t").alias("processing_time")]
+            for i, s in enumerate(self.strategies):
+                v = F.col(f"v{plain.index(i)}") if i in plain else F.lit(None).cast("long")
+                cols.append(v.alias(s.name))
+            parts.append(base.select(*cols))
+        if pct:
+            cols = [F.col("t").alias("processing_time")]
+            for i, s in enumerate(self.strategies):
+                if i in pct:
+                    carry = F.element_at(
+                        F.array(*[F.lit(c.latched[i]) for c in self.carries]),
+                        F.col("bucket") + 1,
+                    )
+                    v = F.when(F.col(f"v{i}").isNotNull(), F.greatest(F.col(f"v{i}"), carry))
+                else:
+                    v = F.lit(None).cast("long")
+                cols.append(v.alias(s.name))
+            parts.append(self.table.where(F.col("kind") == _KIND_PCT).select(*cols))
+        out = parts[0]
+        for p in parts[1:]:
+            out = out.unionByName(p)
+        return out
 
     def curve(self, name: str) -> StepSeries:
         """One strategy's curve collected (Arrow) into a :class:`StepSeries`: a step per
@@ -821,7 +859,12 @@ class WatermarkAnalysis:
             self.curves()
             .withColumn("_g", idx)
             .groupBy("_g")
-            .agg(*[F.max(_col(n)).alias(f"m{i}") for i, n in enumerate(self.names)])
+            .agg(
+                *[
+                    F.coalesce(F.max(_col(n)), F.lit(MIN_TIMESTAMP)).alias(f"m{i}")
+                    for i, n in enumerate(self.names)
+                ]
+            )
         )
         out = pd.DataFrame({"processing_time": grid})
         g = agg["_g"].to_numpy(dtype=np.int64)
@@ -991,8 +1034,8 @@ def analyze(
 
     ``data`` is a trace DataFrame (cut here with :func:`prepare`; that layout is released
     by :meth:`WatermarkAnalysis.unpersist`) or a layout. Runs one Python pass over the
-    buckets and combines its small results on the driver: the late counts and the
-    percentile carries (the latched value before each bucket).
+    buckets, keeps its result (persisted) and combines the small part on the driver: the
+    late counts and the percentile carries (the latched value before each bucket).
     """
     parsed = tuple(parse_strategy(s) for s in strategies)
     if not parsed:
@@ -1008,7 +1051,8 @@ def analyze(
     if need_rep and layout.buckets > 1 and not layout.backlog:
         raise ValueError("percentile strategies need a layout prepared with backlog=True")
     carries = layout.carries()
-    small = _pandas(_run_pass(layout, parsed, carries, curve=False))
+    table = _run_pass(layout, parsed, carries, curve=False).persist(storage)
+    small = _pandas(table.where(F.col("kind") != _KIND_PCT))
     nb = layout.buckets
     late = np.zeros(len(parsed), dtype=np.int64)
     lates = small[small["kind"] == _KIND_LATE]
@@ -1036,7 +1080,7 @@ def analyze(
             "late_fraction": late / layout.rows,
         }
     )
-    return WatermarkAnalysis(layout, parsed, table_late, carries, owns)
+    return WatermarkAnalysis(layout, parsed, table_late, carries, table, owns)
 
 
 
