@@ -17,7 +17,8 @@ Each generator has an incremental object (``observe`` / ``current`` / ``regressi
 ``advance_to``) and a vectorised ``*_curve(event_time, arrival_time, partition=None, ...)``
 returning a :class:`~theory.series.StepSeries` whose step times are the unique arrival
 times (plus idle-expiry instants for :func:`dynamic_partitions_curve` with a timeout) and
-whose values are the latched watermark at those times. Both give identical answers.
+whose values are the latched watermark at those times (:func:`percentile_source_curve`
+also steps at event times: see there). Both give identical answers.
 
 ``advance_to(t)`` declares that processing time has reached ``t`` and that every element
 arriving at or before ``t`` has been observed; later elements must arrive after ``t``.
@@ -34,6 +35,7 @@ from typing import Final, Protocol, overload, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike
 
+from theory.percentile import PercentileWatermark, check_p, percentile_curve
 from theory.series import StepSeries
 from theory.time import (
     MAX_TIMESTAMP,
@@ -50,6 +52,7 @@ __all__ = [
     "FlinkCoreView",
     "IngressWatermark",
     "LatchedWatermark",
+    "PercentileSourceWatermark",
     "PerfectWatermark",
     "SourceWatermark",
     "SourceWatermarkSpec",
@@ -63,6 +66,7 @@ __all__ = [
     "ingress_timestamps",
     "make_source_watermark",
     "parse_duration",
+    "percentile_source_curve",
     "perfect_curve",
     "static_partitions_curve",
 ]
@@ -833,11 +837,138 @@ class DynamicPartitionsWatermark(LatchedWatermark):
                 self._latch(computed)
 
 
+# --------------------------------------------------------------------------- 7. percentile
+
+
+def percentile_source_curve(
+    event_time: ArrayLike,
+    arrival_time: ArrayLike,
+    partition: ArrayLike | None = None,
+    *,
+    p: float,
+    hold: bool = False,
+) -> StepSeries:
+    """The percentile watermark of DESIGN.md at the source (µs), an oracle over the trace.
+
+    The active set is the *backlog* ``A(t) = {elements with event_time <= t < arrival_time}``:
+    events that happened but have not arrived (an element arriving at or before its event
+    time is never in it). ``W_p(t)`` is the order statistic of ``A(t)`` of 0-based rank
+    ``floor((n - 1) * (1 - p))`` (``numpy.quantile(A, 1 - p, method="lower")``), or, where
+    ``A(t)`` is empty, :func:`perfect_curve` (``hold=True``: no fallback, the watermark
+    holds); latched. It is :func:`theory.percentile.percentile_curve` with activation =
+    event time and completion = arrival time, so its steps are at arrival times *and* at
+    event times (also before the first arrival). This is ``percentile:<p>[:hold]`` of
+    ``spark_backend.analytics``, exactly.
+
+    ``p = 1`` equals :func:`perfect_curve` from the first arrival on (before it, the
+    perfect curve is still at ``MIN_TIMESTAMP`` while this one is the minimum event time
+    so far). A smaller ``p`` is pointwise at least as high. ``partition`` is ignored.
+    """
+    q = check_p(p)
+    e, a, _ = _trace(event_time, arrival_time, partition)
+    fallback = None if hold else perfect_curve(e, a)
+    # completion = max(arrival, event): rows arriving before their event are never active
+    return percentile_curve(e, e, np.maximum(a, e), q, fallback)
+
+
+class PercentileSourceWatermark(LatchedWatermark):
+    """Incremental :func:`percentile_source_curve`, an oracle that knows the whole trace.
+
+    The backlog needs elements that have not arrived, so it is built from the trace. The
+    elements are observed in arrival order (any order within one arrival time); every
+    event time of a backlog element is an evaluation instant, applied as processing time
+    passes it (by the next :meth:`observe` or by :meth:`advance_to`). The watermark at an
+    arrival time is evaluated once every element arriving then was observed. The exact
+    order statistics are a :class:`theory.percentile.PercentileWatermark`, the fallback a
+    :class:`PerfectWatermark`; ``regressions`` are the former's.
+    """
+
+    def __init__(
+        self, event_time: ArrayLike, arrival_time: ArrayLike, p: float, *, hold: bool = False
+    ) -> None:
+        super().__init__()
+        e, a, _ = _trace(event_time, arrival_time, None)
+        self._pct = PercentileWatermark(p)
+        self._perfect = PerfectWatermark(e, a)
+        self.hold = hold
+        self._starts: list[int] = np.sort(e[a > e]).tolist()  # activation instants
+        self._next = 0
+        times, counts = np.unique(a, return_counts=True)
+        self._times: list[int] = times.tolist()
+        self._counts: list[int] = counts.tolist()
+        self._group = -1  # index of the arrival time being observed
+        self._left = 0  # its elements not yet observed
+
+    @property
+    def p(self) -> float:
+        """The percentile in (0, 1]."""
+        return self._pct.p
+
+    def _evaluate(self) -> None:
+        self._pct.current(None if self.hold else self._perfect.current())
+        self._value = self._pct.latched
+        self.regressions = self._pct.regressions
+
+    def _activate(self, t: int, *, evaluate_at_t: bool) -> None:
+        """Apply the activations at instants ``<= t``, evaluating after each instant
+        ``< t`` (and at ``t`` when ``evaluate_at_t``)."""
+        starts, i, n = self._starts, self._next, len(self._starts)
+        while i < n and starts[i] <= t:
+            s = starts[i]
+            while i < n and starts[i] == s:
+                self._pct.activate(s)
+                i += 1
+            self._next = i
+            if s < t or evaluate_at_t:
+                self._evaluate()
+
+    def _unobserved(self) -> str | None:
+        if self._left:
+            return f"{self._left} element(s) arriving at {self._times[self._group]} µs"
+        return None
+
+    def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
+        e = check_timestamp(event_time, "event_time")
+        a = self._check_arrival(arrival_time, commit=False)
+        if self._group < 0 or a != self._times[self._group]:
+            g = self._group + 1
+            missing = self._unobserved()
+            if missing is not None or g >= len(self._times) or self._times[g] != a:
+                what = f"{missing} were never observed" if missing else (
+                    "the trace has no more elements" if g >= len(self._times)
+                    else f"the next elements arrive at {self._times[g]} µs"
+                )
+                raise ValueError(f"arrival_time={a} µs does not match the oracle's trace: {what}")
+            self._activate(a, evaluate_at_t=False)  # activations at a come before a's arrivals
+            self._group, self._left = g, self._counts[g]
+        self._perfect.observe(e, a, partition)  # raises if (e, a) is not left in the trace
+        self._last_arrival = a
+        if e < a:
+            self._pct.complete(e)
+        self._left -= 1
+        if not self._left:
+            self._evaluate()
+
+    def advance_to(self, processing_time: int) -> None:
+        t = check_timestamp(processing_time, "processing_time")
+        missing = self._unobserved()
+        g = self._group + 1
+        if missing is None and g < len(self._times) and self._times[g] <= t:
+            missing = f"the elements arriving at {self._times[g]} µs"
+        if missing is not None:
+            raise ValueError(f"advance_to({t}): {missing} were never observed")
+        super().advance_to(t)
+
+    def _on_advance(self, t: int) -> None:
+        self._activate(t, evaluate_at_t=True)
+
+
 # --------------------------------------------------------------------------- registry
 
 _SPEC_FORMS = (
     "perfect, ingress, static, bounded:<duration>, flink-bounded:<duration>, dynamic, "
-    "dynamic:idle=<duration>; durations like 500ms, 30s, 2m, 1h or integer µs"
+    "dynamic:idle=<duration>, percentile:<p>, percentile:<p>:hold; durations like 500ms, "
+    "30s, 2m, 1h or integer µs; p in (0, 1]"
 )
 
 
@@ -849,6 +980,8 @@ class SourceWatermarkSpec:
     kind: str
     bound: int | None = None
     idle_timeout: int | None = None
+    p: float | None = None
+    hold: bool = False
 
     def curve(
         self, event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None = None
@@ -871,6 +1004,11 @@ class SourceWatermarkSpec:
             assert self.bound is not None
             c = flink_bounded_out_of_orderness_curve(event_time, arrival_time, bound=self.bound)
             return StepSeries(c.times, flink_to_core(c.values), MIN_TIMESTAMP)
+        if self.kind == "percentile":
+            assert self.p is not None
+            return percentile_source_curve(
+                event_time, arrival_time, partition, p=self.p, hold=self.hold
+            )
         return dynamic_partitions_curve(
             event_time, arrival_time, partition, idle_timeout=self.idle_timeout
         )
@@ -881,9 +1019,10 @@ class SourceWatermarkSpec:
         arrival_time: ArrayLike | None = None,
         partition: ArrayLike | None = None,
     ) -> LatchedWatermark:
-        """A fresh incremental generator. ``perfect`` and ``static`` are oracles over a
-        known trace and need ``event_time`` and ``arrival_time`` (and ``partition``)."""
-        if self.kind in ("perfect", "static"):
+        """A fresh incremental generator. ``perfect``, ``static`` and ``percentile`` are
+        oracles over a known trace and need ``event_time`` and ``arrival_time`` (and
+        ``partition``)."""
+        if self.kind in ("perfect", "static", "percentile"):
             if event_time is None or arrival_time is None:
                 raise ValueError(
                     f"source watermark {self.spec!r} knows its trace in advance: "
@@ -891,6 +1030,9 @@ class SourceWatermarkSpec:
                 )
             if self.kind == "perfect":
                 return PerfectWatermark(event_time, arrival_time)
+            if self.kind == "percentile":
+                assert self.p is not None
+                return PercentileSourceWatermark(event_time, arrival_time, self.p, hold=self.hold)
             return StaticPartitionsWatermark.from_trace(event_time, arrival_time, partition)
         if self.kind == "ingress":
             return IngressWatermark()
@@ -905,7 +1047,9 @@ class SourceWatermarkSpec:
 
 def make_source_watermark(spec: str) -> SourceWatermarkSpec:
     """Parse a spec: ``perfect``, ``ingress``, ``static``, ``bounded:30s``,
-    ``flink-bounded:30s``, ``dynamic`` or ``dynamic:idle=1m``. Bad specs raise ValueError."""
+    ``flink-bounded:30s``, ``dynamic``, ``dynamic:idle=1m``, ``percentile:0.9`` or
+    ``percentile:0.9:hold`` (:func:`percentile_source_curve`; ``hold``: no perfect
+    fallback). Bad specs raise ValueError naming the spec."""
     if not isinstance(spec, str):
         raise ValueError(f"bad source watermark spec {spec!r}: expected a string ({_SPEC_FORMS})")
     text = spec.strip()
@@ -917,6 +1061,16 @@ def make_source_watermark(spec: str) -> SourceWatermarkSpec:
             return SourceWatermarkSpec(spec, name, bound=parse_duration(arg))
         if name == "dynamic" and arg.startswith("idle="):
             return SourceWatermarkSpec(spec, name, idle_timeout=parse_duration(arg[5:]))
+        if name == "percentile" and arg:
+            value, colon, mode = arg.partition(":")
+            if colon and mode != "hold":
+                raise ValueError(f"unknown percentile option {mode!r} (only 'hold')")
+            try:
+                number = float(value)
+            except ValueError:
+                raise ValueError(f"p must be a number in (0, 1], got {value!r}") from None
+            p = check_p(number)
+            return SourceWatermarkSpec(spec, name, p=p, hold=bool(colon))
     except ValueError as err:
         raise ValueError(f"bad source watermark spec {spec!r}: {err}") from None
     raise ValueError(f"bad source watermark spec {spec!r}: expected one of {_SPEC_FORMS}")

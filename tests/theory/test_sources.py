@@ -1,4 +1,5 @@
-"""Source watermarks: incremental == vectorised, monotonic, exactness and lateness."""
+"""Source watermarks: incremental == vectorised, monotonic, exactness and lateness; the
+percentile source watermark against its definition."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from theory.percentile import percentile_details
 from theory.series import StepSeries
 from theory.sources import (
     BoundedOutOfOrderness,
@@ -15,6 +17,7 @@ from theory.sources import (
     FlinkCoreView,
     IngressWatermark,
     LatchedWatermark,
+    PercentileSourceWatermark,
     PerfectWatermark,
     SourceWatermark,
     StaticPartitionsWatermark,
@@ -28,6 +31,7 @@ from theory.sources import (
     ingress_timestamps,
     make_source_watermark,
     parse_duration,
+    percentile_source_curve,
     perfect_curve,
     static_partitions_curve,
 )
@@ -444,6 +448,177 @@ def test_dynamic_advance_to_crosses_several_expiries() -> None:
     assert w.current() == 30
     with pytest.raises(ValueError, match="back in time"):
         w.advance_to(999)
+
+
+# ------------------------------------------------------------------ percentile (backlog)
+# percentile:<p>[:hold]: the backlog A(t) = {e : e <= t < arrival} (elements arriving at or
+# before their event time never belong to it); W_p(t) = np.quantile(A(t), 1 - p,
+# method="lower") (0-based rank floor((n - 1)(1 - p))), or the perfect watermark where A(t)
+# is empty (``:hold``: no fallback, the watermark stays); latched; evaluated at every event
+# and arrival time. This is spark_backend.analytics' ``percentile:<p>[:hold]``.
+
+p_st = st.sampled_from([1.0, 0.99, 0.9, 0.75, 0.5, 0.3, 0.1, 1e-9]) | st.floats(
+    min_value=1e-6, max_value=1.0
+)
+
+
+def instants(e: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Every instant the watermark can change at, and the instants between them."""
+    t = np.union1d(e, a)
+    return np.union1d(t, np.concatenate((t - 1, t + 1)))
+
+
+def percentile_reference(e: np.ndarray, a: np.ndarray, p: float, hold: bool) -> StepSeries:
+    """The definition, O(n) per instant, over every event and arrival time."""
+    times = np.union1d(e, a)
+    perfect = perfect_curve(e, a)
+    value = MIN_TIMESTAMP
+    out = []
+    for t in times.tolist():
+        backlog = e[(e <= t) & (t < a)]
+        if backlog.size:
+            raw = int(np.quantile(backlog, 1.0 - p, method="lower"))
+        else:
+            raw = MIN_TIMESTAMP if hold else int(perfect.at(t))
+        value = max(value, raw)
+        out.append(value)
+    return StepSeries(times, np.array(out, dtype=I64)).compressed()
+
+
+@settings(max_examples=300, deadline=None)
+@given(traces(), p_st, st.booleans())
+def test_percentile_curve_is_the_definition(tr: Trace, p: float, hold: bool) -> None:
+    e, a, part = tr
+    spec = make_source_watermark(f"percentile:{p!r}" + (":hold" if hold else ""))
+    assert spec.p == p and spec.hold == hold
+    assert_series_equal(spec.curve(e, a, part), percentile_reference(e, a, p, hold))
+
+
+@settings(max_examples=300, deadline=None)
+@given(traces(), p_st, st.booleans())
+def test_percentile_incremental_equals_vectorised(tr: Trace, p: float, hold: bool) -> None:
+    e, a, part = tr
+    curve = percentile_source_curve(e, a, p=p, hold=hold)
+    times = np.union1d(np.union1d(e, a), curve.times)
+    obj = make_source_watermark(f"percentile:{p!r}" + (":hold" if hold else "")).incremental(e, a)
+    assert isinstance(obj, PercentileSourceWatermark) and obj.p == p
+    np.testing.assert_array_equal(feed_at(obj, e, a, part, times), curve.at(times))
+    # the regressions are theory.percentile's (evaluations below the latched value)
+    details = percentile_details(e, e, np.maximum(a, e), p, None if hold else perfect_curve(e, a))
+    assert obj.regressions == details.regressions
+
+
+def test_percentile_worked_example() -> None:
+    # backlog at t=4: events 1 and 3 (arrive at 6 and 9); at 7: 3, 5, 7 (arrivals 9, 8, 10)
+    e = np.array([1, 3, 5, 7, 20], dtype=I64)
+    a = np.array([6, 9, 8, 10, 2], dtype=I64)  # the last one arrives before its event
+    c = percentile_source_curve(e, a, p=0.5)
+    # p = 0.5: rank floor((n - 1) / 2): t=1 {1} -> 1; t=3 {1,3} -> 1; t=5 {1,3,5} -> 3;
+    # t=6 {3,5} -> 3; t=7 {3,5,7} -> 5; t=8 {3,7} -> 3 (kept at 5: a regression);
+    # t=9 {7} -> 7; t=10: empty -> perfect = MAX
+    assert c.times.tolist() == [1, 5, 7, 9, 10]
+    assert c.values.tolist() == [1, 3, 5, 7, MAX_TIMESTAMP]
+    assert percentile_details(e, e, np.maximum(a, e), 0.5, perfect_curve(e, a)).regressions == 1
+    held = percentile_source_curve(e, a, p=0.5, hold=True)
+    assert held.values.tolist() == [1, 3, 5, 7]  # nothing after the backlog empties
+
+
+@settings(max_examples=300, deadline=None)
+@given(traces(), p_st, st.booleans())
+def test_percentile_monotonic(tr: Trace, p: float, hold: bool) -> None:
+    e, a, _ = tr
+    c = percentile_source_curve(e, a, p=p, hold=hold)
+    assert c.is_monotonic()
+    assert c.initial == MIN_TIMESTAMP
+
+
+@settings(max_examples=300, deadline=None)
+@given(traces())
+def test_percentile_p1_is_the_perfect_watermark_from_the_first_arrival(tr: Trace) -> None:
+    e, a, _ = tr
+    one = make_source_watermark("percentile:1").curve(e, a)
+    perfect = perfect_curve(e, a)
+    t = instants(e, a)
+    if a.size:
+        after = t >= a.min()
+        np.testing.assert_array_equal(one.at(t[after]), perfect.at(t[after]))
+        # before the first arrival it is the minimum event time so far, <= perfect's next
+        assert np.all(one.at(t[~after]) <= perfect.at(int(a.min())))
+    # so nothing is late against it, as against the perfect watermark
+    assert not np.any(e < one.before(a))
+    assert percentile_details(e, e, np.maximum(a, e), 1.0, perfect).regressions == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(traces(), p_st, p_st, st.booleans())
+def test_percentile_lower_p_is_pointwise_higher_and_late_sets_nest(
+    tr: Trace, p1: float, p2: float, hold: bool
+) -> None:
+    """Same evaluation instants for every p, and rank floor((n-1)(1-p)) falls as p rises,
+    so each raw value, hence the running maximum, is >= for the smaller p; an element late
+    under the larger p is late under the smaller."""
+    e, a, _ = tr
+    lo, hi = min(p1, p2), max(p1, p2)
+    w_lo = percentile_source_curve(e, a, p=lo, hold=hold)
+    w_hi = percentile_source_curve(e, a, p=hi, hold=hold)
+    t = instants(e, a)
+    assert np.all(w_lo.at(t) >= w_hi.at(t))
+    late_lo, late_hi = e < w_lo.before(a), e < w_hi.before(a)
+    assert np.all(late_lo | ~late_hi)
+
+
+@settings(max_examples=200, deadline=None)
+@given(traces(), p_st)
+def test_percentile_hold_is_below_the_fallback_form(tr: Trace, p: float) -> None:
+    e, a, _ = tr
+    held = percentile_source_curve(e, a, p=p, hold=True)
+    fallback = percentile_source_curve(e, a, p=p)
+    t = instants(e, a)
+    assert np.all(held.at(t) <= fallback.at(t))
+
+
+@pytest.mark.parametrize("spec", [
+    "percentile:0", "percentile:1.5", "percentile:abc", "percentile:", "percentile",
+    "percentile:-0.5", "percentile:nan", "percentile:inf", "percentile:0.9:", "percentile:0.9:x",
+    "percentile:0.9:hold:1", "Percentile:0.9",
+])
+def test_percentile_bad_specs_name_the_spec(spec: str) -> None:
+    with pytest.raises(ValueError, match=repr(spec)):
+        make_source_watermark(spec)
+
+
+def test_percentile_bad_specs_say_why() -> None:
+    with pytest.raises(ValueError, match=r"p must be in \(0, 1\], got 0"):
+        make_source_watermark("percentile:0")
+    with pytest.raises(ValueError, match=r"p must be a number in \(0, 1\], got 'abc'"):
+        make_source_watermark("percentile:abc")
+    with pytest.raises(ValueError, match="p must be"):
+        percentile_source_curve([1], [2], p=0)
+
+
+def test_percentile_incremental_needs_the_trace_and_checks_it() -> None:
+    spec = make_source_watermark("percentile:0.9")
+    with pytest.raises(ValueError, match="knows its trace in advance"):
+        spec.incremental()
+    e = np.array([1, 2, 3], dtype=I64)
+    a = np.array([5, 5, 7], dtype=I64)
+    w = spec.incremental(e, a)
+    w.observe(1, 5)
+    with pytest.raises(ValueError, match="arriving at 5 µs were never observed"):
+        w.observe(3, 7)
+    with pytest.raises(ValueError, match="never observed"):
+        w.advance_to(6)
+    with pytest.raises(ValueError, match="not in the oracle's trace"):
+        w.observe(9, 5)
+    w.observe(2, 5)
+    with pytest.raises(ValueError, match="the next elements arrive at 7"):
+        w.observe(3, 8)
+    with pytest.raises(ValueError, match="elements arriving at 7 µs were never observed"):
+        w.advance_to(7)
+    w.observe(3, 7)
+    assert w.current() == MAX_TIMESTAMP
+    with pytest.raises(ValueError, match="no more elements"):
+        w.observe(3, 9)
 
 
 # ------------------------------------------------------------------ registry and errors

@@ -1,14 +1,17 @@
 """The book's findings on the latency/completeness trade-off, as tests with numbers."""
 
+import itertools
+
 import numpy as np
 import pytest
 
 from theory import chapter3
-from theory.experiments import Strategy, tradeoff
-from theory.experiments.tradeoff import final_values, pareto_frontier
+from theory.experiments import DEFAULT_STRATEGIES, Strategy, tradeoff
+from theory.experiments.tradeoff import STAGE, final_values, pareto_frontier
 from theory.generators import Delay, generate_trace
-from theory.simulate import simulate
-from theory.time import HOUR, MINUTE
+from theory.metrics import sample_grid
+from theory.simulate import SimulationResult, simulate
+from theory.time import HOUR, MINUTE, SECOND
 from theory.windowing import TimestampCombiner
 
 
@@ -70,6 +73,107 @@ def test_frontier(table):
     assert flags["b1s"] and flags["perfect"]
     assert pareto_frontier([1, 2, 3], [0.5, 0.4, 0.9]) == [True, False, True]
     assert set(table.table()) >= {"strategy", "on_frontier", "completeness_mean"}
+
+
+PERCENTILES = (0.5, 0.9, 0.99, 1.0)
+
+
+@pytest.fixture(scope="module")
+def percentiles(trace):
+    strategies = [Strategy("perfect", "perfect")] + [
+        Strategy(f"p{p}", f"percentile:{p}") for p in PERCENTILES
+    ]
+    return tradeoff(trace, strategies, window_size=MINUTE)
+
+
+def first_fire_times(result: SimulationResult) -> dict[tuple[object, int], int]:
+    panes = result.stages[STAGE].panes
+    assert panes is not None
+    first = panes.index == 0
+    return dict(zip(
+        zip(panes.key[first].tolist(), panes.window_start[first].tolist(), strict=True),
+        panes.fire_time[first].tolist(),
+        strict=True,
+    ))
+
+
+def test_lower_percentiles_fire_earlier_and_lose_more(percentiles):
+    """Book finding: a lower percentile is a more aggressive watermark. On this trace
+    (20k elements, log-normal delays, 2 % Pareto stragglers, 1-minute windows):
+
+    ======  ==========  =============  ================  ==============
+    p       late        late fraction  mean completeness latency p50 (s)
+    ======  ==========  =============  ================  ==============
+    0.5     4952        24.8 %         0.972             4.8
+    0.9     205         1.0 %          0.996             51.9
+    0.99    5           0.03 %         0.9998            300.1
+    1       0           0              1                 775.2
+    ======  ==========  =============  ================  ==============
+    """
+    rows = {r.strategy: r for r in percentiles.rows}
+    r = [rows[f"p{p}"] for p in PERCENTILES]
+    late = [x.late_count for x in r]
+    assert late == [4952, 205, 5, 0]
+    assert [round(x.late_fraction, 4) for x in r] == [0.2476, 0.0103, 0.0003, 0.0]
+    latency = [x.window_latency_p50 / SECOND for x in r]
+    assert latency == pytest.approx([4.760, 51.945, 300.108, 775.197], abs=1e-3)
+    completeness = [x.completeness_mean for x in r]
+    # strictly monotonic in p: later, fewer late elements, more complete first panes
+    assert latency[0] < latency[1] < latency[2] < latency[3]
+    assert late[0] > late[1] > late[2] > late[3] == 0
+    assert completeness[0] < completeness[1] < completeness[2] < completeness[3] == 1.0
+    for q in ("window_latency_p90", "window_latency_p99"):  # ties at the stragglers' tail
+        tail = [getattr(x, q) for x in r]
+        assert tail == sorted(tail), q
+    # per window, not only in distribution: the pointwise-higher watermark fires each
+    # window no later (it is the same window set here)
+    fires = [first_fire_times(percentiles.results[f"p{p}"]) for p in PERCENTILES]
+    for lower, higher in itertools.pairwise(fires):
+        assert lower.keys() == higher.keys()
+        assert all(lower[w] <= higher[w] for w in lower)
+    # and every percentile strategy is on the latency/completeness frontier
+    assert all(percentiles.on_frontier)
+
+
+def test_the_100th_percentile_is_the_perfect_watermark(percentiles, trace):
+    """p = 1 gives the perfect watermark's panes, lateness, latency and completeness, and
+    the same watermarks at every stage from the first arrival on. (Before it the source
+    percentile watermark is already at the minimum event time so far, while the perfect
+    oracle is at MIN_TIMESTAMP; so the lag metrics, sampled from the first change time,
+    differ slightly; on one grid they are equal.)"""
+    one = percentiles.results["p1.0"]
+    perfect = percentiles.results["perfect"]
+    rows = {r.strategy: r for r in percentiles.rows}
+    lag_fields = {"watermark_lag_p50", "watermark_lag_p90", "watermark_lag_p99",
+                  "stage_lag_p50", "stage_lag_p99"}
+    a, b = vars(rows["p1.0"]), vars(rows["perfect"])
+    assert {k: v for k, v in a.items() if k not in lag_fields | {"strategy"}} == {
+        k: v for k, v in b.items() if k not in lag_fields | {"strategy"}
+    }
+    pa, pb = one.stages[STAGE].panes, perfect.stages[STAGE].panes
+    assert pa is not None and pb is not None
+    for column in vars(pa):
+        np.testing.assert_array_equal(getattr(pa, column), getattr(pb, column), column)
+    first = int(trace.arrival_time.min())
+    grid = sample_grid(perfect)
+    grid = grid[grid >= first]
+    times = np.union1d(one.times, perfect.times)
+    times = times[times >= first]
+    for stage in one.stages:
+        x, y = one.stages[stage], perfect.stages[stage]
+        np.testing.assert_array_equal(x.late, y.late)
+        for t in (grid, times):
+            np.testing.assert_array_equal(x.input_watermark.at(t), y.input_watermark.at(t))
+            np.testing.assert_array_equal(x.output_watermark.at(t), y.output_watermark.at(t))
+    assert one.stages["in"].input_watermark.at(first - 1) > perfect.stages["in"].input_watermark.at(
+        first - 1
+    )
+
+
+def test_default_strategies_include_the_percentiles():
+    specs = [s.watermark for s in DEFAULT_STRATEGIES]
+    for p in ("0.5", "0.9", "0.99", "1"):
+        assert f"percentile:{p}" in specs
 
 
 def test_earliest_output_time_delays_the_next_stage():

@@ -1,9 +1,10 @@
 """The latency vs completeness trade-off of watermark strategies on one trace.
 
-Each :class:`Strategy` is a source watermark (a ``theory.sources`` spec) feeding one
-grouping stage: per-key fixed windows summing values. Without late firings the window fires
-once at the watermark (``AfterWatermark``) and later data is dropped; with late firings
-(``DefaultTrigger``, accumulating, ``allowed_lateness``) late data updates the result.
+Each :class:`Strategy` is a source watermark (a ``theory.sources`` spec, for example
+``perfect``, ``bounded:10s`` or ``percentile:0.9``) feeding one grouping stage: per-key
+fixed windows summing values. Without late firings the window fires once at the watermark
+(``AfterWatermark``) and later data is dropped; with late firings (``DefaultTrigger``,
+accumulating, ``allowed_lateness``) late data updates the result.
 
 For every strategy :func:`tradeoff` reports :class:`~theory.metrics.StrategyMetrics` and
 whether its point (median window latency, mean first-pane completeness) is on the Pareto
@@ -69,6 +70,10 @@ DEFAULT_STRATEGIES: tuple[Strategy, ...] = (
     Strategy("bounded 1s", "bounded:1s"),
     Strategy("bounded 10s", "bounded:10s"),
     Strategy("bounded 1m", "bounded:1m"),
+    Strategy("percentile 50%", "percentile:0.5"),
+    Strategy("percentile 90%", "percentile:0.9"),
+    Strategy("percentile 99%", "percentile:0.99"),
+    Strategy("percentile 100%", "percentile:1"),
     Strategy("bounded 10s + late firings", "bounded:10s", True, 1 * HOUR),
 )
 
