@@ -67,11 +67,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import Any, Final, Literal, cast
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -659,6 +660,39 @@ def _table_schema(strategies: Sequence[Strategy]) -> T.StructType:
     return T.StructType(fields)
 
 
+def _rows_batch(
+    bucket: int,
+    parts: Sequence[tuple[int, int | None, np.ndarray, list[np.ndarray]]],
+    ns: int,
+    names: list[str],
+) -> pa.RecordBatch:
+    """One record batch of ``(kind, bucket, t, v0..)`` rows from blocks ``(kind, i, times,
+    values)``: with ``i`` None, ``values`` holds one array per strategy; else one array,
+    strategy ``i``'s, and the other strategies are null."""
+    kinds, ts = [], []
+    cols: list[list[np.ndarray]] = [[] for _ in range(ns)]
+    masks: list[list[np.ndarray]] = [[] for _ in range(ns)]
+    for kind, i, times, vals in parts:
+        kinds.append(np.full(times.size, kind, dtype=np.int32))
+        ts.append(times)
+        for q in range(ns):
+            if i is None:
+                cols[q].append(vals[q].astype(np.int64))
+                masks[q].append(np.zeros(times.size, dtype=bool))
+            else:
+                cols[q].append(vals[0] if q == i else np.zeros(times.size, dtype=np.int64))
+                masks[q].append(np.full(times.size, q != i))
+    k = np.concatenate(kinds)
+    arrays = [
+        pa.array(k),
+        pa.array(np.full(k.size, bucket, dtype=np.int32)),
+        pa.array(np.concatenate(ts)),
+    ]
+    for q in range(ns):
+        arrays.append(pa.array(np.concatenate(cols[q]), mask=np.concatenate(masks[q])))
+    return pa.record_batch(arrays, names=names)
+
+
 def _run_pass(
     layout: ArrivalLayout,
     strategies: Sequence[Strategy],
@@ -706,22 +740,15 @@ def _run_pass(
                 ] + [pa.array(v) for v in r.values]
                 yield pa.record_batch(arrays, names=names)
                 continue
-            kinds = [np.array([_KIND_LATE, _KIND_MAX], dtype=np.int32)]
-            ts = [np.zeros(2, dtype=np.int64)]
-            cols = [[np.array([r.late[i], r.local_max[i]], dtype=np.int64)] for i in range(ns)]
-            masks = [[np.zeros(2, dtype=bool)] for _ in range(ns)]
-
-            def rows(kind: int, i: int, times: np.ndarray, vals: np.ndarray) -> None:
-                kinds.append(np.full(times.size, kind, dtype=np.int32))
-                ts.append(times)
-                for q in range(ns):
-                    cols[q].append(vals if q == i else np.zeros(times.size, dtype=np.int64))
-                    masks[q].append(np.full(times.size, q != i))
-
+            # (kind, strategy or None for all, times, values) blocks of rows
+            parts: list[tuple[int, int | None, np.ndarray, list[np.ndarray]]] = [
+                (_KIND_LATE, None, np.zeros(1, np.int64), [np.array([x]) for x in r.late]),
+                (_KIND_MAX, None, np.zeros(1, np.int64), [np.array([x]) for x in r.local_max]),
+            ]
             for i in pct:
                 ce, cb = r.cands.get(i, (empty, empty))
                 if ce.size:  # carry candidates
-                    rows(_KIND_CAND, i, ce, cb)
+                    parts.append((_KIND_CAND, i, ce, [cb]))
                 times = np.concatenate((r.times, r.extra))
                 vals = np.concatenate((r.values[i], r.extra_values[i]))
                 o = np.argsort(times, kind="stable")
@@ -730,16 +757,8 @@ def _run_pass(
                 if vals.size:
                     keep[0] = vals[0] != MIN_TIMESTAMP
                     np.not_equal(vals[1:], vals[:-1], out=keep[1:])
-                rows(_KIND_PCT, i, times[keep], vals[keep])
-            k = np.concatenate(kinds)
-            arrays = [
-                pa.array(k),
-                pa.array(np.full(k.size, j, dtype=np.int32)),
-                pa.array(np.concatenate(ts)),
-            ]
-            for i in range(ns):
-                arrays.append(pa.array(np.concatenate(cols[i]), mask=np.concatenate(masks[i])))
-            yield pa.record_batch(arrays, names=names)
+                parts.append((_KIND_PCT, i, times[keep], [vals[keep]]))
+            yield _rows_batch(j, parts, ns, names)
 
     src = layout.df
     if curve:
@@ -846,34 +865,60 @@ class WatermarkAnalysis:
             return out.compressed()
         return out
 
+    def values_at(self, times: np.ndarray, *, strict: bool = False) -> pd.DataFrame:
+        """Every curve at the given processing times (µs), exactly: ``W.at(t)`` (the
+        value after every step at or before ``t``), or with ``strict`` ``W.before(t)``
+        (steps strictly before ``t``), as :class:`theory.series.StepSeries` defines them.
+
+        Returns ``processing_time`` (the sorted distinct ``times``) plus one column per
+        strategy (µs; MIN_TIMESTAMP before the first step). One Spark job: each curve row
+        is mapped to the first requested time it is visible at, the maxima per time are
+        collected, and a running maximum on the driver makes them the (monotone) curves.
+        """
+        grid = np.unique(np.asarray(times, dtype=np.int64))
+        ns = len(self.strategies)
+        side: Literal["left", "right"] = "right" if strict else "left"
+
+        def visible_from(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for b in batches:
+                if not b.num_rows:
+                    continue
+                g = np.searchsorted(grid, b.column(0).to_numpy(), side=side)
+                ok = g < grid.size
+                cols = [pa.array(g[ok])]
+                for i in range(ns):
+                    v = pc.fill_null(b.column(i + 1), MIN_TIMESTAMP).to_numpy()
+                    cols.append(pa.array(v[ok]))
+                yield pa.record_batch(cols, names=["g"] + [f"v{i}" for i in range(ns)])
+
+        schema = T.StructType(
+            [T.StructField("g", T.LongType(), False)]
+            + [T.StructField(f"v{i}", T.LongType(), False) for i in range(ns)]
+        )
+        curves = self.curves().select(
+            "processing_time", *[_col(n).alias(f"v{i}") for i, n in enumerate(self.names)]
+        )
+        agg = (
+            curves.mapInArrow(visible_from, schema)
+            .groupBy("g")
+            .agg(*[F.max(f"v{i}").alias(f"v{i}") for i in range(ns)])
+            .toArrow()
+        )
+        out = pd.DataFrame({"processing_time": grid})
+        g = agg.column("g").to_numpy()
+        for i, n in enumerate(self.names):
+            v = np.full(grid.size, MIN_TIMESTAMP, dtype=np.int64)
+            v[g] = agg.column(f"v{i}").to_numpy()
+            out[n] = np.maximum.accumulate(v) if v.size else v  # every curve is monotone
+        return out
+
     def sample(self, points: int = 2000) -> pd.DataFrame:
         """Every curve at ``points`` evenly spaced processing times from the first to the
         last arrival: ``processing_time`` plus one column per strategy (µs), for plots."""
         lo, hi = self.layout.first_arrival, self.layout.last_arrival
         points = max(2, int(points))
         step = max(1, -(-(hi - lo) // (points - 1)))
-        grid = lo + step * np.arange(points, dtype=np.int64)
-        # a step at t is visible from grid point ceil((t - lo) / step) on
-        idx = F.expr(f"(processing_time - {lo} + {step - 1}) div {step}")
-        agg = _pandas(
-            self.curves()
-            .withColumn("_g", idx)
-            .groupBy("_g")
-            .agg(
-                *[
-                    F.coalesce(F.max(_col(n)), F.lit(MIN_TIMESTAMP)).alias(f"m{i}")
-                    for i, n in enumerate(self.names)
-                ]
-            )
-        )
-        out = pd.DataFrame({"processing_time": grid})
-        g = agg["_g"].to_numpy(dtype=np.int64)
-        ok = g < points
-        for i, n in enumerate(self.names):
-            v = np.full(points, MIN_TIMESTAMP, dtype=np.int64)
-            v[g[ok]] = agg[f"m{i}"].to_numpy(dtype=np.int64)[ok]
-            out[n] = np.maximum.accumulate(v)  # every curve is monotone
-        return out
+        return self.values_at(lo + step * np.arange(points, dtype=np.int64))
 
     def fire_times(self, window_size: int, offset: int = 0, finish: bool = True) -> pd.DataFrame:
         """When each fixed window (by its end) first fires under each strategy.
@@ -928,7 +973,8 @@ class WatermarkAnalysis:
 
         Columns: ``strategy``, ``key``, ``window_start``, ``window_end`` (µs),
         ``elements`` (all the window's elements), ``first_pane`` (those arriving at or
-        before the firing), ``fire_time`` (µs, -1 if it never fires), ``completeness``
+        before the firing), ``fire_time`` (µs; -1 if it never fires, or if none of its
+        elements arrived by then, so that it has no pane), ``completeness``
         (``first_pane / elements``) and ``latency`` (``fire_time - window_end`` µs, NaN
         if it never fires). Rows by strategy, then window end, then key.
         """
@@ -962,6 +1008,9 @@ class WatermarkAnalysis:
             first = got[f"_p{i}"].to_numpy(dtype=np.int64)
             elements = got["elements"].to_numpy(dtype=np.int64)
             end = got["window_end"].to_numpy(dtype=np.int64)
+            # a window whose elements all came after the watermark passed it holds no
+            # state when the watermark fires it: no pane, as Beam (and the simulator)
+            fire = np.where(first > 0, fire, -1)
             frames.append(
                 pd.DataFrame(
                     {

@@ -2,7 +2,10 @@
 
 - ``watermarks simulate``: the chapter-3 pipeline simulated in ``theory``; prints a table
   per stage and writes the watermark series (Parquet) and metrics (CSV).
-- ``watermarks demo``: the main job on the embedded default (a seeded built-in trace).
+- ``watermarks demo``: the main job on the embedded default (a seeded built-in trace
+  generated on Spark): strategies compared on Spark, the chapter-3 pipeline simulated,
+  a report written.
+- ``watermarks analyze TRACE``: the same comparison on a trace of yours.
 
 Exit code 0 on success; 2 with a one-line cause on bad input or a failed run.
 """
@@ -94,14 +97,70 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _spark_options(args: argparse.Namespace) -> object:
+    from spark_backend.jobs import SparkOptions
+
+    return SparkOptions(args.master, args.conf)
+
+
+def _strategies(text: str | None) -> tuple[str, ...]:
+    from spark_backend.comparison import DEFAULT_STRATEGIES
+
+    if text is None:
+        return DEFAULT_STRATEGIES
+    specs = tuple(s.strip() for s in text.split(",") if s.strip())
+    if not specs:
+        raise ValueError(f"--strategies names no strategy: {text!r}")
+    return specs
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The main job on the embedded default: strategies compared, report written."""
+    """The main job on the embedded default: strategies compared on Spark, report written."""
     from spark_backend.jobs import run_demo
     from theory.time import parse_duration
 
-    result = run_demo(args.events, args.seed, Path(args.out), parse_duration(args.window))
+    result = run_demo(
+        args.events,
+        args.seed,
+        Path(args.out),
+        parse_duration(args.window),
+        strategies=_strategies(args.strategies),
+        spark=_spark_options(args),  # type: ignore[arg-type]
+    )
     print(f"report: {result.index}")
     return 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    """A trace of yours (Parquet, CSV or a directory): strategies compared, report written."""
+    from spark_backend.jobs import run_analyze
+    from theory.time import parse_duration
+
+    result = run_analyze(
+        args.trace,
+        Path(args.out),
+        parse_duration(args.window),
+        strategies=_strategies(args.strategies),
+        on_bad_rows=args.on_bad_rows,
+        seed=args.seed,
+        spark=_spark_options(args),  # type: ignore[arg-type]
+    )
+    print(f"report: {result.index}")
+    return 0
+
+
+def _add_spark_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--strategies",
+        default=None,
+        help="comma-separated strategies: perfect, bounded:<duration>, percentile:<p>[:hold] "
+        "(default: perfect, bounded 10s/1m/5m, percentile 0.5/0.9/0.99/1)",
+    )
+    p.add_argument("--window", default="2m", help="fixed window size, e.g. 2m")
+    p.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    p.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,7 +183,19 @@ def build_parser() -> argparse.ArgumentParser:
                 help="source watermark spec: perfect, bounded:30s, flink-bounded:30s, ...",
             )
         else:
-            p.add_argument("--window", default="2m", help="fixed window size, e.g. 2m")
+            _add_spark_options(p)
+    p = sub.add_parser("analyze", help=(cmd_analyze.__doc__ or "").strip())
+    p.add_argument("trace", help="a Parquet or CSV file, or a directory of them")
+    p.add_argument("--out", default="out/analyze", help="output directory (replaced atomically)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the plotted element sample")
+    p.add_argument(
+        "--on-bad-rows",
+        choices=("fail", "skip-and-report"),
+        default="fail",
+        help="stop at the first bad row, or skip bad rows and report them",
+    )
+    _add_spark_options(p)
+    p.set_defaults(func=cmd_analyze)
     return parser
 
 
@@ -137,9 +208,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args))
-    except (ValueError, TypeError, OSError) as exc:
-        print(f"watermarks: error: {exc}", file=sys.stderr)
+    except (ValueError, TypeError, OSError, RuntimeError) as exc:
+        print(f"watermarks: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+
+
+def _one_line(exc: BaseException) -> str:
+    """The cause in one line (Spark's messages run over many)."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 500 else text[:497] + "..."
 
 
 if __name__ == "__main__":

@@ -7,36 +7,34 @@ atomically (see :mod:`spark_backend.report`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import numpy as np
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from spark_backend import plots
+from spark_backend.comparison import DEFAULT_STRATEGIES, Comparison, check_request, compare
 from spark_backend.progress import Progress
 from spark_backend.report import Report, percent, seconds
+from spark_backend.session import get_session
+from spark_backend.tracedf import chapter3_trace_df, read_trace_df
 from theory import chapter3
-from theory.experiments import Strategy, TradeoffResult, tradeoff
 from theory.experiments.propagation import propagation
-from theory.experiments.tradeoff import STAGE
 from theory.metrics import stage_metrics
 from theory.processing import Processing
 from theory.processing_time import diagnose, lag_series
 from theory.simulate import SimulationResult, simulate
-from theory.time import HOUR, SECOND, format_timestamp
-from theory.traces import Trace
+from theory.time import SECOND, format_timestamp
+from theory.traces import BadRowReport, OnBadRows
 
 LOG = logging.getLogger("watermarks")
 
-#: The strategies the demo compares.
-DEMO_STRATEGIES: tuple[Strategy, ...] = (
-    Strategy("perfect", "perfect"),
-    Strategy("bounded 10s", "bounded:10s"),
-    Strategy("bounded 1m", "bounded:1m"),
-    Strategy("bounded 5m", "bounded:5m"),
-    Strategy("bounded 10s + late firings", "bounded:10s", True, 6 * HOUR),
-)
+#: Steps of the strategy comparison (see :func:`spark_backend.comparison.compare`).
+_COMPARE_STEPS = 4
 
 
 @dataclass(frozen=True)
@@ -44,77 +42,107 @@ class JobResult:
     """What a job produced: the report's index and the figures behind it."""
 
     index: Path
-    comparison: TradeoffResult
+    comparison: Comparison
     simulation: SimulationResult | None
 
 
-def compare_strategies(
-    report: Report,
-    trace: Trace,
-    strategies: Sequence[Strategy],
-    window_size: int,
-    seed: int,
-) -> TradeoffResult:
-    """Run the strategy comparison and add its table and figures to ``report``."""
-    result = tradeoff(trace, strategies, window_size=window_size, seed=seed)
-    table = result.table()
-    keep = [
-        "strategy",
-        "late_count",
-        "late_fraction",
-        "dropped",
-        "windows",
-        "completeness_mean",
-        "complete_fraction",
-        "window_latency_p50",
-        "window_latency_p90",
-        "window_latency_p99",
-        "watermark_lag_p50",
-        "watermark_lag_p99",
-        "on_frontier",
-    ]
-    fmt = {c: seconds for c in keep if "latency" in c or "lag" in c}
-    fmt.update({c: percent for c in ("late_fraction", "completeness_mean", "complete_fraction")})
+@dataclass(frozen=True)
+class SparkOptions:
+    """Where Spark runs: a master URL (None: ``local[*]`` or ``SPARK_REMOTE``) and
+    ``key=value`` settings."""
+
+    master: str | None = None
+    conf: Sequence[str] | Mapping[str, Any] | None = None
+
+
+def describe_trace(report: Report, df: DataFrame, rows: int, what: str) -> None:
+    """A paragraph on the trace: its size and the delay from event to arrival (exact
+    percentiles on Spark)."""
+    delay = (F.col("arrival_time") - F.col("event_time")).cast("double") / 1e6
+    q = df.select(delay.alias("d")).stat.approxQuantile("d", [0.5, 0.9, 0.99, 1.0], 0.0)
+    report.text(
+        "The trace",
+        f"{rows:,} {what}; delay from event to arrival p50 {q[0]:.1f} s, p90 {q[1]:.1f} s, "
+        f"p99 {q[2]:.1f} s, max {q[3]:,.0f} s.",
+    )
+
+
+def strategies_section(report: Report, c: Comparison, seed: int) -> None:
+    """The comparison's table, the curves with late elements, the frontier and the
+    partition that holds the watermark back."""
+    fmt = {k: seconds for k in c.table if "latency" in k or "lag" in k}
+    fmt.update({k: percent for k in ("late_fraction", "completeness_mean", "complete_fraction")})
     report.table(
         "strategies",
         "Watermark strategies compared",
-        {k: table[k] for k in keep},
-        "Late data, completeness of each window's first pane, and window latency "
-        "(processing time from the end of the window to its first pane).",
+        c.table,
+        "Computed on Spark. Late data; completeness of each window's first pane; window "
+        "latency (processing time from the end of the window to its first pane); the "
+        "source watermark's lag behind processing time.",
         fmt,
     )
-    ordered = trace.sorted_by_arrival()
-    curves = {
-        s.name: result.results[s.name].stages["in"].input_watermark
-        for s in strategies
-        if not s.late_firings
-    }
-    late = {
-        s.name: result.results[s.name].stages["in"].late for s in strategies if not s.late_firings
-    }
     report.figure(
         "Elements, watermarks and late data",
         lambda p: plots.event_vs_processing(
-            p, ordered.event_time, ordered.arrival_time, curves, late, seed=seed
+            p,
+            c.whole.plot_data(c.strategies),
+            c.zoom.plot_data(c.strategies),
+            seed=seed,
         ),
         "watermarks.png",
-        "Each point is an element (processing time of arrival against event time); each "
-        "line a strategy's watermark; crosses mark the elements that arrive late under it.",
+        f"Sampled elements ({len(c.whole.elements):,} of {c.rows:,}; in the zoom "
+        f"{len(c.zoom.elements):,}) by processing time of arrival against event time; "
+        "each line a strategy's watermark; crosses mark the elements that arrive late "
+        "under it.",
     )
     report.figure(
         "Latency vs completeness",
         lambda p: plots.frontier(
             p,
-            [r.strategy for r in result.rows],
-            [r.window_latency_p50 for r in result.rows],
-            [r.completeness_mean for r in result.rows],
-            result.on_frontier,
+            list(c.strategies),
+            [float(x) for x in c.table["window_latency_p50"]],  # type: ignore[arg-type]
+            [float(x) for x in c.table["completeness_mean"]],  # type: ignore[arg-type]
+            [bool(x) for x in c.table["on_frontier"]],
         ),
         "frontier.png",
         "Median window latency against completeness at first firing; circles are on the "
         "Pareto frontier.",
     )
-    return result
+    if c.holdback is not None and len(c.holdback):
+        hb = c.holdback
+        report.table(
+            "holdback",
+            "Which partition holds the watermark back",
+            {col: list(hb[col]) for col in hb.columns},
+            "Under the static-partitions perfect watermark, the partition whose next "
+            "unread event time is the minimum, for how long (processing time) and in how "
+            "many runs.",
+            {
+                "held_us": seconds,
+                "longest_run_us": seconds,
+                "held_fraction": percent,
+                "longest_run_start": lambda v: format_timestamp(int(v)),  # type: ignore[call-overload]
+            },
+        )
+
+
+def bad_rows_section(report: Report, bad: BadRowReport) -> None:
+    """What validation removed, per rule, with examples."""
+    rules = sorted(bad.counts)
+    report.table(
+        "bad_rows",
+        "Bad rows skipped",
+        {
+            "rule": rules,
+            "rows": [bad.counts[r] for r in rules],
+            "examples": [
+                "; ".join(f"row {row}, {col}: {val!r}" for row, col, val in bad.examples.get(r, []))
+                for r in rules
+            ],
+        },
+        f"{bad.total:,} of {bad.rows_read:,} rows were removed (--on-bad-rows "
+        "skip-and-report); every figure above is over the rows kept.",
+    )
 
 
 def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult:
@@ -207,27 +235,41 @@ def propagation_section(report: Report, seed: int) -> None:
     )
 
 
-def run_demo(events: int, seed: int, out: Path, window_size: int) -> JobResult:
-    """The main job on the embedded default: chapter-3 game traces, strategies compared,
-    the chapter-3 pipeline simulated, the report written."""
+def run_demo(
+    events: int,
+    seed: int,
+    out: Path,
+    window_size: int,
+    *,
+    strategies: Sequence[str] = DEFAULT_STRATEGIES,
+    spark: SparkOptions = SparkOptions(),
+) -> JobResult:
+    """The main job on the embedded default: the chapter-3 game traces generated on
+    Spark, the strategies compared on Spark, the chapter-3 pipeline simulated in theory,
+    the report written."""
     if events < 2:
         raise ValueError(f"--events must be >= 2, got {events}")
-    bar = Progress(5)
-    LOG.info("generating the chapter-3 game traces: %d events, seed %d", events, seed)
-    parts = chapter3.traces(events, seed=seed)
-    trace = Trace.concat([parts["mobile_in"], parts["console_in"]])
-    bar.step(f"generated {len(trace):,} events")
-    report = Report("Watermarks: the chapter-3 game sessions")
-    delays = (trace.arrival_time - trace.event_time) / 1e6
-    p = np.percentile(delays, [50, 90, 99, 100])
-    report.text(
-        "The trace",
-        f"{len(trace):,} events from mobile and console game sessions; delay from event "
-        f"to arrival p50 {p[0]:.1f} s, p90 {p[1]:.1f} s, p99 {p[2]:.1f} s, max {p[3]:,.0f} s.",
-    )
-    LOG.info("comparing %d watermark strategies", len(DEMO_STRATEGIES))
-    comparison = compare_strategies(report, trace, DEMO_STRATEGIES, window_size, seed)
-    bar.step("strategies compared")
+    check_request(strategies, window_size)
+    bar = Progress(5 + _COMPARE_STEPS)
+    LOG.info("starting Spark")
+    session = get_session(spark.master, spark.conf)
+    bar.step("Spark session")
+    LOG.info("generating the chapter-3 game traces on Spark: %d events, seed %d", events, seed)
+    df = chapter3_trace_df(session, events, seed=seed).persist()
+    try:
+        report = Report("Watermarks: the chapter-3 game sessions")
+        describe_trace(
+            report,
+            df,
+            events,
+            "events from mobile and console game sessions (partition 3 idle for a while)",
+        )
+        bar.step(f"generated {events:,} events")
+        LOG.info("comparing %d watermark strategies on Spark", len(strategies))
+        comparison = compare(df, strategies, window_size, seed=seed, step=bar.step)
+    finally:
+        df.unpersist()
+    strategies_section(report, comparison, seed)
     LOG.info("simulating the chapter-3 pipeline")
     simulation = chapter3_section(report, min(events, 200_000), seed)
     bar.step("chapter-3 pipeline simulated")
@@ -240,4 +282,45 @@ def run_demo(events: int, seed: int, out: Path, window_size: int) -> JobResult:
     return JobResult(index, comparison, simulation)
 
 
-__all__ = ["DEMO_STRATEGIES", "STAGE", "JobResult", "compare_strategies", "run_demo"]
+def run_analyze(
+    trace: str | os.PathLike[str],
+    out: Path,
+    window_size: int,
+    *,
+    strategies: Sequence[str] = DEFAULT_STRATEGIES,
+    on_bad_rows: OnBadRows = "fail",
+    seed: int = 0,
+    spark: SparkOptions = SparkOptions(),
+) -> JobResult:
+    """A user's trace (Parquet, CSV or a directory of them): validated, the strategies
+    compared on Spark, the report written. Bad input raises before anything is written."""
+    check_request(strategies, window_size)
+    bar = Progress(4 + _COMPARE_STEPS)
+    LOG.info("starting Spark")
+    session = get_session(spark.master, spark.conf)
+    bar.step("Spark session")
+    LOG.info("reading and validating %s (--on-bad-rows %s)", trace, on_bad_rows)
+    df, bad = read_trace_df(session, trace, on_bad_rows=on_bad_rows)
+    df = df.persist()
+    try:
+        rows = bad.rows_kept
+        if bad.total:
+            LOG.warning("skipped %d bad rows of %d", bad.total, bad.rows_read)
+        bar.step(f"read {rows:,} rows")
+        report = Report(f"Watermarks: {os.fspath(trace)}")
+        describe_trace(report, df, rows, f"rows read from {os.fspath(trace)}")
+        bar.step("trace described")
+        LOG.info("comparing %d watermark strategies on Spark", len(strategies))
+        comparison = compare(df, strategies, window_size, seed=seed, step=bar.step)
+    finally:
+        df.unpersist()
+    strategies_section(report, comparison, seed)
+    if bad.total:
+        bad_rows_section(report, bad)
+    LOG.info("writing the report to %s", out)
+    index = report.write(out)
+    bar.step(f"report written to {index}")
+    return JobResult(index, comparison, None)
+
+
+__all__ = ["JobResult", "SparkOptions", "run_analyze", "run_demo"]

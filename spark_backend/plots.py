@@ -8,7 +8,9 @@ its path.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -43,58 +45,100 @@ def _finite_steps(series: StepSeries, t_end: int) -> tuple[np.ndarray, np.ndarra
     return t[ok], v[ok]
 
 
-def event_vs_processing(
-    path: Path,
-    event_time: np.ndarray,
-    arrival_time: np.ndarray,
-    curves: Mapping[str, StepSeries],
-    late: Mapping[str, np.ndarray],
-    *,
-    max_points: int = 20_000,
-    seed: int = 0,
-) -> Path:
-    """Figure 3.1/3.10 style: elements as points (processing time vs event time), each
-    strategy's watermark as a step line, and each strategy's late elements marked."""
-    n = event_time.size
+@dataclass(frozen=True)
+class Elements:
+    """Elements to draw (µs), each strategy's watermark over them and which are late.
+
+    ``curves`` and ``late`` are keyed by strategy; ``late[name]`` is a mask over the
+    elements. ``span`` is the processing-time range ``(lo, hi)`` shown."""
+
+    event_time: np.ndarray
+    arrival_time: np.ndarray
+    curves: Mapping[str, StepSeries]
+    late: Mapping[str, np.ndarray]
+    span: tuple[int, int]
+
+
+def _draw_elements(
+    ax: Any, el: Elements, ax_t: TimeAxis, max_points: int, seed: int, legend: bool
+) -> None:
+    n = el.event_time.size
     rng = np.random.default_rng(seed)
     idx = np.sort(rng.choice(n, max_points, replace=False)) if n > max_points else np.arange(n)
-    origin = int(min(event_time.min(), arrival_time.min())) if n else 0
-    end = int(arrival_time.max()) if n else 1
-    ax_t = TimeAxis(origin, end - origin)
-    fig, ax = plt.subplots(figsize=(10, 6), dpi=110)
     ax.scatter(
-        ax_t(arrival_time[idx]),
-        ax_t(event_time[idx]),
+        ax_t(el.arrival_time[idx]),
+        ax_t(el.event_time[idx]),
         s=3,
         c="0.6",
         alpha=0.5,
         label="elements",
         rasterized=True,
     )
-    for i, (name, curve) in enumerate(curves.items()):
+    lo, hi = el.span
+    for i, (name, curve) in enumerate(el.curves.items()):
         color = _COLORS[i % len(_COLORS)]
-        t, v = _finite_steps(curve, end)
+        t, v = _finite_steps(curve, hi)
         ax.step(ax_t(t), ax_t(v), where="post", color=color, lw=1.6, label=f"watermark: {name}")
-        mask = late.get(name)
+        mask = el.late.get(name)
         if mask is not None and mask.any():
             sel = idx[mask[idx]]
             ax.scatter(
-                ax_t(arrival_time[sel]),
-                ax_t(event_time[sel]),
+                ax_t(el.arrival_time[sel]),
+                ax_t(el.event_time[sel]),
                 s=9,
                 marker="x",
                 color=color,
-                label=f"late under {name} ({int(mask.sum()):,})",
+                label=f"late under {name} ({int(mask.sum()):,} shown)",
             )
-    lo = ax_t(np.array([origin]))[0]
-    hi = ax_t(np.array([end]))[0]
-    ax.plot([lo, hi], [lo, hi], ls=":", c="k", lw=0.8, label="event time = processing time")
+    # the last 0.1% of arrivals (stragglers) may stretch the axis far: leave them out
+    shown = el.arrival_time[(el.arrival_time >= lo) & (el.arrival_time <= hi)]
+    right = int(min(hi, np.percentile(shown, 99.9))) if shown.size > 1000 else hi
+    x = ax_t(np.array([lo, right]))
+    ax.plot(x, x, ls=":", c="k", lw=0.8, label="event time = processing time")
+    ax.set_xlim(x[0], x[1])
+    ev = el.event_time[(el.arrival_time >= lo) & (el.arrival_time <= right)]
+    if ev.size:
+        y = ax_t(np.percentile(ev, [0.5, 100]))
+        pad = 0.05 * max(y[1] - y[0], 1e-9)
+        ax.set_ylim(y[0] - pad, y[1] + pad)
     ax.set_xlabel(f"processing time ({ax_t.unit} since start)")
     ax.set_ylabel(f"event time ({ax_t.unit} since start)")
-    ax.set_title("Elements, watermarks and late data")
-    ax.legend(loc="upper left", fontsize=8)
+    if legend:
+        ax.legend(loc="upper left", fontsize=7)
     ax.grid(alpha=0.3)
+
+
+def event_vs_processing(
+    path: Path,
+    whole: Elements,
+    zoom: Elements | None = None,
+    *,
+    max_points: int = 20_000,
+    seed: int = 0,
+) -> Path:
+    """Figure 3.1/3.10 style: elements as points (processing time vs event time), each
+    strategy's watermark as a step line, and each strategy's late elements marked; the
+    whole trace, and beside it a ``zoom`` on a short span where the strategies differ."""
+    origin = (
+        int(min(whole.event_time.min(), whole.arrival_time.min())) if whole.event_time.size else 0
+    )
+    panels = [whole] if zoom is None else [whole, zoom]
+    fig, axes = plt.subplots(1, len(panels), figsize=(9 * len(panels), 6.5), dpi=100)
+    axes = np.atleast_1d(axes)
+    for k, (ax, el) in enumerate(zip(axes, panels, strict=True)):
+        lo, hi = el.span
+        ax_t = TimeAxis(origin, max(hi - origin, 1)) if k == 0 else _zoom_axis(origin, hi - lo)
+        _draw_elements(ax, el, ax_t, max_points, seed, legend=k == len(panels) - 1)
+        ax.set_title("the whole trace" if k == 0 else f"zoom: {(hi - lo) / 6e7:.0f} minutes")
+    fig.suptitle("Elements, watermarks and late data")
     return _save(fig, path)
+
+
+def _zoom_axis(origin: int, span: int) -> TimeAxis:
+    """Minutes since the start, whatever the span (a zoom is short)."""
+    ax_t = TimeAxis(origin, span)
+    ax_t.scale, ax_t.unit = 6e7, "min"
+    return ax_t
 
 
 def stage_watermarks(
@@ -164,6 +208,7 @@ def frontier(
     lat = np.asarray(latency, dtype=np.float64) / 1e6
     comp = np.asarray(completeness, dtype=np.float64) * 100
     fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    labels: dict[tuple[float, float], list[str]] = {}
     for i, name in enumerate(names):
         ax.scatter(
             lat[i],
@@ -173,7 +218,9 @@ def frontier(
             marker="o" if on_frontier[i] else "s",
             zorder=3,
         )
-        ax.annotate(name, (lat[i], comp[i]), textcoords="offset points", xytext=(6, 4), fontsize=8)
+        labels.setdefault((float(lat[i]), float(comp[i])), []).append(name)
+    for (x, y), same in labels.items():  # strategies at one point share a label
+        ax.annotate(" = ".join(same), (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
     sel = np.flatnonzero(np.asarray(on_frontier))
     order = sel[np.argsort(lat[sel])]
     ax.plot(lat[order], comp[order], ls="--", c="0.4", lw=1, label="Pareto frontier")
