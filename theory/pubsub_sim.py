@@ -18,7 +18,10 @@ injectable processing-time clock):
 ``base_ack_latency`` after reading, optionally losing messages before processing so they
 are redelivered) and a tracking reader (pulls every ``tracking_period``, records, acks),
 and after each tick queries :class:`~theory.pubsub.TrackingEstimator`, Beam's rule and
-bounded out-of-orderness. The true watermark at a tick is the minimum event time of the
+bounded out-of-orderness; it also records the percentile watermark
+(``percentile:<p>``, p = ``config.percentile``) of the backlog of messages whose event
+happened and which the base reader has not processed, an oracle like the true watermark
+(:func:`theory.sources.percentile_source_curve`). The true watermark at a tick is the minimum event time of the
 messages the base reader has not processed yet (published or not); a message is *late*
 for an estimator if its event time is below that estimator's watermark at the previous
 tick when the base reader first processes it (duplicates are deduplicated by id).
@@ -35,13 +38,14 @@ from typing import Any, Final
 
 import numpy as np
 
+from theory.percentile import check_p
 from theory.pubsub import (
     BeamPubsubRule,
     EstimateSeries,
     TrackingEstimator,
     tracking_estimate_series,
 )
-from theory.sources import _cover_min, bounded_out_of_orderness_curve
+from theory.sources import _cover_min, bounded_out_of_orderness_curve, percentile_source_curve
 from theory.time import (
     MAX_TIMESTAMP,
     MIN_TIMESTAMP,
@@ -300,6 +304,7 @@ class PubSubSimConfig:
     drain: int = 3 * MINUTE
     restart_at: int | None = None
     seed: int = 0
+    percentile: float = 0.99
 
     def estimator(self) -> TrackingEstimator:
         """A fresh estimator with these parameters."""
@@ -415,6 +420,10 @@ def simulate_pubsub(
     if every % tick:
         raise ValueError(f"tracking_period={every} µs must be a multiple of tick={tick} µs")
     every //= tick
+    try:
+        check_p(c.percentile)
+    except ValueError as err:
+        raise ValueError(f"config.percentile: {err}") from None
     if c.base_rate <= 0 or not 0.0 <= c.base_loss_probability < 1.0:
         raise ValueError("base_rate must be > 0 and base_loss_probability in [0, 1)")
     n = pt_all.size
@@ -517,6 +526,15 @@ def simulate_pubsub(
     else:
         bounded = np.full(q, MIN_TIMESTAMP, dtype=np.int64)
 
+    # The percentile watermark (an oracle, as the true one): over the backlog of messages
+    # whose event happened and that the base reader has not processed yet.
+    done_at = np.where(processed >= 0, ticks[np.maximum(processed, 0)], MAX_TIMESTAMP)
+    percentile = (
+        percentile_source_curve(et_all, done_at, p=c.percentile).at(ticks)
+        if n
+        else np.full(q, MIN_TIMESTAMP, dtype=np.int64)
+    )
+
     # True watermark after tick j: min event time of messages processed after j (or never).
     key = np.where(processed >= 0, processed, q)
     order = np.argsort(key, kind="stable")
@@ -553,7 +571,12 @@ def simulate_pubsub(
     return PubSubSimResult(
         ticks=ticks,
         true_watermark=true,
-        watermarks={"tracking": wm, "beam": beam_wm, "bounded": bounded},
+        watermarks={
+            "tracking": wm,
+            "beam": beam_wm,
+            "bounded": bounded,
+            f"percentile:{c.percentile:g}": percentile,
+        },
         reasons=reasons,
         publish_time=pt_all,
         event_time=et_all,

@@ -612,3 +612,34 @@ def test_the_cap_is_what_keeps_sparse_data_on_time() -> None:
     )
     assert late_book.size > 0  # the bare rule: a cluster's later, older message is late
     assert r.late("tracking").size == 0
+
+
+def test_percentile_one_is_the_true_watermark() -> None:
+    pt, et, cfg = scenario("dense", seed=3, duration=MINUTE, percentile=1.0)
+    r = simulate_pubsub(pt, et, cfg)
+    wm = r.watermarks["percentile:1"]
+    first = int(r.processed_tick[r.processed_tick >= 0].min())
+    assert np.array_equal(wm[first:], r.true_watermark[first:])
+    assert bool(np.all(wm[1:] >= wm[:-1]))
+    assert r.late("percentile:1").size == 0
+
+
+def test_lower_percentiles_run_ahead_and_lose_data() -> None:
+    runs = {}
+    for p in (0.5, 0.9, 0.99):
+        pt, et, cfg = scenario("dense", seed=5, duration=MINUTE, percentile=p)
+        runs[p] = simulate_pubsub(pt, et, cfg)
+    wm = {p: r.watermarks[f"percentile:{p:g}"] for p, r in runs.items()}
+    late = {p: runs[p].late_fraction(f"percentile:{p:g}") for p in runs}
+    assert bool(np.all(wm[0.5] >= wm[0.9])) and bool(np.all(wm[0.9] >= wm[0.99]))
+    assert late[0.5] > late[0.9] >= late[0.99]
+    assert late[0.5] > 0.01  # the median of the backlog is no safe watermark
+    # The other estimators do not depend on the percentile.
+    assert np.array_equal(runs[0.5].watermarks["tracking"], runs[0.99].watermarks["tracking"])
+
+
+@pytest.mark.parametrize("p", [0.0, 1.5, float("nan")])
+def test_bad_percentile_is_named(p: float) -> None:
+    pt, et, cfg = scenario("dense", seed=0, duration=10 * S, percentile=p)
+    with pytest.raises(ValueError, match="config.percentile"):
+        simulate_pubsub(pt, et, cfg)
