@@ -641,5 +641,5 @@ def test_lower_percentiles_run_ahead_and_lose_data() -> None:
 @pytest.mark.parametrize("p", [0.0, 1.5, float("nan")])
 def test_bad_percentile_is_named(p: float) -> None:
     pt, et, cfg = scenario("dense", seed=0, duration=10 * S, percentile=p)
-    with pytest.raises(ValueError, match="config.percentile"):
+    with pytest.raises(ValueError, match=r"config\.percentile"):
         simulate_pubsub(pt, et, cfg)
