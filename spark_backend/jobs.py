@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -28,7 +29,7 @@ from theory.metrics import stage_metrics
 from theory.processing import Processing
 from theory.processing_time import diagnose, lag_series
 from theory.simulate import SimulationResult, simulate
-from theory.time import SECOND, format_timestamp
+from theory.time import MINUTE, SECOND, format_timestamp
 from theory.traces import BadRowReport, OnBadRows
 
 LOG = logging.getLogger("watermarks")
@@ -177,6 +178,21 @@ def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult
         lambda p: plots.stage_watermarks(p, grid, series),
         "stages.png",
         "Solid: input watermark; dashed: output watermark (book figure 3.5).",
+    )
+    mid = int(result.times[result.times.size // 2])
+    zoom = np.linspace(mid, mid + 20 * MINUTE, 2000).astype(np.int64)
+    zoomed = {
+        name: (r.input_watermark.at(zoom), r.output_watermark.at(zoom))
+        for name, r in result.stages.items()
+    }
+    report.figure(
+        "Input and output watermarks per stage: 20 minutes",
+        lambda p: plots.stage_watermarks(
+            p, zoom, zoomed, "Input and output watermarks per stage, 20 minutes"
+        ),
+        "stages_zoom.png",
+        "The same, from the middle of the trace: session windows hold each output "
+        "watermark behind its input until their sessions close.",
     )
     sink = result.pipeline.graph.order[-1]
     lags = lag_series(result, sink)

@@ -142,7 +142,10 @@ def _zoom_axis(origin: int, span: int) -> TimeAxis:
 
 
 def stage_watermarks(
-    path: Path, times: np.ndarray, series: Mapping[str, tuple[np.ndarray, np.ndarray]]
+    path: Path,
+    times: np.ndarray,
+    series: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    title: str = "Input and output watermarks per stage",
 ) -> Path:
     """Figure 3.5 style: per stage, input (solid) and output (dashed) watermarks over
     processing time. ``series`` maps stage -> (input, output) sampled at ``times``."""
@@ -172,7 +175,7 @@ def stage_watermarks(
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", fontsize=7)
     axes[-1, 0].set_xlabel(f"processing time ({ax_t.unit} since start)")
-    fig.suptitle("Input and output watermarks per stage")
+    fig.suptitle(title)
     return _save(fig, path)
 
 

@@ -59,6 +59,7 @@ def test_every_file_is_written(demo):
         "holdback.csv",
         "chapter3_stages.csv",
         "stages.png",
+        "stages_zoom.png",
         "lags.png",
         "chapter3_stalls.csv",
         "propagation.csv",
@@ -176,7 +177,7 @@ def test_index_renders_with_images_in_chromium(demo):
         )
     title = re.search(r"<title>(.*?)</title>", proc.stdout)
     assert title is not None, proc.stderr[-2000:]
-    assert title.group(1) == "loaded 5 of 5"
+    assert title.group(1) == "loaded 6 of 6"
 
 
 def test_failed_report_leaves_nothing(tmp_path):
