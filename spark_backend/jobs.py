@@ -251,6 +251,20 @@ def propagation_section(report: Report, seed: int) -> None:
     )
 
 
+def _start_spark(spark: SparkOptions, bar: Progress) -> Any:
+    LOG.info("starting Spark")
+    session = get_session(spark.master, spark.conf)
+    bar.step("Spark session")
+    return session
+
+
+def _write(report: Report, out: Path, bar: Progress) -> Path:
+    LOG.info("writing the report to %s", out)
+    index = report.write(out)
+    bar.step(f"report written to {index}")
+    return index
+
+
 def run_demo(
     events: int,
     seed: int,
@@ -267,9 +281,7 @@ def run_demo(
         raise ValueError(f"--events must be >= 2, got {events}")
     check_request(strategies, window_size)
     bar = Progress(5 + _COMPARE_STEPS)
-    LOG.info("starting Spark")
-    session = get_session(spark.master, spark.conf)
-    bar.step("Spark session")
+    session = _start_spark(spark, bar)
     LOG.info("generating the chapter-3 game traces on Spark: %d events, seed %d", events, seed)
     df = chapter3_trace_df(session, events, seed=seed).persist()
     try:
@@ -292,9 +304,7 @@ def run_demo(
     LOG.info("comparing in-band and out-of-band propagation")
     propagation_section(report, seed)
     bar.step("propagation compared")
-    LOG.info("writing the report to %s", out)
-    index = report.write(out)
-    bar.step(f"report written to {index}")
+    index = _write(report, out, bar)
     return JobResult(index, comparison, simulation)
 
 
@@ -312,9 +322,7 @@ def run_analyze(
     compared on Spark, the report written. Bad input raises before anything is written."""
     check_request(strategies, window_size)
     bar = Progress(4 + _COMPARE_STEPS)
-    LOG.info("starting Spark")
-    session = get_session(spark.master, spark.conf)
-    bar.step("Spark session")
+    session = _start_spark(spark, bar)
     LOG.info("reading and validating %s (--on-bad-rows %s)", trace, on_bad_rows)
     df, bad = read_trace_df(session, trace, on_bad_rows=on_bad_rows)
     df = df.persist()
@@ -333,9 +341,7 @@ def run_analyze(
     strategies_section(report, comparison, seed)
     if bad.total:
         bad_rows_section(report, bad)
-    LOG.info("writing the report to %s", out)
-    index = report.write(out)
-    bar.step(f"report written to {index}")
+    index = _write(report, out, bar)
     return JobResult(index, comparison, None)
 
 
