@@ -9,11 +9,14 @@ k = floor((1 - p) * (n - 1)), i.e. np.quantile(A, 1 - p, method="lower"); the fa
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from theory import percentile as percentile_module
 from theory.generators import Delay, generate_trace
 from theory.holds import inflight_min
 from theory.order_statistics import OrderStatisticList
@@ -196,6 +199,42 @@ def test_generated_trace_matches_naive_quantiles():
         assert d.raw[pick].tolist() == ref.tolist()
 
 
+def assert_details_equal(x, y) -> None:
+    for name in ("times", "raw", "active", "latched"):
+        np.testing.assert_array_equal(getattr(x, name), getattr(y, name), name)
+    assert same(x.curve, y.curve) and x.regressions == y.regressions
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows_st, p_st, fallback_st)
+def test_source_level_thinned_sweep_equals_the_full_sweep(rows, p, fallback):
+    """activation is event_time: the sweep starts prefilled and skips the activations that
+    change nothing (_thin); a copy of the column takes the general path."""
+    e, _, c = columns(rows)
+    c = np.maximum(c, e)
+    with patch.object(percentile_module, "THIN_AT_MOST", 1.0):  # always thin
+        assert_details_equal(
+            percentile_details(e, e, c, p, fallback),
+            percentile_details(e, e.copy(), c, p, fallback),
+        )
+
+
+@pytest.mark.parametrize("p", [1.0, 0.99, 0.9, 0.5, 0.1])
+def test_source_level_thinned_sweep_on_distinct_times(monkeypatch, p):
+    monkeypatch.setattr(percentile_module, "THIN_AT_MOST", 1.0)
+    # microsecond times: (almost) every event at its own instant, a query at each
+    tr = generate_trace(20_000, seed=5, stragglers=0.02)
+    e, a = tr.event_time, tr.arrival_time
+    assert_details_equal(percentile_details(e, e, a, p), percentile_details(e, e.copy(), a, p))
+    rng = np.random.default_rng(7)  # strictly distinct: even event times, odd arrivals
+    e = 2 * rng.choice(10**9, 20_000, replace=False)
+    a = e + 1 + 2 * rng.lognormal(13, 1, e.size).astype(np.int64)
+    keep = np.unique(a, return_index=True)[1]
+    e, a = e[keep], a[keep]
+    assert np.unique(np.concatenate((e, a))).size == 2 * e.size
+    assert_details_equal(percentile_details(e, e, a, p), percentile_details(e, e.copy(), a, p))
+
+
 def test_empty_active_set_falls_back_to_the_input_watermark():
     # two elements active over [10, 20) and [40, 50); input watermark steps at 25 and 45
     e = np.array([5, 7])
@@ -235,7 +274,8 @@ def test_regressions_and_latching_incremental():
 
 def _rank_errors(sk_eval, e, act, comp, p):
     """Per evaluation: how far the estimate's rank is from k, and the exact answer."""
-    errs, exact = [], []
+    errs: list[int] = []
+    exact: list[int | None] = []
     for j, t in enumerate(sk_eval.times.tolist()):
         live = np.sort(e[(act <= t) & (t < comp)])
         if live.size == 0:
