@@ -43,8 +43,8 @@ from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from itertools import chain, count
-from operator import itemgetter
+from itertools import accumulate, chain, count, repeat
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -805,6 +805,50 @@ def run_script(
     return _run_incremental(evs, strategy, to_infinity)
 
 
+class _Rows(NamedTuple):
+    """A script's elements with their windows, as :meth:`GroupByWindowEngine.add_rows`
+    takes them; the rows of the k-th non-empty element event are
+    ``bounds[k]..bounds[k + 1]``."""
+
+    keys: list[Hashable]
+    values: list[Any]
+    stamps: list[int]
+    element: list[int]
+    starts: list[int]
+    ends: list[int]
+    bounds: list[int]
+
+
+def _assign_script(
+    evs: tuple[ElementEvent | WatermarkEvent | ProcessingTimeEvent, ...],
+    strategy: WindowingStrategy,
+) -> _Rows | None:
+    """Windows for all the script's elements in one vectorised call (timestamps µs, checked
+    by :class:`ElementEvent`); None where that call overflows, so that batch by batch
+    :meth:`GroupByWindowEngine.add_elements` raises at the batch it would."""
+    chunks = [ev.elements for ev in evs if isinstance(ev, ElementEvent) and ev.elements]
+    flat = list(chain.from_iterable(chunks))
+    n = len(flat)
+    stamps = np.fromiter(map(itemgetter(2), flat), np.int64, n)
+    try:
+        rows = strategy.window_fn.assign_array(stamps)  # type: ignore[attr-defined]
+    except OverflowError:
+        return None
+    first = np.zeros(len(chunks) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, chunks), np.int64, len(chunks)), out=first[1:])
+    # rows come grouped by element, in ascending element order
+    bounds = np.searchsorted(rows.element, first, side="left")
+    return _Rows(
+        list(map(itemgetter(0), flat)),
+        list(map(itemgetter(1), flat)),
+        stamps.tolist(),
+        rows.element.tolist(),
+        rows.start.tolist(),
+        rows.end.tolist(),
+        bounds.tolist(),
+    )
+
+
 def _run_incremental(
     evs: tuple[ElementEvent | WatermarkEvent | ProcessingTimeEvent, ...],
     strategy: WindowingStrategy,
@@ -817,9 +861,19 @@ def _run_incremental(
     pt = np.empty(n, np.int64)
     iw = np.empty(n, np.int64)
     ow = np.empty(n, np.int64)
+    bulk = _assign_script(evs, strategy)
+    batch = 0
     for i, ev in enumerate(evs):
         if isinstance(ev, ElementEvent):
-            fired = engine.add_elements(ev.elements)
+            if bulk is None:
+                fired = engine.add_elements(ev.elements)
+            elif ev.elements:
+                lo, hi = bulk.bounds[batch], bulk.bounds[batch + 1]
+                batch += 1
+                k, v, t, e, st, en, _ = bulk
+                fired = engine.add_rows(k, v, t, e, st, en, lo, hi)
+            else:
+                fired = []
         elif isinstance(ev, WatermarkEvent):
             fired = engine.advance_watermark_to(ev.watermark)
         else:
@@ -911,6 +965,57 @@ def _interval_min(n: int, lo: np.ndarray, hi: np.ndarray, val: np.ndarray) -> np
     return node[size : size + n]
 
 
+#: Event kinds of the fast path's scan (exact types; anything else goes to the engine).
+_KIND = {ElementEvent: 0, WatermarkEvent: 1, ProcessingTimeEvent: 2}
+_ELEMENTS = attrgetter("elements")
+_WATERMARK = attrgetter("watermark")
+_DELTA = attrgetter("delta")
+_KEY, _VALUE, _TS = itemgetter(0), itemgetter(1), itemgetter(2)
+_new_tuple = tuple.__new__
+
+
+def _scan(
+    evs: tuple[ElementEvent | WatermarkEvent | ProcessingTimeEvent, ...],
+) -> tuple[np.ndarray, np.ndarray, list[tuple[Hashable, Any, int]], np.ndarray] | None:
+    """The script's event series, without a per-event Python loop: the input watermark
+    and processing time (µs) after each event plus one final ``MAX_TIMESTAMP`` step, the
+    elements in order, and each element's event index. None for an event that is not
+    exactly one of the three script types."""
+    n_ev = len(evs) + 1
+    try:
+        kinds = np.fromiter(map(_KIND.__getitem__, map(type, evs)), np.int8, n_ev - 1)
+    except KeyError:
+        return None
+    get = evs.__getitem__
+    iw_after = np.full(n_ev, MIN_TIMESTAMP, np.int64)
+    pos = np.flatnonzero(kinds == 1)
+    if pos.size:
+        iw_after[pos] = np.fromiter(map(_WATERMARK, map(get, pos.tolist())), np.int64, pos.size)
+        np.maximum.accumulate(iw_after, out=iw_after)  # scripts never move it backwards
+    iw_after[-1] = MAX_TIMESTAMP
+    pt_after = np.zeros(n_ev, np.int64)
+    pos = np.flatnonzero(kinds == 2)
+    if pos.size:
+        # Python ints, so a sum past int64 raises OverflowError as the engine does
+        pt_after[pos] = np.asarray(list(accumulate(map(_DELTA, map(get, pos.tolist())))), np.int64)
+        np.maximum.accumulate(pt_after, out=pt_after)  # deltas are >= 0
+    pos = np.flatnonzero(kinds == 0)
+    chunks = list(map(_ELEMENTS, map(get, pos.tolist())))
+    counts = np.fromiter(map(len, chunks), np.int64, len(chunks))
+    return iw_after, pt_after, list(chain.from_iterable(chunks)), np.repeat(pos, counts)
+
+
+def _group_order(key: np.ndarray, start: np.ndarray, n_keys: int) -> np.ndarray:
+    """``np.lexsort((start, key))``: rows by key, then start, then position (stable), as two
+    stable sorts (a radix sort for the small key codes)."""
+    if n_keys > 1 << 15:
+        return np.lexsort((start, key))
+    by_start = np.argsort(start, kind="stable")
+    if n_keys <= 1:
+        return by_start
+    return by_start[np.argsort(key[by_start].astype(np.int16), kind="stable")]
+
+
 def _run_fast(
     evs: tuple[ElementEvent | WatermarkEvent | ProcessingTimeEvent, ...],
     strategy: WindowingStrategy,
@@ -940,77 +1045,49 @@ def _run_fast(
     accumulating = strategy.accumulation_mode is AccumulationMode.ACCUMULATING
     lateness = strategy.allowed_lateness
     n_ev = len(evs) + 1
-    iw_list: list[int] = []
-    pt_list: list[int] = []
-    chunks: list[tuple[tuple[Hashable, Any, int], ...]] = []
-    chunk_event: list[int] = []
-    iw = MIN_TIMESTAMP
-    pt = 0
-    for i, ev in enumerate(evs):
-        kind = type(ev)
-        if kind is ElementEvent:
-            els = ev.elements  # type: ignore[union-attr]
-            if els:
-                chunks.append(els)
-                chunk_event.append(i)
-        elif kind is WatermarkEvent:
-            if ev.watermark > iw:  # type: ignore[union-attr]
-                iw = ev.watermark  # type: ignore[union-attr]
-        else:
-            pt += ev.delta  # type: ignore[union-attr]
-        iw_list.append(iw)
-        pt_list.append(pt)
-    iw_list.append(MAX_TIMESTAMP)
-    pt_list.append(pt)
-    iw_after = np.asarray(iw_list, np.int64)
-    pt_after = np.asarray(pt_list, np.int64)
-    counts = [len(c) for c in chunks]
-    n = sum(counts)
-    flat = list(chain.from_iterable(chunks))
-    values = np.fromiter(map(itemgetter(1), flat), dtype=object, count=n)
-    ts_el = np.fromiter(map(itemgetter(2), flat), dtype=np.int64, count=n)
+    scanned = _scan(evs)
+    if scanned is None:
+        return None
+    iw_after, pt_after, flat, ev_el = scanned
+    del scanned
+    n = len(flat)
+    ts_el = np.fromiter(map(_TS, flat), np.int64, n)
     try:
         rows = fn.assign_array(ts_el)  # type: ignore[attr-defined]
     except OverflowError:
         return None
-    el = rows.element
-    start, end = rows.start, rows.end
     # key codes in one pass: a new key gets the next code, in order of first appearance
     index: defaultdict[Hashable, int] = defaultdict(count().__next__)
     try:
-        kcode_el = np.fromiter(
-            map(index.__getitem__, map(itemgetter(0), flat)), dtype=np.int64, count=n
-        )
+        kcode_el = np.fromiter(map(index.__getitem__, map(_KEY, flat)), np.int64, n)
     except TypeError:
         return None  # unhashable key: let the engine raise its own error
-    ev_el = np.repeat(np.asarray(chunk_event, np.int64), counts)
+    # an object array, not a list: the garbage collector need not scan it
+    values_el = np.fromiter(map(_VALUE, flat), object, n)
+    del flat
+    el = rows.element
+    start, end = rows.start, rows.end
+    iw_before = np.empty(n_ev, np.int64)  # the input watermark each event arrives at
+    iw_before[0] = MIN_TIMESTAMP
+    iw_before[1:] = iw_after[:-1]
     r_ev = ev_el[el]
-    r_ts = ts_el[el]
-    r_iw = iw_after[np.maximum(r_ev - 1, 0)]
-    r_iw[r_ev == 0] = MIN_TIMESTAMP
+    r_iw = iw_before[r_ev]
     # droppable: input watermark > end + lateness, without int64 overflow
-    past = r_iw >= end  # the window's timer is due: data for it fires at once
     gap = r_iw.view(np.uint64) - end.view(np.uint64)
     expired = (r_iw > end) & (gap > np.uint64(lateness))
-    keep = ~expired
-    n_expired = int(expired.sum())
-    el, start, end, r_ev, r_ts, r_iw, past = (
-        el[keep],
-        start[keep],
-        end[keep],
-        r_ev[keep],
-        r_ts[keep],
-        r_iw[keep],
-        past[keep],
-    )
+    n_expired = int(np.count_nonzero(expired))
+    # group the kept rows by (key, window), keeping arrival order inside a group
+    # (a non-merging window is determined by its start)
+    if n_expired:
+        kept = np.flatnonzero(~expired)
+        order = kept[_group_order(kcode_el[el[kept]], start[kept], len(index))]
+    else:
+        order = _group_order(kcode_el[el], start, len(index))
+    el, start, end, r_ev, r_iw = el[order], start[order], end[order], r_ev[order], r_iw[order]
+    r_ts = ts_el[el]
     r_key = kcode_el[el]
+    past = r_iw >= end  # the window's timer is due: data for it fires at once
     m = el.shape[0]
-    # group rows by (key, window), keeping arrival order inside a group
-    # (lexsort is stable; a non-merging window is determined by its start)
-    order = np.lexsort((start, r_key))
-    el, start, end, r_ev, r_ts, r_iw, past, r_key = (
-        a[order] for a in (el, start, end, r_ev, r_ts, r_iw, past, r_key)
-    )
     if m:
         new_group = np.empty(m, bool)
         new_group[0] = True
@@ -1024,7 +1101,8 @@ def _run_fast(
     if np.any(g_fire >= n_ev):
         return None  # a window ending past MAX_TIMESTAMP never fires: leave it to the engine
     ontime = ~past
-    g_on = np.bincount(gid, weights=ontime, minlength=g_first.size).astype(np.int64)
+    # ON_TIME rows come first in a group (the watermark only rises): count them
+    g_on = np.add.reduceat(ontime, g_first, dtype=np.int64) if m else np.zeros(0, np.int64)
     # batches: (group, event) runs
     new_batch = new_group.copy()
     if m:
@@ -1084,10 +1162,8 @@ def _run_fast(
         if np.any(r_ts[old] >= ow_before[r_ev[old]]):
             return None  # an element older than the input watermark still adds a hold
     # the panes
-    value_list = values[el].tolist()
     grouped = ~closed
     g_key = r_key[g_first]
-    key_of = list(index)
     if exact:
         gts = g_end - 1
     else:
@@ -1100,75 +1176,53 @@ def _run_fast(
             gts = np.full(g_first.size, MAX_TIMESTAMP, np.int64)
             np.minimum.at(gts, gid[passing], r_ts[passing])
         gts = np.where(n_pass == 0, g_end - 1, gts)
-    global_fn = isinstance(fn, GlobalWindows)
-    made: dict[int, Any] = {}
-
-    def window_of(s_: int, e_: int) -> Any:
-        w = made.get(s_)
-        if w is None:
-            w = made[s_] = GLOBAL_WINDOW if global_fn else _interval(s_, e_)
-        return w
-
     on = np.flatnonzero(g_on > 0)
-    on_first = g_first[on].tolist()
-    on_panes = [
-        Pane(
-            key_of[k],
-            window_of(s_, e_),
-            tuple(value_list[a : a + c]),
-            t,
-            _ON_TIME,
-            0,
-            0,
-            True,
-            finishes,
-        )
-        for k, s_, e_, a, c, t in zip(
-            g_key[on].tolist(),
-            start[g_first[on]].tolist(),
-            g_end[on].tolist(),
-            on_first,
-            g_on[on].tolist(),
-            gts[on].tolist(),
-            strict=True,
-        )
-    ]
     lb = np.flatnonzero(firing_late)
-    late_panes: list[Pane] = []
-    if lb.size:
-        lg = b_gid[lb]
-        # each late pane's index: the ON_TIME pane (if any), then late panes in order
-        newg = np.ones(lb.size, bool)
-        newg[1:] = lg[1:] != lg[:-1]
-        run_start = np.maximum.accumulate(np.where(newg, np.arange(lb.size), 0))
-        idx = (np.arange(lb.size) - run_start + (g_on[lg] > 0)).tolist()
-        lo = (g_first[lg] if accumulating else b_first[lb]).tolist()
-        for k, s_, e_, a, z, i in zip(
-            g_key[lg].tolist(),
-            start[g_first[lg]].tolist(),
-            g_end[lg].tolist(),
-            lo,
-            b_last[lb].tolist(),
-            idx,
-            strict=True,
-        ):
-            late_panes.append(
-                Pane(
-                    key_of[k],
-                    window_of(s_, e_),
-                    tuple(value_list[a:z]),
-                    e_ - 1,
-                    _LATE,
-                    i,
-                    i,
-                    i == 0,
-                    finishes,
-                )
-            )
+    lg = b_gid[lb]
+    # each late pane's index: the ON_TIME pane (if any), then late panes in order
+    newg = np.ones(lb.size, bool)
+    newg[1:] = lg[1:] != lg[:-1]
+    run_start = np.maximum.accumulate(np.where(newg, np.arange(lb.size), 0))
+    late_idx = np.arange(lb.size) - run_start + (g_on[lg] > 0)
+    # pane columns: the ON_TIME panes, then the late ones; then in firing order (stable)
     pane_ev = np.concatenate([g_fire[on], b_ev[lb]])
     order = np.argsort(pane_ev, kind="stable")
-    all_panes = on_panes + late_panes
-    panes = list(map(all_panes.__getitem__, order.tolist()))
+    p_group = np.concatenate([on, lg])[order]
+    p_lo = np.concatenate([g_first[on], g_first[lg] if accumulating else b_first[lb]])[order]
+    p_hi = np.concatenate([g_first[on] + g_on[on], b_last[lb]])[order]
+    p_ts = np.concatenate([gts[on], g_end[lg] - 1])[order]
+    p_idx = np.concatenate([np.zeros(on.size, np.int64), late_idx])[order]
+    p_late = (order >= on.size).tolist()
+    key_of = list(index)
+    keys = map(key_of.__getitem__, g_key[p_group].tolist())
+    if isinstance(fn, GlobalWindows):
+        windows: Iterable[Any] = repeat(GLOBAL_WINDOW)
+    else:
+        p_start = start[g_first][p_group]
+        w_start, first = np.unique(p_start, return_index=True)
+        w_start_list = w_start.tolist()
+        w_end_list = g_end[p_group][first].tolist()
+        made = dict(zip(w_start_list, map(_interval, w_start_list, w_end_list), strict=True))
+        windows = map(made.__getitem__, p_start.tolist())
+    # each pane's values: a slice of the grouped values
+    grouped_values = values_el[el]
+    del values_el
+    slices = map(grouped_values.__getitem__, map(slice, p_lo.tolist(), p_hi.tolist()))
+    values = map(tuple, map(np.ndarray.tolist, slices))
+    timing = (_ON_TIME, _LATE)
+    idx = p_idx.tolist()
+    columns = zip(
+        keys,
+        windows,
+        values,
+        p_ts.tolist(),
+        map(timing.__getitem__, p_late),
+        idx,
+        idx,
+        (p_idx == 0).tolist(),
+        repeat(finishes),
+    )
+    panes: list[Pane] = list(map(_new_tuple, repeat(Pane), columns))
     late_grouped = int(np.count_nonzero(grouped & (r_ts < r_iw)))
     return ScriptResult(
         panes,
