@@ -334,3 +334,13 @@ def test_fast_path_equals_incremental_engine(ops, fn_name, trigger, mode, combin
         slow.late_elements,
         slow.stalled,
     )
+
+
+@pytest.mark.parametrize("n_keys", [1, 3, 40_000])
+def test_fast_path_group_order_is_lexsort(n_keys):
+    from theory.engine import _group_order
+
+    rng = np.random.default_rng(n_keys)
+    key = rng.integers(0, n_keys, 50_000)
+    start = rng.integers(-5, 5, 50_000) * 10
+    assert np.array_equal(_group_order(key, start, n_keys), np.lexsort((start, key)))
