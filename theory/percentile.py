@@ -507,7 +507,10 @@ def percentile_details(
         asked = ends if all_full else np.flatnonzero(full) if ends is None else ends[full]
         # activations in rank order: leave out those that change nothing, when that is
         # enough of them (near p = 1 about half the events go; near p = 0.5 a quarter)
-        kept = _thin(ev, queries, ends is None) if a is e else None
+        # kept ~ completions + queries whose target moved (counted on the small k first)
+        kept = None
+        if a is e and m + int(np.count_nonzero(k[1:] != k[:-1])) <= THIN_AT_MOST * ts.size:
+            kept = _thin(ev, queries, ends is None)
         if kept is not None and kept.size <= THIN_AT_MOST * ts.size:
             changes = _sweep(ev[kept].data, queries[kept].data, m, prefilled=True)
             ranks = _answers(changes, ts.size, asked, kept)
