@@ -1,0 +1,12 @@
+"""Settings for the whole test suite.
+
+Hypothesis' per-example deadline (200 ms by default) measures the machine, not the
+property: on a loaded 2-core CI box an example that normally takes 20 ms can take 300.
+The property tests test invariants, and benchmarks (``bench/``) measure speed, so the
+deadline is off everywhere; a test that wants one sets it itself.
+"""
+
+from hypothesis import settings
+
+settings.register_profile("dataflow-watermarks", deadline=None)
+settings.load_profile("dataflow-watermarks")
