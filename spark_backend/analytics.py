@@ -13,8 +13,10 @@ partition, and persisted. Every scan over time (suffix minimum, prefix maximum, 
 is then a *parallel scan*: a tiny per-bucket summary is combined on the driver into
 per-bucket carries, which go back (in the task closure) to vectorised numpy scans of each
 bucket (sorted by arrival time in numpy, in ``mapInArrow``). No window function ever sees
-all rows in one partition. :func:`analyze` runs one such pass for the late counts and the
-percentile carries; the curves are a second pass with every carry known.
+all rows in one partition. :func:`analyze` runs one such pass and persists its output:
+the perfect and bounded curves (their carries come from the summary), the late counts,
+and the percentile curves within each bucket plus what their carries need (combined on
+the driver and applied when the curves are read).
 
 Strategies (source watermarks; a watermark ``W`` says "no more data with event time < W")
 -----------------------------------------------------------------------------------------
@@ -184,35 +186,55 @@ def _kth_in_suffix(ranks: np.ndarray, pos: np.ndarray, k: np.ndarray) -> np.ndar
 
     ``ranks`` is a permutation of ``0..m-1``; ``1 <= k[i] <= m - pos[i]``. A wavelet
     matrix descended level by level for all queries at once: O((m + q) log m) numpy work
-    and O(m + q) memory (int32 while m < 2**31).
+    and O(m + q) memory (int32 while m < 2**31). Runs of equal consecutive queries are
+    answered once (the percentile's evaluation times often repeat ``(pos, k)``).
     """
     m = ranks.size
     q = pos.size
     if m == 0 or q == 0:
         return np.zeros(q, dtype=np.int64)
+    keep = np.empty(q, dtype=bool)
+    keep[0] = True
+    np.not_equal(pos[1:], pos[:-1], out=keep[1:])
+    keep[1:] |= k[1:] != k[:-1]
     it = np.int32 if m < 2**31 - 1 else np.int64
+    s: np.ndarray = pos[keep].astype(it)
+    kk: np.ndarray = k[keep].astype(it)
+    qq = s.size
+    e: np.ndarray = np.full(qq, m, dtype=it)
     levels = max(1, int(m - 1).bit_length())
     cur: np.ndarray = ranks.astype(it)
-    s: np.ndarray = pos.astype(it)
-    e: np.ndarray = np.full(q, m, dtype=it)
-    k = k.astype(it)
-    ans: np.ndarray = np.zeros(q, dtype=it)
-    z: np.ndarray = np.zeros(m + 1, dtype=it)
+    nxt: np.ndarray = np.empty_like(cur)
+    ans: np.ndarray = np.zeros(qq, dtype=it)
+    z: np.ndarray = np.zeros(m + 1, dtype=it)  # ones among the first i
+    bit: np.ndarray = np.empty(m, dtype=it)
+    one: np.ndarray = np.empty(qq, dtype=bool)
+    zs: np.ndarray = np.empty(qq, dtype=it)
+    ze: np.ndarray = np.empty(qq, dtype=it)
+    zeros: np.ndarray = np.empty(qq, dtype=it)
     for lvl in range(levels - 1, -1, -1):
-        bit: np.ndarray = np.bitwise_and(np.right_shift(cur, lvl), 1).astype(bool)
-        np.cumsum(~bit, out=z[1:])
-        zs = z[s]
-        ze = z[e]
-        zeros = ze - zs
-        one = k > zeros
-        k -= zeros * one
-        ans = np.bitwise_or(ans, np.left_shift(one.astype(it), lvl))
-        nz = z[m]
-        # zero branch: [zs, ze); one branch: [nz + s - zs, nz + e - ze)
-        s = np.where(one, s - zs + nz, zs)
-        e = np.where(one, e - ze + nz, ze)
-        cur = np.concatenate((cur[~bit], cur[bit]))
-    return ans.astype(np.int64)
+        np.right_shift(cur, lvl, out=bit)
+        np.bitwise_and(bit, 1, out=bit)
+        bb = bit.astype(bool)
+        np.cumsum(bit, out=z[1:])
+        nz = m - int(z[m])  # zeros at this level
+        np.take(z, s, out=zs)
+        np.take(z, e, out=ze)
+        np.subtract(e, s, out=zeros)  # zeros in [s, e) = (e - s) - (ze - zs)
+        zeros -= ze
+        zeros += zs
+        np.greater(kk, zeros, out=one)
+        kk -= zeros * one
+        ans |= np.left_shift(one.astype(it), lvl)
+        # zero branch: [s - zs, e - ze); one branch: [nz + zs, nz + ze)
+        s -= zs
+        e -= ze
+        np.copyto(s, zs + nz, where=one)
+        np.copyto(e, ze + nz, where=one)
+        nxt[:nz] = cur[~bb]
+        nxt[nz:] = cur[bb]
+        cur, nxt = nxt, cur
+    return ans.astype(np.int64)[np.cumsum(keep) - 1]
 
 
 @dataclass
@@ -302,7 +324,7 @@ def _bucket_curves(
             values.append(latched[backlog.is_arrival])
             extra_values[i] = latched[~backlog.is_arrival]
             # the value just before each arrival: the last evaluation strictly before it
-            at = np.searchsorted(backlog.times, times, side="left") - 1
+            at = backlog.arrival_pos - 1
             prev = np.where(at >= 0, latched[np.maximum(at, 0)], MIN_TIMESTAMP if c is None else c)
             if c is not None and latched.size:
                 prev = np.maximum(prev, c)
@@ -335,17 +357,32 @@ class _Backlog:
         live = e < a
         rep_live = rep_e < rep_a
         act = np.concatenate((e[live], rep_e[rep_live]))
-        inside = act[(act >= carry.lo) & (act < carry.hi)]
-        evals = _sorted_unique(np.concatenate((times, inside)))
-        self.times = evals
-        pos_t = np.searchsorted(evals, times)
-        self.is_arrival = np.zeros(evals.size, dtype=bool)
-        self.is_arrival[pos_t] = True
         act.sort()
-        # rows of this bucket arrived by each evaluation time, and live ones among them
-        arrived = np.searchsorted(a, evals, side="right")
+        below = int(np.searchsorted(act, carry.lo, side="left"))
+        inside = act[below : int(np.searchsorted(act, carry.hi, side="left"))]
+        # merge the arrival times (sorted, distinct) with the activations inside (sorted):
+        # a stable sort of two runs, arrival times first among equals
+        both = np.concatenate((times, inside))
+        order = np.argsort(both, kind="stable")
+        merged = both[order]
+        from_t = order < times.size
+        first = np.ones(merged.size, dtype=bool)
+        np.not_equal(merged[1:], merged[:-1], out=first[1:])
+        heads = np.flatnonzero(first)
+        self.times = merged[heads]
+        self.is_arrival = from_t[heads]
+        self.arrival_pos = np.flatnonzero(self.is_arrival)  # where each of ``times`` is
+        # rows of this bucket arrived by each evaluation time: the ends of the latest
+        # arrival time at or before it
+        latest = np.maximum.accumulate(np.where(from_t, order, -1)) if merged.size else order
+        arrived = np.where(latest >= 0, np.append(ends, 0)[latest], 0)[heads]
+        # activations at or before each evaluation time: those below lo, plus the inside
+        # ones up to the last of its equals
+        tails = np.append(heads[1:] - 1, merged.size - 1) if heads.size else heads
+        acts = below + np.cumsum(~from_t, dtype=np.int64)[tails]
+        # minus the live rows of this bucket already arrived
         done = np.concatenate(([0], np.cumsum(live, dtype=np.int64)))
-        self.n = np.searchsorted(act, evals, side="right").astype(np.int64) - done[arrived]
+        self.n = acts - done[arrived]
         self.pos = arrived
         # the perfect watermark at each evaluation time (the fallback): rows after it
         self.perfect = perfect_suffix[arrived]
@@ -496,11 +533,18 @@ def _py(x: Any) -> Any:
 
 
 def _bucket_of(col: Column, bounds: np.ndarray) -> Column:
-    """The bucket of a time column: how many bounds are <= it."""
-    expr: Column = F.lit(0)
-    for b in bounds.tolist():
-        expr = expr + F.when(col >= F.lit(int(b)), 1).otherwise(0)
-    return expr.cast("int")
+    """The bucket of a time column: how many bounds are <= it. A balanced tree of
+    ``CASE WHEN`` (a binary search over the sorted bounds): ``log2(buckets)`` comparisons
+    per row."""
+    b = [int(x) for x in bounds.tolist()]
+
+    def node(lo: int, hi: int) -> Column:  # the answer is in [lo, hi]
+        if lo == hi:
+            return F.lit(lo)
+        mid = (lo + hi + 1) // 2  # col >= b[mid - 1] <=> answer >= mid
+        return F.when(col >= F.lit(b[mid - 1]), node(mid, hi)).otherwise(node(lo, mid - 1))
+
+    return node(0, len(b)).cast("int")
 
 
 def _cores(spark: Any) -> int:
@@ -605,9 +649,7 @@ def prepare(
     if holder:
         mins = got["min_by_holder"].to_dict()
         summary["min_by_holder"] = [
-            None
-            if mins.get(j) is None
-            else (int(mins[j]["event_time"]), _py(mins[j][holder]))
+            None if mins.get(j) is None else (int(mins[j]["event_time"]), _py(mins[j][holder]))
             for j in range(nb)
         ]
     return ArrivalLayout(lay, df, bounds, summary, n, holder, backlog and nb > 1)
@@ -697,14 +739,14 @@ def _run_pass(
     layout: ArrivalLayout,
     strategies: Sequence[Strategy],
     carries: list[_Carry],
-    curve: bool,
 ) -> DataFrame:
-    """A Python pass over the buckets.
+    """The Python pass over the buckets (:func:`analyze` runs it once and keeps it).
 
-    With ``curve`` (perfect and bounded strategies only) it yields rows of kind 0: an
-    arrival time ``t`` and ``v<i>``, the watermark of strategy i there (final). Without,
-    it yields what :func:`analyze` combines and keeps, by ``kind``:
+    It yields rows ``(kind, bucket, t, v0..)``, by ``kind``:
 
+    0. a curve step of the perfect and bounded strategies: an arrival time ``t`` and
+       ``v<i>``, the watermark of strategy i there (final: their carries are known
+       before the pass); percentile columns are null;
     1. per bucket: ``v<i>`` the elements late under strategy i (percentile: within the
        bucket);
     2. per bucket: ``v<i>`` the bucket's largest percentile value (for the carry);
@@ -715,8 +757,6 @@ def _run_pass(
     """
     strategies = list(strategies)
     pct = [i for i, s in enumerate(strategies) if s.kind == "percentile"]
-    if curve and pct:
-        raise ValueError("curve passes compute perfect and bounded strategies only")
     ns = len(strategies)
     names = ["kind", "bucket", "t"] + [f"v{i}" for i in range(ns)]
     empty = np.empty(0, dtype=np.int64)
@@ -731,15 +771,17 @@ def _run_pass(
             ra = reps.column("arrival_time").to_numpy() if pct else empty
             re_ = reps.column("event_time").to_numpy() if pct else empty
             r = _bucket_curves(a, e, ra, re_, strategies, carries[j])
-            if curve:
+            if len(pct) < ns:  # the final perfect and bounded curves
                 g = r.times.size
                 arrays = [
                     pa.array(np.full(g, _KIND_CURVE, dtype=np.int32)),
                     pa.array(np.full(g, j, dtype=np.int32)),
                     pa.array(r.times),
-                ] + [pa.array(v) for v in r.values]
+                ] + [
+                    pa.nulls(g, pa.int64()) if i in pct else pa.array(v)
+                    for i, v in enumerate(r.values)
+                ]
                 yield pa.record_batch(arrays, names=names)
-                continue
             # (kind, strategy or None for all, times, values) blocks of rows
             parts: list[tuple[int, int | None, np.ndarray, list[np.ndarray]]] = [
                 (_KIND_LATE, None, np.zeros(1, np.int64), [np.array([x]) for x in r.late]),
@@ -761,7 +803,7 @@ def _run_pass(
             yield _rows_batch(j, parts, ns, names)
 
     src = layout.df
-    if curve:
+    if not pct:
         src = src.where(~F.col("replica"))
     return src.select("bucket", "replica", "arrival_time", "event_time").mapInArrow(
         run, _table_schema(strategies)
@@ -776,10 +818,10 @@ class WatermarkAnalysis:
     """Strategies evaluated on a prepared trace.
 
     ``late`` has one row per strategy: ``strategy``, ``elements``, ``late``,
-    ``late_fraction``. ``table`` keeps (persisted) what the analysis pass found,
-    including the percentile curves' changes; the perfect and bounded curves are a second,
-    cheap pass over the buckets with every carry known. :meth:`persist_curves` keeps the
-    curves for repeated use. Call :meth:`unpersist` when done.
+    ``late_fraction``. ``table`` keeps (persisted) what the analysis pass found: the
+    perfect and bounded curves (final) and the percentile curves' changes (the carry is
+    applied when they are read), so :meth:`curves` runs no Python. Call :meth:`unpersist`
+    when done.
     """
 
     layout: ArrivalLayout
@@ -819,35 +861,17 @@ class WatermarkAnalysis:
         (``F.col("`percentile:0.9`")``). Rows come in no particular order."""
         if self._persisted is not None:
             return self._persisted
-        plain = [i for i, s in enumerate(self.strategies) if s.kind != "percentile"]
-        pct = [i for i, s in enumerate(self.strategies) if s.kind == "percentile"]
-        parts = []
-        if plain:
-            base = _run_pass(
-                self.layout, [self.strategies[i] for i in plain], self.carries, curve=True
-            )
-            cols = [F.col("t").alias("processing_time")]
-            for i, s in enumerate(self.strategies):
-                v = F.col(f"v{plain.index(i)}") if i in plain else F.lit(None).cast("long")
-                cols.append(v.alias(s.name))
-            parts.append(base.select(*cols))
-        if pct:
-            cols = [F.col("t").alias("processing_time")]
-            for i, s in enumerate(self.strategies):
-                if i in pct:
-                    carry = F.element_at(
-                        F.array(*[F.lit(c.latched[i]) for c in self.carries]),
-                        F.col("bucket") + 1,
-                    )
-                    v = F.when(F.col(f"v{i}").isNotNull(), F.greatest(F.col(f"v{i}"), carry))
-                else:
-                    v = F.lit(None).cast("long")
-                cols.append(v.alias(s.name))
-            parts.append(self.table.where(F.col("kind") == _KIND_PCT).select(*cols))
-        out = parts[0]
-        for p in parts[1:]:
-            out = out.unionByName(p)
-        return out
+        cols = [F.col("t").alias("processing_time")]
+        for i, s in enumerate(self.strategies):
+            v = F.col(f"v{i}")
+            if s.kind == "percentile":
+                carry = F.element_at(
+                    F.array(*[F.lit(c.latched[i]) for c in self.carries]),
+                    F.col("bucket") + 1,
+                )
+                v = F.when(v.isNotNull(), F.greatest(v, carry))
+            cols.append(v.alias(s.name))
+        return self.table.where(F.col("kind").isin(_KIND_CURVE, _KIND_PCT)).select(*cols)
 
     def curve(self, name: str) -> StepSeries:
         """One strategy's curve collected (Arrow) into a :class:`StepSeries`: a step per
@@ -1094,14 +1118,16 @@ def analyze(
         raise ValueError(f"strategy names must be unique, got {names}")
     need_rep = any(s.kind == "percentile" for s in parsed)
     owns = not isinstance(data, ArrivalLayout)
-    layout = data if isinstance(data, ArrivalLayout) else prepare(
-        data, buckets=buckets, backlog=need_rep, storage=storage
+    layout = (
+        data
+        if isinstance(data, ArrivalLayout)
+        else prepare(data, buckets=buckets, backlog=need_rep, storage=storage)
     )
     if need_rep and layout.buckets > 1 and not layout.backlog:
         raise ValueError("percentile strategies need a layout prepared with backlog=True")
     carries = layout.carries()
-    table = _run_pass(layout, parsed, carries, curve=False).persist(storage)
-    small = _pandas(table.where(F.col("kind") != _KIND_PCT))
+    table = _run_pass(layout, parsed, carries).persist(storage)
+    small = _pandas(table.where(F.col("kind").isin(_KIND_LATE, _KIND_MAX, _KIND_CAND)))
     nb = layout.buckets
     late = np.zeros(len(parsed), dtype=np.int64)
     lates = small[small["kind"] == _KIND_LATE]
@@ -1130,7 +1156,6 @@ def analyze(
         }
     )
     return WatermarkAnalysis(layout, parsed, table_late, carries, table, owns)
-
 
 
 # =========================================================================== skew
@@ -1291,7 +1316,10 @@ def _holdback(lay: ArrivalLayout, by: str) -> pd.DataFrame:
     stats: dict[Any, list[int]] = {}
     for r in inner.itertuples(index=False):
         stats[_py(r.holder)] = [
-            int(r.held), int(r.runs), int(r.longest["len"]), -int(r.longest["neg_start"])
+            int(r.held),
+            int(r.runs),
+            int(r.longest["len"]),
+            -int(r.longest["neg_start"]),
         ]
     edges = edges.sort_values("start", kind="stable")
     merged: list[list[Any]] = []  # runs at bucket edges, joined across buckets
@@ -1319,8 +1347,14 @@ def _holdback(lay: ArrivalLayout, by: str) -> pd.DataFrame:
             }
             for h, v in stats.items()
         ],
-        columns=["holder", "held_us", "held_fraction", "runs", "longest_run_us",
-                 "longest_run_start"],
+        columns=[
+            "holder",
+            "held_us",
+            "held_fraction",
+            "runs",
+            "longest_run_us",
+            "longest_run_start",
+        ],
     )
     return out.sort_values(
         ["held_us", "holder"], ascending=[False, True], kind="stable"
