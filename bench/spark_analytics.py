@@ -196,6 +196,12 @@ def run_size(spark: Any, n: int, repeat: int, compare_max: int, seed: int) -> di
             for k, v in zip(analysis.late["strategy"], analysis.late["late"], strict=True)
         }
     assert analysis is not None
+    pr, an, cu = (statistics.median(p[i] for p in phases) for i in range(3))
+    print(  # at once: the numpy reference of a large trace takes long and much memory
+        f"  [{n:,} events: spark {statistics.median(spark_times):.1f} s (prepare {pr:.1f} + "
+        f"analyze {an:.1f} + curves {cu:.1f}), generation {gen:.1f} s]",
+        flush=True,
+    )
 
     table = df.select("event_time", "arrival_time").toArrow()
     e = table.column(0).to_numpy()
