@@ -208,15 +208,16 @@ def _kth_in_suffix(ranks: np.ndarray, pos: np.ndarray, k: np.ndarray) -> np.ndar
     ans: np.ndarray = np.zeros(qq, dtype=it)
     z: np.ndarray = np.zeros(m + 1, dtype=it)  # ones among the first i
     bit: np.ndarray = np.empty(m, dtype=it)
+    bb: np.ndarray = np.empty(m, dtype=bool)
+    nb: np.ndarray = np.empty(m, dtype=bool)
     one: np.ndarray = np.empty(qq, dtype=bool)
     zs: np.ndarray = np.empty(qq, dtype=it)
     ze: np.ndarray = np.empty(qq, dtype=it)
     zeros: np.ndarray = np.empty(qq, dtype=it)
-    for lvl in range(levels - 1, -1, -1):
-        np.right_shift(cur, lvl, out=bit)
-        np.bitwise_and(bit, 1, out=bit)
-        bb = bit.astype(bool)
-        np.cumsum(bit, out=z[1:])
+    for lvl in range(levels - 1, -1, -1):  # in place: no temporaries in the loop
+        np.bitwise_and(cur, it(1 << lvl), out=bit)
+        np.not_equal(bit, 0, out=bb)
+        np.cumsum(bb, out=z[1:])
         nz = m - int(z[m])  # zeros at this level
         np.take(z, s, out=zs)
         np.take(z, e, out=ze)
@@ -224,15 +225,16 @@ def _kth_in_suffix(ranks: np.ndarray, pos: np.ndarray, k: np.ndarray) -> np.ndar
         zeros -= ze
         zeros += zs
         np.greater(kk, zeros, out=one)
-        kk -= zeros * one
-        ans |= np.left_shift(one.astype(it), lvl)
+        np.subtract(kk, zeros, out=kk, where=one)
+        np.bitwise_or(ans, it(1 << lvl), out=ans, where=one)
         # zero branch: [s - zs, e - ze); one branch: [nz + zs, nz + ze)
         s -= zs
         e -= ze
-        np.copyto(s, zs + nz, where=one)
-        np.copyto(e, ze + nz, where=one)
-        nxt[:nz] = cur[~bb]
-        nxt[nz:] = cur[bb]
+        np.add(zs, it(nz), out=s, where=one)
+        np.add(ze, it(nz), out=e, where=one)
+        np.logical_not(bb, out=nb)
+        np.compress(nb, cur, out=nxt[:nz])
+        np.compress(bb, cur, out=nxt[nz:])
         cur, nxt = nxt, cur
     return ans.astype(np.int64)[np.cumsum(keep) - 1]
 
