@@ -75,7 +75,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import StorageLevel
+from pyspark import StorageLevel, TaskContext
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -764,52 +764,64 @@ def _run_pass(
     empty = np.empty(0, dtype=np.int64)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # only the two times cross from the JVM (the Arrow conversion is most of the
+        # pass's overhead): partition j holds bucket j (see prepare), and its replicas
+        # are exactly its rows arriving at or after the bucket's end
         t = _concat_batches(batches)
         if t is None:
             return
-        for j, main, reps in _split_bucket(t):
-            a = main.column("arrival_time").to_numpy()
-            e = main.column("event_time").to_numpy()
-            ra = reps.column("arrival_time").to_numpy() if pct else empty
-            re_ = reps.column("event_time").to_numpy() if pct else empty
-            r = _bucket_curves(a, e, ra, re_, strategies, carries[j])
-            if len(pct) < ns:  # the final perfect and bounded curves
-                g = r.times.size
-                arrays = [
-                    pa.array(np.full(g, _KIND_CURVE, dtype=np.int32)),
-                    pa.array(np.full(g, j, dtype=np.int32)),
-                    pa.array(r.times),
-                ] + [
-                    pa.nulls(g, pa.int64()) if i in pct else pa.array(v)
-                    for i, v in enumerate(r.values)
-                ]
-                yield pa.record_batch(arrays, names=names)
-            # (kind, strategy or None for all, times, values) blocks of rows
-            parts: list[tuple[int, int | None, np.ndarray, list[np.ndarray]]] = [
-                (_KIND_LATE, None, np.zeros(1, np.int64), [np.array([x]) for x in r.late]),
-                (_KIND_MAX, None, np.zeros(1, np.int64), [np.array([x]) for x in r.local_max]),
+        ctx = TaskContext.get()
+        if ctx is None:  # pragma: no cover - mapInArrow always runs in a task
+            raise RuntimeError("the analysis pass must run in a Spark task")
+        j = ctx.partitionId()
+        a_all = t.column("arrival_time").to_numpy()
+        e_all = t.column("event_time").to_numpy()
+        c = carries[j]
+        rep = a_all >= c.hi
+        main = ~rep
+        a, e = a_all[main], e_all[main]
+        if a.size and int(a.min()) < c.lo:
+            raise RuntimeError(f"partition {j} of the layout holds rows of another bucket")
+        if a.size > 1 and not bool(np.all(a[1:] >= a[:-1])):
+            o = np.argsort(a)
+            a, e = a[o], e[o]
+        ra = a_all[rep] if pct else empty
+        re_ = e_all[rep] if pct else empty
+        r = _bucket_curves(a, e, ra, re_, strategies, c)
+        if len(pct) < ns:  # the final perfect and bounded curves
+            g = r.times.size
+            arrays = [
+                pa.array(np.full(g, _KIND_CURVE, dtype=np.int32)),
+                pa.array(np.full(g, j, dtype=np.int32)),
+                pa.array(r.times),
+            ] + [
+                pa.nulls(g, pa.int64()) if i in pct else pa.array(v) for i, v in enumerate(r.values)
             ]
-            for i in pct:
-                ce, cb = r.cands.get(i, (empty, empty))
-                if ce.size:  # carry candidates
-                    parts.append((_KIND_CAND, i, ce, [cb]))
-                times = np.concatenate((r.times, r.extra))
-                vals = np.concatenate((r.values[i], r.extra_values[i]))
-                o = np.argsort(times, kind="stable")
-                times, vals = times[o], vals[o]
-                keep = np.empty(vals.size, dtype=bool)  # the latched changes
-                if vals.size:
-                    keep[0] = vals[0] != MIN_TIMESTAMP
-                    np.not_equal(vals[1:], vals[:-1], out=keep[1:])
-                parts.append((_KIND_PCT, i, times[keep], [vals[keep]]))
-            yield _rows_batch(j, parts, ns, names)
+            yield pa.record_batch(arrays, names=names)
+        # (kind, strategy or None for all, times, values) blocks of rows
+        parts: list[tuple[int, int | None, np.ndarray, list[np.ndarray]]] = [
+            (_KIND_LATE, None, np.zeros(1, np.int64), [np.array([x]) for x in r.late]),
+            (_KIND_MAX, None, np.zeros(1, np.int64), [np.array([x]) for x in r.local_max]),
+        ]
+        for i in pct:
+            ce, cb = r.cands.get(i, (empty, empty))
+            if ce.size:  # carry candidates
+                parts.append((_KIND_CAND, i, ce, [cb]))
+            times = np.concatenate((r.times, r.extra))
+            vals = np.concatenate((r.values[i], r.extra_values[i]))
+            o = np.argsort(times, kind="stable")
+            times, vals = times[o], vals[o]
+            keep = np.empty(vals.size, dtype=bool)  # the latched changes
+            if vals.size:
+                keep[0] = vals[0] != MIN_TIMESTAMP
+                np.not_equal(vals[1:], vals[:-1], out=keep[1:])
+            parts.append((_KIND_PCT, i, times[keep], [vals[keep]]))
+        yield _rows_batch(j, parts, ns, names)
 
     src = layout.df
     if not pct:
         src = src.where(~F.col("replica"))
-    return src.select("bucket", "replica", "arrival_time", "event_time").mapInArrow(
-        run, _table_schema(strategies)
-    )
+    return src.select("arrival_time", "event_time").mapInArrow(run, _table_schema(strategies))
 
 
 # =========================================================================== analysis
