@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, events, out in (
         ("simulate", cmd_simulate, 200_000, "out/simulate"),
-        ("demo", cmd_demo, 1_000_000, "out/report"),
+        ("demo", cmd_demo, 3_000_000, "out/report"),
     ):
         p = sub.add_parser(name, help=(fn.__doc__ or "").strip())
         p.add_argument("--events", type=int, default=events, help="trace size (events)")
