@@ -48,7 +48,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from spark_backend.analytics import analyze, percentile_curve_numpy, prepare
-from spark_backend.session import get_session
+from spark_backend.session import get_session, stop_session
 from spark_backend.tracedf import generate_trace_df
 from theory.generators import Delay
 from theory.series import StepSeries
@@ -207,6 +207,24 @@ def run_size(spark: Any, n: int, repeat: int, compare_max: int, seed: int) -> di
     e = table.column(0).to_numpy()
     a = table.column(1).to_numpy()
     del table
+    big = n > compare_max
+    plain = [k for k in STRATEGIES if not k.startswith("percentile")]
+    spark_curves: dict[str, StepSeries] = {}
+    sums: dict[str, tuple[int, ...]] = {}
+    if big:
+        # perfect and bounded: a value at every unique arrival time, checksummed in Spark;
+        # percentile: Spark keeps the changes within each bucket, so its (compressed)
+        # curve is collected and compared exactly. Then the JVM is stopped: the numpy
+        # reference of 50M events needs ~17 GB, too much beside Spark's ~7 GB here
+        sums = spark_checksums(analysis.curves(), plain)
+        spark_curves = {k: analysis.curve(k) for k in STRATEGIES if k not in plain}
+    else:
+        spark_curves = {k: analysis.curve(k) for k in STRATEGIES}
+    analysis.unpersist()
+    analysis.layout.unpersist()
+    df.unpersist()
+    if big:
+        stop_session()
     numpy_times = []
     curves: dict[str, StepSeries] = {}
     late_np: dict[str, int] = {}
@@ -217,27 +235,19 @@ def run_size(spark: Any, n: int, repeat: int, compare_max: int, seed: int) -> di
         curves, late_np = numpy_path(e, a)
         numpy_times.append(time.perf_counter() - t0)
 
-    if n <= compare_max:
-        same_curves = all(_same(analysis.curve(k), curves[k]) for k in STRATEGIES)
+    if not big:
+        same_curves = all(_same(spark_curves[k], curves[k]) for k in STRATEGIES)
         how = "exact arrays"
     else:
-        # perfect and bounded: a value at every unique arrival time, checksummed in Spark;
-        # percentile: Spark keeps the changes within each bucket, so its (compressed)
-        # curve is collected and compared exactly
-        plain = [k for k in STRATEGIES if not k.startswith("percentile")]
-        sums = spark_checksums(analysis.curves(), plain)
         arrivals = np.unique(a)
         same_curves = True
         for k in STRATEGIES:
             if k in plain:
                 same_curves &= sums[k] == checksum(arrivals, curves[k].at(arrivals))
             else:
-                same_curves &= _same(analysis.curve(k), curves[k])
+                same_curves &= _same(spark_curves[k], curves[k])
         how = "checksums; percentile exact"
     same_late = {k: late_spark[k] == late_np[k] for k in STRATEGIES}
-    analysis.unpersist()
-    analysis.layout.unpersist()
-    df.unpersist()
     sp, nu = statistics.median(spark_times), statistics.median(numpy_times)
     return {
         "events": n,
@@ -296,7 +306,13 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     results = []
     for n in sizes:
+        if spark is None:  # stopped after a size above --compare-max: start and warm again
+            spark = get_session(args.master, conf)
+            if args.warmup >= 1:
+                warm_up(spark, int(args.warmup), args.seed)
         r = run_size(spark, n, args.repeat, int(args.compare_max), args.seed)
+        if n > args.compare_max:
+            spark = None
         results.append(r)
         print(
             f"{n:>11,} {r['spark_s']:>9.1f} {r['numpy_s']:>9.1f} {r['spark_eps']:>12,.0f} "
