@@ -81,7 +81,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from theory.series import StepSeries
-from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, check_duration, parse_duration
+from theory.sources import make_source_watermark
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, check_duration
 
 __all__ = [
     "ArrivalLayout",
@@ -118,32 +119,24 @@ class Strategy:
 
 def parse_strategy(spec: str | Strategy) -> Strategy:
     """``perfect``, ``bounded:<duration>`` (``10s``, ``2m``, µs), ``percentile:<p>`` or
-    ``percentile:<p>:hold`` (no fallback: the watermark holds while the backlog is empty).
+    ``percentile:<p>:hold`` (no fallback: the watermark holds while the backlog is empty):
+    the specs of :func:`theory.sources.make_source_watermark` that Spark computes, parsed
+    by it, so a spec means the same on both paths. ValueError names a bad spec.
     """
     if isinstance(spec, Strategy):
         return spec
-    if not isinstance(spec, str):
-        raise ValueError(f"bad strategy {spec!r}: expected a string")
+    parsed = make_source_watermark(spec)  # type checks and the spec's own errors
     text = spec.strip()
-    kind, _, arg = text.partition(":")
-    try:
-        if kind in ("perfect", "static") and not arg:
-            return Strategy(text, "perfect")
-        if kind == "bounded" and arg:
-            return Strategy(text, "bounded", bound=check_duration(parse_duration(arg), "bound"))
-        if kind == "percentile" and arg:
-            value, _, mode = arg.partition(":")
-            if mode not in ("", "hold"):
-                raise ValueError(f"unknown percentile option {mode!r} (only 'hold')")
-            p = float(value)
-            if not 0.0 < p <= 1.0:
-                raise ValueError(f"p must be in (0, 1], got {value}")
-            return Strategy(text, "percentile", p=p, fallback="hold" if mode else "perfect")
-    except (ValueError, TypeError) as err:
-        raise ValueError(f"bad strategy {spec!r}: {err}") from None
+    if parsed.kind == "perfect":
+        return Strategy(text, "perfect")
+    if parsed.kind == "bounded" and parsed.bound is not None:
+        return Strategy(text, "bounded", bound=check_duration(parsed.bound, "bound"))
+    if parsed.kind == "percentile" and parsed.p is not None:
+        fallback = "hold" if parsed.hold else "perfect"
+        return Strategy(text, "percentile", p=parsed.p, fallback=fallback)
     raise ValueError(
-        f"bad strategy {spec!r}: expected 'perfect', 'bounded:<duration>' or "
-        "'percentile:<p>[:hold]'"
+        f"bad strategy {spec!r}: Spark computes 'perfect', 'bounded:<duration>' and "
+        "'percentile:<p>[:hold]' only"
     )
 
 
