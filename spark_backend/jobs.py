@@ -57,14 +57,14 @@ class SparkOptions:
 
 
 def describe_trace(report: Report, df: DataFrame, rows: int, what: str) -> None:
-    """A paragraph on the trace: its size and the delay from event to arrival (exact
-    percentiles on Spark)."""
+    """A paragraph on the trace: its size and the delay from event to arrival
+    (percentiles on Spark, within 0.01% in rank; the maximum exact)."""
     delay = (F.col("arrival_time") - F.col("event_time")).cast("double") / 1e6
-    q = df.select(delay.alias("d")).stat.approxQuantile("d", [0.5, 0.9, 0.99, 1.0], 0.0)
+    q = df.select(delay.alias("d")).stat.approxQuantile("d", [0.5, 0.9, 0.99, 1.0], 1e-4)
     report.text(
         "The trace",
         f"{rows:,} {what}; delay from event to arrival p50 {q[0]:.1f} s, p90 {q[1]:.1f} s, "
-        f"p99 {q[2]:.1f} s, max {q[3]:,.0f} s.",
+        f"p99 {q[2]:.1f} s (within 0.01% in rank), max {q[3]:,.0f} s.",
     )
 
 
