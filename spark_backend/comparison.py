@@ -106,7 +106,7 @@ def _lag_percentiles(t: np.ndarray, w: np.ndarray) -> tuple[float, float]:
 
 def _view(an: WatermarkAnalysis, lo: int, hi: int, points: int, fraction: float, seed: int) -> View:
     """The curves on ``points`` grid times over ``[lo, hi]`` and a ``fraction`` of the
-    elements arriving there, with their lateness. Two Spark jobs."""
+    elements arriving there, with their lateness. Three Spark jobs."""
     step = max(1, -(-(hi - lo) // max(1, points - 1)))
     grid = an.values_at(lo + step * np.arange(max(2, points), dtype=np.int64))
     a_col = F.col("arrival_time")
@@ -121,11 +121,10 @@ def _view(an: WatermarkAnalysis, lo: int, hi: int, points: int, fraction: float,
     order = np.lexsort((e, a))
     e, a = e[order], a[order]
     elements = pd.DataFrame({"event_time": e, "arrival_time": a})
-    before = an.values_at(a, strict=True) if a.size else None
-    at = np.searchsorted(before["processing_time"].to_numpy(), a) if before is not None else a
+    before = an.values_at(a, strict=True)  # one row per distinct arrival time
+    at = np.searchsorted(before["processing_time"].to_numpy(), a)
     for s in an.names:
-        w = before[s].to_numpy()[at] if before is not None else np.zeros(0, dtype=np.int64)
-        elements[f"late:{s}"] = e < w
+        elements[f"late:{s}"] = e < before[s].to_numpy()[at]
     return View((lo, hi), grid, elements)
 
 
