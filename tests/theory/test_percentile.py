@@ -206,22 +206,24 @@ def assert_details_equal(x, y) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(rows_st, p_st, fallback_st)
-def test_source_level_thinned_sweep_equals_the_full_sweep(rows, p, fallback):
+@given(rows_st, p_st, fallback_st, st.sampled_from([1.0, 0.0]))
+def test_source_level_thinned_sweep_equals_the_full_sweep(rows, p, fallback, thin):
     """activation is event_time: the sweep starts prefilled and skips the activations that
-    change nothing (_thin); a copy of the column takes the general path."""
+    change nothing (_thin; THIN_AT_MOST 1 always thins, 0 never); a copy of the column
+    takes the general path."""
     e, _, c = columns(rows)
     c = np.maximum(c, e)
-    with patch.object(percentile_module, "THIN_AT_MOST", 1.0):  # always thin
+    with patch.object(percentile_module, "THIN_AT_MOST", thin):
         assert_details_equal(
             percentile_details(e, e, c, p, fallback),
             percentile_details(e, e.copy(), c, p, fallback),
         )
 
 
+@pytest.mark.parametrize("thin", [1.0, 0.0])
 @pytest.mark.parametrize("p", [1.0, 0.99, 0.9, 0.5, 0.1])
-def test_source_level_thinned_sweep_on_distinct_times(monkeypatch, p):
-    monkeypatch.setattr(percentile_module, "THIN_AT_MOST", 1.0)
+def test_source_level_thinned_sweep_on_distinct_times(monkeypatch, p, thin):
+    monkeypatch.setattr(percentile_module, "THIN_AT_MOST", thin)
     # microsecond times: (almost) every event at its own instant, a query at each
     tr = generate_trace(20_000, seed=5, stragglers=0.02)
     e, a = tr.event_time, tr.arrival_time
