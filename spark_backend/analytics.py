@@ -29,8 +29,9 @@ step at event times, see below).
 - ``bounded:<duration>``: ``max event_time seen - bound`` (>= MIN_TIMESTAMP) =
   :func:`theory.sources.bounded_out_of_orderness_curve`.
 - ``percentile:<p>``, p in (0, 1]: the percentile watermark of DESIGN.md at the source,
-  exactly :func:`theory.percentile.percentile_curve` with activation = event time,
-  completion = arrival time and the perfect curve as fallback. The active set is the
+  exactly :func:`theory.sources.percentile_source_curve`: theory's
+  :func:`~theory.percentile.percentile_curve` with activation = event time, completion =
+  ``max(arrival time, event time)`` and the perfect curve as fallback. The active set is the
   *backlog* ``A(t) = {elements with event_time <= t < arrival_time}`` (events that
   happened but have not arrived; rows arriving before their event time never belong to
   it). ``W_p(t)`` is the order statistic of ``A(t)`` of 0-based rank
@@ -412,8 +413,9 @@ def percentile_curve_numpy(
 ) -> StepSeries:
     """The source-level percentile watermark of a whole trace, in numpy, as a compressed
     :class:`StepSeries`: the kernel of the Spark path run on one bucket. Equals
-    ``theory.percentile.percentile_curve(e, e, a, p, fallback=perfect_curve(e, a))``
-    (``fallback="hold"``: ``fallback=None``)."""
+    ``theory.percentile.percentile_curve(e, e, max(a, e), p, fallback=perfect_curve(e, a))``
+    (``fallback="hold"``: ``fallback=None``), i.e. ``theory.sources.percentile_source_curve``
+    (a row arriving before its event time is never in the backlog)."""
     spec = f"percentile:{p}" + (":hold" if fallback == "hold" else "")
     s = parse_strategy(spec)
     e = np.asarray(event_time, dtype=np.int64)

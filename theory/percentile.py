@@ -30,8 +30,10 @@ Three forms:
   evaluated at every activation and completion time of an element with
   ``completion > activation`` and every change time of the fallback. It sorts with numpy
   and then runs one sweep over the 2n events with a cursor on a rank-space bitmap
-  (see :func:`_sweep`). It equals the incremental form and, for ``p = 1``,
-  :func:`~theory.holds.inflight_min` with the fallback where nothing is active.
+  (see :func:`_sweep`; at the source level, activation = event time, it starts
+  prefilled and runs over the completions and the activations that move the query).
+  It equals the incremental form and, for ``p = 1``, :func:`~theory.holds.inflight_min`
+  with the fallback where nothing is active.
 - :class:`SketchPercentileWatermark`: bounded memory, with KLL sketches
   (``datasketches``) for elements that stay active a long time; see its docstring for
   the rank-error bound.
@@ -39,7 +41,6 @@ Three forms:
 
 from __future__ import annotations
 
-import itertools
 import math
 from array import array
 from bisect import bisect_right
@@ -285,7 +286,7 @@ def _fallback(fallback: StepSeries | None) -> StepSeries:
 
 
 def _sweep(
-    events: Iterable[int], queries: Iterable[int], size: int
+    events: Iterable[int], queries: Iterable[int], size: int, *, prefilled: bool = False
 ) -> tuple[array[int], array[int]]:
     """Order statistics over a stream of activations and completions of ranks.
 
@@ -298,67 +299,28 @@ def _sweep(
     A change point may repeat the previous rank, and may sit at an event without a query.
 
     State: a bytearray ``present`` over rank space, a cursor rank ``c`` and ``below``, the
-    number of present ranks below ``c``. An update below the cursor shifts ``below`` by
-    one; a query whose cursor is still right (present and ``below == k``) costs nothing
-    more, otherwise the cursor moves to the next or previous present rank until
-    ``below == k``, with ``bytearray.find`` / ``rfind`` (C ``memchr`` scans). The target
-    and ``below`` change by at most 2 per event, so the Python work is O(1) per event;
-    the C scans cost the number of inactive ranks stepped over (small when the active
-    set is dense around the percentile; a percentile jumping back and forth between two
-    distant clusters of active values rescans the gap each time).
+    number of present ranks below ``c``. The cursor always stands on a present rank (-1
+    while nothing is present): when its own rank completes it steps to the next present
+    rank at once. So an update above the cursor changes nothing, one below shifts
+    ``below`` by one, and a query whose target equals ``below`` is answered by the cursor
+    as it stands: most events cost a compare. Otherwise the cursor moves to the next or
+    previous present rank until ``below`` is the target, with ``bytearray.find`` /
+    ``rfind`` (C ``memchr`` scans). The target and ``below`` change by at most 2 per
+    event, so the Python work is O(1) per event; the C scans cost the number of inactive
+    ranks stepped over (small when the active set is dense around the percentile; a
+    percentile jumping back and forth between two distant clusters of active values
+    rescans the gap each time).
+
+    ``prefilled``: every rank starts present. Valid when the ranks activate in increasing
+    order (source level: activation = event time): the ranks not yet activated are all
+    above every active one, and a cursor at an active position never stops on them.
+    Activations are then no-ops, so the stream may leave out those that do not change
+    the query (see :func:`_thin`).
     """
-    present = bytearray(size)
+    present = bytearray(b"\x01") * size if prefilled else bytearray(size)
     find = present.find
     rfind = present.rfind
-    c = 0
-    below = 0
-    at = array("q", [-1])
-    rank = array("q", [0])
-    for x, k, i in zip(events, queries, itertools.count(), strict=False):
-        if x >= 0:
-            present[x] = 1
-            if x < c:
-                below += 1
-        else:
-            x = ~x
-            present[x] = 0
-            if x < c:
-                below -= 1
-        if k >= 0 and (k != below or not present[c]):
-            if not present[c]:
-                y = find(1, c)
-                if y < 0:
-                    c = rfind(1, 0, c)
-                    below -= 1
-                else:
-                    c = y
-            while below < k:
-                c = find(1, c + 1)
-                below += 1
-            while below > k:
-                c = rfind(1, 0, c)
-                below -= 1
-            at.append(i)
-            rank.append(c)
-    return at, rank
-
-
-def _sweep_prefilled(
-    events: Iterable[int], queries: Iterable[int], size: int
-) -> tuple[array[int], array[int]]:
-    """:func:`_sweep` for a stream whose ranks activate in increasing order (source level:
-    activation = event time), with the same answers, from the stream :func:`_thin` keeps.
-
-    Every rank starts present: the ranks not yet activated are all above every active
-    one, so a cursor at an active position never stops on them, and activations are
-    no-ops (the stream may leave out those that change no query). The cursor is moved
-    off a completed rank at once, so ``present[c]`` always holds and a query whose target
-    equals ``below`` is answered by the cursor as it stands: most events cost a compare.
-    """
-    present = bytearray(b"\x01") * size
-    find = present.find
-    rfind = present.rfind
-    c = 0
+    c = 0 if prefilled else -1
     below = 0
     at = array("q", [-1])
     rank = array("q", [0])
@@ -367,28 +329,34 @@ def _sweep_prefilled(
     i = -1
     for x, k in zip(events, queries, strict=False):
         i += 1
-        if x >= 0:  # an activation: above the cursor, so only its query matters
-            if k == below or k < 0:
+        if x >= 0:
+            present[x] = 1
+            if x < c:  # below the cursor (never when prefilled)
+                below += 1
+                if k < 0:  # no query here; the next one moves the cursor
+                    continue
+            elif c < 0:  # the first active rank: the cursor stands on it
+                c = x
+            elif k == below or k < 0:  # above the cursor: only the query may move it
                 continue
         else:
             x = ~x
             present[x] = 0
-            if x > c:  # above the cursor: the answer moves only if the target did
+            if x > c:  # above the cursor: only the query may move it
                 if k == below or k < 0:
                     continue
             elif x < c:  # below: one fewer present rank under the cursor
                 below -= 1
-                if k < 0:  # no query here; the next one moves the cursor
+                if k < 0:
                     continue
             else:  # the cursor's own rank: step to the next present rank (the same
-                # position), or, at the top of rank space (the last element completing
-                # the last active set), to the previous one
+                # position), or, at the top, to the previous one (-1 if none is left)
                 y = find(1, c)
-                if y < 0:
-                    c = rfind(1, 0, c)
-                    below -= 1
-                else:
+                if y >= 0:
                     c = y
+                else:
+                    c = rfind(1, 0, c)
+                    below = below - 1 if c >= 0 else 0
                 # recorded even without a query: later queries may not move it again
         if k >= 0:
             while below < k:
@@ -403,7 +371,7 @@ def _sweep_prefilled(
 
 
 def _thin(events: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """For :func:`_sweep_prefilled`: the indices of the events that matter, ascending.
+    """For :func:`_sweep` with ``prefilled``: the indices of the events that matter, ascending.
     Every completion, and every event whose query target differs from the previous
     event's. The others are activations (no-ops when prefilled) asking what the event
     before them asked of the same set: the cursor answers them as it stands."""
@@ -555,11 +523,12 @@ def percentile_details(
             # p = 1 about half the events go, near p = 0.5 a quarter), when enough go
             kept = _thin(ev, queries)
             if kept.size <= THIN_AT_MOST * ts.size:
-                changes = _sweep_prefilled(ev[kept].data, queries[kept].data, m)
+                changes = _sweep(ev[kept].data, queries[kept].data, m, prefilled=True)
                 ranks = _answers(changes, queries, asked, kept)
             else:
                 del kept
-                ranks = _answers(_sweep_prefilled(ev.data, queries.data, m), queries, asked)
+                changes = _sweep(ev.data, queries.data, m, prefilled=True)
+                ranks = _answers(changes, queries, asked)
         else:
             ranks = _answers(_sweep(ev.data, queries.data, m), queries, asked)
         del queries, asked
