@@ -80,7 +80,7 @@ def memory(total: int, chunk: int = 100_000) -> None:
         del pt, et
         est.estimate(newest, newest - 2 * SECOND, False)
         fed += chunk
-        if fed in marks:
+        if any(fed - chunk < m <= fed for m in marks):  # a mark inside this chunk
             cur, peak = tracemalloc.get_traced_memory()
             print(
                 f"  {fed:>12,} {est.bucket_count:>8} {(cur - base_line) / 1024:>11.1f} "
