@@ -1,8 +1,9 @@
 """The bench scripts run end to end on small inputs and print every figure.
 
 Speed is not asserted (benchmarks measure it, tests do not). What a script checks or
-reports about correctness is: the sketch never strays beyond its stated bound E, and
-the Pub/Sub tracking estimator loses no data on the simulated streams."""
+reports about correctness is: the sketch never strays beyond its stated bound E, the
+Pub/Sub tracking estimator loses no data on the simulated streams, the engine's panes
+are identical to Beam's, and Spark's curves to numpy's."""
 
 from __future__ import annotations
 
@@ -60,3 +61,20 @@ def test_bench_valve() -> None:
               "--linear-work", "20000")
     rows = re.findall(r"^ *(random|round-robin) +(\d+) +(heap|linear) ", out, re.MULTILINE)
     assert len(rows) == 8 and {r[1] for r in rows} == {"2", "8"}
+
+
+def test_bench_engine_vs_beam() -> None:
+    out = run("engine_vs_beam.py", "--repeats", "1", "--beam-repeats", "1")
+    compared = re.findall(r"^ *(default|early-late) +(\S+) .* (\d+) (identical|DIFFERENT)$",
+                          out, re.MULTILINE)
+    assert len(compared) == 4  # two scripts under each strategy, against Beam
+    assert all(verdict == "identical" and int(panes) > 0 for *_, panes, verdict in compared)
+
+
+def test_bench_spark_analytics() -> None:
+    """Its own local Spark (a second JVM beside the suite's session, 2 GB)."""
+    out = run("spark_analytics.py", "--sizes", "2e4", "--repeat", "1", "--warmup", "0",
+              "--driver-memory", "2g")
+    row = re.search(r"^ +20,000 +[\d.]+ +[\d.]+ +[\d,]+ +[\d,]+ +[\d.]+ +(\w+)", out,
+                    re.MULTILINE)
+    assert row is not None and row.group(1) == "True"  # Spark's curves == numpy's
