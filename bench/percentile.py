@@ -86,6 +86,20 @@ def stage_processing(n: int) -> np.ndarray:
     return rng.lognormal(np.log(1e6), 1.0, n).astype(np.int64)
 
 
+def run_vectorised(e: np.ndarray, act: np.ndarray, done: np.ndarray, p: float) -> float:
+    """Seconds for one ``percentile_details`` over the whole trace."""
+    t0 = time.perf_counter()
+    percentile_details(e, act, done, p)
+    return time.perf_counter() - t0
+
+
+def print_vectorised(n: int, dt: float, label: str) -> None:
+    print(
+        f"vectorised   {dt:8.2f} s  {n / dt:>12,.0f} elements/s"
+        f"  {2 * n / dt:>12,.0f} events/s  ({label})"
+    )
+
+
 def run_incremental(p: float, values: list[int], kinds: list[int], lasts: list[bool]) -> float:
     w = PercentileWatermark(p)
     act, comp, cur = w.activate, w.complete, w.current
@@ -231,31 +245,13 @@ def main() -> None:
         print(f"\n== {n:,} elements ({2 * n:,} events)")
 
         for vp in [p, *(x for x in args.vector_ps if x != p)]:
-
-            def vec(e: np.ndarray = e, a: np.ndarray = a, vp: float = vp) -> float:
-                t0 = time.perf_counter()
-                percentile_details(e, e, a, vp)
-                return time.perf_counter() - t0
-
-            dt = median_time(vec, args.repeats)
-            print(
-                f"vectorised   {dt:8.2f} s  {n / dt:>12,.0f} elements/s"
-                f"  {2 * n / dt:>12,.0f} events/s  (p={vp})"
-            )
+            dt = median_time(partial(run_vectorised, e, e, a, vp), args.repeats)
+            print_vectorised(n, dt, f"p={vp}")
         if args.general:
-
-            done = a + stage_processing(n)
-
-            def gen(e: np.ndarray = e, a: np.ndarray = a, c: np.ndarray = done) -> float:
-                t0 = time.perf_counter()
-                percentile_details(e, a, c, p)
-                return time.perf_counter() - t0
-
-            dt = median_time(gen, args.repeats)
-            print(
-                f"vectorised   {dt:8.2f} s  {n / dt:>12,.0f} elements/s"
-                f"  {2 * n / dt:>12,.0f} events/s  (p={p}, stage level: general path)"
+            dt = median_time(
+                partial(run_vectorised, e, a, a + stage_processing(n), p), args.repeats
             )
+            print_vectorised(n, dt, f"p={p}, stage level: general path")
         if args.only_vectorised:
             continue
         ev = event_lists(e, a)
@@ -286,12 +282,7 @@ def main() -> None:
     t_naive = median_time(lambda: naive(p, values, kinds, lasts), args.repeats)
     t_inc = median_time(lambda: run_incremental(p, values, kinds, lasts), args.repeats)
 
-    def vec_small() -> float:
-        t0 = time.perf_counter()
-        percentile_details(e, e, a, p)
-        return time.perf_counter() - t0
-
-    t_vec = median_time(vec_small, args.repeats)
+    t_vec = median_time(partial(run_vectorised, e, e, a, p), args.repeats)
     print(f"\n== naive recompute on {m:,} elements ({steps:,} steps)")
     print(f"naive        {t_naive:8.2f} s  {steps / t_naive:>12,.0f} steps/s")
     print(f"incremental  {t_inc:8.2f} s  {t_naive / t_inc:>8.0f}x faster than naive")

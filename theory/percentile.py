@@ -327,7 +327,7 @@ def _sweep(
     at_append = at.append
     rank_append = rank.append
     i = -1
-    for x, k in zip(events, queries, strict=False):
+    for x, k in zip(events, queries, strict=True):
         i += 1
         if x >= 0:
             present[x] = 1
@@ -383,18 +383,17 @@ def _thin(events: np.ndarray, queries: np.ndarray) -> np.ndarray:
 
 def _answers(
     changes: tuple[array[int], array[int]],
-    scratch: np.ndarray,
+    which: np.ndarray,
     asked: np.ndarray | None,
     kept: np.ndarray | None = None,
 ) -> np.ndarray:
     """The answer of each query from :func:`_sweep`'s change points: at every event
     (``asked`` None) or at the events where the boolean mask ``asked`` holds. ``kept``:
     the sweep ran over these event indices only (:func:`_thin`); they are mapped back.
-    ``scratch``: an integer array with one slot per event, overwritten (reusing a spent
+    ``which``: an integer array with one slot per event, overwritten (reusing a spent
     array spares the first touch of fresh memory, which dominates on some VMs)."""
     at = np.frombuffer(changes[0], dtype=np.int64)[1:]
     rank = np.frombuffer(changes[1], dtype=np.int64)
-    which = scratch
     which.fill(0)
     which[at if kept is None else kept[at]] = 1
     np.cumsum(which, out=which)
@@ -521,14 +520,13 @@ def percentile_details(
             # source level: ranks activate in increasing order, so the sweep starts
             # prefilled and may leave out the activations that change no query (near
             # p = 1 about half the events go, near p = 0.5 a quarter), when enough go
-            kept = _thin(ev, queries)
-            if kept.size <= THIN_AT_MOST * ts.size:
-                changes = _sweep(ev[kept].data, queries[kept].data, m, prefilled=True)
-                ranks = _answers(changes, queries, asked, kept)
-            else:
-                del kept
-                changes = _sweep(ev.data, queries.data, m, prefilled=True)
-                ranks = _answers(changes, queries, asked)
+            thinned = _thin(ev, queries)
+            kept = thinned if thinned.size <= THIN_AT_MOST * ts.size else None
+            del thinned
+            sweep_ev, sweep_q = (ev, queries) if kept is None else (ev[kept], queries[kept])
+            changes = _sweep(sweep_ev.data, sweep_q.data, m, prefilled=True)
+            del sweep_ev, sweep_q
+            ranks = _answers(changes, queries, asked, kept)
         else:
             ranks = _answers(_sweep(ev.data, queries.data, m), queries, asked)
         del queries, asked
