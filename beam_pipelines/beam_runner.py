@@ -3,9 +3,9 @@
 The pipeline is ``TestStream -> WindowInto(strategy) -> GroupByKey -> collect`` on
 ``BundleBasedDirectRunner`` in streaming mode (constructed explicitly: passing the runner by
 name silently produced no output here). Each pane comes back as a
-:class:`theory.engine.Pane` (key, window, values, timestamp µs, timing, index,
+:class:`theory.windowing.engine.Pane` (key, window, values, timestamp µs, timing, index,
 nonspeculative index, first/last), so it compares directly with
-:func:`theory.engine.run_script`.
+:func:`theory.windowing.engine.run_script`.
 
 :func:`run_beam_packed` runs several scripts that share their watermark and
 processing-time events in one pipeline: one ``Filter -> WindowInto -> GroupByKey`` branch
@@ -45,12 +45,12 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import PaneInfoTiming
 
 from beam_pipelines.teststream import to_test_stream
-from theory import triggers as tt
-from theory.engine import Pane, Timing
-from theory.script import ElementEvent, Event, ProcessingTimeEvent, Script, WatermarkEvent
 from theory.time import MICROS_PER_MILLI, MICROS_PER_SECOND, MIN_TIMESTAMP
-from theory.windowing import AccumulationMode, TimestampCombiner, WindowingStrategy
-from theory.windows import (
+from theory.windowing import triggers as tt
+from theory.windowing.engine import Pane, Timing
+from theory.windowing.script import ElementEvent, Event, ProcessingTimeEvent, Script, WatermarkEvent
+from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
+from theory.windowing.windows import (
     GLOBAL_WINDOW,
     FixedWindows,
     GlobalWindows,
@@ -90,7 +90,7 @@ _COMBINER = {
 
 
 def beam_window_fn(fn: object) -> bw.WindowFn:
-    """The Beam window fn of a :mod:`theory.windows` window fn."""
+    """The Beam window fn of a :mod:`theory.windowing.windows` window fn."""
     if isinstance(fn, FixedWindows):
         return bw.FixedWindows(Duration(micros=fn.size), Timestamp(micros=fn.offset))
     if isinstance(fn, SlidingWindows):
@@ -105,7 +105,7 @@ def beam_window_fn(fn: object) -> bw.WindowFn:
 
 
 def beam_trigger(trigger: tt.Trigger) -> bt.TriggerFn:
-    """The Beam trigger of a :mod:`theory.triggers` trigger."""
+    """The Beam trigger of a :mod:`theory.windowing.triggers` trigger."""
     if isinstance(trigger, tt.DefaultTrigger):
         return bt.DefaultTrigger()
     if isinstance(trigger, tt.AfterWatermark):

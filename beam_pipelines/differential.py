@@ -21,12 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from beam_pipelines.beam_runner import canonical_panes, run_beam
-from theory import triggers as tt
-from theory.engine import Pane, run_script
-from theory.script import ElementEvent, Event, ProcessingTimeEvent, Script, WatermarkEvent
 from theory.time import MICROS_PER_MILLI, MICROS_PER_SECOND
-from theory.windowing import AccumulationMode, TimestampCombiner, WindowingStrategy
-from theory.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows
+from theory.windowing import triggers as tt
+from theory.windowing.engine import Pane, run_script
+from theory.windowing.script import ElementEvent, Event, ProcessingTimeEvent, Script, WatermarkEvent
+from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
+from theory.windowing.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows
 
 __all__ = [
     "Case",

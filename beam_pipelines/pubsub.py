@@ -1,6 +1,6 @@
 """The base/tracking Pub/Sub watermark estimator against the real Pub/Sub API.
 
-:class:`theory.pubsub.TrackingEstimator` holds the rule (DESIGN.md, "Pub/Sub
+:class:`theory.dataflow.pubsub.TrackingEstimator` holds the rule (DESIGN.md, "Pub/Sub
 base/tracking estimator"). This module feeds it from Google Cloud Pub/Sub through the
 ``google-cloud-pubsub`` client (or the emulator, via ``PUBSUB_EMULATOR_HOST``) and exposes
 it to Beam as a ``WatermarkEstimatorProvider``. All times are int µs since the epoch.
@@ -99,15 +99,14 @@ from apache_beam.transforms.core import WatermarkEstimatorProvider
 from apache_beam.utils.timestamp import Timestamp
 from google.api_core import exceptions as gexc
 
-from theory.pubsub import Estimate, TrackingEstimator
+from theory.columns import check_duration, check_timestamp
+from theory.dataflow.pubsub import Estimate, TrackingEstimator
 from theory.time import (
     MAX_TIMESTAMP,
     MICROS_PER_MILLI,
     MIN_TIMESTAMP,
     MINUTE,
     SECOND,
-    check_duration,
-    check_timestamp,
     from_datetime,
 )
 
@@ -557,7 +556,7 @@ class MonitoredBaseBacklog:
 
 
 class TrackingReader(_Puller):
-    """Pulls the tracking subscription into a :class:`~theory.pubsub.TrackingEstimator`.
+    """Pulls the tracking subscription into a :class:`~theory.dataflow.pubsub.TrackingEstimator`.
 
     ``backlog`` gives ``pt_base``; ``ledger`` (optional, usually the same
     :class:`AckLedger`) is told every record seen. ``snapshot_sink`` (optional) receives
@@ -841,7 +840,7 @@ class TrackingWatermarkEstimator(WatermarkEstimator):
     def update(
         self, now: int, base_oldest_unacked_publish_time: int | None, tracking_has_backlog: bool
     ) -> Estimate:
-        """Apply the rule (:meth:`theory.pubsub.TrackingEstimator.estimate`) at ``now``
+        """Apply the rule (:meth:`theory.dataflow.pubsub.TrackingEstimator.estimate`) at ``now``
         (µs), or hold (:data:`REASON_LEASE_GRACE`) while ``now < hold_until``."""
         if check_timestamp(now, "now") < self.hold_until:
             e = Estimate(self.estimator.watermark, REASON_LEASE_GRACE)
@@ -853,7 +852,7 @@ class TrackingWatermarkEstimator(WatermarkEstimator):
 
 class TrackingWatermarkEstimatorProvider(WatermarkEstimatorProvider):
     """Makes :class:`TrackingWatermarkEstimator` s with these estimator parameters (µs,
-    as :class:`theory.pubsub.TrackingEstimator`)."""
+    as :class:`theory.dataflow.pubsub.TrackingEstimator`)."""
 
     def __init__(
         self,

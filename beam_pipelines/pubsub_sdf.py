@@ -53,7 +53,8 @@ from beam_pipelines.pubsub import (
     TrackingWatermarkEstimatorProvider,
     system_clock,
 )
-from theory.time import MIN_TIMESTAMP, MINUTE, SECOND, check_duration
+from theory.columns import check_duration
+from theory.time import MIN_TIMESTAMP, MINUTE, SECOND
 
 __all__ = ["METRICS_NAMESPACE", "PubsubReadSpec", "ReadWithTrackingWatermarkFn", "shared_ledger"]
 
@@ -112,7 +113,7 @@ class ReadWithTrackingWatermarkFn(
 ):
     """Reads :class:`PubsubReadSpec` elements; see the module docstring.
 
-    Estimator parameters (µs) as :class:`~theory.pubsub.TrackingEstimator`; ``clock``
+    Estimator parameters (µs) as :class:`~theory.dataflow.pubsub.TrackingEstimator`; ``clock``
     gives processing time (µs); ``records_per_bundle`` records are emitted before the
     DoFn checkpoints itself (``defer_remainder``).
     """

@@ -1,6 +1,6 @@
 """Scripts <-> Beam ``TestStream``, both ways.
 
-A :class:`theory.script.Script` (elements ``(key, value, timestamp µs)``, watermark and
+A :class:`theory.windowing.script.Script` (elements ``(key, value, timestamp µs)``, watermark and
 processing-time events) becomes a ``TestStream`` of ``TimestampedValue((key, value), ts)``
 and back. Beam's constraints are checked here, with errors naming the event:
 
@@ -21,8 +21,8 @@ from apache_beam.testing import test_stream as ts
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
 
-from theory.script import ElementEvent, Event, ProcessingTimeEvent, Script, WatermarkEvent
 from theory.time import MAX_TIMESTAMP, MICROS_PER_MILLI, MIN_TIMESTAMP
+from theory.windowing.script import ElementEvent, Event, ProcessingTimeEvent, Script, WatermarkEvent
 
 __all__ = ["from_test_stream", "to_test_stream", "to_test_stream_events"]
 

@@ -24,11 +24,11 @@ import time
 import numpy as np
 
 from beam_pipelines.beam_runner import canonical_panes, run_beam
-from theory import triggers as tt
-from theory.engine import run_script
-from theory.script import ElementEvent, Script, WatermarkEvent
-from theory.windowing import AccumulationMode, TimestampCombiner, WindowingStrategy
-from theory.windows import FixedWindows
+from theory.windowing import triggers as tt
+from theory.windowing.engine import run_script
+from theory.windowing.script import ElementEvent, Script, WatermarkEvent
+from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
+from theory.windowing.windows import FixedWindows
 
 MS = 1000
 SEC = 1_000_000

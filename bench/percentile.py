@@ -1,6 +1,6 @@
 """Percentile-watermark throughput and memory: exact incremental, vectorised, sketch, naive.
 
-Traces: ``theory.generators.generate_trace(n, seed=0)`` (Poisson event times at 1000/s,
+Traces: ``theory.data.generators.generate_trace(n, seed=0)`` (Poisson event times at 1000/s,
 log-normal delays with a 1 s median). Source level: an element is active from its event
 time (``activation = event_time``) until it arrives (``completion = arrival_time``), so
 ``A(t)`` is the data that exists but has not arrived yet (about 1650 elements here) and
@@ -56,9 +56,13 @@ from typing import Any
 
 import numpy as np
 
-from theory.generators import generate_trace
-from theory.order_statistics import OrderStatisticList
-from theory.percentile import PercentileWatermark, SketchPercentileWatermark, percentile_details
+from theory.data.generators import generate_trace
+from theory.structures import OrderStatisticList
+from theory.watermarks.percentile import (
+    PercentileWatermark,
+    SketchPercentileWatermark,
+    percentile_details,
+)
 
 SKETCHES: dict[str, dict[str, Any]] = {
     "exact": {},

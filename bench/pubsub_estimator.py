@@ -27,8 +27,8 @@ import tracemalloc
 
 import numpy as np
 
-from theory.pubsub import TrackingEstimator
-from theory.pubsub_sim import T0, scenario, simulate_pubsub
+from theory.dataflow.pubsub import TrackingEstimator
+from theory.dataflow.pubsub_simulation import T0, scenario, simulate_pubsub
 from theory.time import SECOND
 
 ESTIMATORS = ("tracking", "tracking-book", "beam", "bounded", "percentile:0.99")

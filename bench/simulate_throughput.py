@@ -13,8 +13,8 @@ import argparse
 import statistics
 import time
 
-from theory import chapter3
-from theory.simulate import simulate
+from theory.pipeline import chapter3
+from theory.pipeline.simulator import simulate
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from theory.valve import LinearScanValve, StatusWatermarkValve, StreamStatus
+from theory.flink.valve import LinearScanValve, StatusWatermarkValve, StreamStatus
 
 Op = tuple[int, int, object]  # (0 = watermark / 1 = status, channel, value)
 

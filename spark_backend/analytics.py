@@ -1,6 +1,6 @@
 """Watermark analytics of a trace on Spark, exact: the same numbers as :mod:`theory`.
 
-Everything here is computed from a trace DataFrame (columns of :mod:`theory.traces`;
+Everything here is computed from a trace DataFrame (columns of :mod:`theory.data.traces`;
 times are bigint µs) and agrees exactly with theory's vectorised numpy results on the
 same rows; ``tests/spark_backend/test_analytics.py`` shows it.
 
@@ -21,16 +21,16 @@ the driver and applied when the curves are read).
 Strategies (source watermarks; a watermark ``W`` says "no more data with event time < W")
 -----------------------------------------------------------------------------------------
 Curves have a step per unique arrival time ``t``: the value after every element
-arriving at ``t`` was read, as :mod:`theory.sources` defines them (percentile curves also
+arriving at ``t`` was read, as :mod:`theory.watermarks.sources` defines them (percentile curves also
 step at event times, see below).
 
 - ``perfect``: ``W(t) = min event_time of the elements arriving after t`` (MAX_TIMESTAMP
-  once none is left) = :func:`theory.sources.perfect_curve`.
+  once none is left) = :func:`theory.watermarks.sources.perfect_curve`.
 - ``bounded:<duration>``: ``max event_time seen - bound`` (>= MIN_TIMESTAMP) =
-  :func:`theory.sources.bounded_out_of_orderness_curve`.
+  :func:`theory.watermarks.sources.bounded_out_of_orderness_curve`.
 - ``percentile:<p>``, p in (0, 1]: the percentile watermark of DESIGN.md at the source,
-  exactly :func:`theory.sources.percentile_source_curve`: theory's
-  :func:`~theory.percentile.percentile_curve` with activation = event time, completion =
+  exactly :func:`theory.watermarks.sources.percentile_source_curve`: theory's
+  :func:`~theory.watermarks.percentile.percentile_curve` with activation = event time, completion =
   ``max(arrival time, event time)`` and the perfect curve as fallback. The active set is the
   *backlog* ``A(t) = {elements with event_time <= t < arrival_time}`` (events that
   happened but have not arrived; rows arriving before their event time never belong to
@@ -49,11 +49,11 @@ watermark just before it arrived (:meth:`theory.series.StepSeries.before`).
 Windows (:meth:`WatermarkAnalysis.windows`): fixed windows ``[start, end)`` per key, fired
 once by the watermark (Beam's ``AfterWatermark``, no allowed lateness). A window fires at
 the first curve step ``t`` with ``W(t) > end - 1``; with ``finish=True`` (the default, as
-:func:`theory.simulate.simulate` does for a bounded source) the watermark also jumps to
+:func:`theory.pipeline.simulator.simulate` does for a bounded source) the watermark also jumps to
 MAX_TIMESTAMP at the last arrival, so every window fires. Its first pane holds the
 window's elements arriving at or before ``t``; completeness = first-pane count / all the
 window's elements (0 if it never fires); latency = ``t - end`` (µs). These are the
-numbers of :func:`theory.experiments.tradeoff` / :func:`theory.metrics.strategy_metrics`.
+numbers of :func:`theory.experiments.tradeoff` / :func:`theory.pipeline.metrics.strategy_metrics`.
 
 Skew (:func:`holdback`): under the static-partitions perfect watermark each partition
 ``p`` (or key) has the watermark ``W_p(t)`` = min event time of its elements arriving
@@ -81,9 +81,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from theory.columns import check_duration
 from theory.series import StepSeries
-from theory.sources import make_source_watermark
-from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, check_duration
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
+from theory.watermarks.sources import make_source_watermark
 
 __all__ = [
     "ArrivalLayout",
@@ -121,7 +122,7 @@ class Strategy:
 def parse_strategy(spec: str | Strategy) -> Strategy:
     """``perfect``, ``bounded:<duration>`` (``10s``, ``2m``, µs), ``percentile:<p>`` or
     ``percentile:<p>:hold`` (no fallback: the watermark holds while the backlog is empty):
-    the specs of :func:`theory.sources.make_source_watermark` that Spark computes, parsed
+    the specs of :func:`theory.watermarks.sources.make_source_watermark` that Spark computes, parsed
     by it, so a spec means the same on both paths. ValueError names a bad spec.
     """
     if isinstance(spec, Strategy):
@@ -337,7 +338,7 @@ def _bucket_curves(
 class _Backlog:
     """The backlog ``A(t) = {e <= t < a}`` of one bucket at its evaluation times: the
     arrival times of its rows and the activation (event) times inside ``[lo, hi)``,
-    as :func:`theory.percentile.percentile_details` evaluates a source-level trace."""
+    as :func:`theory.watermarks.percentile.percentile_details` evaluates a source-level trace."""
 
     def __init__(
         self,
@@ -413,8 +414,9 @@ def percentile_curve_numpy(
 ) -> StepSeries:
     """The source-level percentile watermark of a whole trace, in numpy, as a compressed
     :class:`StepSeries`: the kernel of the Spark path run on one bucket. Equals
-    ``theory.percentile.percentile_curve(e, e, max(a, e), p, fallback=perfect_curve(e, a))``
-    (``fallback="hold"``: ``fallback=None``), i.e. ``theory.sources.percentile_source_curve``
+    ``percentile_curve(e, e, max(a, e), p, fallback=perfect_curve(e, a))``
+    (``fallback="hold"``: ``fallback=None``), i.e.
+    ``theory.watermarks.sources.percentile_source_curve``
     (a row arriving before its event time is never in the backlog)."""
     spec = f"percentile:{p}" + (":hold" if fallback == "hold" else "")
     s = parse_strategy(spec)
@@ -884,8 +886,8 @@ class WatermarkAnalysis:
 
     def curve(self, name: str) -> StepSeries:
         """One strategy's curve collected (Arrow) into a :class:`StepSeries`: a step per
-        unique arrival time for perfect and bounded (as :mod:`theory.sources`), only the
-        changes for percentile (as :func:`theory.percentile.percentile_curve`)."""
+        unique arrival time for perfect and bounded (as :mod:`theory.watermarks.sources`), only the
+        changes for percentile (as :func:`theory.watermarks.percentile.percentile_curve`)."""
         if name not in self.names:
             raise KeyError(f"no strategy {name!r}; have {self.names}")
         t = self.curves().select("processing_time", _col(name)).where(_col(name).isNotNull())
@@ -1065,7 +1067,7 @@ class WatermarkAnalysis:
         self, window_size: int, offset: int = 0, finish: bool = True
     ) -> pd.DataFrame:
         """One row per strategy with the trace-determined columns of
-        :class:`theory.metrics.StrategyMetrics`: ``late_count``, ``late_fraction``,
+        :class:`theory.pipeline.metrics.StrategyMetrics`: ``late_count``, ``late_fraction``,
         ``dropped`` (elements after their window's firing), ``windows``,
         ``completeness_mean``, ``complete_fraction`` and ``window_latency_p50/p90/p99``
         (µs, over the windows that fire; numpy's linear percentiles)."""

@@ -36,8 +36,8 @@ def _write_simulation(result: object, out: Path) -> None:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    from theory.metrics import metrics_table
-    from theory.simulate import SimulationResult
+    from theory.pipeline.metrics import metrics_table
+    from theory.pipeline.simulator import SimulationResult
 
     assert isinstance(result, SimulationResult)
     stages, t_col, iw_col, ow_col = [], [], [], []
@@ -62,9 +62,9 @@ def _write_simulation(result: object, out: Path) -> None:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Simulate the chapter-3 pipeline and report per stage."""
-    from theory import chapter3
-    from theory.metrics import stage_metrics
-    from theory.simulate import simulate
+    from theory.pipeline import chapter3
+    from theory.pipeline.metrics import stage_metrics
+    from theory.pipeline.simulator import simulate
     from theory.time import format_timestamp
 
     if args.events < 1:

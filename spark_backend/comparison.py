@@ -5,7 +5,7 @@ For a trace DataFrame, source-watermark strategies (specs of
 :func:`spark_backend.analytics.parse_strategy`) and per-key fixed windows fired once by
 the watermark, :func:`compare` returns:
 
-- ``table``, one row per strategy: the columns of :class:`theory.metrics.StrategyMetrics`
+- ``table``, one row per strategy: the columns of :class:`theory.pipeline.metrics.StrategyMetrics`
   that the trace and the source watermark determine, equal to
   :func:`theory.experiments.tradeoff` on the same rows (``late_count``,
   ``late_fraction``, ``dropped``, ``windows``, ``completeness_mean``,
@@ -41,9 +41,10 @@ from spark_backend.analytics import (
     parse_strategy,
     prepare,
 )
+from theory.columns import check_duration
 from theory.experiments.tradeoff import pareto_frontier
 from theory.series import StepSeries
-from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE, check_duration
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE
 
 LOG = logging.getLogger("watermarks")
 

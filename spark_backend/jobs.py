@@ -23,14 +23,14 @@ from spark_backend.progress import Progress
 from spark_backend.report import Report, percent, seconds
 from spark_backend.session import get_session
 from spark_backend.tracedf import chapter3_trace_df, read_trace_df
-from theory import chapter3
+from theory.data.traces import BadRowReport, OnBadRows
 from theory.experiments.propagation import propagation
-from theory.metrics import stage_metrics
-from theory.processing import Processing
-from theory.processing_time import diagnose, lag_series
-from theory.simulate import SimulationResult, simulate
+from theory.pipeline import chapter3
+from theory.pipeline.diagnosis import diagnose, lag_series
+from theory.pipeline.metrics import stage_metrics
+from theory.pipeline.processing import Processing
+from theory.pipeline.simulator import SimulationResult, simulate
 from theory.time import MINUTE, SECOND, format_timestamp
-from theory.traces import BadRowReport, OnBadRows
 
 LOG = logging.getLogger("watermarks")
 

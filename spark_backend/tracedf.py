@@ -1,22 +1,22 @@
 """Traces as Spark DataFrames: reading and validating files, and seeded generators.
 
-A trace DataFrame has the columns of :mod:`theory.traces`: ``event_time`` and
+A trace DataFrame has the columns of :mod:`theory.data.traces`: ``event_time`` and
 ``arrival_time`` (bigint µs since the epoch), ``key`` (bigint or string), ``value``
 (double), and optionally ``partition`` (bigint) and ``publish_time`` (bigint µs). Row
 order carries no meaning.
 
 - :func:`read_trace_df` reads Parquet, CSV, or a directory of them and validates them with
-  the rules of :data:`theory.traces.RULES`, applied as Spark column expressions: bad rows
-  raise :class:`~theory.traces.TraceError` (``on_bad_rows="fail"``) or are removed and
-  counted, with examples, in a :class:`~theory.traces.BadRowReport`
+  the rules of :data:`theory.data.traces.RULES`, applied as Spark column expressions: bad rows
+  raise :class:`~theory.data.traces.TraceError` (``on_bad_rows="fail"``) or are removed and
+  counted, with examples, in a :class:`~theory.data.traces.BadRowReport`
   (``"skip-and-report"``). Rows are numbered from 0 in input order, across the files of
-  a directory in name order, exactly as :func:`theory.traces.read_trace` numbers them.
+  a directory in name order, exactly as :func:`theory.data.traces.read_trace` numbers them.
 - :func:`generate_trace_df`, :func:`game_sessions_df` and :func:`chapter3_trace_df`
   generate seeded traces with ``spark.range``: every random draw is a counter-based hash
   of ``(seed, row id, stream)`` turned into a uniform in (0, 1), so a trace does not
   depend on how Spark partitions it. Event times are prefix sums of integer µs gaps,
   computed as a parallel scan (per-partition sums combined on the driver, then local
-  cumulative sums). They follow the shapes of :mod:`theory.generators` (same parameters,
+  cumulative sums). They follow the shapes of :mod:`theory.data.generators` (same parameters,
   same distributions) but not its numpy random stream, so rows differ from the numpy
   generators'.
 """
@@ -40,9 +40,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from theory.generators import MAX_DELAY, PLATFORMS, Delay
-from theory.time import DAY, MAX_TIMESTAMP, MICROS_PER_SECOND, MIN_TIMESTAMP, check_timestamp
-from theory.traces import (
+from theory.columns import INT64_MAX, INT64_MIN, check_count, check_positive, check_timestamp
+from theory.data.generators import MAX_DELAY, PLATFORMS, Delay
+from theory.data.traces import (
     COLUMNS,
     REQUIRED_COLUMNS,
     RULES,
@@ -52,6 +52,7 @@ from theory.traces import (
     Rule,
     TraceError,
 )
+from theory.time import DAY, MAX_TIMESTAMP, MICROS_PER_SECOND, MIN_TIMESTAMP
 
 __all__ = [
     "SUPPORTED_DELAYS",
@@ -63,8 +64,6 @@ __all__ = [
     "to_trace",
 ]
 
-_INT64_MIN: Final[int] = -(2**63)
-_INT64_MAX: Final[int] = 2**63 - 1
 _MAX_EXAMPLES: Final[int] = 5
 
 
@@ -140,22 +139,11 @@ def _plus_capped(t: Column, d: Column) -> Column:
     return F.when(d > F.lit(MAX_TIMESTAMP) - t, F.lit(MAX_TIMESTAMP)).otherwise(t + d)
 
 
-def _check_count(value: int, name: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _check_positive(value: float, name: str) -> float:
-    v = float(value)
-    if not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return v
 
 
 def _slices(spark: SparkSession, n: int, num_partitions: int | None) -> int:
     if num_partitions is not None:
-        return _check_count(num_partitions, "num_partitions", 1)
+        return check_count(num_partitions, "num_partitions", minimum=1)
     try:
         par = int(spark.sparkContext.defaultParallelism)
     except Exception:  # Spark Connect
@@ -294,7 +282,7 @@ def generate_trace_df(
     key_prefix: str | None = None,
     num_partitions: int | None = None,
 ) -> DataFrame:
-    """The Spark twin of :func:`theory.generators.generate_trace`: ``n`` rows from
+    """The Spark twin of :func:`theory.data.generators.generate_trace`: ``n`` rows from
     ``spark.range``, same parameters and distributions, a different random stream.
 
     - Event times are a Poisson process at ``rate`` events/s (exponential gaps rounded to
@@ -311,18 +299,18 @@ def generate_trace_df(
     Delays may be any of :data:`SUPPORTED_DELAYS`. The DataFrame is lazy apart from the
     first pass of the event-time scan, which runs here.
     """
-    n = _check_count(n, "n")
-    seed = _check_count(seed, "seed")
+    n = check_count(n, "n")
+    seed = check_count(seed, "seed")
     start = check_timestamp(start, "start")
-    rate = _check_positive(rate, "rate")
-    keys = _check_count(keys, "keys", 1)
-    partitions = _check_count(partitions, "partitions", 1)
+    rate = check_positive(rate, "rate")
+    keys = check_count(keys, "keys", minimum=1)
+    partitions = check_count(partitions, "partitions", minimum=1)
     if not 0.0 <= float(stragglers) <= 1.0:
         raise ValueError(f"stragglers must be a fraction in [0, 1], got {stragglers!r}")
-    bursts = _check_count(bursts, "bursts")
-    burst_factor = _check_positive(burst_factor, "burst_factor")
-    burst_duration = _check_positive(burst_duration, "burst_duration")
-    idle = sorted({_check_count(p, "idle_partitions[]") for p in idle_partitions})
+    bursts = check_count(bursts, "bursts")
+    burst_factor = check_positive(burst_factor, "burst_factor")
+    burst_duration = check_positive(burst_duration, "burst_duration")
+    idle = sorted({check_count(p, "idle_partitions[]") for p in idle_partitions})
     if any(p >= partitions for p in idle):
         raise ValueError(f"idle_partitions must be in [0, partitions={partitions}), got {idle}")
     if idle_interval is not None:
@@ -396,7 +384,7 @@ def game_sessions_df(
     idle_interval: tuple[int, int] | None = None,
     num_partitions: int | None = None,
 ) -> DataFrame:
-    """The Spark twin of :func:`theory.generators.game_sessions_trace`: user game events
+    """The Spark twin of :func:`theory.data.generators.game_sessions_trace`: user game events
     in per-user sessions (the *Streaming Systems* chapter-3 input), ``n`` rows.
 
     Row ``id`` is event ``id // users`` of user ``first_user + id % users``. A user's
@@ -404,31 +392,31 @@ def game_sessions_df(
     with probability ``1/events_per_session`` (geometric session lengths with that mean),
     after ``min_between_gap`` + exponential(``between_gap``) s; inside a session gaps
     are exponential(``within_gap``) s capped at ``max_within_gap``. Delays follow
-    :data:`theory.generators.PLATFORMS` (log-normal, Pareto stragglers). Users of
+    :data:`theory.data.generators.PLATFORMS` (log-normal, Pareto stragglers). Users of
     ``idle_partitions`` (``user % partitions``) pause during ``idle_interval`` (µs): their
     events from its start on shift past its end, so those partitions are idle there.
     ``key`` = user, ``value`` = score in 1..100, ``partition = user % partitions``.
     """
-    n = _check_count(n, "n")
-    seed = _check_count(seed, "seed")
+    n = check_count(n, "n")
+    seed = check_count(seed, "seed")
     if platform not in PLATFORMS:
         raise ValueError(f"platform must be one of {sorted(PLATFORMS)}, got {platform!r}")
     start = check_timestamp(start, "start")
-    users = _check_count(users, "users", 1)
-    first_user = _check_count(first_user, "first_user")
-    partitions = _check_count(partitions, "partitions", 1)
-    eps = _check_positive(events_per_session, "events_per_session")
+    users = check_count(users, "users", minimum=1)
+    first_user = check_count(first_user, "first_user")
+    partitions = check_count(partitions, "partitions", minimum=1)
+    eps = check_positive(events_per_session, "events_per_session")
     if eps < 1:
         raise ValueError(f"events_per_session must be >= 1, got {events_per_session}")
-    within_gap = _check_positive(within_gap, "within_gap")
-    max_within_gap = _check_positive(max_within_gap, "max_within_gap")
-    between_gap = _check_positive(between_gap, "between_gap")
+    within_gap = check_positive(within_gap, "within_gap")
+    max_within_gap = check_positive(max_within_gap, "max_within_gap")
+    between_gap = check_positive(between_gap, "between_gap")
     if not math.isfinite(float(min_between_gap)) or min_between_gap <= max_within_gap:
         raise ValueError(
             f"min_between_gap ({min_between_gap} s) must exceed max_within_gap "
             f"({max_within_gap} s) so sessions stay separate"
         )
-    idle = sorted({_check_count(p, "idle_partitions[]") for p in idle_partitions})
+    idle = sorted({check_count(p, "idle_partitions[]") for p in idle_partitions})
     if any(p >= partitions for p in idle):
         raise ValueError(f"idle_partitions must be in [0, partitions={partitions}), got {idle}")
     if idle_interval is not None:
@@ -509,10 +497,10 @@ def chapter3_trace_df(
 
     ``events - events // 2`` mobile events (users ``0 .. users-1``, seed ``seed``) and
     ``events // 2`` console events (users ``users .. 2*users-1``, seed ``seed + 1``), as
-    :func:`theory.chapter3.traces` splits them. ``idle_partitions`` pause during the
+    :func:`theory.pipeline.chapter3.traces` splits them. ``idle_partitions`` pause during the
     ``idle_fraction`` part of the expected event-time span, so they are idle there.
     """
-    events = _check_count(events, "events")
+    events = check_count(events, "events")
     half = events // 2
     span = expected_span_us(max(events - half, 1), users)
     lo, hi = idle_fraction
@@ -534,8 +522,8 @@ def chapter3_trace_df(
 
 
 def to_trace(df: DataFrame) -> Any:
-    """Collect a trace DataFrame to a :class:`theory.traces.Trace` through Arrow."""
-    from theory.traces import Trace
+    """Collect a trace DataFrame to a :class:`theory.data.traces.Trace` through Arrow."""
+    from theory.data.traces import Trace
 
     table = df.toArrow()
     cols = {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
@@ -575,8 +563,8 @@ class _Target:
 
 
 _TIMESTAMP = _Target(MIN_TIMESTAMP, MAX_TIMESTAMP, True)
-_PARTITION = _Target(0, _INT64_MAX, False)
-_KEY = _Target(_INT64_MIN, _INT64_MAX, False)
+_PARTITION = _Target(0, INT64_MAX, False)
+_KEY = _Target(INT64_MIN, INT64_MAX, False)
 
 Flags = dict[str, Column]
 
@@ -968,7 +956,7 @@ def read_trace_df(
     """Read and validate a trace: a Parquet (.parquet/.pq) or CSV (.csv) file, or a
     directory of them (read in name order; hidden ``.``/``_`` names skipped).
 
-    Validation applies :data:`theory.traces.RULES` as Spark expressions, with theory's
+    Validation applies :data:`theory.data.traces.RULES` as Spark expressions, with theory's
     parsing: timestamps (µs) may be integers, integral floats, timestamps or dates, or
     strings holding integers, numbers or ISO-8601 times (naive = UTC); ``key`` defaults to
     0 and ``value`` to 1.0; a CSV file's keys are int64 when they all look like integers.

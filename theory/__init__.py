@@ -1,1 +1,234 @@
-"""theory."""
+"""theory: the Dataflow model's theory of watermarks (*Streaming Systems*, chapter 3).
+
+All event times and processing times are int64 **microseconds** since the Unix epoch. A
+watermark ``W`` asserts that no more non-late data with event time ``< W`` will arrive
+(Beam's convention; Flink's ``<= W`` is converted at the edge, in :mod:`theory.flink`).
+
+Import the public names from here (``from theory import FixedWindows, simulate``); the
+exports are resolved lazily, so ``import theory`` loads nothing else. The map of the
+package, one idea a folder:
+
+==========================  ===========================================================
+``theory.time``             µs constants, checks and conversions, duration strings
+``theory.series``           ``StepSeries``: right-continuous step functions of time
+``theory.columns``          the one home of column and scalar argument checks
+``theory.arrays``           vectorised int64 kernels shared by the curves (cover-min, ...)
+``theory.structures``       ``OrderStatisticList``, ``IndexedMinHeap``, ``Frontier``
+``theory.data``             traces: schema and rules, parsing, validation, I/O, generators
+``theory.windowing``        windows, ``WindowingStrategy``, triggers, scripts, the
+                            grouping engine (incremental) and its vectorised fast path
+``theory.watermarks``       source watermarks (perfect, heuristic), the spec grammar,
+                            percentile watermarks (exact, sketch), hold series
+``theory.pipeline``         the stage graph, stages, the simulator, metrics, diagnosis
+                            (processing-time watermarks), the chapter-3 pipeline
+``theory.flink``            the flink profile: conventions, periodic generation and
+                            idleness, alignment, window operators, the valve
+``theory.dataflow``         the dataflow profile: central aggregator, Pub/Sub estimator
+                            and its simulation
+``theory.experiments``      trade-off, propagation, cross-system comparison
+==========================  ===========================================================
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> module that defines it (a module itself where the name is the module's last part)
+_EXPORTS: dict[str, str] = {
+    # time
+    **dict.fromkeys(
+        (
+            "MIN_TIMESTAMP",
+            "MAX_TIMESTAMP",
+            "END_OF_GLOBAL_WINDOW",
+            "MILLISECOND",
+            "SECOND",
+            "MINUTE",
+            "HOUR",
+            "DAY",
+            "parse_duration",
+        ),
+        "theory.time",
+    ),
+    "StepSeries": "theory.series",
+    # windowing
+    **dict.fromkeys(
+        ("FixedWindows", "SlidingWindows", "Sessions", "GlobalWindows", "IntervalWindow"),
+        "theory.windowing.windows",
+    ),
+    **dict.fromkeys(
+        ("WindowingStrategy", "AccumulationMode", "TimestampCombiner"),
+        "theory.windowing.strategy",
+    ),
+    **dict.fromkeys(
+        (
+            "Trigger",
+            "DefaultTrigger",
+            "AfterWatermark",
+            "AfterProcessingTime",
+            "AfterCount",
+            "AfterAny",
+            "AfterAll",
+            "AfterEach",
+            "OrFinally",
+            "Repeatedly",
+            "Always",
+            "Never",
+        ),
+        "theory.windowing.triggers",
+    ),
+    **dict.fromkeys(
+        ("Script", "ElementEvent", "WatermarkEvent", "ProcessingTimeEvent"),
+        "theory.windowing.script",
+    ),
+    **dict.fromkeys(("GroupByWindowEngine", "Pane", "run_script"), "theory.windowing.engine"),
+    # watermarks
+    "make_source_watermark": "theory.watermarks.sources",
+    **dict.fromkeys(
+        ("PercentileWatermark", "SketchPercentileWatermark"), "theory.watermarks.percentile"
+    ),
+    # pipeline
+    **dict.fromkeys(
+        ("Pipeline", "Source", "ParDo", "GroupByWindow", "Flatten"), "theory.pipeline.stages"
+    ),
+    "Processing": "theory.pipeline.processing",
+    "simulate": "theory.pipeline.simulator",
+    "diagnose": "theory.pipeline.diagnosis",
+    "stage_metrics": "theory.pipeline.metrics",
+    "chapter3": "theory.pipeline.chapter3",
+    # data
+    **dict.fromkeys(("Trace", "read_trace"), "theory.data.traces"),
+    "generate_trace": "theory.data.generators",
+    # profiles
+    **dict.fromkeys(("StatusWatermarkValve", "StreamStatus"), "theory.flink.valve"),
+    "TrackingEstimator": "theory.dataflow.pubsub",
+    "CentralAggregator": "theory.dataflow.aggregator",
+}
+
+__all__ = [
+    "DAY",
+    "END_OF_GLOBAL_WINDOW",
+    "HOUR",
+    "MAX_TIMESTAMP",
+    "MILLISECOND",
+    "MINUTE",
+    "MIN_TIMESTAMP",
+    "SECOND",
+    "AccumulationMode",
+    "AfterAll",
+    "AfterAny",
+    "AfterCount",
+    "AfterEach",
+    "AfterProcessingTime",
+    "AfterWatermark",
+    "Always",
+    "CentralAggregator",
+    "DefaultTrigger",
+    "ElementEvent",
+    "FixedWindows",
+    "Flatten",
+    "GlobalWindows",
+    "GroupByWindow",
+    "GroupByWindowEngine",
+    "IntervalWindow",
+    "Never",
+    "OrFinally",
+    "Pane",
+    "ParDo",
+    "PercentileWatermark",
+    "Pipeline",
+    "Processing",
+    "ProcessingTimeEvent",
+    "Repeatedly",
+    "Script",
+    "Sessions",
+    "SketchPercentileWatermark",
+    "SlidingWindows",
+    "Source",
+    "StatusWatermarkValve",
+    "StepSeries",
+    "StreamStatus",
+    "TimestampCombiner",
+    "Trace",
+    "TrackingEstimator",
+    "Trigger",
+    "WatermarkEvent",
+    "WindowingStrategy",
+    "chapter3",
+    "diagnose",
+    "generate_trace",
+    "make_source_watermark",
+    "parse_duration",
+    "read_trace",
+    "run_script",
+    "simulate",
+    "stage_metrics",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Resolve a public name on first use (PEP 562), then cache it in the module."""
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'theory' has no attribute {name!r}")
+    module = importlib.import_module(module_name)
+    value = module if module_name.rpartition(".")[2] == name else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # static checkers see the eager imports; runtime stays lazy
+    from theory.data.generators import generate_trace
+    from theory.data.traces import Trace, read_trace
+    from theory.dataflow.aggregator import CentralAggregator
+    from theory.dataflow.pubsub import TrackingEstimator
+    from theory.flink.valve import StatusWatermarkValve, StreamStatus
+    from theory.pipeline import chapter3
+    from theory.pipeline.diagnosis import diagnose
+    from theory.pipeline.metrics import stage_metrics
+    from theory.pipeline.processing import Processing
+    from theory.pipeline.simulator import simulate
+    from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Pipeline, Source
+    from theory.series import StepSeries
+    from theory.time import (
+        DAY,
+        END_OF_GLOBAL_WINDOW,
+        HOUR,
+        MAX_TIMESTAMP,
+        MILLISECOND,
+        MIN_TIMESTAMP,
+        MINUTE,
+        SECOND,
+        parse_duration,
+    )
+    from theory.watermarks.percentile import PercentileWatermark, SketchPercentileWatermark
+    from theory.watermarks.sources import make_source_watermark
+    from theory.windowing.engine import GroupByWindowEngine, Pane, run_script
+    from theory.windowing.script import ElementEvent, ProcessingTimeEvent, Script, WatermarkEvent
+    from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
+    from theory.windowing.triggers import (
+        AfterAll,
+        AfterAny,
+        AfterCount,
+        AfterEach,
+        AfterProcessingTime,
+        AfterWatermark,
+        Always,
+        DefaultTrigger,
+        Never,
+        OrFinally,
+        Repeatedly,
+        Trigger,
+    )
+    from theory.windowing.windows import (
+        FixedWindows,
+        GlobalWindows,
+        IntervalWindow,
+        Sessions,
+        SlidingWindows,
+    )

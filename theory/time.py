@@ -12,8 +12,6 @@ import re
 from fractions import Fraction
 from typing import Final
 
-import numpy as np
-
 #: Beam's ``MIN_TIMESTAMP``: ``MIN_TIMESTAMP_MILLIS`` (-9223372036854775 ms) in µs.
 MIN_TIMESTAMP: Final[int] = -9_223_372_036_854_775 * 1_000
 #: Beam's ``MAX_TIMESTAMP``: ``MAX_TIMESTAMP_MILLIS`` (9223372036854775 ms) in µs.
@@ -31,33 +29,6 @@ MINUTE: Final[int] = 60 * SECOND
 HOUR: Final[int] = 60 * MINUTE
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-
-
-def check_timestamp(value: int, name: str = "timestamp") -> int:
-    """Return ``value`` as ``int`` if it is in [MIN_TIMESTAMP, MAX_TIMESTAMP]; else raise.
-
-    The error names the parameter (``name``) and the value, in microseconds.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer number of microseconds, got {value!r}")
-    v = int(value)
-    if not MIN_TIMESTAMP <= v <= MAX_TIMESTAMP:
-        raise ValueError(
-            f"{name}={v} µs is outside [MIN_TIMESTAMP={MIN_TIMESTAMP}, "
-            f"MAX_TIMESTAMP={MAX_TIMESTAMP}]"
-        )
-    return v
-
-
-def check_duration(value: int, name: str, *, allow_zero: bool = True) -> int:
-    """Return a duration in microseconds, rejecting negative (or zero) values by name."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer number of microseconds, got {value!r}")
-    v = int(value)
-    if v < 0 or (v == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be {bound} µs, got {v}")
-    return v
 
 
 def from_seconds(seconds: float) -> int:

@@ -16,11 +16,17 @@ from beam_pipelines.beam_runner import (
     skeleton,
 )
 from beam_pipelines.differential import random_group
-from theory import triggers as tt
-from theory.engine import Timing
-from theory.script import ElementEvent, ProcessingTimeEvent, WatermarkEvent
-from theory.windowing import ElementPolicy, TimestampCombiner, WindowingStrategy
-from theory.windows import FixedWindows, GlobalWindows, IntervalWindow, Sessions, SlidingWindows
+from theory.windowing import triggers as tt
+from theory.windowing.engine import Timing
+from theory.windowing.script import ElementEvent, ProcessingTimeEvent, WatermarkEvent
+from theory.windowing.strategy import ElementPolicy, TimestampCombiner, WindowingStrategy
+from theory.windowing.windows import (
+    FixedWindows,
+    GlobalWindows,
+    IntervalWindow,
+    Sessions,
+    SlidingWindows,
+)
 
 S = 1_000_000
 

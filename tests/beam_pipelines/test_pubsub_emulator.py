@@ -45,7 +45,7 @@ from beam_pipelines.pubsub import (
     system_clock,
 )
 from beam_pipelines.pubsub_sdf import METRICS_NAMESPACE, PubsubReadSpec, ReadWithTrackingWatermarkFn
-from theory.pubsub import (
+from theory.dataflow.pubsub import (
     REASON_BAND_MIN,
     REASON_CAPPED,
     REASON_HELD_NOT_AHEAD,

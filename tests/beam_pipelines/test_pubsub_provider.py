@@ -37,8 +37,8 @@ from beam_pipelines.pubsub import (
     decode_message,
     parse_event_time,
 )
-from theory.pubsub import REASON_BAND_MIN, REASON_HELD_NOT_AHEAD, REASON_LATCHED
-from theory.pubsub_sim import ManualClock
+from theory.dataflow.pubsub import REASON_BAND_MIN, REASON_HELD_NOT_AHEAD, REASON_LATCHED
+from theory.dataflow.pubsub_simulation import ManualClock
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND, from_datetime
 
 S = SECOND

@@ -6,8 +6,8 @@ from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from beam_pipelines.teststream import from_test_stream, to_test_stream, to_test_stream_events
-from theory.script import ElementEvent, ProcessingTimeEvent, Script, WatermarkEvent
 from theory.time import MAX_TIMESTAMP
+from theory.windowing.script import ElementEvent, ProcessingTimeEvent, Script, WatermarkEvent
 
 MS = 1000
 

@@ -1,7 +1,7 @@
 """Spark analytics agree exactly with theory's vectorised results on the same rows.
 
 Traces are generated in Spark (seeded), collected through Arrow, and given to
-:mod:`theory.sources`, :mod:`theory.percentile`, :mod:`theory.series` and
+:mod:`theory.watermarks.sources`, :mod:`theory.watermarks.percentile`, :mod:`theory.series` and
 :func:`theory.experiments.tradeoff`; every curve, late count, window and hold-back figure
 must be identical (means of fractions up to float rounding).
 """
@@ -25,10 +25,10 @@ from spark_backend.analytics import (
 from spark_backend.tracedf import generate_trace_df, to_trace
 from theory.experiments.tradeoff import Strategy as TheoryStrategy
 from theory.experiments.tradeoff import tradeoff
-from theory.percentile import percentile_curve, reference_percentile_values
 from theory.series import StepSeries
-from theory.sources import bounded_out_of_orderness_curve, perfect_curve
 from theory.time import MAX_TIMESTAMP, SECOND
+from theory.watermarks.percentile import percentile_curve, reference_percentile_values
+from theory.watermarks.sources import bounded_out_of_orderness_curve, perfect_curve
 
 pytestmark = pytest.mark.slow
 
@@ -303,7 +303,7 @@ def test_empty_trace_is_refused(spark):
 def test_a_window_of_late_elements_only_has_no_pane(spark):
     """Its elements all arrive after the watermark passed it: no state, no firing, no
     latency; the simulator agrees."""
-    from theory.traces import Trace
+    from theory.data.traces import Trace
 
     rows = [(20 * SECOND, 20 * SECOND), (5 * SECOND, 30 * SECOND), (25 * SECOND, 31 * SECOND)]
     df = spark.createDataFrame(rows, "event_time long, arrival_time long")

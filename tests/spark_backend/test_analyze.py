@@ -11,9 +11,9 @@ import pytest
 
 from spark_backend import cli
 from spark_backend.tracedf import generate_trace_df, to_trace
+from theory.data.traces import read_trace, write_trace
 from theory.experiments.tradeoff import Strategy, tradeoff
 from theory.time import SECOND
-from theory.traces import read_trace, write_trace
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,8 @@ from spark_backend.jobs import run_demo
 from spark_backend.report import Report
 from spark_backend.tracedf import chapter3_trace_df, to_trace
 from theory.experiments.tradeoff import Strategy, tradeoff
-from theory.sources import bounded_out_of_orderness_curve, perfect_curve
 from theory.time import MINUTE, parse_duration
+from theory.watermarks.sources import bounded_out_of_orderness_curve, perfect_curve
 
 EVENTS = 200_000
 SEED = 4
@@ -77,7 +77,7 @@ def test_every_file_is_written(demo):
 
 def _theory_specs() -> list[str]:
     """The default strategies theory's simulator can run as source watermarks."""
-    from theory.sources import make_source_watermark
+    from theory.watermarks.sources import make_source_watermark
 
     ok = []
     for s in DEFAULT_STRATEGIES:

@@ -1,7 +1,7 @@
 """Traces as DataFrames: validation with theory's rules, and the seeded generators.
 
 Every reading test compares :func:`spark_backend.tracedf.read_trace_df` with
-:func:`theory.traces.read_trace` on the same files: same rows, same report (counts, total,
+:func:`theory.data.traces.read_trace` on the same files: same rows, same report (counts, total,
 example rows and columns), same errors.
 """
 
@@ -23,9 +23,9 @@ from spark_backend.tracedf import (
     read_trace_df,
     to_trace,
 )
-from theory.generators import Delay
+from theory.data.generators import Delay
+from theory.data.traces import BadRowReport, Trace, TraceError, read_trace
 from theory.time import MINUTE, SECOND
-from theory.traces import BadRowReport, Trace, TraceError, read_trace
 
 pytestmark = pytest.mark.slow
 

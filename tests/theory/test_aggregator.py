@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory.aggregator import REJECT_REASONS, CentralAggregator, Lease
+from theory.dataflow.aggregator import REJECT_REASONS, CentralAggregator, Lease
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 RANGES = ["a", "b", (0, 100)]

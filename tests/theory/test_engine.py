@@ -9,18 +9,29 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory.engine import STATE_HOLD, GroupByWindowEngine, Timing, run_script
-from theory.script import ElementEvent, ProcessingTimeEvent, Script, WatermarkEvent
 from theory.time import MAX_TIMESTAMP
-from theory.triggers import AfterProcessingTime, AfterWatermark, DefaultTrigger, Repeatedly
-from theory.windowing import (
+from theory.windowing.engine import STATE_HOLD, GroupByWindowEngine, Timing, run_script
+from theory.windowing.script import ElementEvent, ProcessingTimeEvent, Script, WatermarkEvent
+from theory.windowing.strategy import (
     AccumulationMode,
     ElementPolicy,
     TimestampCombiner,
     WindowingStrategy,
     legacy_sliding_output_time,
 )
-from theory.windows import FixedWindows, GlobalWindows, IntervalWindow, Sessions, SlidingWindows
+from theory.windowing.triggers import (
+    AfterProcessingTime,
+    AfterWatermark,
+    DefaultTrigger,
+    Repeatedly,
+)
+from theory.windowing.windows import (
+    FixedWindows,
+    GlobalWindows,
+    IntervalWindow,
+    Sessions,
+    SlidingWindows,
+)
 
 
 def strategy(fn=None, **kw):
@@ -338,7 +349,7 @@ def test_fast_path_equals_incremental_engine(ops, fn_name, trigger, mode, combin
 
 @pytest.mark.parametrize("n_keys", [1, 3, 40_000])
 def test_fast_path_group_order_is_lexsort(n_keys):
-    from theory.engine import _group_order
+    from theory.windowing.engine import _group_order
 
     rng = np.random.default_rng(n_keys)
     key = rng.integers(0, n_keys, 50_000)

@@ -1,4 +1,4 @@
-"""theory.flink: Flink's watermark generation, idleness, alignment and event-time windows.
+"""theory.flink.operators: Flink's watermark generation, idleness, alignment and event-time windows.
 
 Flink facts used here were read from the apache-flink 2.3 jars (javap) and Flink's source:
 ``BoundedOutOfOrdernessWatermarks`` (``max - bound - 1`` at ``onPeriodicEmit``),
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory.flink import (
+from theory.flink.operators import (
     JAVA_LONG_MAX,
     JAVA_LONG_MIN,
     Emitted,
@@ -45,11 +45,11 @@ from theory.flink import (
     watermark_to_millis,
     window_start_with_offset,
 )
-from theory.sources import flink_bounded_out_of_orderness_curve
+from theory.flink.valve import StreamStatus
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND, from_datetime
-from theory.valve import StreamStatus
-from theory.windows import FixedWindows, IntervalWindow, SlidingWindows
-from theory.windows import Sessions as BeamSessions
+from theory.watermarks.sources import flink_bounded_out_of_orderness_curve
+from theory.windowing.windows import FixedWindows, IntervalWindow, SlidingWindows
+from theory.windowing.windows import Sessions as BeamSessions
 
 IDLE, ACTIVE = StreamStatus.IDLE, StreamStatus.ACTIVE
 MS = 1_000

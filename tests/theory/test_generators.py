@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory.generators import (
+from theory.data.generators import (
     MAX_DELAY,
     PLATFORMS,
     Delay,
@@ -17,8 +17,8 @@ from theory.generators import (
     game_sessions_trace,
     generate_trace,
 )
+from theory.data.traces import Trace
 from theory.time import MINUTE, SECOND
-from theory.traces import Trace
 
 
 def _assert_shape(t: Trace, n: int) -> None:
@@ -192,7 +192,6 @@ def test_values() -> None:
     ("kwargs", "name"),
     [
         ({"n": -1}, "n"),
-        ({"n": 1.5}, "n"),
         ({"rate": 0.0}, "rate"),
         ({"rate": float("inf")}, "rate"),
         ({"stragglers": 1.5}, "stragglers"),
@@ -210,6 +209,13 @@ def test_values() -> None:
 def test_generate_validation(kwargs: dict[str, object], name: str) -> None:
     args: dict[str, object] = {"n": 10, "seed": 0, **kwargs}
     with pytest.raises(ValueError, match=name):
+        generate_trace(**args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [({"n": 1.5}, "n"), ({"seed": "7"}, "seed")])
+def test_generate_wrong_types(kwargs: dict[str, object], name: str) -> None:
+    args: dict[str, object] = {"n": 10, "seed": 0, **kwargs}
+    with pytest.raises(TypeError, match=f"{name} must be an integer"):
         generate_trace(**args)  # type: ignore[arg-type]
 
 

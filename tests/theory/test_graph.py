@@ -2,7 +2,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from theory.graph import GraphError, HoldKind, StageGraph, WatermarkTracker, hold_kind, hold_name
+from theory.pipeline.graph import (
+    GraphError,
+    HoldKind,
+    StageGraph,
+    WatermarkTracker,
+    hold_kind,
+    hold_name,
+)
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 

@@ -16,11 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory import percentile as percentile_module
-from theory.generators import Delay, generate_trace
-from theory.holds import inflight_min
-from theory.order_statistics import OrderStatisticList
-from theory.percentile import (
+from theory.data.generators import Delay, generate_trace
+from theory.series import StepSeries
+from theory.structures import OrderStatisticList
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND
+from theory.watermarks import percentile as percentile_module
+from theory.watermarks.holds import inflight_min
+from theory.watermarks.percentile import (
     PercentileWatermark,
     SketchPercentileWatermark,
     percentile_curve,
@@ -29,8 +31,6 @@ from theory.percentile import (
     reference_percentile_values,
     sketch_percentile_values,
 )
-from theory.series import StepSeries
-from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND
 
 EMPTY = StepSeries(np.zeros(0, np.int64), np.zeros(0, np.int64))
 
@@ -370,7 +370,7 @@ def test_completion_before_activation_names_the_row():
 def test_bad_columns():
     with pytest.raises(ValueError, match="one length"):
         percentile_curve([1, 2], [0], [1], 0.5)
-    with pytest.raises(ValueError, match="integer microseconds"):
+    with pytest.raises(TypeError, match=r"event_time must hold integers \(µs\)"):
         percentile_curve([1.5], [0], [1], 0.5)
     with pytest.raises(ValueError, match="1-d"):
         percentile_curve([[1]], [[0]], [[1]], 0.5)

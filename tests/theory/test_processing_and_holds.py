@@ -3,9 +3,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from theory.holds import inflight_min
-from theory.processing import Processing
+from theory.pipeline.processing import Processing
 from theory.time import MAX_TIMESTAMP
+from theory.watermarks.holds import inflight_min
 
 rng = np.random.default_rng(0)
 

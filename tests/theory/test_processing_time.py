@@ -4,21 +4,21 @@ built on purpose."""
 import numpy as np
 import pytest
 
-from theory.engine import STATE_HOLD
-from theory.processing import Processing
-from theory.processing_time import (
+from theory.data.traces import Trace
+from theory.pipeline.diagnosis import (
     DATA_DELAY,
     SYSTEM_DELAY,
     diagnose,
     lag_series,
     processing_time_watermarks,
 )
-from theory.simulate import BUFFER_HOLD, simulate
-from theory.stages import GroupByWindow, ParDo, Pipeline, Source
+from theory.pipeline.processing import Processing
+from theory.pipeline.simulator import BUFFER_HOLD, simulate
+from theory.pipeline.stages import GroupByWindow, ParDo, Pipeline, Source
 from theory.time import MAX_TIMESTAMP, MINUTE, SECOND
-from theory.traces import Trace
-from theory.windowing import TimestampCombiner, WindowingStrategy
-from theory.windows import FixedWindows
+from theory.windowing.engine import STATE_HOLD
+from theory.windowing.strategy import TimestampCombiner, WindowingStrategy
+from theory.windowing.windows import FixedWindows
 
 
 def steady_trace(minutes: int, per_second: int = 2, delay: int = 200_000) -> Trace:

@@ -100,7 +100,7 @@ def test_message_model_valve_advances_on_every_update_in_steady_state(p):
     """The traffic model's premise, checked on a real valve: with P channels emitting
     ``t - bound`` at their own periodic ticks, the valve's output advances on (almost)
     every update, so a task forwards ~P watermarks per interval."""
-    from theory.valve import StatusWatermarkValve
+    from theory.flink.valve import StatusWatermarkValve
 
     interval = 200 * MILLISECOND
     rng = np.random.default_rng(p)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory.pubsub import (
+from theory.dataflow.pubsub import (
     REASON_BAND_MIN,
     REASON_BEAM_HELD,
     REASON_BEAM_IDLE,
@@ -26,7 +26,7 @@ from theory.pubsub import (
     TrackingEstimator,
     tracking_estimate_series,
 )
-from theory.pubsub_sim import (
+from theory.dataflow.pubsub_simulation import (
     ManualClock,
     SimulatedPubSub,
     make_stream,

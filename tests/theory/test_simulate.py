@@ -6,17 +6,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from theory import chapter3
-from theory.engine import STATE_HOLD
-from theory.graph import GraphError, WatermarkTracker
-from theory.processing import Processing
-from theory.simulate import BUFFER_HOLD, SimulationResult, simulate
-from theory.stages import Flatten, GroupByWindow, ParDo, Pipeline, Source
+from theory.data.traces import Trace
+from theory.pipeline import chapter3
+from theory.pipeline.graph import GraphError, WatermarkTracker
+from theory.pipeline.processing import Processing
+from theory.pipeline.simulator import BUFFER_HOLD, SimulationResult, simulate
+from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Pipeline, Source
 from theory.time import MAX_TIMESTAMP, SECOND
-from theory.traces import Trace
-from theory.triggers import AfterWatermark
-from theory.windowing import TimestampCombiner, WindowingStrategy
-from theory.windows import FixedWindows, Sessions
+from theory.windowing.engine import STATE_HOLD
+from theory.windowing.strategy import TimestampCombiner, WindowingStrategy
+from theory.windowing.triggers import AfterWatermark
+from theory.windowing.windows import FixedWindows, Sessions
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory.percentile import percentile_details
 from theory.series import StepSeries
-from theory.sources import (
+from theory.time import HOUR, MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE, SECOND
+from theory.watermarks.percentile import percentile_details
+from theory.watermarks.sources import (
     BoundedOutOfOrderness,
     DynamicPartitionsWatermark,
     FlinkBoundedOutOfOrderness,
@@ -35,7 +36,6 @@ from theory.sources import (
     perfect_curve,
     static_partitions_curve,
 )
-from theory.time import HOUR, MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE, SECOND
 
 I64 = np.int64
 JAVA_LONG_MIN = -(2**63)
@@ -282,7 +282,7 @@ def test_bounded_constructed_example() -> None:
 
 @settings(max_examples=200)
 @given(traces(lo=MIN_TIMESTAMP, hi=MAX_TIMESTAMP),
-       st.integers(0, MAX_TIMESTAMP - MIN_TIMESTAMP + 10))
+       st.integers(0, 2**63 - 1))
 def test_bounded_extremes_do_not_overflow(tr: Trace, bound: int) -> None:
     e, a, p = tr
     curve = bounded_out_of_orderness_curve(e, a, bound=bound)
@@ -290,6 +290,18 @@ def test_bounded_extremes_do_not_overflow(tr: Trace, bound: int) -> None:
     flink = flink_bounded_out_of_orderness_curve(e, a, bound=bound)
     assert_series_equal(feed(FlinkBoundedOutOfOrderness(bound), e, a, p), flink)
     assert np.all(curve.values >= MIN_TIMESTAMP) and np.all(flink.values >= MIN_TIMESTAMP)
+
+
+def test_bound_beyond_int64_is_refused_by_name() -> None:
+    e = a = np.array([0, 1], dtype=np.int64)
+    for make in (
+        lambda b: bounded_out_of_orderness_curve(e, a, bound=b),
+        lambda b: flink_bounded_out_of_orderness_curve(e, a, bound=b),
+        BoundedOutOfOrderness,
+        FlinkBoundedOutOfOrderness,
+    ):
+        with pytest.raises(ValueError, match="bound must fit in int64"):
+            make(2**63)
 
 
 # ------------------------------------------------------------------ 5. Flink convention
@@ -503,7 +515,7 @@ def test_percentile_incremental_equals_vectorised(tr: Trace, p: float, hold: boo
     obj = make_source_watermark(f"percentile:{p!r}" + (":hold" if hold else "")).incremental(e, a)
     assert isinstance(obj, PercentileSourceWatermark) and obj.p == p
     np.testing.assert_array_equal(feed_at(obj, e, a, part, times), curve.at(times))
-    # the regressions are theory.percentile's (evaluations below the latched value)
+    # the regressions are theory.watermarks.percentile's (evaluations below the latched value)
     details = percentile_details(e, e, np.maximum(a, e), p, None if hold else perfect_curve(e, a))
     assert obj.regressions == details.regressions
 

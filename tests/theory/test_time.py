@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from theory import columns as C
 from theory import time as T
 
 
@@ -40,17 +41,17 @@ def test_seconds():
 
 def test_check_timestamp_names_parameter():
     with pytest.raises(ValueError, match=r"watermark=.* outside"):
-        T.check_timestamp(T.MAX_TIMESTAMP + 1, "watermark")
+        C.check_timestamp(T.MAX_TIMESTAMP + 1, "watermark")
     with pytest.raises(TypeError, match="ts must be an integer"):
-        T.check_timestamp(1.5, "ts")  # type: ignore[arg-type]
+        C.check_timestamp(1.5, "ts")  # type: ignore[arg-type]
 
 
 def test_check_duration():
-    assert T.check_duration(0, "bound") == 0
+    assert C.check_duration(0, "bound") == 0
     with pytest.raises(ValueError, match="bound must be >= 0"):
-        T.check_duration(-1, "bound")
+        C.check_duration(-1, "bound")
     with pytest.raises(ValueError, match="size must be > 0"):
-        T.check_duration(0, "size", allow_zero=False)
+        C.check_duration(0, "size", allow_zero=False)
 
 
 def test_format_timestamp():

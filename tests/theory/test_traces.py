@@ -15,9 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory import traces as traces_mod
-from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND
-from theory.traces import (
+from theory.data import traces as traces_mod
+from theory.data.traces import (
     RULES,
     BadRowReport,
     Trace,
@@ -26,6 +25,7 @@ from theory.traces import (
     validate_columns,
     write_trace,
 )
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND
 
 
 def _trace(n: int = 6, *, string_keys: bool = False, optional: bool = True) -> Trace:

@@ -5,14 +5,14 @@ import itertools
 import numpy as np
 import pytest
 
-from theory import chapter3
+from theory.data.generators import Delay, generate_trace
 from theory.experiments import DEFAULT_STRATEGIES, Strategy, tradeoff
 from theory.experiments.tradeoff import STAGE, final_values, pareto_frontier
-from theory.generators import Delay, generate_trace
-from theory.metrics import sample_grid
-from theory.simulate import SimulationResult, simulate
+from theory.pipeline import chapter3
+from theory.pipeline.metrics import sample_grid
+from theory.pipeline.simulator import SimulationResult, simulate
 from theory.time import HOUR, MINUTE, SECOND
-from theory.windowing import TimestampCombiner
+from theory.windowing.strategy import TimestampCombiner
 
 
 @pytest.fixture(scope="module")

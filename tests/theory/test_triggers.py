@@ -6,18 +6,24 @@ Times in seconds (S = 1 s in µs) unless stated."""
 
 import pytest
 
-from theory import triggers as tt
-from theory.engine import Timing, run_script
-from theory.script import ElementEvent as E
-from theory.script import ProcessingTimeEvent as P
-from theory.script import WatermarkEvent as W
-from theory.windowing import (
+from theory.windowing import triggers as tt
+from theory.windowing.engine import Timing, run_script
+from theory.windowing.script import ElementEvent as E
+from theory.windowing.script import ProcessingTimeEvent as P
+from theory.windowing.script import WatermarkEvent as W
+from theory.windowing.strategy import (
     AccumulationMode,
     TimestampCombiner,
     WindowingStrategy,
     legacy_sliding_output_time,
 )
-from theory.windows import FixedWindows, GlobalWindows, IntervalWindow, Sessions, SlidingWindows
+from theory.windowing.windows import (
+    FixedWindows,
+    GlobalWindows,
+    IntervalWindow,
+    Sessions,
+    SlidingWindows,
+)
 
 S = 1_000_000
 ACC = AccumulationMode.ACCUMULATING

@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
-from theory.valve import (
-    IndexedMinHeap,
+from theory.flink.valve import (
     LinearScanValve,
     StatusWatermarkValve,
     StreamStatus,
     WatermarkStatus,
 )
+from theory.structures import IndexedMinHeap
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 ACT, IDL = StreamStatus.ACTIVE, StreamStatus.IDLE
 VALVES: list[type[StatusWatermarkValve] | type[LinearScanValve]] = [

@@ -1,4 +1,4 @@
-"""Tests for theory.windows: differential against Apache Beam (Python SDK), vectorised
+"""Tests for theory.windowing.windows: differential against Apache Beam (Python SDK), vectorised
 against scalar, merge_array against repeated scalar merging, and parameter validation."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from theory.time import DAY, END_OF_GLOBAL_WINDOW, HOUR, MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND
-from theory.windows import (
+from theory.windowing.windows import (
     GLOBAL_WINDOW,
     FixedWindows,
     GlobalWindow,

@@ -7,13 +7,13 @@ partition's watermark steps from ``W0`` to ``W1``. All times are µs.
 **In-band** (:class:`InBand`): a source task emits its watermark at its periodic ticks
 (``emit_interval``, a random phase per task), so it sends ``W1`` at its first tick at or
 after ``t0``. Each message reaches every downstream task after ``hop_delay``, stretched by
-``1 + hop_jitter * Exp(1)`` per channel. A task's :class:`~theory.valve.StatusWatermarkValve`
+``1 + hop_jitter * Exp(1)`` per channel. A task's :class:`~theory.flink.valve.StatusWatermarkValve`
 advances once the last of its ``parallelism`` input channels has delivered ``W1``, and the
 task forwards at once. *Propagation latency* is the time from ``t0`` until every task of
 the last stage has ``W1`` as its input watermark.
 
 **Out-of-band** (:class:`OutOfBand`): every task reports to a
-:class:`~theory.aggregator.CentralAggregator` every ``report_interval`` (random phase).
+:class:`~theory.dataflow.aggregator.CentralAggregator` every ``report_interval`` (random phase).
 The aggregator computes every stage's input watermark centrally, as the minimum of the
 upstream stages' reported holds, so once the last source report carrying ``W1`` is in,
 ``aggregator_latency`` later the whole graph reflects it, whatever the depth.
@@ -41,9 +41,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.aggregator import CentralAggregator
-from theory.time import MILLISECOND, SECOND, check_duration
-from theory.valve import StatusWatermarkValve, StreamStatus
+from theory.columns import check_duration
+from theory.dataflow.aggregator import CentralAggregator
+from theory.flink.valve import StatusWatermarkValve, StreamStatus
+from theory.time import MILLISECOND, SECOND
 
 SCENARIOS = ("steady", "idle_partition", "worker_failure", "stale_holder")
 
@@ -202,7 +203,7 @@ def run_out_of_band(
     design: OutOfBand, depth: int, parallelism: int, scenario: str, rng: np.random.Generator
 ) -> Outcome:
     """Propagation latency and traffic of the out-of-band design on one workload, driving
-    a real :class:`~theory.aggregator.CentralAggregator` for the failure scenarios."""
+    a real :class:`~theory.dataflow.aggregator.CentralAggregator` for the failure scenarios."""
     _check_workload(depth, parallelism, scenario)
     t0 = 10 * SECOND
     msgs = depth * parallelism / (design.report_interval / SECOND) + parallelism / (

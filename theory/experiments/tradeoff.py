@@ -1,12 +1,12 @@
 """The latency vs completeness trade-off of watermark strategies on one trace.
 
-Each :class:`Strategy` is a source watermark (a ``theory.sources`` spec, for example
+Each :class:`Strategy` is a source watermark (a ``theory.watermarks.sources`` spec, for example
 ``perfect``, ``bounded:10s`` or ``percentile:0.9``) feeding one grouping stage: per-key
 fixed windows summing values. Without late firings the window fires once at the watermark
 (``AfterWatermark``) and later data is dropped; with late firings (``DefaultTrigger``,
 accumulating, ``allowed_lateness``) late data updates the result.
 
-For every strategy :func:`tradeoff` reports :class:`~theory.metrics.StrategyMetrics` and
+For every strategy :func:`tradeoff` reports :class:`~theory.pipeline.metrics.StrategyMetrics` and
 whether its point (median window latency, mean first-pane completeness) is on the Pareto
 frontier: no other strategy is at least as fast and at least as complete, and better in one.
 """
@@ -18,14 +18,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.metrics import StrategyMetrics, as_table, eventual_counts, strategy_metrics
-from theory.simulate import SimulationResult, simulate
-from theory.stages import GroupByWindow, Pipeline, Source
-from theory.time import HOUR, MINUTE, check_duration
-from theory.traces import Trace
-from theory.triggers import AfterWatermark, DefaultTrigger
-from theory.windowing import AccumulationMode, WindowingStrategy
-from theory.windows import FixedWindows
+from theory.columns import check_duration
+from theory.data.traces import Trace
+from theory.pipeline.metrics import StrategyMetrics, as_table, eventual_counts, strategy_metrics
+from theory.pipeline.simulator import SimulationResult, simulate
+from theory.pipeline.stages import GroupByWindow, Pipeline, Source
+from theory.time import HOUR, MINUTE
+from theory.windowing.strategy import AccumulationMode, WindowingStrategy
+from theory.windowing.triggers import AfterWatermark, DefaultTrigger
+from theory.windowing.windows import FixedWindows
 
 #: The name of the grouping stage in every strategy's pipeline.
 STAGE = "window"

@@ -11,14 +11,19 @@ watermark, discarding), reduced to their session length, flattened, and averaged
 
 from __future__ import annotations
 
-from theory.generators import game_sessions_trace
-from theory.processing import INSTANT, Processing
-from theory.stages import Flatten, GroupByWindow, Pipeline, Source
+from theory.data.generators import game_sessions_trace
+from theory.data.traces import Trace
+from theory.pipeline.processing import INSTANT, Processing
+from theory.pipeline.stages import Flatten, GroupByWindow, Pipeline, Source
 from theory.time import MINUTE
-from theory.traces import Trace
-from theory.triggers import AfterWatermark
-from theory.windowing import AccumulationMode, OutputPolicy, TimestampCombiner, WindowingStrategy
-from theory.windows import FixedWindows, Sessions
+from theory.windowing.strategy import (
+    AccumulationMode,
+    OutputPolicy,
+    TimestampCombiner,
+    WindowingStrategy,
+)
+from theory.windowing.triggers import AfterWatermark
+from theory.windowing.windows import FixedWindows, Sessions
 
 SESSION_GAP = 1 * MINUTE
 AVERAGE_WINDOW = 2 * MINUTE

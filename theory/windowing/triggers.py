@@ -2,7 +2,8 @@
 
 A trigger decides when a window's pane fires. The classes here mirror Beam Python's
 ``TriggerFn`` subclasses method for method (``on_element``, ``on_merge``, ``should_fire``,
-``on_fire``, ``reset``, ``has_ontime_pane``), so that :class:`theory.engine.GroupByWindowEngine`
+``on_fire``, ``reset``, ``has_ontime_pane``), so that
+:class:`theory.windowing.engine.GroupByWindowEngine`
 fires exactly the panes Beam's ``GeneralTriggerDriver`` fires on the (Bundle based) direct
 runner. All times are µs; windows are ``(start, end)`` tuples.
 
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from theory.time import check_duration
+from theory.columns import check_duration
 
 #: A window inside the engine and the triggers: ``(start, end)`` in µs.
 Win = tuple[int, int]
@@ -527,7 +528,7 @@ class AfterEach(Trigger):
 
 def _check_trigger(trigger: object, what: str) -> None:
     if not isinstance(trigger, Trigger):
-        raise TypeError(f"{what} must be a theory.triggers trigger, got {trigger!r}")
+        raise TypeError(f"{what} must be a theory.windowing.triggers trigger, got {trigger!r}")
 
 
 __all__ = [

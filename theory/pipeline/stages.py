@@ -7,7 +7,7 @@
   value per pane (``combine``), optionally re-keying first (``rekey="global"`` for a
   ``Combine.globally``).
 
-Every stage has a :class:`~theory.processing.Processing` model for its outputs.
+Every stage has a :class:`~theory.pipeline.processing.Processing` model for its outputs.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from theory.engine import Pane
-from theory.graph import GraphError, StageGraph
-from theory.processing import INSTANT, Processing
-from theory.windowing import WindowingStrategy
+from theory.pipeline.graph import GraphError, StageGraph
+from theory.pipeline.processing import INSTANT, Processing
+from theory.windowing.engine import Pane
+from theory.windowing.strategy import WindowingStrategy
 
 
 def window_length_seconds(pane: Pane) -> float:
@@ -53,7 +53,7 @@ COMBINERS: dict[str, Callable[[Pane], float]] = {
 
 @dataclass(frozen=True)
 class Source:
-    """A source stage. ``watermark`` is a source-watermark spec (see ``theory.sources``).
+    """A source stage. ``watermark`` is a source-watermark spec (see ``theory.watermarks.sources``).
 
     With ``finish`` (the default) the trace is a bounded input: once its last element has
     arrived the source watermark advances to ``MAX_TIMESTAMP``, as a finished bounded

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.metrics import sample_grid
+from theory.columns import check_duration
+from theory.pipeline.metrics import sample_grid
+from theory.pipeline.simulator import BUFFER_HOLD, SimulationResult
 from theory.series import StepSeries, pointwise_min
-from theory.simulate import BUFFER_HOLD, SimulationResult
-from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE, SECOND, check_duration
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE, SECOND
 
 DATA_DELAY = "data delay"
 SYSTEM_DELAY = "system delay"

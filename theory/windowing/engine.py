@@ -1,7 +1,7 @@
 """The grouping stage: group by key and window, fire panes, hold the output watermark.
 
 :class:`GroupByWindowEngine` is a GroupByKey under a
-:class:`~theory.windowing.WindowingStrategy`, giving the panes Beam Python's streaming
+:class:`~theory.windowing.strategy.WindowingStrategy`, giving the panes Beam Python's streaming
 runner (``BundleBasedDirectRunner``: ``GeneralTriggerDriver`` under the direct runner's
 watermark manager) gives, pane for pane. Its calls mirror a TestStream script, and each
 returns the panes it fires, in firing order. :func:`run_script` runs a whole script.
@@ -13,7 +13,8 @@ runner sees them when a batch is processed):
   with ``IW > window.end + allowed_lateness`` is dropped (``dropped["expired"]``; Beam drops
   it silently). Note ``window.end``, not ``max_timestamp``: the runner keeps one more µs
   than the Beam model's ``max_timestamp + allowed_lateness``.
-- Each window of the batch adds a hold (see :mod:`theory.windowing`), its elements, and runs
+- Each window of the batch adds a hold (see :mod:`theory.windowing.strategy`), its
+  elements, and runs
   the trigger; if the trigger says so (with IW as the watermark) the window fires at once.
   Data for a window whose trigger finished is dropped (``dropped["closed"]``).
 - Timers fire once the input watermark (watermark timers) or processing time
@@ -49,16 +50,24 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from theory.script import ElementEvent, ProcessingTimeEvent, Script, WatermarkEvent
-from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, check_timestamp
-from theory.triggers import REAL_TIME, WATERMARK, AfterWatermark, TimeDomain, Win, combine_tag
-from theory.windowing import (
+from theory.columns import check_timestamp
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
+from theory.windowing.script import ElementEvent, ProcessingTimeEvent, Script, WatermarkEvent
+from theory.windowing.strategy import (
     AccumulationMode,
     ElementPolicy,
     TimestampCombiner,
     WindowingStrategy,
 )
-from theory.windows import GLOBAL_WINDOW, GlobalWindows, IntervalWindow, Sessions
+from theory.windowing.triggers import (
+    REAL_TIME,
+    WATERMARK,
+    AfterWatermark,
+    TimeDomain,
+    Win,
+    combine_tag,
+)
+from theory.windowing.windows import GLOBAL_WINDOW, GlobalWindows, IntervalWindow, Sessions
 
 
 class Timing(Enum):
@@ -151,7 +160,7 @@ class _KeyState:
 
 
 class _Ctx:
-    """The trigger context of one window (see :class:`theory.triggers.TriggerContext`)."""
+    """The trigger context of one window (see :class:`theory.windowing.triggers.TriggerContext`)."""
 
     __slots__ = ("eng", "prefix", "ws")
 

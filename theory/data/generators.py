@@ -16,8 +16,9 @@ from typing import Any, Final, Literal
 import numpy as np
 import scipy.stats as st
 
-from theory.time import DAY, MAX_TIMESTAMP, MICROS_PER_SECOND, SECOND, check_timestamp
-from theory.traces import Trace
+from theory.columns import check_count, check_fraction, check_positive, check_seed, check_timestamp
+from theory.data.traces import Trace
+from theory.time import DAY, MAX_TIMESTAMP, MICROS_PER_SECOND, SECOND
 
 __all__ = [
     "MAX_DELAY",
@@ -34,34 +35,6 @@ MAX_DELAY: Final[int] = 365 * DAY
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def _check_count(value: int, name: str, *, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
-def _check_positive(value: float, name: str) -> float:
-    v = float(value)
-    if not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return v
-
-
-def _check_fraction(value: float, name: str) -> float:
-    v = float(value)
-    if not 0.0 <= v <= 1.0:
-        raise ValueError(f"{name} must be a fraction in [0, 1], got {value!r}")
-    return v
-
-
-def _check_seed(seed: int) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    return int(seed)
 
 
 # --------------------------------------------------------------------------- distributions
@@ -112,7 +85,7 @@ class Distribution:
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` raw float64 draws (in the distribution's own unit) from ``rng``."""
-        n = _check_count(n, "n")
+        n = check_count(n, "n")
         if n == 0:
             return np.zeros(0, dtype=np.float64)
         return np.asarray(self.frozen().rvs(size=n, random_state=rng), dtype=np.float64)
@@ -206,19 +179,19 @@ def generate_trace(
       ``idle_interval = (start_us, end_us)``; such events get a key of another partition.
     - ``value`` draws from a distribution (raw units), or is 1.0 when None.
     """
-    n = _check_count(n, "n")
-    seed = _check_seed(seed)
+    n = check_count(n, "n")
+    seed = check_seed(seed)
     start = check_timestamp(start, "start")
-    rate = _check_positive(rate, "rate")
-    keys = _check_count(keys, "keys", minimum=1)
-    partitions = _check_count(partitions, "partitions", minimum=1)
+    rate = check_positive(rate, "rate")
+    keys = check_count(keys, "keys", minimum=1)
+    partitions = check_count(partitions, "partitions", minimum=1)
     delay = _check_delay(delay, "delay")
-    stragglers = _check_fraction(stragglers, "stragglers")
+    stragglers = check_fraction(stragglers, "stragglers")
     straggler_delay = _check_delay(straggler_delay, "straggler_delay")
-    bursts = _check_count(bursts, "bursts")
-    burst_factor = _check_positive(burst_factor, "burst_factor")
-    burst_duration = _check_positive(burst_duration, "burst_duration")
-    idle = sorted({_check_count(p, "idle_partitions[]") for p in idle_partitions})
+    bursts = check_count(bursts, "bursts")
+    burst_factor = check_positive(burst_factor, "burst_factor")
+    burst_duration = check_positive(burst_duration, "burst_duration")
+    idle = sorted({check_count(p, "idle_partitions[]") for p in idle_partitions})
     if any(p >= partitions for p in idle):
         raise ValueError(f"idle_partitions must be in [0, partitions={partitions}), got {idle}")
     if idle_interval is not None:
@@ -331,19 +304,19 @@ def game_sessions_trace(
     session window separates them. Delays follow :data:`PLATFORMS[platform]`, unless
     ``delay``/``stragglers``/``straggler_delay`` override them. Sorted by arrival time.
     """
-    n = _check_count(n, "n")
-    seed = _check_seed(seed)
+    n = check_count(n, "n")
+    seed = check_seed(seed)
     if platform not in PLATFORMS:
         raise ValueError(f"platform must be one of {sorted(PLATFORMS)}, got {platform!r}")
     start = check_timestamp(start, "start")
-    users = _check_count(users, "users", minimum=1)
-    partitions = _check_count(partitions, "partitions", minimum=1)
-    events_per_session = _check_positive(events_per_session, "events_per_session")
+    users = check_count(users, "users", minimum=1)
+    partitions = check_count(partitions, "partitions", minimum=1)
+    events_per_session = check_positive(events_per_session, "events_per_session")
     if events_per_session < 1:
         raise ValueError(f"events_per_session must be >= 1, got {events_per_session}")
-    within_gap = _check_positive(within_gap, "within_gap")
-    max_within_gap = _check_positive(max_within_gap, "max_within_gap")
-    between_gap = _check_positive(between_gap, "between_gap")
+    within_gap = check_positive(within_gap, "within_gap")
+    max_within_gap = check_positive(max_within_gap, "max_within_gap")
+    between_gap = check_positive(between_gap, "between_gap")
     if not math.isfinite(float(min_between_gap)) or min_between_gap < 0:
         raise ValueError(f"min_between_gap must be >= 0 seconds, got {min_between_gap!r}")
     if min_between_gap <= max_within_gap:
@@ -353,7 +326,7 @@ def game_sessions_trace(
         )
     profile = PLATFORMS[platform]
     delay = profile.delay if delay is None else _check_delay(delay, "delay")
-    frac = profile.stragglers if stragglers is None else _check_fraction(stragglers, "stragglers")
+    frac = profile.stragglers if stragglers is None else check_fraction(stragglers, "stragglers")
     sdelay = (
         profile.straggler_delay
         if straggler_delay is None

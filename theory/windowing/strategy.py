@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
-from theory.time import check_duration
-from theory.triggers import DefaultTrigger, Trigger
-from theory.windows import GlobalWindows, IntervalWindow, SlidingWindows
+from theory.columns import check_duration
+from theory.windowing.triggers import DefaultTrigger, Trigger
+from theory.windowing.windows import GlobalWindows, IntervalWindow, SlidingWindows
 
 
 class AccumulationMode(Enum):
@@ -150,7 +150,9 @@ class WindowingStrategy:
         if self.trigger is None:
             object.__setattr__(self, "trigger", DefaultTrigger())
         if not isinstance(self.trigger, Trigger):
-            raise TypeError(f"trigger must be a theory.triggers trigger, got {self.trigger!r}")
+            raise TypeError(
+                f"trigger must be a theory.windowing.triggers trigger, got {self.trigger!r}"
+            )
         if not isinstance(self.accumulation_mode, AccumulationMode):
             raise TypeError(
                 f"accumulation_mode must be an AccumulationMode, got {self.accumulation_mode!r}"

@@ -19,13 +19,8 @@ from typing import Final, TypeAlias
 
 import numpy as np
 
-from theory.time import (
-    END_OF_GLOBAL_WINDOW,
-    MAX_TIMESTAMP,
-    MIN_TIMESTAMP,
-    check_timestamp,
-    parse_duration,
-)
+from theory.columns import INT64_MAX, INT64_MIN, as_int, check_timestamp
+from theory.time import END_OF_GLOBAL_WINDOW, MAX_TIMESTAMP, MIN_TIMESTAMP, parse_duration
 
 __all__ = [
     "GLOBAL_WINDOW",
@@ -43,23 +38,15 @@ __all__ = [
     "window_fn_from_spec",
 ]
 
-_INT64_MIN: Final[int] = int(np.iinfo(np.int64).min)
-_INT64_MAX: Final[int] = int(np.iinfo(np.int64).max)
 
-
-def _as_int(value: object, name: str) -> int:
-    """``value`` as a Python int; ``TypeError`` naming ``name`` for non-integers."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer number of microseconds, got {value!r}")
-    return int(value)
 
 
 def _positive_duration(value: object, name: str) -> int:
     """A strictly positive duration in µs that fits in int64, or a ValueError naming it."""
-    v = _as_int(value, name)
+    v = as_int(value, name)
     if v <= 0:
         raise ValueError(f"{name} must be > 0 µs, got {name}={v}")
-    if v > _INT64_MAX:
+    if v > INT64_MAX:
         raise ValueError(f"{name} must fit in int64 microseconds, got {name}={v}")
     return v
 
@@ -78,8 +65,8 @@ class IntervalWindow:
     end: int
 
     def __post_init__(self) -> None:
-        start = _as_int(self.start, "start")
-        end = _as_int(self.end, "end")
+        start = as_int(self.start, "start")
+        end = as_int(self.end, "end")
         if not start < end:
             raise ValueError(
                 f"IntervalWindow needs start < end, got start={start} µs, end={end} µs"
@@ -280,7 +267,7 @@ class FixedWindows(WindowFn):
 
     def __post_init__(self) -> None:
         size = _positive_duration(self.size, "size")
-        offset = _as_int(self.offset, "offset") % size
+        offset = as_int(self.offset, "offset") % size
         object.__setattr__(self, "size", size)
         object.__setattr__(self, "offset", offset)
 
@@ -292,9 +279,9 @@ class FixedWindows(WindowFn):
     def assign_array(self, ts: np.ndarray) -> WindowAssignment:
         t = _check_ts_array(ts)
         r = _floor_offset(t, self.size, self.offset)
-        _raise_if_overflow(t < _INT64_MIN + r, t, "start")
+        _raise_if_overflow(t < INT64_MIN + r, t, "start")
         start = t - r
-        _raise_if_overflow(start > _INT64_MAX - self.size, t, "end")
+        _raise_if_overflow(start > INT64_MAX - self.size, t, "end")
         return WindowAssignment(np.arange(t.shape[0], dtype=np.int64), start, start + self.size)
 
 
@@ -314,7 +301,7 @@ class SlidingWindows(WindowFn):
     def __post_init__(self) -> None:
         size = _positive_duration(self.size, "size")
         period = _positive_duration(self.period, "period")
-        offset = _as_int(self.offset, "offset") % period
+        offset = as_int(self.offset, "offset") % period
         object.__setattr__(self, "size", size)
         object.__setattr__(self, "period", period)
         object.__setattr__(self, "offset", offset)
@@ -334,9 +321,9 @@ class SlidingWindows(WindowFn):
         counts = np.where(r < size, (size - 1 - r) // period + 1, 0)
         has = counts > 0  # period > size leaves gaps with no window
         span = r + np.maximum(counts - 1, 0) * period  # < size where has: no overflow
-        _raise_if_overflow(has & (t < _INT64_MIN + span), t, "start")
+        _raise_if_overflow(has & (t < INT64_MIN + span), t, "start")
         start0 = t - r  # wraps only where there is no window; those rows are not emitted
-        _raise_if_overflow(has & (start0 > _INT64_MAX - size), t, "end")
+        _raise_if_overflow(has & (start0 > INT64_MAX - size), t, "end")
         n = t.shape[0]
         element = np.repeat(np.arange(n, dtype=np.int64), counts)
         first_row = np.cumsum(counts) - counts
@@ -368,7 +355,7 @@ class Sessions(WindowFn):
 
     def assign_array(self, ts: np.ndarray) -> WindowAssignment:
         t = _check_ts_array(ts)
-        _raise_if_overflow(t > _INT64_MAX - self.gap, t, "end")
+        _raise_if_overflow(t > INT64_MAX - self.gap, t, "end")
         return WindowAssignment(np.arange(t.shape[0], dtype=np.int64), t.copy(), t + self.gap)
 
     def merge(self, windows: Iterable[Window]) -> list[MergeGroup]:
@@ -416,7 +403,7 @@ class Sessions(WindowFn):
         if n == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         # a session's end is its last element's ts + gap
-        _raise_if_overflow(t > _INT64_MAX - self.gap, t, "end")
+        _raise_if_overflow(t > INT64_MAX - self.gap, t, "end")
         codes = _factorize(k)
         order = np.lexsort((t, codes))
         s = t[order]

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from theory.columns import INT64_MAX, INT64_MIN
 from theory.time import DAY, MAX_TIMESTAMP, MIN_TIMESTAMP, from_datetime
 
 __all__ = [
@@ -60,8 +61,6 @@ COLUMNS: Final[tuple[str, ...]] = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 
 TRACE_SUFFIXES: Final[frozenset[str]] = frozenset({".parquet", ".pq", ".csv"})
 
-_INT64_MIN: Final[int] = -(2**63)
-_INT64_MAX: Final[int] = 2**63 - 1
 _MAX_EXAMPLES: Final[int] = 5
 
 
@@ -473,14 +472,14 @@ class _IntTarget:
 
 
 _TIMESTAMP = _IntTarget(MIN_TIMESTAMP, MAX_TIMESTAMP, True)
-_PARTITION = _IntTarget(0, _INT64_MAX, False)
-_KEY = _IntTarget(_INT64_MIN, _INT64_MAX, False)
+_PARTITION = _IntTarget(0, INT64_MAX, False)
+_KEY = _IntTarget(INT64_MIN, INT64_MAX, False)
 
 
 def _ints_in_range(v: np.ndarray, ok: np.ndarray, t: _IntTarget) -> tuple[np.ndarray, np.ndarray]:
     """From integer-typed ``v``: int64 values and an out-of-range mask (among ``ok``)."""
     if v.dtype == np.uint64:
-        over = v > np.uint64(_INT64_MAX)
+        over = v > np.uint64(INT64_MAX)
         v = np.where(over, np.uint64(0), v).astype(np.int64)
     else:
         over = _zeros(v.shape[0])
@@ -518,7 +517,7 @@ def _scaled(v: np.ndarray, factor: int, divisor: int) -> tuple[np.ndarray, np.nd
         return np.floor_divide(v, divisor), _zeros(v.shape[0])
     if factor == 1:
         return v, _zeros(v.shape[0])
-    lim = _INT64_MAX // factor
+    lim = INT64_MAX // factor
     over = (v > lim) | (v < -lim)
     return np.where(over, 0, v) * factor, over
 

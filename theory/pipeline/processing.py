@@ -12,11 +12,11 @@ from typing import Protocol
 
 import numpy as np
 
-from theory.time import check_duration
+from theory.columns import check_duration
 
 
 class LatencySampler(Protocol):
-    """Anything that draws non-negative latencies in µs, e.g. ``theory.generators.Delay``."""
+    """Anything that draws non-negative latencies in µs, e.g. ``theory.data.generators.Delay``."""
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray: ...
 

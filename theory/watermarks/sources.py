@@ -35,15 +35,10 @@ from typing import Final, Protocol, overload, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike
 
-from theory.percentile import PercentileWatermark, check_p, percentile_curve
+from theory.columns import INT64_MAX, check_duration, check_timestamp, int_column, time_column
 from theory.series import StepSeries
-from theory.time import (
-    MAX_TIMESTAMP,
-    MIN_TIMESTAMP,
-    check_duration,
-    check_timestamp,
-    parse_duration,
-)
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, parse_duration
+from theory.watermarks.percentile import PercentileWatermark, check_p, percentile_curve
 
 __all__ = [
     "BoundedOutOfOrderness",
@@ -71,8 +66,7 @@ __all__ = [
     "static_partitions_curve",
 ]
 
-_INT64_MAX: Final[int] = int(np.iinfo(np.int64).max)
-_EMPTY: Final[int] = _INT64_MAX  # "no partition covers this slot" in _cover_min
+_EMPTY: Final[int] = INT64_MAX  # "no partition covers this slot" in _cover_min
 
 
 # --------------------------------------------------------------------------- protocol
@@ -158,41 +152,16 @@ class LatchedWatermark:
 # --------------------------------------------------------------------------- array helpers
 
 
-def _int_column(x: ArrayLike, name: str) -> np.ndarray:
-    arr = np.asarray(x)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be a 1-d array, got shape {arr.shape}")
-    if arr.size == 0:
-        return arr.astype(np.int64)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integers (µs), got dtype {arr.dtype}")
-    if arr.dtype.kind == "u" and int(arr.max()) > _INT64_MAX:
-        i = int(np.argmax(arr))
-        raise ValueError(f"{name}[{i}]={int(arr[i])} does not fit in int64")
-    return arr.astype(np.int64, copy=False)
-
-
-def _time_column(x: ArrayLike, name: str) -> np.ndarray:
-    arr = _int_column(x, name)
-    if arr.size:
-        i, j = int(np.argmin(arr)), int(np.argmax(arr))
-        if int(arr[i]) < MIN_TIMESTAMP:
-            raise ValueError(f"{name}[{i}]={int(arr[i])} µs is below MIN_TIMESTAMP")
-        if int(arr[j]) > MAX_TIMESTAMP:
-            raise ValueError(f"{name}[{j}]={int(arr[j])} µs is above MAX_TIMESTAMP")
-    return arr
-
-
 def _trace(
     event_time: ArrayLike | None, arrival_time: ArrayLike, partition: ArrayLike | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    a = _time_column(arrival_time, "arrival_time")
-    e = a if event_time is None else _time_column(event_time, "event_time")
+    a = time_column(arrival_time, "arrival_time")
+    e = a if event_time is None else time_column(event_time, "event_time")
     if e.size != a.size:
         raise ValueError(f"event_time has {e.size} elements but arrival_time has {a.size}")
     p = None
     if partition is not None:
-        p = _int_column(partition, "partition")
+        p = int_column(partition, "partition")
         if p.size != a.size:
             raise ValueError(f"partition has {p.size} elements but arrival_time has {a.size}")
     return e, a, p
@@ -250,7 +219,7 @@ def _minus_clamped(x: np.ndarray, d: int) -> np.ndarray:
     if threshold > MAX_TIMESTAMP:
         return np.full(x.shape, MIN_TIMESTAMP, dtype=np.int64)
     lifted = np.maximum(x, np.int64(threshold))
-    if d <= _INT64_MAX:
+    if d <= INT64_MAX:
         return lifted - np.int64(d)
     return (lifted - np.int64(MAX_TIMESTAMP)) - np.int64(d - MAX_TIMESTAMP)
 
@@ -258,7 +227,7 @@ def _minus_clamped(x: np.ndarray, d: int) -> np.ndarray:
 def _expiry(a: np.ndarray, timeout: int, limit: int) -> np.ndarray:
     """``a + timeout + 1`` where ``a <= limit = MAX - timeout - 1`` (garbage elsewhere)."""
     clipped = np.minimum(a, np.int64(limit))
-    if timeout + 1 <= _INT64_MAX:
+    if timeout + 1 <= INT64_MAX:
         return clipped + np.int64(timeout + 1)
     return (clipped - np.int64(limit)) + np.int64(MAX_TIMESTAMP)  # limit < 0: no overflow
 
@@ -298,9 +267,9 @@ def _cover_min(lo: np.ndarray, hi: np.ndarray, val: np.ndarray, m: int) -> np.nd
                 new[w:] = cur
             else:
                 new[:w] = cur[:w]
-                np.minimum(cur[w:], cur[:k - w], out=new[w:k])
-                new[k:] = cur[k - w:]
-        sel = order[bounds[lev]:bounds[lev + 1]]
+                np.minimum(cur[w:], cur[: k - w], out=new[w:k])
+                new[k:] = cur[k - w :]
+        sel = order[bounds[lev] : bounds[lev + 1]]
         if sel.size:
             v = val[sel]
             np.minimum.at(new, lo[sel], v)
@@ -315,7 +284,7 @@ def _cover_min(lo: np.ndarray, hi: np.ndarray, val: np.ndarray, m: int) -> np.nd
 
 def ingress_timestamps(arrival_time: ArrayLike) -> np.ndarray:
     """Ingress timestamping: each element's event time is its arrival time (µs, int64)."""
-    return _time_column(arrival_time, "arrival_time").copy()
+    return time_column(arrival_time, "arrival_time").copy()
 
 
 def ingress_curve(arrival_time: ArrayLike) -> StepSeries:
@@ -326,7 +295,7 @@ def ingress_curve(arrival_time: ArrayLike) -> StepSeries:
     Between arrivals the true value keeps rising with the clock; see
     :meth:`IngressWatermark.advance_to`.
     """
-    a = _time_column(arrival_time, "arrival_time")
+    a = time_column(arrival_time, "arrival_time")
     if a.size == 0:
         return _empty_series()
     times = _sorted_unique(a)
@@ -421,15 +390,17 @@ class PerfectWatermark(LatchedWatermark):
             )
         g = self._group + 1
         if g >= self._times.size or int(self._times[g]) != a:
-            what = "the trace has no more elements" if g >= self._times.size else (
-                f"the next elements arrive at {int(self._times[g])} µs"
+            what = (
+                "the trace has no more elements"
+                if g >= self._times.size
+                else (f"the next elements arrive at {int(self._times[g])} µs")
             )
             raise ValueError(f"arrival_time={a} µs does not match the oracle's trace: {what}")
         self._group = g
         self._start = self._end
         self._end = int(self._ends[g])
         self._pos = self._start
-        self._left = Counter(self._e[self._start:self._end].tolist())
+        self._left = Counter(self._e[self._start : self._end].tolist())
 
 
 # --------------------------------------------------------------------------- 3. static partitions
@@ -490,7 +461,7 @@ class StaticPartitionsWatermark(LatchedWatermark):
         super().__init__()
         self._logs: dict[int, np.ndarray] = {}
         for part, log in partition_logs.items():
-            arr = _time_column(log, f"partition_logs[{part}]")
+            arr = time_column(log, f"partition_logs[{part}]")
             bad = np.flatnonzero(arr[1:] < arr[:-1])
             if bad.size:
                 j = int(bad[0]) + 1
@@ -855,7 +826,7 @@ def percentile_source_curve(
     time is never in it). ``W_p(t)`` is the order statistic of ``A(t)`` of 0-based rank
     ``floor((n - 1) * (1 - p))`` (``numpy.quantile(A, 1 - p, method="lower")``), or, where
     ``A(t)`` is empty, :func:`perfect_curve` (``hold=True``: no fallback, the watermark
-    holds); latched. It is :func:`theory.percentile.percentile_curve` with activation =
+    holds); latched. It is :func:`theory.watermarks.percentile.percentile_curve` with activation =
     event time and completion = arrival time, so its steps are at arrival times *and* at
     event times (also before the first arrival). This is ``percentile:<p>[:hold]`` of
     ``spark_backend.analytics``, exactly.
@@ -879,7 +850,7 @@ class PercentileSourceWatermark(LatchedWatermark):
     event time of a backlog element is an evaluation instant, applied as processing time
     passes it (by the next :meth:`observe` or by :meth:`advance_to`). The watermark at an
     arrival time is evaluated once every element arriving then was observed. The exact
-    order statistics are a :class:`theory.percentile.PercentileWatermark`, the fallback a
+    order statistics are a :class:`theory.watermarks.percentile.PercentileWatermark`, the fallback a
     :class:`PerfectWatermark`; ``regressions`` are the former's.
     """
 
@@ -934,9 +905,14 @@ class PercentileSourceWatermark(LatchedWatermark):
             g = self._group + 1
             missing = self._unobserved()
             if missing is not None or g >= len(self._times) or self._times[g] != a:
-                what = f"{missing} were never observed" if missing else (
-                    "the trace has no more elements" if g >= len(self._times)
-                    else f"the next elements arrive at {self._times[g]} µs"
+                what = (
+                    f"{missing} were never observed"
+                    if missing
+                    else (
+                        "the trace has no more elements"
+                        if g >= len(self._times)
+                        else f"the next elements arrive at {self._times[g]} µs"
+                    )
                 )
                 raise ValueError(f"arrival_time={a} µs does not match the oracle's trace: {what}")
             self._activate(a, evaluate_at_t=False)  # activations at a come before a's arrivals

@@ -17,11 +17,11 @@ injectable processing-time clock):
 :func:`simulate_pubsub` drives a base reader (``base_rate`` messages/s, acking
 ``base_ack_latency`` after reading, optionally losing messages before processing so they
 are redelivered) and a tracking reader (pulls every ``tracking_period``, records, acks),
-and after each tick queries :class:`~theory.pubsub.TrackingEstimator`, Beam's rule and
+and after each tick queries :class:`~theory.dataflow.pubsub.TrackingEstimator`, Beam's rule and
 bounded out-of-orderness; it also records the percentile watermark
 (``percentile:<p>``, p = ``config.percentile``) of the backlog of messages whose event
 happened and which the base reader has not processed, an oracle like the true watermark
-(:func:`theory.sources.percentile_source_curve`). The true watermark at a tick is the
+(:func:`theory.watermarks.sources.percentile_source_curve`). The true watermark at a tick is the
 minimum event time of the messages the base reader has not processed yet (published or
 not); a message is *late* for an estimator if its event time is below that estimator's
 watermark at the previous tick when the base reader first processes it (duplicates are
@@ -39,21 +39,19 @@ from typing import Any, Final
 
 import numpy as np
 
-from theory.percentile import check_p
-from theory.pubsub import (
+from theory.columns import check_duration, check_timestamp
+from theory.dataflow.pubsub import (
     BeamPubsubRule,
     EstimateSeries,
     TrackingEstimator,
     tracking_estimate_series,
 )
-from theory.sources import _cover_min, bounded_out_of_orderness_curve, percentile_source_curve
-from theory.time import (
-    MAX_TIMESTAMP,
-    MIN_TIMESTAMP,
-    MINUTE,
-    SECOND,
-    check_duration,
-    check_timestamp,
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE, SECOND
+from theory.watermarks.percentile import check_p
+from theory.watermarks.sources import (
+    _cover_min,
+    bounded_out_of_orderness_curve,
+    percentile_source_curve,
 )
 
 __all__ = [
@@ -355,7 +353,7 @@ class TrackingRecord:
     tracking_has_backlog: np.ndarray
 
     def series(self, **params: Any) -> EstimateSeries:
-        """:func:`~theory.pubsub.tracking_estimate_series` over this record."""
+        """:func:`~theory.dataflow.pubsub.tracking_estimate_series` over this record."""
         return tracking_estimate_series(
             self.publish_time,
             self.event_time,

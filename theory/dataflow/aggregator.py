@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from theory.time import MIN_TIMESTAMP, check_duration, check_timestamp
-from theory.valve import IndexedMinHeap
+from theory.columns import check_duration, check_timestamp
+from theory.structures import IndexedMinHeap
+from theory.time import MIN_TIMESTAMP
 
 __all__ = ["REJECT_REASONS", "CentralAggregator", "Lease", "WatermarkHolder"]
 

@@ -48,11 +48,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, check_timestamp
+from theory.columns import check_timestamp
+from theory.structures import IndexedMinHeap
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 __all__ = [
     "ChannelState",
-    "IndexedMinHeap",
     "LinearScanValve",
     "StatusWatermarkValve",
     "StreamStatus",
@@ -94,169 +95,6 @@ class ChannelState(NamedTuple):
     watermark: int
     status: StreamStatus
     aligned: bool
-
-
-# ---------------------------------------------------------------------------------------
-# Indexed binary min-heap
-# ---------------------------------------------------------------------------------------
-
-
-class IndexedMinHeap:
-    """A binary min-heap of items ``0..capacity-1``, each with an int key.
-
-    Every item is in the heap at most once, and the heap knows where, so ``update``,
-    ``remove`` and ``push`` cost O(log n), ``peek`` and membership O(1). Ties between
-    equal keys are broken arbitrarily. Plain Python, three flat lists:
-
-    - ``keys[slot]`` and ``items[slot]``: the heap in array form (children of ``s`` at
-      ``2s+1`` and ``2s+2``); keys are kept by slot so comparisons need no indirection;
-    - ``pos[item]``: the item's slot, or ``-1`` when it is not in the heap.
-
-    Raises ``KeyError`` when pushing an item already present, or removing/updating an
-    absent one, and ``IndexError`` when peeking an empty heap.
-    """
-
-    __slots__ = ("items", "keys", "pos")
-
-    def __init__(self, capacity: int) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
-            raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
-        self.keys: list[int] = []
-        self.items: list[int] = []
-        self.pos: list[int] = [-1] * capacity
-
-    @classmethod
-    def from_keys(cls, keys: list[int]) -> IndexedMinHeap:
-        """A heap holding every item ``i`` with key ``keys[i]`` (a sorted array is a heap)."""
-        heap = cls(len(keys))
-        order = sorted(range(len(keys)), key=keys.__getitem__)
-        heap.items = order
-        heap.keys = [keys[i] for i in order]
-        for slot, item in enumerate(order):
-            heap.pos[item] = slot
-        return heap
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def __bool__(self) -> bool:
-        return bool(self.keys)
-
-    def __contains__(self, item: object) -> bool:
-        return type(item) is int and 0 <= item < len(self.pos) and self.pos[item] >= 0
-
-    @property
-    def capacity(self) -> int:
-        """The number of distinct items the heap can hold."""
-        return len(self.pos)
-
-    def peek(self) -> tuple[int, int]:
-        """``(item, key)`` with the smallest key, without removing it."""
-        if not self.keys:
-            raise IndexError("peek from an empty IndexedMinHeap")
-        return self.items[0], self.keys[0]
-
-    def key(self, item: int) -> int:
-        """The key of ``item`` (which must be in the heap)."""
-        slot = self.pos[item]
-        if slot < 0:
-            raise KeyError(item)
-        return self.keys[slot]
-
-    def push(self, item: int, key: int) -> None:
-        """Add ``item`` with ``key``; O(log n)."""
-        if self.pos[item] >= 0:
-            raise KeyError(f"item {item} is already in the heap")
-        self.keys.append(key)
-        self.items.append(item)
-        self._sift_up(len(self.keys) - 1, item, key)
-
-    def pop(self) -> tuple[int, int]:
-        """Remove and return ``(item, key)`` with the smallest key; O(log n)."""
-        item, key = self.peek()
-        self.remove(item)
-        return item, key
-
-    def remove(self, item: int) -> int:
-        """Remove ``item`` and return its key; O(log n)."""
-        pos = self.pos
-        slot = pos[item]
-        if slot < 0:
-            raise KeyError(item)
-        keys, items = self.keys, self.items
-        key = keys[slot]
-        pos[item] = -1
-        last_key = keys.pop()
-        last_item = items.pop()
-        if slot < len(keys):
-            # fill the hole with the last leaf, then restore order in whichever direction
-            if last_key < key:
-                self._sift_up(slot, last_item, last_key)
-            else:
-                self._sift_down(slot, last_item, last_key)
-        return key
-
-    def update(self, item: int, key: int) -> None:
-        """Change the key of ``item`` (in the heap) in either direction; O(log n)."""
-        slot = self.pos[item]
-        if slot < 0:
-            raise KeyError(item)
-        if key < self.keys[slot]:
-            self._sift_up(slot, item, key)
-        else:
-            self._sift_down(slot, item, key)
-
-    def _sift_up(self, slot: int, item: int, key: int) -> None:
-        """Place ``(item, key)`` at ``slot`` or above, moving larger parents down."""
-        keys, items, pos = self.keys, self.items, self.pos
-        while slot:
-            parent = (slot - 1) >> 1
-            pkey = keys[parent]
-            if pkey <= key:
-                break
-            keys[slot] = pkey
-            pitem = items[parent]
-            items[slot] = pitem
-            pos[pitem] = slot
-            slot = parent
-        keys[slot] = key
-        items[slot] = item
-        pos[item] = slot
-
-    def _sift_down(self, slot: int, item: int, key: int) -> None:
-        """Place ``(item, key)`` at ``slot`` or below, moving smaller children up."""
-        keys, items, pos = self.keys, self.items, self.pos
-        n = len(keys)
-        child = 2 * slot + 1
-        while child < n:
-            ckey = keys[child]
-            right = child + 1
-            if right < n:
-                rkey = keys[right]
-                if rkey < ckey:
-                    child = right
-                    ckey = rkey
-            if ckey >= key:
-                break
-            keys[slot] = ckey
-            citem = items[child]
-            items[slot] = citem
-            pos[citem] = slot
-            slot = child
-            child = 2 * slot + 1
-        keys[slot] = key
-        items[slot] = item
-        pos[item] = slot
-
-    def check(self) -> None:
-        """Assert the heap invariants (for tests); O(n)."""
-        keys, items, pos = self.keys, self.items, self.pos
-        assert len(keys) == len(items)
-        for slot in range(1, len(keys)):
-            assert keys[(slot - 1) >> 1] <= keys[slot], f"heap order broken at slot {slot}"
-        for slot, item in enumerate(items):
-            assert pos[item] == slot, f"item {item} at slot {slot}, pos says {pos[item]}"
-        assert sum(p >= 0 for p in pos) == len(items)
 
 
 # ---------------------------------------------------------------------------------------

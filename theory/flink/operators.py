@@ -40,17 +40,12 @@ from typing import Final, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
+from theory.columns import as_int, check_duration, check_timestamp, time_column
+from theory.flink.valve import StreamStatus
 from theory.series import StepSeries
-from theory.sources import core_to_flink, flink_to_core
-from theory.time import (
-    MAX_TIMESTAMP,
-    MICROS_PER_MILLI,
-    MIN_TIMESTAMP,
-    check_duration,
-    check_timestamp,
-)
-from theory.valve import StreamStatus
-from theory.windows import IntervalWindow
+from theory.time import MAX_TIMESTAMP, MICROS_PER_MILLI, MIN_TIMESTAMP
+from theory.watermarks.sources import core_to_flink, flink_to_core
+from theory.windowing.windows import IntervalWindow
 
 __all__ = [
     "JAVA_LONG_MAX",
@@ -144,7 +139,7 @@ def _bounded(max_seen: int | None, bound: int) -> int:
 
 class Emitted(NamedTuple):
     """One output of the watermark operator at processing time ``time`` (µs): a Flink-convention
-    watermark (``int``, µs) or a :class:`~theory.valve.StreamStatus`."""
+    watermark (``int``, µs) or a :class:`~theory.flink.valve.StreamStatus`."""
 
     time: int
     output: int | StreamStatus
@@ -377,22 +372,6 @@ class PeriodicOutputs:
         )
 
 
-def _int_array(x: ArrayLike, name: str) -> np.ndarray:
-    arr = np.asarray(x)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be a 1-d array, got shape {arr.shape}")
-    if arr.size == 0:
-        return arr.astype(np.int64)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integers (µs), got dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
-    lo, hi = int(np.argmin(arr)), int(np.argmax(arr))
-    if int(arr[lo]) < MIN_TIMESTAMP:
-        raise ValueError(f"{name}[{lo}]={int(arr[lo])} µs is below MIN_TIMESTAMP")
-    if int(arr[hi]) > MAX_TIMESTAMP:
-        raise ValueError(f"{name}[{hi}]={int(arr[hi])} µs is above MAX_TIMESTAMP")
-    return arr
-
 
 def _minus_bound(x: np.ndarray, bound: int) -> np.ndarray:
     """``max(x - bound - 1, MIN_TIMESTAMP)`` elementwise, without int64 overflow."""
@@ -433,8 +412,8 @@ def periodic_watermarks(
     step = _check_interval(interval)
     s0 = check_timestamp(start, "start")
     timeout = _check_timeout(idle_timeout)
-    e = _int_array(event_time, "event_time")
-    a = _int_array(arrival_time, "arrival_time")
+    e = time_column(event_time, "event_time")
+    a = time_column(arrival_time, "arrival_time")
     if e.size != a.size:
         raise ValueError(f"event_time has {e.size} elements but arrival_time has {a.size}")
     order = np.argsort(a, kind="stable")
@@ -634,7 +613,7 @@ def simulate_alignment(
         raise ValueError(f"records_per_tick must be >= 1, got {records_per_tick}")
     if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 0:
         raise ValueError(f"buffer_size must be an int >= 0, got {buffer_size!r}")
-    logs = [_int_array(s, f"sources[{i}]") for i, s in enumerate(sources)]
+    logs = [time_column(s, f"sources[{i}]") for i, s in enumerate(sources)]
     if not logs:
         raise ValueError("simulate_alignment needs at least one source")
     every = upd // dt
@@ -741,7 +720,7 @@ def flink_intersects(a: IntervalWindow, b: IntervalWindow) -> bool:
 
     Inclusive: windows that merely touch (``a.end == b.start``) intersect, so Flink merges
     touching session windows. Beam's rule (``IntervalWindow.intersects`` in
-    :mod:`theory.windows`) is strict and keeps them apart.
+    :mod:`theory.windowing.windows`) is strict and keeps them apart.
     """
     return a.start <= b.end and a.end >= b.start
 
@@ -769,11 +748,6 @@ def flink_merge_windows(
     return out
 
 
-def _as_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int of µs, got {value!r}")
-    return int(value)
-
 
 @dataclass(frozen=True)
 class Tumbling:
@@ -785,7 +759,7 @@ class Tumbling:
     offset: int = 0
 
     def __post_init__(self) -> None:
-        size, offset = _as_int(self.size, "size"), _as_int(self.offset, "offset")
+        size, offset = as_int(self.size, "size"), as_int(self.offset, "offset")
         if size <= 0:
             raise ValueError(f"Tumbling window size must be > 0 µs, got {size}")
         if not abs(offset) < size:
@@ -821,9 +795,9 @@ class Sliding:
     offset: int = 0
 
     def __post_init__(self) -> None:
-        size = _as_int(self.size, "size")
-        slide = _as_int(self.slide, "slide")
-        offset = _as_int(self.offset, "offset")
+        size = as_int(self.size, "size")
+        slide = as_int(self.slide, "slide")
+        offset = as_int(self.offset, "offset")
         if size <= 0 or slide <= 0:
             raise ValueError(f"Sliding windows need size > 0 and slide > 0 µs, got {size}, {slide}")
         if not abs(offset) < slide:
@@ -856,7 +830,7 @@ class Sessions:
     gap: int
 
     def __post_init__(self) -> None:
-        gap = _as_int(self.gap, "gap")
+        gap = as_int(self.gap, "gap")
         if gap <= 0:
             raise ValueError(f"session gap must be > 0 µs (Flink: 0 < size), got {gap}")
         object.__setattr__(self, "gap", gap)
@@ -934,7 +908,8 @@ class WindowOperator:
     ) -> None:
         if not isinstance(assigner, (Tumbling, Sliding, Sessions)):
             raise TypeError(
-                f"assigner must be a theory.flink Tumbling, Sliding or Sessions, got {assigner!r}"
+                "assigner must be a theory.flink Tumbling, Sliding or Sessions, "
+                f"got {assigner!r}"
             )
         self.assigner = assigner
         self.allowed_lateness = check_duration(allowed_lateness, "allowed_lateness")
@@ -1131,7 +1106,7 @@ def per_event_watermarks(event_time: ArrayLike, *, bound: int) -> WatermarkSched
     (µs, Flink convention). This is what the periodic generator would emit if its timer fired
     after every element, and what the real-Flink oracle's Java generator emits."""
     b = check_duration(bound, "bound")
-    e = _int_array(event_time, "event_time")
+    e = time_column(event_time, "event_time")
     if e.size == 0:
         return WatermarkSchedule(np.empty(0, np.int64), np.empty(0, np.int64))
     v = _minus_bound(np.maximum.accumulate(e), b)
@@ -1150,7 +1125,7 @@ def periodic_schedule(
     """The watermarks of :func:`periodic_watermarks` placed in the element stream: each goes
     after the elements arriving at or before its timer. ``arrival_time`` must be
     non-decreasing (the stream order)."""
-    a = _int_array(arrival_time, "arrival_time")
+    a = time_column(arrival_time, "arrival_time")
     if a.size > 1 and bool(np.any(a[1:] < a[:-1])):
         raise ValueError("arrival_time must be non-decreasing: the elements' stream order")
     outs = periodic_watermarks(

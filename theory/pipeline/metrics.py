@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from theory.simulate import SimulationResult
+from theory.pipeline.simulator import SimulationResult
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 PERCENTILES = (50, 90, 99)

@@ -11,7 +11,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from theory.time import MAX_TIMESTAMP, check_duration, check_timestamp
+from theory.columns import check_duration, check_timestamp
+from theory.time import MAX_TIMESTAMP
 
 
 @dataclass(frozen=True)

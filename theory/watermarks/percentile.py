@@ -11,7 +11,8 @@ Definition (all times int µs):
 - For ``p`` in (0, 1], the computed value is the order statistic of ``A(t)`` with 0-based
   rank ``k = floor((1 - p) * (n - 1))``, evaluated in float64 as ``(n - 1) * (1.0 - p)``.
   This is ``numpy.quantile(A, 1 - p, method="lower")``. ``p = 1`` gives ``k = 0``, the
-  minimum: the ordinary watermark (the in-flight minimum of :func:`theory.holds.inflight_min`).
+  minimum: the ordinary watermark (the in-flight minimum of
+   :func:`theory.watermarks.holds.inflight_min`).
   A smaller ``p`` is a larger quantile of the event times: more aggressive.
 - When ``A(t)`` is empty the computed value is the *fallback*: the stage's input
   watermark (a :class:`StepSeries`). Without one it is ``MIN_TIMESTAMP`` (no information),
@@ -32,7 +33,7 @@ Three forms:
   and then runs one sweep over the 2n events with a cursor on a rank-space bitmap
   (see :func:`_sweep`; at the source level, activation = event time, it starts
   prefilled and runs over the completions and the activations that move the query).
-  It equals the incremental form and, for ``p = 1``, :func:`~theory.holds.inflight_min`
+  It equals the incremental form and, for ``p = 1``, :func:`~theory.watermarks.holds.inflight_min`
   with the fallback where nothing is active.
 - :class:`SketchPercentileWatermark`: bounded memory, with KLL sketches
   (``datasketches``) for elements that stay active a long time; see its docstring for
@@ -51,9 +52,10 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import ArrayLike
 
-from theory.order_statistics import OrderStatisticList
+from theory.columns import check_duration, check_timestamp, time_column
 from theory.series import StepSeries
-from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND, check_duration, check_timestamp
+from theory.structures import OrderStatisticList
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND
 
 __all__ = [
     "PercentileCurve",
@@ -68,7 +70,6 @@ __all__ = [
     "sketch_percentile_values",
 ]
 
-_INT64_MAX: Final[int] = int(np.iinfo(np.int64).max)
 #: Event times the sketch stores as float64 must be exact there: |t| <= 2**53 µs (±285 y).
 SKETCH_LIMIT: Final[int] = 1 << 53
 _NEVER: Final[int] = MAX_TIMESTAMP + 1  # after every valid processing time
@@ -236,33 +237,14 @@ class PercentileWatermark:
 # --------------------------------------------------------------------------- vectorised curve
 
 
-def _time_column(x: ArrayLike, name: str) -> np.ndarray:
-    arr = np.asarray(x)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be a 1-d array, got shape {arr.shape}")
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if arr.dtype.kind not in "iu":
-        raise ValueError(f"{name} must hold integer microseconds, got dtype {arr.dtype}")
-    if arr.dtype.kind == "u" and int(arr.max()) > _INT64_MAX:
-        i = int(np.argmax(arr))
-        raise ValueError(f"{name}[{i}]={int(arr[i])} does not fit in int64")
-    out = arr.astype(np.int64, copy=False)
-    i, j = int(np.argmin(out)), int(np.argmax(out))
-    if int(out[i]) < MIN_TIMESTAMP:
-        raise ValueError(f"{name}[{i}]={int(out[i])} µs is below MIN_TIMESTAMP")
-    if int(out[j]) > MAX_TIMESTAMP:
-        raise ValueError(f"{name}[{j}]={int(out[j])} µs is above MAX_TIMESTAMP")
-    return out
-
 
 def _elements(
     event_time: ArrayLike, activation: ArrayLike, completion: ArrayLike
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Validated int64 columns; ``completion < activation`` raises naming the row."""
-    e = _time_column(event_time, "event_time")
-    a = _time_column(activation, "activation")
-    c = _time_column(completion, "completion")
+    e = time_column(event_time, "event_time")
+    a = time_column(activation, "activation")
+    c = time_column(completion, "completion")
     if not e.size == a.size == c.size:
         raise ValueError(
             f"event_time, activation and completion need one length, got "
@@ -576,7 +558,7 @@ def reference_percentile_values(
     q = 1.0 - check_p(p)
     e, a, c = _elements(event_time, activation, completion)
     fb = _fallback(fallback)
-    ts = _time_column(times, "times")
+    ts = time_column(times, "times")
     out = np.empty(ts.size, dtype=np.int64)
     for i, t in enumerate(ts.tolist()):
         act = e[(a <= t) & (t < c)]
@@ -1000,7 +982,7 @@ def sketch_percentile_values(
     check_p(p)
     e, a, c = _elements(event_time, activation, completion)
     fb = _fallback(fallback)
-    ts = _time_column(times, "times")
+    ts = time_column(times, "times")
     if ts.size > 1 and bool(np.any(ts[1:] < ts[:-1])):
         i = int(np.argmax(ts[1:] < ts[:-1])) + 1
         raise ValueError(

@@ -3,7 +3,7 @@
 The pipeline is a DAG and watermarks only flow downstream, so the simulation runs stage
 by stage in topological order, each stage seeing its upstream stages' complete output.
 This is exact: the result equals an event-by-event run of the whole graph (a test replays
-it through :class:`~theory.graph.WatermarkTracker`).
+it through :class:`~theory.pipeline.graph.WatermarkTracker`).
 
 Per stage, over processing time (all µs):
 
@@ -24,14 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from theory.engine import STATE_HOLD, GroupByWindowEngine, Pane
-from theory.graph import GraphError
-from theory.holds import inflight_min
+from theory.data.traces import Trace
+from theory.pipeline.graph import GraphError
+from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Pipeline, Source
 from theory.series import StepSeries, pointwise_min, union_times
-from theory.sources import make_source_watermark
-from theory.stages import Flatten, GroupByWindow, ParDo, Pipeline, Source
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
-from theory.traces import Trace
+from theory.watermarks.holds import inflight_min
+from theory.watermarks.sources import make_source_watermark
+from theory.windowing.engine import STATE_HOLD, GroupByWindowEngine, Pane
 
 #: The hold component name for elements a stage has received but not yet emitted.
 BUFFER_HOLD = "buffer:output"

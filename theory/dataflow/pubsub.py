@@ -60,16 +60,10 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import ArrayLike
 
+from theory.columns import check_duration, check_timestamp, time_column
 from theory.series import StepSeries
-from theory.sources import _cover_min, _minus_clamped, _time_column
-from theory.time import (
-    MAX_TIMESTAMP,
-    MIN_TIMESTAMP,
-    MINUTE,
-    SECOND,
-    check_duration,
-    check_timestamp,
-)
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE, SECOND
+from theory.watermarks.sources import _cover_min, _minus_clamped
 
 __all__ = [
     "REASONS",
@@ -251,8 +245,8 @@ class TrackingEstimator:
     def on_tracked_batch(self, publish_times: ArrayLike, event_times: ArrayLike) -> None:
         """Record many tracked messages (µs arrays); same result as :meth:`on_tracked` on
         each pair in turn. Validated as a whole before any change."""
-        pt = _time_column(publish_times, "publish_times")
-        et = _time_column(event_times, "event_times")
+        pt = time_column(publish_times, "publish_times")
+        et = time_column(event_times, "event_times")
         if pt.size != et.size:
             raise ValueError(
                 f"publish_times has {pt.size} elements but event_times has {et.size}"
@@ -504,15 +498,15 @@ def tracking_estimate_series(
     lag = _check_param(idle_lag, "idle_lag")
     w = _check_param(bucket_width, "bucket_width", allow_zero=False)
     cap_on = _check_flag(cap_at_idle_lag, "cap_at_idle_lag")
-    pt = _time_column(tracked_publish_time, "tracked_publish_time")
-    et = _time_column(tracked_event_time, "tracked_event_time")
-    at = _time_column(tracked_at, "tracked_at")
+    pt = time_column(tracked_publish_time, "tracked_publish_time")
+    et = time_column(tracked_event_time, "tracked_event_time")
+    at = time_column(tracked_at, "tracked_at")
     if not pt.size == et.size == at.size:
         raise ValueError(
             "tracked_publish_time, tracked_event_time and tracked_at differ in length: "
             f"{pt.size}, {et.size}, {at.size}"
         )
-    q_now = _time_column(now, "now")
+    q_now = time_column(now, "now")
     q = q_now.size
     if q > 1 and not bool(np.all(q_now[1:] >= q_now[:-1])):
         raise ValueError("now must not decrease")
@@ -522,7 +516,7 @@ def tracking_estimate_series(
         raise ValueError(f"base_oldest_unacked_publish_time must have {q} entries")
     base = np.where(base_has, base_raw, 0).astype(np.int64) if q else base_raw.astype(np.int64)
     if q:
-        _time_column(base, "base_oldest_unacked_publish_time")
+        time_column(base, "base_oldest_unacked_publish_time")
     trk = _bool_column(tracking_has_backlog, "tracking_has_backlog", q)
     empty = np.empty(0, dtype=np.int64)
     if q == 0:

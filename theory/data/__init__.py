@@ -1,0 +1,1 @@
+"""Traces: schema and rules, parsing, validation, Parquet/CSV I/O, seeded generators."""

@@ -1,0 +1,1 @@
+"""The dataflow semantics profile: the central aggregator and the Pub/Sub estimator."""

@@ -1,0 +1,2 @@
+"""The flink semantics profile: conventions, periodic generation and idleness, alignment,
+window operators and the StatusWatermarkValve."""

@@ -1,0 +1,1 @@
+"""Source watermarks (perfect, heuristic), their spec grammar, percentile watermarks and holds."""

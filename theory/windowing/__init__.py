@@ -1,0 +1,1 @@
+"""Windowing: window functions, the windowing strategy, triggers, scripts and the engine."""
