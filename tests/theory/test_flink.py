@@ -21,9 +21,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory.flink.operators import (
+from theory.flink.conventions import (
     JAVA_LONG_MAX,
     JAVA_LONG_MIN,
+    flink_bounded_out_of_orderness_curve,
+    flink_to_core,
+    timestamp_from_millis,
+    watermark_from_millis,
+    watermark_to_millis,
+)
+from theory.flink.operators import (
     Emitted,
     PeriodicWatermarks,
     Sessions,
@@ -33,21 +40,16 @@ from theory.flink.operators import (
     WindowOperator,
     flink_intersects,
     flink_merge_windows,
-    flink_to_core,
     idle_detected_at,
     per_event_watermarks,
     periodic_schedule,
     periodic_watermarks,
     run_flink_windows,
     simulate_alignment,
-    timestamp_from_millis,
-    watermark_from_millis,
-    watermark_to_millis,
     window_start_with_offset,
 )
 from theory.flink.valve import StreamStatus
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND, from_datetime
-from theory.watermarks.sources import flink_bounded_out_of_orderness_curve
 from theory.windowing.windows import FixedWindows, IntervalWindow, SlidingWindows
 from theory.windowing.windows import Sessions as BeamSessions
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from theory.flink.conventions import watermark_from_millis, watermark_to_millis
 from theory.flink.operators import (
     Assigner,
     Emitted,
@@ -35,8 +36,6 @@ from theory.flink.operators import (
     per_event_watermarks,
     periodic_watermarks,
     run_flink_windows,
-    watermark_from_millis,
-    watermark_to_millis,
 )
 from theory.flink.valve import StreamStatus
 

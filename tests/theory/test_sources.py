@@ -8,14 +8,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from theory.flink.conventions import (
+    FlinkBoundedOutOfOrderness,
+    FlinkCoreView,
+    core_to_flink,
+    flink_bounded_out_of_orderness_curve,
+    flink_to_core,
+)
 from theory.series import StepSeries
 from theory.time import HOUR, MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE, SECOND
 from theory.watermarks.percentile import percentile_details
 from theory.watermarks.sources import (
     BoundedOutOfOrderness,
     DynamicPartitionsWatermark,
-    FlinkBoundedOutOfOrderness,
-    FlinkCoreView,
     IngressWatermark,
     LatchedWatermark,
     PercentileSourceWatermark,
@@ -24,10 +29,7 @@ from theory.watermarks.sources import (
     StaticPartitionsWatermark,
     _cover_min,
     bounded_out_of_orderness_curve,
-    core_to_flink,
     dynamic_partitions_curve,
-    flink_bounded_out_of_orderness_curve,
-    flink_to_core,
     ingress_curve,
     ingress_timestamps,
     make_source_watermark,

@@ -6,8 +6,7 @@ Everything here follows Flink 2.3 (the code paths were checked against the
 Conventions (DESIGN.md "Time"):
 
 - All times are int **microseconds**. Flink counts milliseconds; convert at the edge with
-  :func:`timestamp_from_millis` (event times, durations) and :func:`watermark_from_millis` /
-  :func:`watermark_to_millis` (watermarks).
+  :mod:`theory.flink.conventions`.
 - Every watermark in this module is in **Flink's convention**: ``W`` asserts that no more
   elements with timestamp ``<= W`` will come. ``flink_to_core`` (``W + 1``) gives the core
   (Beam) value. Java's ``Long.MIN_VALUE`` / ``Long.MAX_VALUE`` are ``MIN_TIMESTAMP`` /
@@ -41,15 +40,15 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from theory.columns import as_int, check_duration, check_timestamp, time_column
+from theory.flink.conventions import (
+    flink_to_core,
+)
 from theory.flink.valve import StreamStatus
 from theory.series import StepSeries
-from theory.time import MAX_TIMESTAMP, MICROS_PER_MILLI, MIN_TIMESTAMP
-from theory.watermarks.sources import core_to_flink, flink_to_core
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from theory.windowing.windows import IntervalWindow
 
 __all__ = [
-    "JAVA_LONG_MAX",
-    "JAVA_LONG_MIN",
     "AlignmentResult",
     "Assigner",
     "Emitted",
@@ -63,68 +62,19 @@ __all__ = [
     "Tumbling",
     "WatermarkSchedule",
     "WindowOperator",
-    "core_to_flink",
     "flink_intersects",
     "flink_merge_windows",
-    "flink_to_core",
     "idle_detected_at",
     "per_event_watermarks",
     "periodic_schedule",
     "periodic_watermarks",
     "run_flink_windows",
     "simulate_alignment",
-    "timestamp_from_millis",
-    "watermark_from_millis",
-    "watermark_to_millis",
     "window_start_with_offset",
 ]
 
-JAVA_LONG_MIN: Final[int] = -(2**63)
-JAVA_LONG_MAX: Final[int] = 2**63 - 1
-
 #: Flink's default ``pipeline.watermark-alignment.buffer-size`` (2.3).
 DEFAULT_ALIGNMENT_BUFFER: Final[int] = 3
-
-
-# ============================================================================ edge conversion
-
-
-def timestamp_from_millis(ms: int) -> int:
-    """A Flink timestamp or duration in ms to µs (``ms * 1000``); checks the result's range."""
-    if isinstance(ms, bool) or not isinstance(ms, (int, np.integer)):
-        raise TypeError(f"milliseconds must be an int, got {ms!r}")
-    return check_timestamp(int(ms) * MICROS_PER_MILLI, "timestamp")
-
-
-def watermark_from_millis(w_ms: int) -> int:
-    """A Flink watermark in ms (no more ``ts <= w_ms``) to µs, Flink convention kept.
-
-    ``w_ms * 1000 + 999``: the last µs of millisecond ``w_ms``. ``Long.MIN_VALUE`` (or anything
-    at or below MIN) maps to ``MIN_TIMESTAMP``; ``Long.MAX_VALUE`` (or above MAX) to
-    ``MAX_TIMESTAMP``.
-    """
-    if isinstance(w_ms, bool) or not isinstance(w_ms, (int, np.integer)):
-        raise TypeError(f"watermark must be an int of ms, got {w_ms!r}")
-    v = int(w_ms) * MICROS_PER_MILLI + (MICROS_PER_MILLI - 1)
-    if int(w_ms) == JAVA_LONG_MIN or v <= MIN_TIMESTAMP:
-        return MIN_TIMESTAMP
-    if int(w_ms) == JAVA_LONG_MAX or v >= MAX_TIMESTAMP:
-        return MAX_TIMESTAMP
-    return v
-
-
-def watermark_to_millis(w_us: int) -> int:
-    """A Flink-convention watermark in µs to Flink's ms: ``floor(w / 1000)``.
-
-    No more ``ts_us <= w`` means no more ``ts_ms <= floor(w / 1000)`` for ms-aligned data.
-    The bounds map to ``Long.MIN_VALUE`` / ``Long.MAX_VALUE``.
-    """
-    w = check_timestamp(w_us, "watermark")
-    if w <= MIN_TIMESTAMP:
-        return JAVA_LONG_MIN
-    if w >= MAX_TIMESTAMP:
-        return JAVA_LONG_MAX
-    return w // MICROS_PER_MILLI
 
 
 def _bounded(max_seen: int | None, bound: int) -> int:

@@ -3,8 +3,7 @@
 Conventions (all times int µs, see DESIGN.md "Time" and "Source watermarks"):
 
 - A watermark ``W`` asserts that no more non-late data with event time ``< W`` will
-  arrive (Beam's convention). Flink's ``<= W`` appears only in
-  :class:`FlinkBoundedOutOfOrderness` and :func:`flink_to_core` / :func:`core_to_flink`.
+  arrive (Beam's convention). Flink's ``<= W`` lives in :mod:`theory.flink.conventions`.
 - Every watermark starts at ``MIN_TIMESTAMP`` and is latched monotonic:
   ``new = max(old, computed)``. A computed value below the current one is kept out and
   counted in ``regressions``.
@@ -30,7 +29,7 @@ import heapq
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Protocol, overload, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -43,8 +42,6 @@ from theory.watermarks.percentile import PercentileWatermark, check_p, percentil
 __all__ = [
     "BoundedOutOfOrderness",
     "DynamicPartitionsWatermark",
-    "FlinkBoundedOutOfOrderness",
-    "FlinkCoreView",
     "IngressWatermark",
     "LatchedWatermark",
     "PercentileSourceWatermark",
@@ -53,10 +50,7 @@ __all__ = [
     "SourceWatermarkSpec",
     "StaticPartitionsWatermark",
     "bounded_out_of_orderness_curve",
-    "core_to_flink",
     "dynamic_partitions_curve",
-    "flink_bounded_out_of_orderness_curve",
-    "flink_to_core",
     "ingress_curve",
     "ingress_timestamps",
     "make_source_watermark",
@@ -542,7 +536,13 @@ def _max_seen_minus(
 
 
 class BoundedOutOfOrderness(LatchedWatermark):
-    """Incremental :func:`bounded_out_of_orderness_curve` (``bound`` in µs, >= 0)."""
+    """Incremental :func:`bounded_out_of_orderness_curve` (``bound`` in µs, >= 0).
+
+    The value is ``max seen - bound - _EXTRA``: ``_EXTRA`` is 0 in the core convention
+    (no more ``ts < W``); Flink's generator, whose watermark says no more ``ts <= W``, is
+    the same class with ``_EXTRA = 1`` (``theory.flink.conventions``)."""
+
+    _EXTRA = 0
 
     def __init__(self, bound: int) -> None:
         super().__init__()
@@ -553,108 +553,7 @@ class BoundedOutOfOrderness(LatchedWatermark):
         e = check_timestamp(event_time, "event_time")
         self._check_arrival(arrival_time)
         self._max_seen = e if self._max_seen is None else max(self._max_seen, e)
-        self._latch(max(MIN_TIMESTAMP, self._max_seen - self.bound))
-
-
-@overload
-def flink_to_core(w: int | np.integer) -> int: ...
-@overload
-def flink_to_core(w: np.ndarray) -> np.ndarray: ...
-def flink_to_core(w: int | np.integer | np.ndarray) -> int | np.ndarray:
-    """A Flink watermark (no more ``ts <= w``) as a core one (no more ``ts < w``): ``w + 1``.
-
-    ``<= MIN_TIMESTAMP`` (incl. Java's ``Long.MIN_VALUE``) maps to MIN_TIMESTAMP and
-    ``>= MAX_TIMESTAMP`` (incl. ``Long.MAX_VALUE``) to MAX_TIMESTAMP. Round-trips with
-    :func:`core_to_flink` for ``MIN_TIMESTAMP < w < MAX_TIMESTAMP - 1``.
-    """
-    if isinstance(w, np.ndarray):
-        arr = w.astype(np.int64, copy=False)
-        return np.where(arr <= MIN_TIMESTAMP, MIN_TIMESTAMP, np.minimum(arr, MAX_TIMESTAMP - 1) + 1)
-    v = int(w)
-    if v <= MIN_TIMESTAMP:
-        return MIN_TIMESTAMP
-    return MAX_TIMESTAMP if v >= MAX_TIMESTAMP else v + 1
-
-
-@overload
-def core_to_flink(w: int | np.integer) -> int: ...
-@overload
-def core_to_flink(w: np.ndarray) -> np.ndarray: ...
-def core_to_flink(w: int | np.integer | np.ndarray) -> int | np.ndarray:
-    """A core watermark as Flink's: ``w - 1``; the bounds map to themselves.
-
-    Round-trips with :func:`flink_to_core` for ``MIN_TIMESTAMP + 1 < w < MAX_TIMESTAMP``.
-    """
-    if isinstance(w, np.ndarray):
-        arr = w.astype(np.int64, copy=False)
-        return np.where(arr >= MAX_TIMESTAMP, MAX_TIMESTAMP, np.maximum(arr, MIN_TIMESTAMP + 1) - 1)
-    v = int(w)
-    if v >= MAX_TIMESTAMP:
-        return MAX_TIMESTAMP
-    return MIN_TIMESTAMP if v <= MIN_TIMESTAMP else v - 1
-
-
-def flink_bounded_out_of_orderness_curve(
-    event_time: ArrayLike,
-    arrival_time: ArrayLike,
-    partition: ArrayLike | None = None,
-    *,
-    bound: int,
-) -> StepSeries:
-    """Flink's ``BoundedOutOfOrdernessWatermarks`` value after each arrival, **Flink
-    convention**: ``max_seen - bound - 1`` (µs, no more ``ts <= W``), MIN_TIMESTAMP
-    before any element. Apply :func:`flink_to_core` to compare with core curves.
-
-    Per-event value only; periodic emission is modelled elsewhere.
-    """
-    b = check_duration(bound, "bound")
-    return _max_seen_minus(event_time, arrival_time, partition, b + 1)
-
-
-class FlinkBoundedOutOfOrderness(LatchedWatermark):
-    """Flink's ``BoundedOutOfOrdernessWatermarks`` per event (``bound`` µs, >= 0).
-
-    ``current()`` is Flink's convention: ``max_seen - bound - 1`` (no more ``ts <= W``);
-    Flink's initial ``Long.MIN_VALUE`` is reported as MIN_TIMESTAMP.
-    ``current_core()`` is the same watermark in the core convention (``flink + 1``).
-    """
-
-    def __init__(self, bound: int) -> None:
-        super().__init__()
-        self.bound = check_duration(bound, "bound")
-        self._max_seen: int | None = None
-
-    def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
-        e = check_timestamp(event_time, "event_time")
-        self._check_arrival(arrival_time)
-        self._max_seen = e if self._max_seen is None else max(self._max_seen, e)
-        self._latch(max(MIN_TIMESTAMP, self._max_seen - self.bound - 1))
-
-    def current_core(self) -> int:
-        """The current watermark in the core (Beam) convention, µs."""
-        return flink_to_core(self.current())
-
-
-class FlinkCoreView(LatchedWatermark):
-    """A :class:`FlinkBoundedOutOfOrderness` seen in the core convention (``current()`` is
-    its ``current_core()``); the wrapped generator is ``self.flink``."""
-
-    def __init__(self, flink: FlinkBoundedOutOfOrderness) -> None:
-        super().__init__()
-        self.flink = flink
-        self._sync()
-
-    def _sync(self) -> None:
-        self._value = self.flink.current_core()
-        self.regressions = self.flink.regressions
-
-    def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
-        self.flink.observe(event_time, arrival_time, partition)
-        self._sync()
-
-    def advance_to(self, processing_time: int) -> None:
-        self.flink.advance_to(processing_time)
-        self._sync()
+        self._latch(max(MIN_TIMESTAMP, self._max_seen - self.bound - self._EXTRA))
 
 
 # --------------------------------------------------------------------------- 6. dynamic
@@ -978,6 +877,12 @@ class SourceWatermarkSpec:
             return bounded_out_of_orderness_curve(event_time, arrival_time, bound=self.bound)
         if self.kind == "flink-bounded":
             assert self.bound is not None
+            # the flink profile builds on this module, so its names are imported on use
+            from theory.flink.conventions import (
+                flink_bounded_out_of_orderness_curve,
+                flink_to_core,
+            )
+
             c = flink_bounded_out_of_orderness_curve(event_time, arrival_time, bound=self.bound)
             return StepSeries(c.times, flink_to_core(c.values), MIN_TIMESTAMP)
         if self.kind == "percentile":
@@ -1016,6 +921,8 @@ class SourceWatermarkSpec:
             assert self.bound is not None
             return BoundedOutOfOrderness(self.bound)
         if self.kind == "flink-bounded":
+            from theory.flink.conventions import FlinkBoundedOutOfOrderness, FlinkCoreView
+
             assert self.bound is not None
             return FlinkCoreView(FlinkBoundedOutOfOrderness(self.bound))
         return DynamicPartitionsWatermark(self.idle_timeout)
