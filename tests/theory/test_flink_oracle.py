@@ -1,4 +1,4 @@
-"""theory.flink.operators against real Flink (PyFlink 2.3, local MiniCluster, Java 17).
+"""theory.flink against real Flink (PyFlink 2.3, local MiniCluster, Java 17).
 
 The oracle runs in its own venv (``.venv-flink``, made by ``scripts/flink_venv.sh``: PyFlink
 pins apache-beam <= 2.61, which cannot share ``.venv``). The job (``tests/flink_oracle/``)
@@ -6,7 +6,7 @@ gives Flink a collection source of ``Types.ROW`` rows at parallelism 1, a per-ev
 out-of-orderness generator written in Java (so the watermark each element meets depends only
 on the elements before it, never on processing-time timers), and Flink's own WindowOperator
 with allowed lateness and a late side output. The same inputs go through
-``theory.flink.operators.run_flink_windows`` in µs; fired windows (key, window, count, elements,
+``theory.flink.windows.run_flink_windows`` in µs; fired windows (key, window, count, elements,
 watermark at firing, in firing order) and late elements must be identical.
 
 Marked ``flink_oracle``: ``pytest -m "not flink_oracle"`` skips it locally; CI runs it. If the
@@ -25,19 +25,21 @@ import numpy as np
 import pytest
 
 from theory.flink.conventions import watermark_from_millis, watermark_to_millis
-from theory.flink.operators import (
-    Assigner,
+from theory.flink.generation import (
     Emitted,
-    FlinkWindowsResult,
     PeriodicWatermarks,
+    per_event_watermarks,
+    periodic_watermarks,
+)
+from theory.flink.valve import StreamStatus
+from theory.flink.windows import (
+    Assigner,
+    FlinkWindowsResult,
     Sessions,
     Sliding,
     Tumbling,
-    per_event_watermarks,
-    periodic_watermarks,
     run_flink_windows,
 )
-from theory.flink.valve import StreamStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 SETUP = ROOT / "scripts" / "flink_venv.sh"
@@ -146,7 +148,7 @@ def assigner_of(case: dict[str, Any]) -> Assigner:
 
 
 def model(case: dict[str, Any]) -> FlinkWindowsResult:
-    """The same case through theory.flink.operators, in µs."""
+    """The same case through theory.flink.windows, in µs."""
     events = [(k, int(t) * MS, int(s)) for k, t, s in case["events"]]
     schedule = per_event_watermarks([e[1] for e in events], bound=int(case["bound_ms"]) * MS)
     lateness = int(case["lateness_ms"]) * MS
