@@ -322,8 +322,8 @@ def test_end_of_stream_max_watermark(cls):
 # ---------------------------------------------------------------------------------------
 
 BAD = [
-    (W(3, 10), IndexError, "out of range"),
-    (W(-1, 10), IndexError, "out of range"),
+    (W(3, 10), ValueError, "channel=3 is out of range"),
+    (W(-1, 10), ValueError, "channel=-1 is out of range"),
     (W(True, 10), TypeError, "channel"),
     (W(1.0, 10), TypeError, "channel"),
     (W("0", 10), TypeError, "channel"),
@@ -333,7 +333,7 @@ BAD = [
     (W(0, None), TypeError, "watermark"),
     (W(0, MAX_TIMESTAMP + 1), ValueError, "watermark"),
     (W(0, MIN_TIMESTAMP - 1), ValueError, "watermark"),
-    (S(3, IDL), IndexError, "out of range"),
+    (S(3, IDL), ValueError, "channel=3 is out of range"),
     (S(False, IDL), TypeError, "channel"),
     (S(0, "IDLE"), TypeError, "status"),
     (S(0, None), TypeError, "status"),

@@ -104,7 +104,7 @@ def simulate_alignment(
             raise RuntimeError(f"simulate_alignment did not finish within {max_ticks} ticks")
         now = n * dt
         for r in readers:
-            if not r.paused and not r.exhausted:
+            if r.paused_since is None and not r.exhausted:
                 r.read(now, per_tick, b)
         if n % (upd // dt) == 0:
             coordinator.update(readers, now)
@@ -118,6 +118,7 @@ class _Reader:
     def __init__(self, log: np.ndarray, ring_size: int) -> None:
         self.log = log
         self.pos = 0  # records read
+        self.exhausted = log.size == 0  # every record read
         self.max_seen: int | None = None
         self.latest: int | None = None  # last emitted watermark; None = UNINITIALIZED
         self.ring: list[int | None] = [None] * ring_size  # oldest first
@@ -127,14 +128,6 @@ class _Reader:
         self.wm_t: list[int] = []
         self.wm_v: list[int] = []
 
-    @property
-    def exhausted(self) -> bool:
-        return self.pos >= self.log.size
-
-    @property
-    def paused(self) -> bool:
-        return self.paused_since is not None
-
     def read(self, now: int, count: int, bound: int) -> None:
         """Read up to ``count`` records at ``now``, then the periodic emit: the bounded
         out-of-orderness watermark if it rose."""
@@ -143,6 +136,7 @@ class _Reader:
         top = int(self.log[self.pos : hi].max())
         self.max_seen = top if self.max_seen is None else max(self.max_seen, top)
         self.pos = hi
+        self.exhausted = hi == self.log.size
         w = flink_bounded_watermark(self.max_seen, bound)
         if w > MIN_TIMESTAMP and (self.latest is None or w > self.latest):
             self.latest = w
