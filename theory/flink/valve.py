@@ -205,7 +205,8 @@ class StatusWatermarkValve:
             items[slot] = channel
             pos[channel] = slot
         elif watermark >= self._last:
-            # a previously unaligned channel is aligned again once it has caught up
+            # a previously unaligned channel is aligned again once it has caught up with the
+            # last output (>=: at equality it holds the output again, as in Flink)
             heap.push(channel, watermark)
         # the minimum over aligned channels is output if there is one and it advanced. As in
         # Flink this follows every accepted watermark, even one that left the aligned set
@@ -221,45 +222,50 @@ class StatusWatermarkValve:
         if type(channel) is not int or not 0 <= channel < self._n:
             channel = _check_channel(channel, self._n)
         _check_status(status)
-        active = self._active
         if status is IDLE:
-            if not active[channel]:
-                return []  # already idle: not a toggle, no effect
-            # ACTIVE -> IDLE: the channel is idle, therefore no longer aligned
-            active[channel] = False
-            self._num_active -= 1
-            heap = self._heap
-            if heap.pos[channel] >= 0:
-                heap.remove(channel)
-            held_min = self._wm[channel] == self._last
-            if self._num_active == 0:
-                # every channel is idle and none will advance: flush the maximum over all
-                # channels. The minimum was advanced as channels went idle one by one, so
-                # the released rule flushes only if the channel that just went idle held the
-                # last output; FLINK-40475 flushes unconditionally.
-                out: list[ValveOutput] = []
-                if (held_min or self._fix) and self._max > self._last:
-                    self._last = self._max
-                    out.append(self._max)
-                # the valve itself becomes idle
-                self._idle = True
-                out.append(IDLE)
-                return out
-            if held_min:
-                # the channel held the overall minimum: the remaining aligned channels may
-                # yield a new one
-                return self._new_min()
-            return []
-        if active[channel]:
-            return []  # already active: not a toggle, no effect
-        # IDLE -> ACTIVE
-        active[channel] = True
+            # IDLE on an idle channel is not a toggle: no effect
+            return self._go_idle(channel) if self._active[channel] else []
+        # ACTIVE on an active channel is not a toggle: no effect
+        return [] if self._active[channel] else self._resume(channel)
+
+    def _go_idle(self, channel: int) -> list[ValveOutput]:
+        """ACTIVE -> IDLE: the channel is idle, therefore no longer aligned."""
+        self._active[channel] = False
+        self._num_active -= 1
+        heap = self._heap
+        if heap.pos[channel] >= 0:
+            heap.remove(channel)
+        held_min = self._wm[channel] == self._last
+        if self._num_active == 0:
+            # every channel is idle and none will advance: flush the maximum over all
+            # channels. The minimum was advanced as channels went idle one by one, so
+            # the released rule flushes only if the channel that just went idle held the
+            # last output; FLINK-40475 flushes unconditionally.
+            out: list[ValveOutput] = []
+            if (held_min or self._fix) and self._max > self._last:
+                self._last = self._max
+                out.append(self._max)
+            # the valve itself becomes idle
+            self._idle = True
+            out.append(IDLE)
+            return out
+        if held_min:
+            # the channel held the overall minimum: the remaining aligned channels may
+            # yield a new one
+            return self._new_min()
+        return []
+
+    def _resume(self, channel: int) -> list[ValveOutput]:
+        """IDLE -> ACTIVE."""
+        self._active[channel] = True
         self._num_active += 1
         wm = self._wm[channel]
         if wm >= self._last:
-            # its watermark from before it went idle has not fallen behind: aligned at once
+            # its watermark from before it went idle has not fallen behind: aligned at once.
+            # Behind the last output it stays out of the minimum, which would hold back an
+            # output that has already passed it, until input_watermark sees it catch up
             self._heap.push(channel, wm)
-        out = []
+        out: list[ValveOutput] = []
         if self._idle:
             # the valve was idle and now has an active channel
             self._idle = False
