@@ -2,15 +2,17 @@
 # Sets up the real-Flink oracle used by tests/theory/test_flink_oracle.py:
 #   1. .venv-flink/: its own venv with apache-flink 2.3 (PyFlink pins apache-beam <= 2.61,
 #      so it cannot share .venv). Created, and apache-flink installed, only if missing.
-#   2. .venv-flink/flink-oracle.jar: tests/flink_oracle/*.java compiled with javac (Java 17+)
-#      against the jars PyFlink ships in pyflink/lib. Rebuilt when a .java file is newer.
-# Prints the venv's python and the jar's path on stdout (two lines); everything else goes
-# to stderr. Fails loudly (non-zero exit, a message naming the step) if any step fails.
+#   2. .venv-flink/flink-oracle-<hash>.jar: tests/flink_oracle/*.java compiled with javac
+#      (Java 17+) against the jars PyFlink ships in pyflink/lib. The name carries a hash of
+#      the sources, so a changed .java file gets a new jar, and worktrees sharing one venv
+#      never overwrite each other's jar.
+# Prints the venv's python, the jar's path and PyFlink's jar directory (the classpath for
+# `java`) on stdout (three lines); everything else goes to stderr. Fails loudly (non-zero
+# exit, a message naming the step) if any step fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="$ROOT/.venv-flink"
 PY="$VENV/bin/python"
-JAR="$VENV/flink-oracle.jar"
 SRC="$ROOT/tests/flink_oracle"
 FLINK_SPEC="apache-flink==2.3.*"
 PYTHON="${PYTHON:-python3}"
@@ -44,18 +46,16 @@ fi
 LIB="$("$PY" -c 'import os, pyflink; print(os.path.join(os.path.dirname(pyflink.__file__), "lib"))')"
 ls "$LIB"/*.jar >/dev/null 2>&1 || fail "no jars in $LIB"
 
-rebuild=0
-[ -f "$JAR" ] || rebuild=1
-for f in "$SRC"/*.java; do
-  [ "$f" -nt "$JAR" ] && rebuild=1
-done
-if [ "$rebuild" = 1 ]; then
+HASH="$(cd "$SRC" && for f in *.java; do echo "$f"; cat "$f"; done | sha256sum | cut -c1-16)"
+JAR="$VENV/flink-oracle-$HASH.jar"
+if [ ! -f "$JAR" ]; then
   echo "flink_venv.sh: compiling $SRC/*.java against $LIB" >&2
   BUILD="$(mktemp -d)"
   trap 'rm -rf "$BUILD"' EXIT
   javac --release 17 -nowarn -d "$BUILD" -cp "$LIB/*" "$SRC"/*.java >&2 || fail "javac failed"
-  jar cf "$JAR.tmp" -C "$BUILD" . || fail "jar failed"
-  mv "$JAR.tmp" "$JAR"
+  jar cf "$BUILD/oracle.jar" -C "$BUILD" dfwm || fail "jar failed"
+  mv "$BUILD/oracle.jar" "$JAR.$$" && mv "$JAR.$$" "$JAR" || fail "could not install $JAR"
 fi
 echo "$PY"
 echo "$JAR"
+echo "$LIB"

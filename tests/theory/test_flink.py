@@ -1,4 +1,4 @@
-"""theory.flink.operators: Flink's watermark generation, idleness, alignment and event-time windows.
+"""theory.flink: Flink's watermark generation, idleness, alignment and event-time windows.
 
 Flink facts used here were read from the apache-flink 2.3 jars (javap) and Flink's source:
 ``BoundedOutOfOrdernessWatermarks`` (``max - bound - 1`` at ``onPeriodicEmit``),
@@ -21,6 +21,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from theory.flink.alignment import (
+    simulate_alignment,
+)
 from theory.flink.conventions import (
     JAVA_LONG_MAX,
     JAVA_LONG_MIN,
@@ -30,25 +33,26 @@ from theory.flink.conventions import (
     watermark_from_millis,
     watermark_to_millis,
 )
-from theory.flink.operators import (
+from theory.flink.generation import (
     Emitted,
     PeriodicWatermarks,
-    Sessions,
-    Sliding,
-    Tumbling,
     WatermarkSchedule,
-    WindowOperator,
-    flink_intersects,
-    flink_merge_windows,
     idle_detected_at,
     per_event_watermarks,
     periodic_schedule,
     periodic_watermarks,
-    run_flink_windows,
-    simulate_alignment,
-    window_start_with_offset,
 )
 from theory.flink.valve import StreamStatus
+from theory.flink.windows import (
+    Sessions,
+    Sliding,
+    Tumbling,
+    WindowOperator,
+    flink_intersects,
+    flink_merge_windows,
+    run_flink_windows,
+    window_start_with_offset,
+)
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND, from_datetime
 from theory.windowing.windows import FixedWindows, IntervalWindow, SlidingWindows
 from theory.windowing.windows import Sessions as BeamSessions

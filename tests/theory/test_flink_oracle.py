@@ -1,4 +1,4 @@
-"""theory.flink.operators against real Flink (PyFlink 2.3, local MiniCluster, Java 17).
+"""theory.flink against real Flink (PyFlink 2.3, local MiniCluster, Java 17).
 
 The oracle runs in its own venv (``.venv-flink``, made by ``scripts/flink_venv.sh``: PyFlink
 pins apache-beam <= 2.61, which cannot share ``.venv``). The job (``tests/flink_oracle/``)
@@ -6,8 +6,12 @@ gives Flink a collection source of ``Types.ROW`` rows at parallelism 1, a per-ev
 out-of-orderness generator written in Java (so the watermark each element meets depends only
 on the elements before it, never on processing-time timers), and Flink's own WindowOperator
 with allowed lateness and a late side output. The same inputs go through
-``theory.flink.operators.run_flink_windows`` in µs; fired windows (key, window, count, elements,
-watermark at firing, in firing order) and late elements must be identical.
+``theory.flink.windows.run_flink_windows`` in µs; fired windows (key, window, count, elements,
+watermark at firing, in firing order) and late elements must be identical. Flink's periodic
+generator, idleness timer and watermark emitter replay traces on a manual clock
+(``PeriodicReplay.java``). Flink's ``StatusWatermarkValve`` gets thousands of seeded input
+sequences in one plain JVM (``ValveReplay.java``); both of our valves must emit the same and
+hold the same channel states (watermark, status, aligned) after every input.
 
 Marked ``flink_oracle``: ``pytest -m "not flink_oracle"`` skips it locally; CI runs it. If the
 venv or the jar cannot be set up, the test fails (it never skips).
@@ -16,6 +20,7 @@ venv or the jar cannot be set up, the test fails (it never skips).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -24,20 +29,28 @@ from typing import Any
 import numpy as np
 import pytest
 
-from theory.flink.conventions import watermark_from_millis, watermark_to_millis
-from theory.flink.operators import (
-    Assigner,
+from theory.flink.conventions import (
+    JAVA_LONG_MAX,
+    JAVA_LONG_MIN,
+    watermark_from_millis,
+    watermark_to_millis,
+)
+from theory.flink.generation import (
     Emitted,
-    FlinkWindowsResult,
     PeriodicWatermarks,
+    per_event_watermarks,
+    periodic_watermarks,
+)
+from theory.flink.valve import LinearScanValve, StatusWatermarkValve, StreamStatus
+from theory.flink.windows import (
+    Assigner,
+    FlinkWindowsResult,
     Sessions,
     Sliding,
     Tumbling,
-    per_event_watermarks,
-    periodic_watermarks,
     run_flink_windows,
 )
-from theory.flink.valve import StreamStatus
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 ROOT = Path(__file__).resolve().parents[2]
 SETUP = ROOT / "scripts" / "flink_venv.sh"
@@ -146,7 +159,7 @@ def assigner_of(case: dict[str, Any]) -> Assigner:
 
 
 def model(case: dict[str, Any]) -> FlinkWindowsResult:
-    """The same case through theory.flink.operators, in µs."""
+    """The same case through theory.flink.windows, in µs."""
     events = [(k, int(t) * MS, int(s)) for k, t, s in case["events"]]
     schedule = per_event_watermarks([e[1] for e in events], bound=int(case["bound_ms"]) * MS)
     lateness = int(case["lateness_ms"]) * MS
@@ -197,22 +210,23 @@ def flink_rows(lines: list[str]) -> tuple[list[Row], list[Row]]:
 
 
 @pytest.fixture(scope="module")
-def flink_env() -> tuple[str, str]:
-    """Create .venv-flink and the oracle jar (fails loudly if that is impossible)."""
+def flink_env() -> tuple[str, str, str]:
+    """Create .venv-flink and the oracle jar (fails loudly if that is impossible): the venv's
+    python, the jar, and PyFlink's jar directory."""
     proc = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         pytest.fail(
             f"scripts/flink_venv.sh failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}",
             pytrace=False,
         )
-    python, jar = proc.stdout.strip().splitlines()[-2:]
-    return python, jar
+    python, jar, lib = proc.stdout.strip().splitlines()[-3:]
+    return python, jar, lib
 
 
 @pytest.fixture(scope="module")
-def oracle(flink_env: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict:
+def oracle(flink_env: tuple[str, str, str], tmp_path_factory: pytest.TempPathFactory) -> dict:
     """Run every case through real Flink in one PyFlink process."""
-    python, jar = flink_env
+    python, jar, _ = flink_env
     tmp = tmp_path_factory.mktemp("flink_oracle")
     cases_path, out_path = tmp / "cases.json", tmp / "out.json"
     cases_path.write_text(json.dumps(CASES + PERIODIC_CASES))
@@ -289,3 +303,180 @@ def test_periodic_emission_and_idleness_identical_to_flinks_code(case: dict[str,
     assert [(o.time, o.output) for o in vec.items()] == expected
     if case["idle_ms"]:
         assert any(o is StreamStatus.IDLE for _, o in expected)
+
+
+# ============================================================================= the valve
+#
+# Flink's own StatusWatermarkValve (flink-dist 2.3, driven by tests/flink_oracle/
+# ValveReplay.java in one plain JVM) against both of ours, input by input: what is emitted,
+# and every channel's watermark, status and alignment flag, and the valve's last output
+# watermark and status. Only the released rule: FLINK-40475 is in no released jar.
+
+ValveOp = tuple[str, int, int | StreamStatus]  # ("wm", channel, µs) or ("status", channel, status)
+ValveState = tuple[tuple[tuple[int, StreamStatus, bool], ...], int, StreamStatus]
+ValveStep = tuple[list[object], ValveState]  # emitted items, then the state after them
+VALVES = [StatusWatermarkValve, LinearScanValve]
+
+# Our MIN/MAX_TIMESTAMP are Java's Long.MIN/MAX_VALUE in the valve (its initial watermark is
+# Long.MIN_VALUE). Every other value passes unchanged, so the map is monotone: the valve only
+# compares, and compares alike on both sides.
+_TO_JAVA = {MIN_TIMESTAMP: JAVA_LONG_MIN, MAX_TIMESTAMP: JAVA_LONG_MAX}
+_FROM_JAVA = {JAVA_LONG_MIN: MIN_TIMESTAMP, JAVA_LONG_MAX: MAX_TIMESTAMP}
+_STATUS = {"I": StreamStatus.IDLE, "A": StreamStatus.ACTIVE}
+
+
+def from_java(text: str) -> int:
+    """A Java long printed by ValveReplay, as our µs value."""
+    return _FROM_JAVA.get(int(text), int(text))
+
+# Named inputs (ValveReplay's syntax): Flink's realignment test, and test_valve.py's QUIRK
+# and STALL sequences, whose released-rule expectations Flink confirms here.
+VALVE_SCENARIOS = [
+    "3 W0:10 W1:7 W2:3 I2 A2 W2:5 W2:9 W1:12",
+    "3 W0:10 W1:7 W2:3 I2 A2 W2:7 W1:12 W0:13",  # realigns at exactly the last output
+    "3 W0:10 W1:7 I2 A2 I0 I1 W2:5 I2 A0 A2 W2:6 W0:11",
+    "4 W0:10 W1:7 W3:12 I2 A2 I3 I0 I1 W2:5 I2 A0 A3 I3 W0:11 W0:13",
+    "2 W0:5 W1:5 I0 I1 W1:9 A1 W1:9",
+]
+
+
+def parse_valve_ops(line: str) -> tuple[int, list[ValveOp]]:
+    """A ValveReplay input line as (channels, ops)."""
+    head, *tokens = line.split()
+    ops: list[ValveOp] = []
+    for tok in tokens:
+        if tok[0] == "W":
+            ch, w = tok[1:].split(":")
+            ops.append(("wm", int(ch), from_java(w)))
+        else:
+            ops.append(("status", int(tok[1:]), _STATUS[tok[0]]))
+    return int(head), ops
+
+
+def valve_line(n: int, ops: list[ValveOp]) -> str:
+    """(channels, ops) as a ValveReplay input line."""
+    tokens = [str(n)]
+    for _, ch, value in ops:
+        if isinstance(value, int):
+            tokens.append(f"W{ch}:{_TO_JAVA.get(value, value)}")
+        else:
+            tokens.append(f"{'I' if value is StreamStatus.IDLE else 'A'}{ch}")
+    return " ".join(tokens)
+
+
+def random_valve_ops(rng: np.random.Generator) -> tuple[int, list[ValveOp]]:
+    """Inputs that reach the valve's rare states often: few channels, many status toggles,
+    per-channel random walks of small steps (some down: equal and stale watermarks, and
+    resumed channels catching up to exactly the last output), and now and then MIN or MAX."""
+    n = int(rng.choice([1, 2, 3, 3, 4, 4, 5, 17]))
+    walk = [0] * n
+    ops: list[ValveOp] = []
+    for _ in range(int(rng.integers(1, 80))):
+        ch = int(rng.integers(0, n))
+        r = float(rng.random())
+        if r < 0.4:
+            ops.append(("status", ch, _STATUS["I" if rng.random() < 0.5 else "A"]))
+        elif r < 0.42:
+            ops.append(("wm", ch, MIN_TIMESTAMP if rng.random() < 0.5 else MAX_TIMESTAMP))
+        else:
+            walk[ch] += int(rng.integers(-3, 7))
+            ops.append(("wm", ch, walk[ch]))
+    return n, ops
+
+
+VALVE_CASES = [parse_valve_ops(x) for x in VALVE_SCENARIOS] + [
+    random_valve_ops(rng) for rng in [np.random.default_rng(20_250)] for _ in range(3_000)
+]
+
+
+def parse_valve_steps(line: str) -> list[ValveStep]:
+    """A ValveReplay output line: per input, what was emitted and the state after it."""
+    steps: list[ValveStep] = []
+    for step in line.split(";"):
+        emitted, channels, last = step.split("|")
+        items: list[object] = [
+            StreamStatus[x] if x in ("IDLE", "ACTIVE") else from_java(x)
+            for x in emitted.split(",")
+            if x
+        ]
+        states = []
+        for ch in channels.split(" "):
+            w, status, aligned = ch.split(":")
+            states.append((from_java(w), _STATUS[status], aligned == "1"))
+        last_wm, last_status = last.split(",")
+        steps.append((items, (tuple(states), from_java(last_wm), StreamStatus[last_status])))
+    return steps
+
+
+def our_valve_steps(cls: type[StatusWatermarkValve] | type[LinearScanValve], n: int,
+                    ops: list[ValveOp]) -> list[ValveStep]:
+    valve = cls(n)
+    steps: list[ValveStep] = []
+    for _, ch, value in ops:
+        out = (
+            valve.input_status(ch, value)
+            if isinstance(value, StreamStatus)
+            else valve.input_watermark(ch, value)
+        )
+        channels, last, status = valve.state()
+        state = tuple((c.watermark, c.status, c.aligned) for c in channels)
+        steps.append((list(out), (state, last, status)))
+    return steps
+
+
+@pytest.fixture(scope="module")
+def flink_valve(flink_env: tuple[str, str, str],
+                tmp_path_factory: pytest.TempPathFactory) -> list[list[ValveStep]]:
+    """Every VALVE_CASES sequence through Flink's StatusWatermarkValve, in one JVM."""
+    _, jar, lib = flink_env
+    tmp = tmp_path_factory.mktemp("valve_oracle")
+    cases, out = tmp / "cases.txt", tmp / "out.txt"
+    cases.write_text("".join(valve_line(n, ops) + "\n" for n, ops in VALVE_CASES))
+    proc = subprocess.run(
+        ["java", "-cp", f"{lib}/*{os.pathsep}{jar}", "dfwm.oracle.ValveReplay", str(cases),
+         str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    if proc.returncode != 0 or not out.exists():
+        pytest.fail(f"ValveReplay failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}",
+                    pytrace=False)
+    lines = out.read_text().splitlines()
+    assert len(lines) == len(VALVE_CASES)
+    return [parse_valve_steps(line) for line in lines]
+
+
+@pytest.mark.parametrize("cls", VALVES, ids=lambda c: c.__name__)
+def test_valve_identical_to_flinks_status_watermark_valve(
+    cls: type[StatusWatermarkValve] | type[LinearScanValve], flink_valve: list[list[ValveStep]]
+) -> None:
+    """Emitted items and every channel's (watermark, status, aligned), input by input."""
+    for k, ((n, ops), flink) in enumerate(zip(VALVE_CASES, flink_valve, strict=True)):
+        ours = our_valve_steps(cls, n, ops)
+        for i, (got, want) in enumerate(zip(ours, flink, strict=True)):
+            assert got == want, (
+                f"case {k} ({valve_line(n, ops[: i + 1])}): after input {i} ({ops[i]}) "
+                f"ours {got} != Flink's {want}"
+            )
+
+
+def test_valve_cases_reach_the_rare_states(flink_valve: list[list[ValveStep]]) -> None:
+    """Flink's runs of the cases include: a resumed channel realigning at exactly the last
+    output, a flush of the maximum when all go idle, all idle without a flush (the
+    released rule), an emitted MAX, and the resume stall (aligned minimum above the output)."""
+    realign_at_last = flush = idle_no_flush = emitted_max = stall = 0
+    for (_, ops), steps in zip(VALVE_CASES, flink_valve, strict=True):
+        before = None
+        for op, (items, (channels, last, _status)) in zip(ops, steps, strict=True):
+            if before is not None and op[0] == "wm":
+                was = before[op[1]]
+                now = channels[op[1]]
+                realign_at_last += not was[2] and now[2] and now[0] == last
+            if items and items[-1] is StreamStatus.IDLE:
+                flush += len(items) == 2
+                idle_no_flush += len(items) == 1 and max(c[0] for c in channels) > last
+            emitted_max += MAX_TIMESTAMP in items
+            aligned = [c[0] for c in channels if c[2]]
+            stall += bool(aligned) and min(aligned) > last
+            before = channels
+    assert min(realign_at_last, flush, idle_no_flush, emitted_max, stall) >= 5, (
+        realign_at_last, flush, idle_no_flush, emitted_max, stall)

@@ -199,64 +199,78 @@ def test_initial_state():
     assert WatermarkStatus is StreamStatus
 
 
-# Our own facts: the released all-idle rule and its FLINK-40475 variant.
-# Channel 2 goes idle while unaligned at MIN, resumes still behind (unaligned), the others go
-# idle; channel 2 reaches 5 < 7 and goes idle last: it does not hold the last output (7).
+# Our own facts: the released all-idle rule and its FLINK-40475 variant. Each input has its
+# outputs (released, FLINK-40475) and then the channels' aligned flags after it, channel 0
+# first ("1" aligned). Flink's own valve confirms the released columns
+# (test_flink_oracle.py replays these inputs).
+#
+# Channel 2 sits at MIN, holding the output back, and goes idle: 7 goes out. It resumes still
+# behind (unaligned), the others go idle; channel 2 reaches 5 < 7 and goes idle last: it does
+# not hold the last output (7).
 QUIRK = [
-    (W(0, 10), [], []),
-    (W(1, 7), [], []),
-    (S(2, IDL), [7], [7]),
-    (S(2, ACT), [], []),
-    (S(0, IDL), [], []),
-    (S(1, IDL), [], []),
-    (W(2, 5), [], []),
+    (W(0, 10), [], [], "111", "111"),
+    (W(1, 7), [], [], "111", "111"),
+    (S(2, IDL), [7], [7], "110", "110"),  # idle: no longer aligned
+    (S(2, ACT), [], [], "110", "110"),  # resumes at MIN < 7: not aligned
+    (S(0, IDL), [], [], "010", "010"),
+    (S(1, IDL), [], [], "000", "000"),
+    (W(2, 5), [], [], "000", "000"),  # accepted, still behind 7
     # released: no flush, the order of going idle decides; FLINK-40475: flush the max, 10
-    (S(2, IDL), [IDL], [10, IDL]),
+    (S(2, IDL), [IDL], [10, IDL], "000", "000"),
     # channel 0 resumes at 10 >= last, aligned; released: 10 is not re-derived (a stall)
-    (S(0, ACT), [ACT], [ACT]),
-    (S(2, ACT), [], []),
+    (S(0, ACT), [ACT], [ACT], "100", "100"),
+    (S(2, ACT), [], [], "100", "100"),  # 5 < last: not aligned
     # released: an ignored-for-alignment update on channel 2 re-derives the min: 10 appears
-    (W(2, 6), [10], []),
-    (W(0, 11), [11], [11]),
+    (W(2, 6), [10], [], "100", "100"),
+    (W(0, 11), [11], [11], "100", "100"),
 ]
+
+
+def aligned_flags(valve) -> str:
+    return "".join("1" if c.aligned else "0" for c in valve.state()[0])
+
+
+def check_released_vs_fixed(cls, n, steps):
+    released, fixed = cls(n), cls(n, flink_40475=True)
+    for i, (op, want_released, want_fixed, aligned_released, aligned_fixed) in enumerate(steps):
+        assert feed(released, op) == want_released, (i, op)
+        assert feed(fixed, op) == want_fixed, (i, op)
+        assert aligned_flags(released) == aligned_released, (i, op)
+        assert aligned_flags(fixed) == aligned_fixed, (i, op)
 
 
 @pytest.mark.parametrize("cls", VALVES)
 def test_all_idle_flush_rule_released_vs_flink_40475(cls):
-    released, fixed = cls(3), cls(3, flink_40475=True)
-    for op, want_released, want_fixed in QUIRK:
-        assert feed(released, op) == want_released, op
-        assert feed(fixed, op) == want_fixed, op
+    check_released_vs_fixed(cls, 3, QUIRK)
 
 
 # In the released valve's stall (aligned minimum above the last output), a channel that
 # does not hold the last output goes idle: no re-derivation; the next accepted watermark
 # re-derives. Under FLINK-40475 the flush put the valve at 12 and nothing stalls.
+# Columns as in QUIRK.
 STALL = [
-    (W(0, 10), [], []),
-    (W(1, 7), [], []),
-    (W(3, 12), [], []),
-    (S(2, IDL), [7], [7]),
-    (S(2, ACT), [], []),
-    (S(3, IDL), [], []),
-    (S(0, IDL), [], []),
-    (S(1, IDL), [], []),
-    (W(2, 5), [], []),
-    (S(2, IDL), [IDL], [12, IDL]),
-    (S(0, ACT), [ACT], [ACT]),  # released: aligned at 10 >= 7; FLINK-40475: 10 < 12
-    (S(3, ACT), [], []),
-    (S(3, IDL), [], []),
-    (W(0, 11), [11], []),
-    (W(0, 13), [13], [13]),
+    (W(0, 10), [], [], "1111", "1111"),
+    (W(1, 7), [], [], "1111", "1111"),
+    (W(3, 12), [], [], "1111", "1111"),
+    (S(2, IDL), [7], [7], "1101", "1101"),
+    (S(2, ACT), [], [], "1101", "1101"),  # resumes at MIN < 7: not aligned
+    (S(3, IDL), [], [], "1100", "1100"),
+    (S(0, IDL), [], [], "0100", "0100"),
+    (S(1, IDL), [], [], "0000", "0000"),
+    (W(2, 5), [], [], "0000", "0000"),
+    (S(2, IDL), [IDL], [12, IDL], "0000", "0000"),
+    # released: aligned at 10 >= 7; FLINK-40475: 10 < 12, not aligned
+    (S(0, ACT), [ACT], [ACT], "1000", "0000"),
+    (S(3, ACT), [], [], "1001", "0001"),  # 12 >= 7 and 12 >= 12: aligned in both
+    (S(3, IDL), [], [], "1000", "0000"),
+    (W(0, 11), [11], [], "1000", "0000"),  # FLINK-40475: 11 < 12, still behind
+    (W(0, 13), [13], [13], "1000", "1000"),  # caught up: aligned again
 ]
 
 
 @pytest.mark.parametrize("cls", VALVES)
 def test_stall_then_non_holder_goes_idle(cls):
-    released, fixed = cls(4), cls(4, flink_40475=True)
-    for op, want_released, want_fixed in STALL:
-        assert feed(released, op) == want_released, op
-        assert feed(fixed, op) == want_fixed, op
+    check_released_vs_fixed(cls, 4, STALL)
 
 
 @pytest.mark.parametrize("cls", VALVES)
@@ -264,11 +278,35 @@ def test_flush_when_last_idle_channel_holds_min_and_equal_watermarks(cls):
     v = cls(2)
     assert v.input_watermark(0, 5) == []
     assert v.input_watermark(1, 5) == [5]
+    assert aligned_flags(v) == "11"
     assert v.input_status(0, IDL) == []  # 5 == last, but channel 1 still holds 5
+    assert aligned_flags(v) == "01"
     assert v.input_status(1, IDL) == [IDL]  # flush: max 5 is not above 5
+    assert aligned_flags(v) == "00"
     assert v.input_watermark(1, 9) == []  # idle valve ignores watermarks
+    assert v.channel_state(1) == (5, IDL, False)
     assert v.input_status(1, ACT) == [ACT]
-    assert v.input_watermark(1, 9) == [9]  # channel 1 resumed aligned (5 >= 5)
+    assert v.channel_state(1) == (5, ACT, True)  # resumed aligned: 5 >= last output 5
+    assert aligned_flags(v) == "01"
+    assert v.input_watermark(1, 9) == [9]  # so its next watermark is the output at once
+    assert v.input_status(0, ACT) == []
+    assert v.channel_state(0) == (5, ACT, False)  # 5 < last output 9: not aligned
+
+
+@pytest.mark.parametrize("cls", VALVES)
+def test_resumed_channel_realigns_at_exactly_the_last_output(cls):
+    # Flink realigns a channel on watermark >= lastOutputWatermark: at equality the channel
+    # holds the output again (realigning only above it would emit 10 for channel 1's 12)
+    v = cls(3)
+    for ch, ts in [(0, 10), (1, 7), (2, 3)]:
+        v.input_watermark(ch, ts)
+    assert v.input_status(2, IDL) == [7]
+    assert v.input_status(2, ACT) == []
+    assert v.channel_state(2) == (3, ACT, False)
+    assert v.input_watermark(2, 7) == []
+    assert v.channel_state(2) == (7, ACT, True)
+    assert v.input_watermark(1, 12) == []  # channel 2, at 7, holds the output
+    assert v.input_watermark(2, 8) == [8]
 
 
 @pytest.mark.parametrize("cls", VALVES)
@@ -284,8 +322,8 @@ def test_end_of_stream_max_watermark(cls):
 # ---------------------------------------------------------------------------------------
 
 BAD = [
-    (W(3, 10), IndexError, "out of range"),
-    (W(-1, 10), IndexError, "out of range"),
+    (W(3, 10), ValueError, "channel=3 is out of range"),
+    (W(-1, 10), ValueError, "channel=-1 is out of range"),
     (W(True, 10), TypeError, "channel"),
     (W(1.0, 10), TypeError, "channel"),
     (W("0", 10), TypeError, "channel"),
@@ -295,7 +333,7 @@ BAD = [
     (W(0, None), TypeError, "watermark"),
     (W(0, MAX_TIMESTAMP + 1), ValueError, "watermark"),
     (W(0, MIN_TIMESTAMP - 1), ValueError, "watermark"),
-    (S(3, IDL), IndexError, "out of range"),
+    (S(3, IDL), ValueError, "channel=3 is out of range"),
     (S(False, IDL), TypeError, "channel"),
     (S(0, "IDLE"), TypeError, "status"),
     (S(0, None), TypeError, "status"),

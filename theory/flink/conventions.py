@@ -12,8 +12,8 @@
 - **Java's bounds.** ``Long.MIN_VALUE`` / ``Long.MAX_VALUE`` are ``MIN_TIMESTAMP`` /
   ``MAX_TIMESTAMP`` here.
 - **Bounded out-of-orderness.** Flink's ``BoundedOutOfOrdernessWatermarks`` emits
-  ``max_seen - bound - 1``: the core generator with one µs less
-  (:class:`FlinkBoundedOutOfOrderness`).
+  ``max_seen - bound - 1`` (:func:`flink_bounded_watermark`): the core generator with one
+  µs less (:class:`FlinkBoundedOutOfOrderness`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Final, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from theory.columns import check_duration, check_timestamp
+from theory.columns import as_int, check_duration, check_timestamp
 from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP, MICROS_PER_MILLI, MIN_TIMESTAMP
 from theory.watermarks.sources import BoundedOutOfOrderness, LatchedWatermark, _max_seen_minus
@@ -35,6 +35,7 @@ __all__ = [
     "FlinkCoreView",
     "core_to_flink",
     "flink_bounded_out_of_orderness_curve",
+    "flink_bounded_watermark",
     "flink_to_core",
     "timestamp_from_millis",
     "watermark_from_millis",
@@ -47,9 +48,7 @@ JAVA_LONG_MAX: Final[int] = 2**63 - 1
 
 def timestamp_from_millis(ms: int) -> int:
     """A Flink timestamp or duration in ms to µs (``ms * 1000``); checks the result's range."""
-    if isinstance(ms, bool) or not isinstance(ms, (int, np.integer)):
-        raise TypeError(f"milliseconds must be an int, got {ms!r}")
-    return check_timestamp(int(ms) * MICROS_PER_MILLI, "timestamp")
+    return check_timestamp(as_int(ms, "ms") * MICROS_PER_MILLI, "timestamp")
 
 
 def watermark_from_millis(w_ms: int) -> int:
@@ -59,12 +58,11 @@ def watermark_from_millis(w_ms: int) -> int:
     at or below MIN) maps to ``MIN_TIMESTAMP``; ``Long.MAX_VALUE`` (or above MAX) to
     ``MAX_TIMESTAMP``.
     """
-    if isinstance(w_ms, bool) or not isinstance(w_ms, (int, np.integer)):
-        raise TypeError(f"watermark must be an int of ms, got {w_ms!r}")
-    v = int(w_ms) * MICROS_PER_MILLI + (MICROS_PER_MILLI - 1)
-    if int(w_ms) == JAVA_LONG_MIN or v <= MIN_TIMESTAMP:
+    ms = as_int(w_ms, "w_ms")
+    v = ms * MICROS_PER_MILLI + (MICROS_PER_MILLI - 1)
+    if ms == JAVA_LONG_MIN or v <= MIN_TIMESTAMP:
         return MIN_TIMESTAMP
-    if int(w_ms) == JAVA_LONG_MAX or v >= MAX_TIMESTAMP:
+    if ms == JAVA_LONG_MAX or v >= MAX_TIMESTAMP:
         return MAX_TIMESTAMP
     return v
 
@@ -119,6 +117,15 @@ def core_to_flink(w: int | np.integer | np.ndarray) -> int | np.ndarray:
     if v >= MAX_TIMESTAMP:
         return MAX_TIMESTAMP
     return MIN_TIMESTAMP if v <= MIN_TIMESTAMP else v - 1
+
+
+def flink_bounded_watermark(max_seen: int | None, bound: int) -> int:
+    """Flink's ``BoundedOutOfOrdernessWatermarks`` value (µs, Flink convention):
+    ``max_seen - bound - 1``, clamped at ``MIN_TIMESTAMP``, which is also the value before
+    any element (``max_seen=None``). Unchecked: callers pass checked ints."""
+    if max_seen is None:
+        return MIN_TIMESTAMP
+    return max(MIN_TIMESTAMP, max_seen - bound - 1)
 
 
 def flink_bounded_out_of_orderness_curve(
