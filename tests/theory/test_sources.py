@@ -16,28 +16,26 @@ from theory.flink.conventions import (
     flink_to_core,
 )
 from theory.series import StepSeries
-from theory.time import HOUR, MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE, SECOND
-from theory.watermarks.percentile import percentile_details
-from theory.watermarks.sources import (
+from theory.time import HOUR, MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE, SECOND, parse_duration
+from theory.watermarks.heuristic import (
     BoundedOutOfOrderness,
     DynamicPartitionsWatermark,
-    IngressWatermark,
-    LatchedWatermark,
-    PercentileSourceWatermark,
-    PerfectWatermark,
-    SourceWatermark,
-    StaticPartitionsWatermark,
-    _cover_min,
     bounded_out_of_orderness_curve,
     dynamic_partitions_curve,
+)
+from theory.watermarks.latch import LatchedWatermark, SourceWatermark
+from theory.watermarks.percentile_source import PercentileSourceWatermark, percentile_source_curve
+from theory.watermarks.percentile_sweep import percentile_details
+from theory.watermarks.perfect import (
+    IngressWatermark,
+    PerfectWatermark,
+    StaticPartitionsWatermark,
     ingress_curve,
     ingress_timestamps,
-    make_source_watermark,
-    parse_duration,
-    percentile_source_curve,
     perfect_curve,
     static_partitions_curve,
 )
+from theory.watermarks.spec import make_source_watermark
 
 I64 = np.int64
 JAVA_LONG_MIN = -(2**63)
@@ -402,21 +400,6 @@ def test_dynamic_with_wide_partition_ids(tr: Trace, timeout: int | None) -> None
     ref_t, ref_v = dynamic_reference(e, a, p, timeout)
     np.testing.assert_array_equal(curve.times, ref_t)
     np.testing.assert_array_equal(curve.values, ref_v)
-
-
-@given(st.integers(1, 40).flatmap(lambda m: st.tuples(
-    st.just(m),
-    st.lists(st.tuples(st.integers(0, m), st.integers(0, m), st.integers(-50, 50)), max_size=30),
-)))
-def test_cover_min_matches_brute_force(case: tuple[int, list[tuple[int, int, int]]]) -> None:
-    m, ivs = case
-    lo = np.array([min(x, y) for x, y, _ in ivs], dtype=I64)
-    hi = np.array([max(x, y) for x, y, _ in ivs], dtype=I64)
-    val = np.array([v for _, _, v in ivs], dtype=I64)
-    got = _cover_min(lo, hi, val, m)
-    for j in range(m):
-        cover = val[(lo <= j) & (j < hi)]
-        assert got[j] == (int(cover.min()) if cover.size else np.iinfo(np.int64).max)
 
 
 def test_dynamic_late_appearing_partition_produces_late_data() -> None:
