@@ -22,6 +22,7 @@ from theory.structures import OrderStatisticList
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND
 from theory.watermarks import percentile_sweep as sweep_module
 from theory.watermarks.holds import inflight_min
+from theory.watermarks.latch import Latch, latch_estimates
 from theory.watermarks.percentile import PercentileWatermark, quantile_rank
 from theory.watermarks.percentile_sketch import (
     SketchPercentileWatermark,
@@ -270,6 +271,30 @@ def test_regressions_and_latching_incremental():
     w.complete(1)
     w.complete(2)
     assert w.current() == 20 and len(w) == 3
+
+
+@given(
+    st.lists(st.one_of(st.none(), st.integers(-5, 5)), max_size=30),
+    st.integers(-5, 5),
+    st.integers(-3, 3),
+)
+def test_vectorised_latch_is_the_scalar_latch(estimates, initial, fallback):
+    """latch_estimates (the curves) and Latch._latch_estimate (the objects) are one rule:
+    same latched values, same regressions; None is "nothing active" (the fallback)."""
+    latch = Latch(initial)
+    latched = [latch._latch_estimate(x, fallback) for x in estimates]
+    raw = np.array([fallback if x is None else x for x in estimates], dtype=np.int64)
+    estimated = np.array([x is not None for x in estimates], dtype=bool)
+    got, regressions = latch_estimates(raw, estimated, initial)
+    assert got.tolist() == latched and regressions == latch.regressions
+
+
+def test_the_source_latch_counts_every_evaluation_below():
+    """LatchedWatermark's rule (Latch._latch): an unchanged low value counts again."""
+    latch = Latch()
+    for x in (5, 3, 3, 7, 6):
+        latch._latch(x)
+    assert latch._value == 7 and latch.regressions == 3
 
 
 # --------------------------------------------------------------------------- sketch

@@ -657,6 +657,11 @@ def test_registry_rejects_bad_specs(spec: str) -> None:
         make_source_watermark(spec)
 
 
+def test_a_spec_that_is_not_a_string_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="expected a string"):
+        make_source_watermark(30)  # type: ignore[arg-type]
+
+
 def test_oracle_specs_need_the_trace() -> None:
     with pytest.raises(ValueError, match="perfect"):
         make_source_watermark("perfect").incremental()

@@ -50,11 +50,10 @@ class Latch:
         """Latch an ``estimate`` (None: nothing active, then latch ``fallback`` if given,
         checked as ``input_watermark``); return the latched value (µs)."""
         if estimate is not None:
-            if estimate < self._value:
-                if estimate != self._last:
-                    self.regressions += 1
-            else:
+            if estimate >= self._value:
                 self._value = estimate
+            elif estimate != self._last:
+                self.regressions += 1
             self._last = estimate
             return self._value
         self._last = None

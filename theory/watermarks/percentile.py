@@ -167,29 +167,32 @@ class PercentileWatermark(Latch):
 
         Raises ``ValueError`` (nothing changed) if no such element is active.
         """
-        if (event_time is None) == (item_id is None):
-            raise ValueError("complete() needs exactly one of event_time and item_id")
-        if item_id is None:
-            self._complete_anonymous(event_time)
-        else:
+        if item_id is not None:
+            if event_time is not None:
+                raise ValueError("complete() needs exactly one of event_time and item_id")
             self._complete_by_id(item_id)
-
-    def _complete_anonymous(self, event_time: object) -> None:
-        e = event_time
+            return
+        e = event_time  # the anonymous case, inline: the incremental hot path
         if type(e) is not int or not MIN_TIMESTAMP <= e <= MAX_TIMESTAMP:
+            if e is None:
+                raise ValueError("complete() needs exactly one of event_time and item_id")
             e = check_timestamp(e, "event_time")
-        # an element activated with an id must complete by it: keep it out of reach here
         if self._id_values and e in self._id_values:
-            s = self._set
-            if s.count_le(e) - s.count_lt(e) <= self._id_values[e]:
-                raise ValueError(
-                    f"no anonymous active element has event_time={e}; "
-                    "elements activated with an item_id complete by item_id"
-                )
+            self._refuse_if_only_named(e)
         try:
             self._set.remove(e)
         except ValueError:
             raise ValueError(f"no active element has event_time={e}") from None
+
+    def _refuse_if_only_named(self, e: int) -> None:
+        """An element activated with an id completes by it: refuse an anonymous completion
+        at ``e`` when every active element there has an id."""
+        s = self._set
+        if s.count_le(e) - s.count_lt(e) <= self._id_values[e]:
+            raise ValueError(
+                f"no anonymous active element has event_time={e}; "
+                "elements activated with an item_id complete by item_id"
+            )
 
     def _complete_by_id(self, item_id: Hashable) -> None:
         e = self._by_id.get(item_id)
@@ -214,4 +217,6 @@ class PercentileWatermark(Latch):
     def current(self, input_watermark: int | None = None) -> int:
         """Evaluate now: latch the order statistic (or ``input_watermark`` when nothing is
         active) and return the latched watermark (µs)."""
-        return self._latch_estimate(self.computed(), input_watermark)
+        s = self._set  # computed(), inlined: this is the incremental hot path
+        n = len(s)
+        return self._latch_estimate(s.kth(int((n - 1) * self._q)) if n else None, input_watermark)
