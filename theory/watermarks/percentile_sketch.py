@@ -435,38 +435,22 @@ def sketch_percentile_values(
     check_p(p)
     e, a, c = element_columns(event_time, activation, completion)
     fb = fallback_series(fallback)
-    ts = time_column(times, "times")
-    if ts.size > 1 and bool(np.any(ts[1:] < ts[:-1])):
-        i = int(np.argmax(ts[1:] < ts[:-1])) + 1
-        raise ValueError(
-            f"times must be sorted: times[{i}]={int(ts[i])} µs is before "
-            f"times[{i - 1}]={int(ts[i - 1])} µs"
-        )
+    ts = _sorted_times(times)
     params.setdefault("initial", fb.initial)
     sk = SketchPercentileWatermark(p, **params)
-    n = e.size
-    when = np.concatenate((a, c))
-    kind = np.concatenate((np.zeros(n, np.int8), np.ones(n, np.int8)))
-    order = np.lexsort((kind, when))
-    ev_t = when[order].tolist()
-    ev_row = (order % n).tolist() if n else []
-    ev_kind = kind[order].tolist()
-    el = e.tolist()
-    al = a.tolist()
+    ev_t, ev_e, ev_a, ev_done = _updates(e, a, c)
     raw = np.empty(ts.size, dtype=np.int64)
     bound = np.zeros(ts.size, dtype=np.float64)
     active = np.empty(ts.size, dtype=np.int64)
     fb_at = fb.at(ts) if ts.size else ts
     peak = 0
     i = 0
-    total = len(ev_t)
     for j, t in enumerate(ts.tolist()):
-        while i < total and ev_t[i] <= t:
-            r = ev_row[i]
-            if ev_kind[i] == 0:
-                sk.activate(el[r], ev_t[i])
+        while i < len(ev_t) and ev_t[i] <= t:
+            if ev_done[i]:
+                sk.complete(ev_e[i], ev_a[i], ev_t[i])
             else:
-                sk.complete(el[r], al[r], ev_t[i])
+                sk.activate(ev_e[i], ev_t[i])
             i += 1
         sk.advance_to(t)
         v = sk.computed()
@@ -478,3 +462,28 @@ def sketch_percentile_values(
     curve = StepSeries.from_events(ts, latched, fb.initial).compressed()
     return SketchEvaluation(ts, raw, bound, active, curve, sk, peak)
 
+
+def _sorted_times(times: ArrayLike) -> np.ndarray:
+    """The evaluation times (µs), which must be sorted: ``ValueError`` names the first
+    index out of order."""
+    ts = time_column(times, "times")
+    if ts.size > 1 and bool(np.any(ts[1:] < ts[:-1])):
+        i = int(np.argmax(ts[1:] < ts[:-1])) + 1
+        raise ValueError(
+            f"times must be sorted: times[{i}]={int(ts[i])} µs is before "
+            f"times[{i - 1}]={int(ts[i - 1])} µs"
+        )
+    return ts
+
+
+def _updates(
+    e: np.ndarray, a: np.ndarray, c: np.ndarray
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The 2n updates in time order, activations first at a time: their times, event
+    times, activation times, and whether each is a completion (1) or an activation (0)."""
+    n = e.size
+    when = np.concatenate((a, c))
+    kind = np.concatenate((np.zeros(n, np.int8), np.ones(n, np.int8)))
+    order = np.lexsort((kind, when))
+    row = order % n if n else order
+    return when[order].tolist(), e[row].tolist(), a[row].tolist(), kind[order].tolist()

@@ -164,7 +164,6 @@ def _answers(
     return rank[which if asked is None else which[asked]]
 
 
-
 # --------------------------------------------------------------------------- events
 
 
@@ -203,7 +202,6 @@ def _event_stream(
     return ts[merge], ev, values
 
 
-
 @dataclass(frozen=True)
 class PercentileCurve:
     """The evaluation of ``W_p`` over a trace (module docstring).
@@ -211,8 +209,8 @@ class PercentileCurve:
     ``times``: the evaluation grid (sorted, µs); ``raw``: the computed value at each (the
     order statistic, or the fallback where nothing is active); ``active``: ``n(t)``;
     ``latched``: the running maximum at each grid time; ``curve``: the latched watermark
-    as a compressed :class:`StepSeries`; ``regressions``: as defined in the module
-    docstring.
+    as a compressed :class:`StepSeries`; ``regressions``: as defined in
+    :mod:`theory.watermarks.percentile`.
     """
 
     times: np.ndarray
@@ -221,7 +219,6 @@ class PercentileCurve:
     latched: np.ndarray
     curve: StepSeries
     regressions: int
-
 
 
 def percentile_details(
