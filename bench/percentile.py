@@ -58,11 +58,9 @@ import numpy as np
 
 from theory.data.generators import generate_trace
 from theory.structures import OrderStatisticList
-from theory.watermarks.percentile import (
-    PercentileWatermark,
-    SketchPercentileWatermark,
-    percentile_details,
-)
+from theory.watermarks.percentile import PercentileWatermark
+from theory.watermarks.percentile_sketch import SketchPercentileWatermark
+from theory.watermarks.percentile_sweep import percentile_details
 
 SKETCHES: dict[str, dict[str, Any]] = {
     "exact": {},

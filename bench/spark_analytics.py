@@ -8,10 +8,10 @@ count of every strategy:
 - **spark**: :func:`spark_backend.analytics.prepare` (the one shuffle) +
   :func:`~spark_backend.analytics.analyze` (the lateness table) + materialising the
   curves (a ``noop`` write);
-- **numpy**: :func:`theory.watermarks.sources.perfect_curve`,
-  :func:`theory.watermarks.sources.bounded_out_of_orderness_curve`,
-  :func:`theory.watermarks.percentile.percentile_curve` (source level: active from event to arrival
-  time, the perfect curve as fallback; :func:`spark_backend.analytics.
+- **numpy**: :func:`theory.watermarks.perfect.perfect_curve`,
+  :func:`theory.watermarks.heuristic.bounded_out_of_orderness_curve`,
+  :func:`theory.watermarks.percentile_sweep.percentile_curve` (source level: active from event
+  to arrival time, the perfect curve as fallback; :func:`spark_backend.analytics.
   percentile_curve_numpy` if theory lacks it) and late counts with
   :meth:`theory.series.StepSeries.before`, on the same rows collected through Arrow.
 
@@ -53,7 +53,8 @@ from spark_backend.tracedf import generate_trace_df
 from theory.data.generators import Delay
 from theory.series import StepSeries
 from theory.time import SECOND
-from theory.watermarks.sources import bounded_out_of_orderness_curve, perfect_curve
+from theory.watermarks.heuristic import bounded_out_of_orderness_curve
+from theory.watermarks.perfect import perfect_curve
 
 STRATEGIES = ("perfect", "bounded:2s", "bounded:30s", "percentile:0.99")
 _MOD = 1_000_003
@@ -65,12 +66,12 @@ PercentileFn = Callable[[np.ndarray, np.ndarray, float, StepSeries], StepSeries]
 def _numpy_percentile() -> tuple[str, PercentileFn]:
     """theory's vectorised percentile curve when it exists, else the numpy kernel."""
     try:
-        from theory.watermarks.percentile import percentile_curve
+        from theory.watermarks.percentile_sweep import percentile_curve
     except ImportError:
         return "spark_backend.analytics.percentile_curve_numpy", (
             lambda e, a, p, _fallback: percentile_curve_numpy(e, a, p)
         )
-    return "theory.watermarks.percentile.percentile_curve", (
+    return "theory.watermarks.percentile_sweep.percentile_curve", (
         lambda e, a, p, fallback: percentile_curve(e, np.minimum(e, a), a, p, fallback)
     )
 

@@ -84,7 +84,7 @@ from pyspark.sql import types as T
 from theory.columns import check_duration
 from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
-from theory.watermarks.sources import make_source_watermark
+from theory.watermarks.spec import make_source_watermark
 
 __all__ = [
     "ArrivalLayout",

@@ -84,10 +84,9 @@ _EXPORTS: dict[str, str] = {
     ),
     **dict.fromkeys(("GroupByWindowEngine", "Pane", "run_script"), "theory.windowing.engine"),
     # watermarks
-    "make_source_watermark": "theory.watermarks.sources",
-    **dict.fromkeys(
-        ("PercentileWatermark", "SketchPercentileWatermark"), "theory.watermarks.percentile"
-    ),
+    "make_source_watermark": "theory.watermarks.spec",
+    "PercentileWatermark": "theory.watermarks.percentile",
+    "SketchPercentileWatermark": "theory.watermarks.percentile_sketch",
     # pipeline
     **dict.fromkeys(
         ("Pipeline", "Source", "ParDo", "GroupByWindow", "Flatten"), "theory.pipeline.stages"
@@ -206,8 +205,9 @@ if TYPE_CHECKING:  # static checkers see the eager imports; runtime stays lazy
         SECOND,
         parse_duration,
     )
-    from theory.watermarks.percentile import PercentileWatermark, SketchPercentileWatermark
-    from theory.watermarks.sources import make_source_watermark
+    from theory.watermarks.percentile import PercentileWatermark
+    from theory.watermarks.percentile_sketch import SketchPercentileWatermark
+    from theory.watermarks.spec import make_source_watermark
     from theory.windowing.engine import GroupByWindowEngine, Pane, run_script
     from theory.windowing.script import ElementEvent, ProcessingTimeEvent, Script, WatermarkEvent
     from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy

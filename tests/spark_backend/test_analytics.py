@@ -1,7 +1,7 @@
 """Spark analytics agree exactly with theory's vectorised results on the same rows.
 
 Traces are generated in Spark (seeded), collected through Arrow, and given to
-:mod:`theory.watermarks.sources`, :mod:`theory.watermarks.percentile`, :mod:`theory.series` and
+:mod:`theory.watermarks` (perfect, heuristic, percentile_sweep), :mod:`theory.series` and
 :func:`theory.experiments.tradeoff`; every curve, late count, window and hold-back figure
 must be identical (means of fractions up to float rounding).
 """
@@ -27,8 +27,9 @@ from theory.experiments.tradeoff import Strategy as TheoryStrategy
 from theory.experiments.tradeoff import tradeoff
 from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP, SECOND
-from theory.watermarks.percentile import percentile_curve, reference_percentile_values
-from theory.watermarks.sources import bounded_out_of_orderness_curve, perfect_curve
+from theory.watermarks.heuristic import bounded_out_of_orderness_curve
+from theory.watermarks.percentile_sweep import percentile_curve, reference_percentile_values
+from theory.watermarks.perfect import perfect_curve
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,8 @@ from spark_backend.report import Report
 from spark_backend.tracedf import chapter3_trace_df, to_trace
 from theory.experiments.tradeoff import Strategy, tradeoff
 from theory.time import MINUTE, parse_duration
-from theory.watermarks.sources import bounded_out_of_orderness_curve, perfect_curve
+from theory.watermarks.heuristic import bounded_out_of_orderness_curve
+from theory.watermarks.perfect import perfect_curve
 
 EVENTS = 200_000
 SEED = 4
@@ -77,7 +78,7 @@ def test_every_file_is_written(demo):
 
 def _theory_specs() -> list[str]:
     """The default strategies theory's simulator can run as source watermarks."""
-    from theory.watermarks.sources import make_source_watermark
+    from theory.watermarks.spec import make_source_watermark
 
     ok = []
     for s in DEFAULT_STRATEGIES:

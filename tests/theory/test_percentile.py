@@ -20,16 +20,18 @@ from theory.data.generators import Delay, generate_trace
 from theory.series import StepSeries
 from theory.structures import OrderStatisticList
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND
-from theory.watermarks import percentile as percentile_module
+from theory.watermarks import percentile_sweep as sweep_module
 from theory.watermarks.holds import inflight_min
-from theory.watermarks.percentile import (
-    PercentileWatermark,
+from theory.watermarks.latch import Latch, latch_estimates
+from theory.watermarks.percentile import PercentileWatermark, quantile_rank
+from theory.watermarks.percentile_sketch import (
     SketchPercentileWatermark,
+    sketch_percentile_values,
+)
+from theory.watermarks.percentile_sweep import (
     percentile_curve,
     percentile_details,
-    quantile_rank,
     reference_percentile_values,
-    sketch_percentile_values,
 )
 
 EMPTY = StepSeries(np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -213,7 +215,7 @@ def test_source_level_thinned_sweep_equals_the_full_sweep(rows, p, fallback, thi
     takes the general path."""
     e, _, c = columns(rows)
     c = np.maximum(c, e)
-    with patch.object(percentile_module, "THIN_AT_MOST", thin):
+    with patch.object(sweep_module, "THIN_AT_MOST", thin):
         assert_details_equal(
             percentile_details(e, e, c, p, fallback),
             percentile_details(e, e.copy(), c, p, fallback),
@@ -223,7 +225,7 @@ def test_source_level_thinned_sweep_equals_the_full_sweep(rows, p, fallback, thi
 @pytest.mark.parametrize("thin", [1.0, 0.0])
 @pytest.mark.parametrize("p", [1.0, 0.99, 0.9, 0.5, 0.1])
 def test_source_level_thinned_sweep_on_distinct_times(monkeypatch, p, thin):
-    monkeypatch.setattr(percentile_module, "THIN_AT_MOST", thin)
+    monkeypatch.setattr(sweep_module, "THIN_AT_MOST", thin)
     # microsecond times: (almost) every event at its own instant, a query at each
     tr = generate_trace(20_000, seed=5, stragglers=0.02)
     e, a = tr.event_time, tr.arrival_time
@@ -269,6 +271,30 @@ def test_regressions_and_latching_incremental():
     w.complete(1)
     w.complete(2)
     assert w.current() == 20 and len(w) == 3
+
+
+@given(
+    st.lists(st.one_of(st.none(), st.integers(-5, 5)), max_size=30),
+    st.integers(-5, 5),
+    st.integers(-3, 3),
+)
+def test_vectorised_latch_is_the_scalar_latch(estimates, initial, fallback):
+    """latch_estimates (the curves) and Latch._latch_estimate (the objects) are one rule:
+    same latched values, same regressions; None is "nothing active" (the fallback)."""
+    latch = Latch(initial)
+    latched = [latch._latch_estimate(x, fallback) for x in estimates]
+    raw = np.array([fallback if x is None else x for x in estimates], dtype=np.int64)
+    estimated = np.array([x is not None for x in estimates], dtype=bool)
+    got, regressions = latch_estimates(raw, estimated, initial)
+    assert got.tolist() == latched and regressions == latch.regressions
+
+
+def test_the_source_latch_counts_every_evaluation_below():
+    """LatchedWatermark's rule (Latch._latch): an unchanged low value counts again."""
+    latch = Latch()
+    for x in (5, 3, 3, 7, 6):
+        latch._latch(x)
+    assert latch._value == 7 and latch.regressions == 3
 
 
 # --------------------------------------------------------------------------- sketch
@@ -346,15 +372,32 @@ def test_sketch_memory_stays_bounded():
 # --------------------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("p", [0, 0.0, -0.1, 1.0000001, 2, float("nan"), "0.5", True, None])
-def test_p_outside_zero_one_is_rejected_everywhere(p):
+@pytest.mark.parametrize(
+    ("p", "error"),
+    [
+        *((p, ValueError) for p in (0, 0.0, -0.1, 1.0000001, 2, float("nan"), float("inf"))),
+        *((p, TypeError) for p in ("0.5", True, None, [0.5])),
+    ],
+)
+def test_p_outside_zero_one_is_rejected_everywhere(p, error):
+    """A bad value is a ValueError, a non-number a TypeError, both naming p."""
     e = np.array([1, 2])
-    with pytest.raises(ValueError, match=r"p must be"):
+    with pytest.raises(error, match=r"p must be"):
         PercentileWatermark(p)
-    with pytest.raises(ValueError, match=r"p must be"):
+    with pytest.raises(error, match=r"p must be"):
         percentile_curve(e, e, e + 1, p)
-    with pytest.raises(ValueError, match=r"p must be"):
+    with pytest.raises(error, match=r"p must be"):
         SketchPercentileWatermark(p)
+    with pytest.raises(error, match=r"p must be"):
+        quantile_rank(3, p)
+
+
+def test_quantile_rank_needs_a_count_of_at_least_one():
+    assert quantile_rank(11, 0.5) == 5
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        quantile_rank(0, 0.5)
+    with pytest.raises(TypeError, match="n must be an integer"):
+        quantile_rank(2.0, 0.5)  # type: ignore[arg-type]
 
 
 def test_completion_before_activation_names_the_row():
@@ -376,8 +419,10 @@ def test_bad_columns():
         percentile_curve([[1]], [[0]], [[1]], 0.5)
     with pytest.raises(ValueError, match=r"activation\[0\]=.* above MAX_TIMESTAMP"):
         percentile_curve([1], np.array([MAX_TIMESTAMP + 1], dtype=np.int64), [1], 0.5)
-    with pytest.raises(ValueError, match="fallback must be a StepSeries"):
+    with pytest.raises(TypeError, match="fallback must be a StepSeries"):
         percentile_curve([1], [0], [1], 0.5, fallback=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="fallback must be a StepSeries"):
+        sketch_percentile_values([1], [0], [1], 0.5, [0], fallback=5)  # type: ignore[arg-type]
 
 
 def test_unsorted_processing_times_are_rejected_and_state_kept():
@@ -434,8 +479,27 @@ def test_completing_an_inactive_element_is_rejected_and_state_kept():
         (dict(exact_age=-1), "exact_age"),
         (dict(exact_capacity=-1), "exact_capacity"),
         (dict(max_sketches=0), "max_sketches"),
+        (dict(initial=MAX_TIMESTAMP + 1), "initial"),
     ],
 )
 def test_bad_sketch_parameters(kwargs, match):
     with pytest.raises(ValueError, match=match):
+        SketchPercentileWatermark(0.5, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(k=200.0),
+        dict(k=True),
+        dict(bucket_width=1.5),
+        dict(exact_age="1s"),
+        dict(exact_capacity=None),
+        dict(max_sketches=2.0),
+        dict(initial=0.5),
+    ],
+)
+def test_sketch_parameters_of_the_wrong_type_are_type_errors(kwargs):
+    (name,) = kwargs
+    with pytest.raises(TypeError, match=name):
         SketchPercentileWatermark(0.5, **kwargs)

@@ -49,3 +49,10 @@ def test_inflight_min_matches_brute_force(rows, fifo):
         live = ts[(a <= t) & (t < d)]
         expected = int(live.min()) if live.size else MAX_TIMESTAMP
         assert int(s.at(t)) == expected
+
+
+def test_inflight_min_checks_its_columns():
+    with pytest.raises(TypeError, match="depart must hold integers"):
+        inflight_min(np.array([0]), np.array([1.5]), np.array([0]))
+    with pytest.raises(ValueError, match="timestamp has 1 elements but arrive has 2"):
+        inflight_min(np.array([0, 1]), np.array([1, 2]), np.array([0]))

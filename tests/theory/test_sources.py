@@ -16,28 +16,26 @@ from theory.flink.conventions import (
     flink_to_core,
 )
 from theory.series import StepSeries
-from theory.time import HOUR, MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE, SECOND
-from theory.watermarks.percentile import percentile_details
-from theory.watermarks.sources import (
+from theory.time import HOUR, MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE, SECOND, parse_duration
+from theory.watermarks.heuristic import (
     BoundedOutOfOrderness,
     DynamicPartitionsWatermark,
-    IngressWatermark,
-    LatchedWatermark,
-    PercentileSourceWatermark,
-    PerfectWatermark,
-    SourceWatermark,
-    StaticPartitionsWatermark,
-    _cover_min,
     bounded_out_of_orderness_curve,
     dynamic_partitions_curve,
+)
+from theory.watermarks.latch import LatchedWatermark, SourceWatermark
+from theory.watermarks.percentile_source import PercentileSourceWatermark, percentile_source_curve
+from theory.watermarks.percentile_sweep import percentile_details
+from theory.watermarks.perfect import (
+    IngressWatermark,
+    PerfectWatermark,
+    StaticPartitionsWatermark,
     ingress_curve,
     ingress_timestamps,
-    make_source_watermark,
-    parse_duration,
-    percentile_source_curve,
     perfect_curve,
     static_partitions_curve,
 )
+from theory.watermarks.spec import make_source_watermark
 
 I64 = np.int64
 JAVA_LONG_MIN = -(2**63)
@@ -404,21 +402,6 @@ def test_dynamic_with_wide_partition_ids(tr: Trace, timeout: int | None) -> None
     np.testing.assert_array_equal(curve.values, ref_v)
 
 
-@given(st.integers(1, 40).flatmap(lambda m: st.tuples(
-    st.just(m),
-    st.lists(st.tuples(st.integers(0, m), st.integers(0, m), st.integers(-50, 50)), max_size=30),
-)))
-def test_cover_min_matches_brute_force(case: tuple[int, list[tuple[int, int, int]]]) -> None:
-    m, ivs = case
-    lo = np.array([min(x, y) for x, y, _ in ivs], dtype=I64)
-    hi = np.array([max(x, y) for x, y, _ in ivs], dtype=I64)
-    val = np.array([v for _, _, v in ivs], dtype=I64)
-    got = _cover_min(lo, hi, val, m)
-    for j in range(m):
-        cover = val[(lo <= j) & (j < hi)]
-        assert got[j] == (int(cover.min()) if cover.size else np.iinfo(np.int64).max)
-
-
 def test_dynamic_late_appearing_partition_produces_late_data() -> None:
     e = np.array([100, 110, 120, 50, 130])
     a = np.array([1, 2, 3, 4, 5])
@@ -672,6 +655,11 @@ def test_registry_curves_match_incremental(tr: Trace) -> None:
 def test_registry_rejects_bad_specs(spec: str) -> None:
     with pytest.raises(ValueError, match=repr(spec).replace("(", r"\(")):
         make_source_watermark(spec)
+
+
+def test_a_spec_that_is_not_a_string_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="expected a string"):
+        make_source_watermark(30)  # type: ignore[arg-type]
 
 
 def test_oracle_specs_need_the_trace() -> None:

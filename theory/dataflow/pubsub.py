@@ -60,10 +60,11 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import ArrayLike
 
+from theory.arrays import cover_min as _cover_min
+from theory.arrays import minus_clamped as _minus_clamped
 from theory.columns import check_duration, check_timestamp, time_column
 from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE, SECOND
-from theory.watermarks.sources import _cover_min, _minus_clamped
 
 __all__ = [
     "REASONS",

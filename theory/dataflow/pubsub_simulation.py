@@ -39,6 +39,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from theory.arrays import cover_min as _cover_min
 from theory.columns import check_duration, check_timestamp
 from theory.dataflow.pubsub import (
     BeamPubsubRule,
@@ -47,12 +48,9 @@ from theory.dataflow.pubsub import (
     tracking_estimate_series,
 )
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE, SECOND
+from theory.watermarks.heuristic import bounded_out_of_orderness_curve
 from theory.watermarks.percentile import check_p
-from theory.watermarks.sources import (
-    _cover_min,
-    bounded_out_of_orderness_curve,
-    percentile_source_curve,
-)
+from theory.watermarks.percentile_source import percentile_source_curve
 
 __all__ = [
     "SCENARIOS",

@@ -26,7 +26,9 @@ from numpy.typing import ArrayLike
 from theory.columns import as_int, check_duration, check_timestamp
 from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP, MICROS_PER_MILLI, MIN_TIMESTAMP
-from theory.watermarks.sources import BoundedOutOfOrderness, LatchedWatermark, _max_seen_minus
+from theory.watermarks.heuristic import BoundedOutOfOrderness
+from theory.watermarks.heuristic import max_seen_minus as _max_seen_minus
+from theory.watermarks.latch import LatchedWatermark
 
 __all__ = [
     "JAVA_LONG_MAX",

@@ -30,7 +30,7 @@ from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Pipeline, Sour
 from theory.series import StepSeries, pointwise_min, union_times
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from theory.watermarks.holds import inflight_min
-from theory.watermarks.sources import make_source_watermark
+from theory.watermarks.spec import make_source_watermark
 from theory.windowing.engine import STATE_HOLD, GroupByWindowEngine, Pane
 
 #: The hold component name for elements a stage has received but not yet emitted.

@@ -1,0 +1,264 @@
+"""Perfect source watermarks (µs): ingress timestamping, the whole-trace oracle, and a
+static set of time-ordered partitions.
+
+A perfect watermark is never passed by data: no element arrives with an event time
+below the watermark at its arrival (DESIGN.md "Source watermarks"). Each has a
+vectorised ``*_curve`` and an incremental generator (:class:`LatchedWatermark`) that
+give the same answers (package docstring).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from theory.arrays import group_last, sorted_unique, stable_argsort_int
+from theory.columns import check_timestamp, time_column
+from theory.series import StepSeries
+from theory.structures import Frontier
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
+from theory.watermarks.latch import LatchedWatermark
+from theory.watermarks.source_trace import (
+    by_arrival,
+    empty_curve,
+    partitions_or_zero,
+    source_columns,
+)
+
+__all__ = [
+    "IngressWatermark",
+    "PerfectWatermark",
+    "StaticPartitionsWatermark",
+    "ingress_curve",
+    "ingress_timestamps",
+    "perfect_curve",
+    "static_partitions_curve",
+]
+
+
+# --------------------------------------------------------------------------- ingress
+
+
+def ingress_timestamps(arrival_time: ArrayLike) -> np.ndarray:
+    """Ingress timestamping: each element's event time is its arrival time (µs, int64)."""
+    return time_column(arrival_time, "arrival_time").copy()
+
+
+def ingress_curve(arrival_time: ArrayLike) -> StepSeries:
+    """Perfect watermark under ingress timestamping: ``W(t) = t + 1`` at each arrival ``t``.
+
+    After the elements arriving at ``t`` are emitted, every later element is stamped with
+    a later arrival time ``>= t + 1``, so ``t + 1`` is exact (capped at MAX_TIMESTAMP).
+    Between arrivals the true value keeps rising with the clock; see
+    :meth:`IngressWatermark.advance_to`.
+    """
+    a = time_column(arrival_time, "arrival_time")
+    if a.size == 0:
+        return empty_curve()
+    times = sorted_unique(a)
+    return StepSeries(times, np.minimum(times + 1, MAX_TIMESTAMP), MIN_TIMESTAMP)
+
+
+class IngressWatermark(LatchedWatermark):
+    """Incremental :func:`ingress_curve`. ``event_time`` is ignored: ingress re-stamps
+    every element with its ``arrival_time``."""
+
+    def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
+        a = self._check_arrival(arrival_time)
+        self._latch(min(a + 1, MAX_TIMESTAMP))
+
+    def _on_advance(self, t: int) -> None:
+        self._latch(min(t + 1, MAX_TIMESTAMP))
+
+
+# --------------------------------------------------------------------------- perfect oracle
+
+
+def _suffix_min(e: np.ndarray) -> np.ndarray:
+    """``out[i] = min(e[i:])`` (µs), with ``out[len(e)] = MAX_TIMESTAMP`` (nothing left)."""
+    suffix = np.empty(e.size + 1, dtype=np.int64)
+    suffix[-1] = MAX_TIMESTAMP
+    if e.size:
+        suffix[:-1] = np.minimum.accumulate(e[::-1])[::-1]
+    return suffix
+
+
+def perfect_curve(
+    event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None = None
+) -> StepSeries:
+    """Oracle over a finite trace: ``W(t) = min event_time over elements arriving > t``.
+
+    ``MAX_TIMESTAMP`` once nothing remains. No element is ever late against it.
+    ``partition`` is accepted for a uniform signature and ignored.
+    """
+    e, a, _ = source_columns(event_time, arrival_time, partition)
+    if a.size == 0:
+        return empty_curve()
+    e_s, a_s, _ = by_arrival(e, a)
+    last = group_last(a_s)
+    return StepSeries(a_s[last], _suffix_min(e_s)[last + 1], MIN_TIMESTAMP)
+
+
+class PerfectWatermark(LatchedWatermark):
+    """Incremental :func:`perfect_curve`: an oracle that knows the whole trace.
+
+    After each element: the minimum event time of the elements not yet observed (µs).
+    Elements must be observed in arrival order, each exactly once; within one arrival
+    time any order is accepted.
+    """
+
+    def __init__(self, event_time: ArrayLike, arrival_time: ArrayLike) -> None:
+        super().__init__()
+        e, a, _ = source_columns(event_time, arrival_time)
+        order = np.lexsort((e, a))
+        self._e = e[order]  # by arrival, then event time within an arrival time
+        a_s = a[order]
+        self._suffix = _suffix_min(self._e)
+        self._ends = group_last(a_s) + 1  # end of each arrival time's run in self._e
+        self._times = a_s[self._ends - 1]  # the distinct arrival times
+        self._group = -1  # the arrival time being observed
+        self._start = 0
+        self._end = 0
+        self._pos = 0  # first element of the group not yet observed (by event time)
+        self._left: Counter[int] = Counter()  # the group's unobserved event times
+
+    def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
+        e = check_timestamp(event_time, "event_time")
+        a = self._check_arrival(arrival_time, commit=False)
+        if self._group < 0 or a != int(self._times[self._group]):
+            self._next_group(a)
+        if self._left[e] == 0:
+            raise ValueError(
+                f"element (event_time={e}, arrival_time={a}) is not in the oracle's trace "
+                "or was already observed"
+            )
+        self._last_arrival = a
+        self._left[e] -= 1
+        while self._pos < self._end and self._left[int(self._e[self._pos])] == 0:
+            self._pos += 1
+        head = int(self._e[self._pos]) if self._pos < self._end else MAX_TIMESTAMP
+        self._latch(min(head, int(self._suffix[self._end])))
+
+    def _next_group(self, a: int) -> None:
+        """Start the next arrival time, ``a``; refuse it if the trace says otherwise."""
+        if self._group >= 0 and self._pos < self._end:
+            raise ValueError(
+                f"arrival_time={a} µs, but element event_time={int(self._e[self._pos])} arriving "
+                f"at {int(self._times[self._group])} µs was never observed"
+            )
+        g = self._group + 1
+        if g >= self._times.size or int(self._times[g]) != a:
+            what = (
+                "the trace has no more elements"
+                if g >= self._times.size
+                else (f"the next elements arrive at {int(self._times[g])} µs")
+            )
+            raise ValueError(f"arrival_time={a} µs does not match the oracle's trace: {what}")
+        self._group = g
+        self._start = self._end
+        self._end = int(self._ends[g])
+        self._pos = self._start
+        self._left = Counter(self._e[self._start : self._end].tolist())
+
+
+# --------------------------------------------------------------------------- static partitions
+
+
+def _partition_logs(e_s: np.ndarray, p_s: np.ndarray) -> dict[int, np.ndarray]:
+    """Per-partition event times in arrival order; raise if one is not time-ordered."""
+    if p_s.size == 0:
+        return {}
+    po = stable_argsort_int(p_s)
+    pe, pp = e_s[po], p_s[po]
+    bad = np.flatnonzero((pp[1:] == pp[:-1]) & (pe[1:] < pe[:-1]))
+    starts = np.concatenate(([0], np.flatnonzero(pp[1:] != pp[:-1]) + 1))
+    if bad.size:
+        j = int(bad[0]) + 1
+        part = int(pp[j])
+        idx = j - int(starts[np.searchsorted(starts, j, side="right") - 1])
+        _raise_unordered(part, idx, int(pe[j]), int(pe[j - 1]))
+    ends = np.append(starts[1:], pp.size)
+    return {int(pp[s]): pe[s:t] for s, t in zip(starts.tolist(), ends.tolist(), strict=True)}
+
+
+def _raise_unordered(part: int, idx: int, value: int, previous: int) -> None:
+    raise ValueError(
+        f"partition {part} is not time-ordered: index {idx} has event time {value} µs, "
+        f"below index {idx - 1} ({previous} µs)"
+    )
+
+
+def _logs_of_trace(
+    event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None
+) -> tuple[dict[int, np.ndarray], np.ndarray, np.ndarray]:
+    """The checked partition logs of a trace, and its event and arrival columns."""
+    e, a, p = source_columns(event_time, arrival_time, partition)
+    e_s, _, p_s = by_arrival(e, a, p)
+    return _partition_logs(e_s, partitions_or_zero(p_s, e.size)), e, a
+
+
+def static_partitions_curve(
+    event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None = None
+) -> StepSeries:
+    """Static set of time-ordered partitions: ``W = min over partitions of the next unread
+    event time`` (µs; an exhausted partition counts as MAX_TIMESTAMP).
+
+    Each partition's log is its elements in arrival order; a log that is not
+    non-decreasing raises ValueError naming the partition and index. On ordered logs this
+    equals :func:`perfect_curve` (the next unread of a sorted log is its minimum unread).
+    """
+    _, e, a = _logs_of_trace(event_time, arrival_time, partition)
+    return perfect_curve(e, a)
+
+
+class StaticPartitionsWatermark(LatchedWatermark):
+    """Incremental :func:`static_partitions_curve` over known logs.
+
+    ``partition_logs`` maps partition id to its event times in log order (µs); each must
+    be non-decreasing. ``observe(e, a, p)`` must read the next unread element of ``p``.
+    The next unread event times are the holds of a :class:`~theory.structures.Frontier`.
+    """
+
+    def __init__(self, partition_logs: Mapping[int, ArrayLike]) -> None:
+        super().__init__()
+        self._logs: dict[int, np.ndarray] = {}
+        for part, log in partition_logs.items():
+            arr = time_column(log, f"partition_logs[{part}]")
+            bad = np.flatnonzero(arr[1:] < arr[:-1])
+            if bad.size:
+                j = int(bad[0]) + 1
+                _raise_unordered(int(part), j, int(arr[j]), int(arr[j - 1]))
+            self._logs[int(part)] = arr
+        self._cursor = dict.fromkeys(self._logs, 0)
+        # each partition holds at its next unread event time until it is exhausted
+        self._heads = Frontier(int(log[0]) for log in self._logs.values() if log.size)
+
+    @classmethod
+    def from_trace(
+        cls, event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None = None
+    ) -> StaticPartitionsWatermark:
+        """Logs built from a trace: each partition's elements in (stable) arrival order."""
+        logs, _, _ = _logs_of_trace(event_time, arrival_time, partition)
+        return cls(logs)
+
+    def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
+        e = check_timestamp(event_time, "event_time")
+        part = int(partition)
+        if part not in self._logs:
+            raise ValueError(f"partition {part} is not one of the static partitions")
+        log, c = self._logs[part], self._cursor[part]
+        if c >= log.size:
+            raise ValueError(f"partition {part} is exhausted ({log.size} elements), got {e} µs")
+        if int(log[c]) != e:
+            raise ValueError(
+                f"partition {part}: the next unread element (index {c}) has event time "
+                f"{int(log[c])} µs, got {e} µs"
+            )
+        self._check_arrival(arrival_time)
+        self._cursor[part] = c + 1
+        move = ((e, -1), (int(log[c + 1]), 1)) if c + 1 < log.size else ((e, -1),)
+        self._heads.update_iter(move)
+        self._latch(self._heads.min(MAX_TIMESTAMP))

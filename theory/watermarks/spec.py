@@ -1,0 +1,159 @@
+"""The source-watermark spec grammar: ``perfect``, ``bounded:30s``, ``percentile:0.9``, ...
+
+:func:`make_source_watermark` parses a spec into a :class:`SourceWatermarkSpec`, which
+builds the vectorised curve of a trace or a fresh incremental generator, in the core
+(Beam) convention (µs). The specs are the strategies of the simulator, the experiments
+and the ``watermarks`` command line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from numpy.typing import ArrayLike
+
+from theory.series import StepSeries
+from theory.time import MIN_TIMESTAMP, parse_duration
+from theory.watermarks.heuristic import (
+    BoundedOutOfOrderness,
+    DynamicPartitionsWatermark,
+    bounded_out_of_orderness_curve,
+    dynamic_partitions_curve,
+)
+from theory.watermarks.latch import LatchedWatermark
+from theory.watermarks.percentile import check_p
+from theory.watermarks.percentile_source import PercentileSourceWatermark, percentile_source_curve
+from theory.watermarks.perfect import (
+    IngressWatermark,
+    PerfectWatermark,
+    StaticPartitionsWatermark,
+    ingress_curve,
+    perfect_curve,
+    static_partitions_curve,
+)
+
+__all__ = ["SourceWatermarkSpec", "make_source_watermark"]
+
+_SPEC_FORMS = (
+    "perfect, ingress, static, bounded:<duration>, flink-bounded:<duration>, dynamic, "
+    "dynamic:idle=<duration>, percentile:<p>, percentile:<p>:hold; durations like 500ms, "
+    "30s, 2m, 1h or integer µs; p in (0, 1]"
+)
+
+
+@dataclass(frozen=True)
+class SourceWatermarkSpec:
+    """A parsed source-watermark spec; its curves and objects use the core convention."""
+
+    spec: str
+    kind: str
+    bound: int | None = None
+    idle_timeout: int | None = None
+    p: float | None = None
+    hold: bool = False
+
+    def curve(
+        self, event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None = None
+    ) -> StepSeries:
+        """The vectorised watermark (µs) of this spec over a trace.
+
+        For ``ingress`` the event times are ignored (elements are re-stamped with their
+        arrival times; see :func:`~theory.watermarks.perfect.ingress_timestamps`).
+        """
+        if self.kind == "perfect":
+            return perfect_curve(event_time, arrival_time, partition)
+        if self.kind == "ingress":
+            return ingress_curve(arrival_time)
+        if self.kind == "static":
+            return static_partitions_curve(event_time, arrival_time, partition)
+        if self.kind == "bounded":
+            assert self.bound is not None
+            return bounded_out_of_orderness_curve(event_time, arrival_time, bound=self.bound)
+        if self.kind == "flink-bounded":
+            assert self.bound is not None
+            # the flink profile is a layer above the core generators: imported on use
+            from theory.flink.conventions import (
+                flink_bounded_out_of_orderness_curve,
+                flink_to_core,
+            )
+
+            c = flink_bounded_out_of_orderness_curve(event_time, arrival_time, bound=self.bound)
+            return StepSeries(c.times, flink_to_core(c.values), MIN_TIMESTAMP)
+        if self.kind == "percentile":
+            assert self.p is not None
+            return percentile_source_curve(
+                event_time, arrival_time, partition, p=self.p, hold=self.hold
+            )
+        return dynamic_partitions_curve(
+            event_time, arrival_time, partition, idle_timeout=self.idle_timeout
+        )
+
+    def incremental(
+        self,
+        event_time: ArrayLike | None = None,
+        arrival_time: ArrayLike | None = None,
+        partition: ArrayLike | None = None,
+    ) -> LatchedWatermark:
+        """A fresh incremental generator. ``perfect``, ``static`` and ``percentile`` are
+        oracles over a known trace and need ``event_time`` and ``arrival_time`` (and
+        ``partition``)."""
+        if self.kind in ("perfect", "static", "percentile"):
+            if event_time is None or arrival_time is None:
+                raise ValueError(
+                    f"source watermark {self.spec!r} knows its trace in advance: "
+                    "pass event_time and arrival_time to incremental()"
+                )
+            if self.kind == "perfect":
+                return PerfectWatermark(event_time, arrival_time)
+            if self.kind == "percentile":
+                assert self.p is not None
+                return PercentileSourceWatermark(event_time, arrival_time, self.p, hold=self.hold)
+            return StaticPartitionsWatermark.from_trace(event_time, arrival_time, partition)
+        if self.kind == "ingress":
+            return IngressWatermark()
+        if self.kind == "bounded":
+            assert self.bound is not None
+            return BoundedOutOfOrderness(self.bound)
+        if self.kind == "flink-bounded":
+            from theory.flink.conventions import FlinkBoundedOutOfOrderness, FlinkCoreView
+
+            assert self.bound is not None
+            return FlinkCoreView(FlinkBoundedOutOfOrderness(self.bound))
+        return DynamicPartitionsWatermark(self.idle_timeout)
+
+
+def make_source_watermark(spec: str) -> SourceWatermarkSpec:
+    """Parse a spec: ``perfect``, ``ingress``, ``static``, ``bounded:30s``,
+    ``flink-bounded:30s``, ``dynamic``, ``dynamic:idle=1m``, ``percentile:0.9`` or
+    ``percentile:0.9:hold`` (:mod:`~theory.watermarks.percentile_source`; ``hold``: no
+    perfect fallback). A bad spec raises ValueError naming the spec; a non-string,
+    TypeError."""
+    if not isinstance(spec, str):
+        raise TypeError(f"bad source watermark spec {spec!r}: expected a string ({_SPEC_FORMS})")
+    text = spec.strip()
+    name, _, arg = text.partition(":")
+    try:
+        if name in ("perfect", "ingress", "static", "dynamic") and not arg and ":" not in text:
+            return SourceWatermarkSpec(spec, name)
+        if name in ("bounded", "flink-bounded") and arg:
+            return SourceWatermarkSpec(spec, name, bound=parse_duration(arg))
+        if name == "dynamic" and arg.startswith("idle="):
+            return SourceWatermarkSpec(spec, name, idle_timeout=parse_duration(arg[5:]))
+        if name == "percentile" and arg:
+            p, hold = _parse_percentile(arg)
+            return SourceWatermarkSpec(spec, name, p=p, hold=hold)
+    except ValueError as err:
+        raise ValueError(f"bad source watermark spec {spec!r}: {err}") from None
+    raise ValueError(f"bad source watermark spec {spec!r}: expected one of {_SPEC_FORMS}")
+
+
+def _parse_percentile(arg: str) -> tuple[float, bool]:
+    """``<p>`` or ``<p>:hold`` (after ``percentile:``) as ``(p, hold)``; ValueError else."""
+    value, colon, mode = arg.partition(":")
+    if colon and mode != "hold":
+        raise ValueError(f"unknown percentile option {mode!r} (only 'hold')")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"p must be a number in (0, 1], got {value!r}") from None
+    return check_p(number), bool(colon)
