@@ -380,7 +380,7 @@ def test_dynamic_incremental_equals_vectorised_equals_reference(
         assert_series_equal(feed(DynamicPartitionsWatermark(), e, a, p), curve)
 
 
-@given(traces(lo=MIN_TIMESTAMP, hi=MAX_TIMESTAMP), st.integers(0, 2**64))
+@given(traces(lo=MIN_TIMESTAMP, hi=MAX_TIMESTAMP), st.integers(0, 2**63 - 1))
 def test_dynamic_huge_timeout_and_extremes(tr: Trace, timeout: int) -> None:
     e, a, p = tr
     a = a + (MAX_TIMESTAMP - 40)  # arrivals near the end of time
@@ -390,6 +390,14 @@ def test_dynamic_huge_timeout_and_extremes(tr: Trace, timeout: int) -> None:
     np.testing.assert_array_equal(curve.values, ref_v)
     got = feed_at(DynamicPartitionsWatermark(timeout), e, a, p, curve.times)
     np.testing.assert_array_equal(got, curve.values)
+
+
+def test_dynamic_timeout_beyond_int64_is_refused_by_name() -> None:
+    e = a = np.array([0, 1], dtype=I64)
+    with pytest.raises(ValueError, match="idle_timeout must fit in int64"):
+        dynamic_partitions_curve(e, a, None, idle_timeout=2**63)
+    with pytest.raises(ValueError, match="idle_timeout must fit in int64"):
+        DynamicPartitionsWatermark(2**63)
 
 
 @given(traces(), st.sampled_from([None, 3]))

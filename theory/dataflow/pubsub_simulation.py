@@ -21,7 +21,8 @@ and after each tick queries :class:`~theory.dataflow.pubsub.TrackingEstimator`, 
 bounded out-of-orderness; it also records the percentile watermark
 (``percentile:<p>``, p = ``config.percentile``) of the backlog of messages whose event
 happened and which the base reader has not processed, an oracle like the true watermark
-(:func:`theory.watermarks.sources.percentile_source_curve`). The true watermark at a tick is the
+(:func:`theory.watermarks.percentile_source.percentile_source_curve`). The true watermark
+at a tick is the
 minimum event time of the messages the base reader has not processed yet (published or
 not); a message is *late* for an estimator if its event time is below that estimator's
 watermark at the previous tick when the base reader first processes it (duplicates are

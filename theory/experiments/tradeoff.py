@@ -1,6 +1,6 @@
 """The latency vs completeness trade-off of watermark strategies on one trace.
 
-Each :class:`Strategy` is a source watermark (a ``theory.watermarks.sources`` spec, for example
+Each :class:`Strategy` is a source watermark (a ``theory.watermarks.spec`` spec, for example
 ``perfect``, ``bounded:10s`` or ``percentile:0.9``) feeding one grouping stage: per-key
 fixed windows summing values. Without late firings the window fires once at the watermark
 (``AfterWatermark``) and later data is dropped; with late firings (``DefaultTrigger``,

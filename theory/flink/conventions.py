@@ -26,8 +26,7 @@ from numpy.typing import ArrayLike
 from theory.columns import as_int, check_duration, check_timestamp
 from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP, MICROS_PER_MILLI, MIN_TIMESTAMP
-from theory.watermarks.heuristic import BoundedOutOfOrderness
-from theory.watermarks.heuristic import max_seen_minus as _max_seen_minus
+from theory.watermarks.heuristic import BoundedOutOfOrderness, max_seen_minus
 from theory.watermarks.latch import LatchedWatermark
 
 __all__ = [
@@ -144,7 +143,7 @@ def flink_bounded_out_of_orderness_curve(
     Per-event value only; periodic emission is modelled elsewhere.
     """
     b = check_duration(bound, "bound")
-    return _max_seen_minus(event_time, arrival_time, partition, b + 1)
+    return max_seen_minus(event_time, arrival_time, partition, b + 1)
 
 
 class FlinkBoundedOutOfOrderness(BoundedOutOfOrderness):

@@ -23,12 +23,12 @@ from typing import Final, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
+from theory.arrays import minus_clamped
 from theory.columns import check_duration, check_timestamp, int_column, same_length, time_column
 from theory.flink.conventions import flink_bounded_watermark, flink_to_core
 from theory.flink.valve import StreamStatus
 from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
-from theory.watermarks.sources import _minus_clamped
 
 __all__ = [
     "KIND_ACTIVE",
@@ -387,7 +387,7 @@ def _timer_watermarks(grid: _TimerGrid, bound: int) -> _TimerWatermarks:
     if not ks.size:
         return _TimerWatermarks(ks, ks, ks)
     seen = np.searchsorted(grid.k_of, ks, side="right")  # elements read by each such timer
-    vals = _minus_clamped(np.maximum.accumulate(grid.e)[seen - 1], bound + 1)
+    vals = minus_clamped(np.maximum.accumulate(grid.e)[seen - 1], bound + 1)
     prev = np.concatenate(([MIN_TIMESTAMP], np.maximum.accumulate(vals)[:-1]))
     emit = vals > prev
     return _TimerWatermarks(ks, ks[emit], vals[emit])
@@ -568,7 +568,7 @@ def per_event_watermarks(event_time: ArrayLike, *, bound: int) -> WatermarkSched
     e = time_column(event_time, "event_time")
     if e.size == 0:
         return WatermarkSchedule(np.empty(0, np.int64), np.empty(0, np.int64))
-    v = _minus_clamped(np.maximum.accumulate(e), b + 1)
+    v = minus_clamped(np.maximum.accumulate(e), b + 1)
     return WatermarkSchedule(np.arange(1, e.size + 1, dtype=np.int64), v)
 
 

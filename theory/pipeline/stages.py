@@ -53,7 +53,7 @@ COMBINERS: dict[str, Callable[[Pane], float]] = {
 
 @dataclass(frozen=True)
 class Source:
-    """A source stage. ``watermark`` is a source-watermark spec (see ``theory.watermarks.sources``).
+    """A source stage. ``watermark`` is a source-watermark spec (see ``theory.watermarks.spec``).
 
     With ``finish`` (the default) the trace is a bounded input: once its last element has
     arrived the source watermark advances to ``MAX_TIMESTAMP``, as a finished bounded
