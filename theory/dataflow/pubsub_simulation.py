@@ -144,9 +144,7 @@ class SimulatedPubSub:
         self.clock = clock
         self.delivery_disorder = check_duration(delivery_disorder, "delivery_disorder")
         self.ack_deadline = check_duration(ack_deadline, "ack_deadline", allow_zero=False)
-        self.duplicate_probability = check_fraction(
-            duplicate_probability, "duplicate_probability"
-        )
+        self.duplicate_probability = check_fraction(duplicate_probability, "duplicate_probability")
         self._rng = random.Random(check_seed(seed))
         self._pt: list[int] = []
         self._et: list[int] = []
