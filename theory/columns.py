@@ -26,6 +26,8 @@ __all__ = [
     "INT64_MAX",
     "INT64_MIN",
     "as_int",
+    "bool_column",
+    "check_bool",
     "check_count",
     "check_duration",
     "check_fraction",
@@ -65,16 +67,22 @@ def check_timestamp(value: object, name: str = "timestamp") -> int:
     return v
 
 
-def check_duration(value: object, name: str, *, allow_zero: bool = True) -> int:
-    """A duration in µs: ``>= 0`` (``> 0`` with ``allow_zero=False``) and within int64."""
+def check_duration(
+    value: object, name: str, *, allow_zero: bool = True, maximum: int = INT64_MAX
+) -> int:
+    """A duration in µs: ``>= 0`` (``> 0`` with ``allow_zero=False``) and ``<= maximum``
+    (int64 by default; ``MAX_TIMESTAMP`` where the caller subtracts it from timestamps in
+    int64 arrays and must not overflow)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an integer number of microseconds, got {value!r}")
     v = int(value)
     if v < 0 or (v == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be {bound} µs, got {v}")
-    if v > INT64_MAX:
-        raise ValueError(f"{name} must fit in int64 microseconds, got {v}")
+    if v > maximum:
+        if maximum == INT64_MAX:
+            raise ValueError(f"{name} must fit in int64 microseconds, got {v}")
+        raise ValueError(f"{name} must be <= {maximum} µs, got {v}")
     return v
 
 
@@ -86,11 +94,12 @@ def check_count(value: object, name: str, *, minimum: int = 0) -> int:
     return v
 
 
-def check_positive(value: object, name: str) -> float:
-    """A finite real number ``> 0``."""
+def check_positive(value: object, name: str, *, allow_zero: bool = False) -> float:
+    """A finite real number ``> 0`` (``>= 0`` with ``allow_zero=True``)."""
     v = _as_float(value, name)
-    if not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
     return v
 
 
@@ -105,6 +114,14 @@ def check_fraction(value: object, name: str) -> float:
 def check_seed(value: object, name: str = "seed") -> int:
     """A non-negative integer seed."""
     return check_count(value, name, minimum=0)
+
+
+def check_bool(value: object, name: str) -> bool:
+    """A flag: a ``bool`` or ``numpy.bool_`` (``TypeError`` for anything else, ``1``
+    included: a flag given as a number is usually a parameter in the wrong place)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return bool(value)
 
 
 def _as_float(value: object, name: str) -> float:
@@ -144,6 +161,17 @@ def time_column(x: ArrayLike, name: str) -> np.ndarray:
             i = int(np.argmax(bad))
             side = "below MIN_TIMESTAMP" if int(arr[i]) < MIN_TIMESTAMP else "above MAX_TIMESTAMP"
             raise ValueError(f"{name}[{i}]={int(arr[i])} µs is {side}")
+    return arr
+
+
+def bool_column(x: ArrayLike, name: str, n: int) -> np.ndarray:
+    """A 1-d bool array of ``n`` entries: ``TypeError`` for another dtype, ``ValueError``
+    for another shape."""
+    arr = np.asarray(x)
+    if arr.shape != (n,):
+        raise ValueError(f"{name} must be a 1-d array of {n} entries, got shape {arr.shape}")
+    if arr.dtype != np.bool_:
+        raise TypeError(f"{name} must hold bools, got dtype {arr.dtype}")
     return arr
 
 

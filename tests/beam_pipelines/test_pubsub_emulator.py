@@ -461,7 +461,10 @@ def test_ack_deadline_expires_and_the_message_is_redelivered(pubsub_env: Any) ->
         assert time.monotonic() < deadline
         h.step()  # checks at every step that the watermark stays <= the victim
     waited = time.monotonic() - t_lost
-    assert 0.9 < waited < 5.0, waited  # redelivered when the 1 s lease expired
+    # Redelivered only once the 1 s lease has run out (0.1 s of slack for the emulator's
+    # clock), and redelivered at all: within the test's own deadline, however loaded the
+    # machine is (waits measured 1.005-1.021 s; a tighter upper bound only measures load).
+    assert 0.9 < waited < deadline - t_lost, waited
     newest = h.reader.estimator.newest_publish_time
     # The tracked stream was far ahead of the victim, yet pt_base held the watermark.
     assert newest is not None and newest - held.publish_time > 2 * (BAND + DISORDER)

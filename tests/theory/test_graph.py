@@ -122,3 +122,38 @@ def test_tracker_invariants_on_random_dags(case):
             before[s] = (iw, ow)
     for s in graph.order:
         assert MIN_TIMESTAMP <= t.output_watermark(s) <= MAX_TIMESTAMP
+
+
+def test_equal_holds_are_counted_not_merged():
+    t = WatermarkTracker(diamond())
+    t.apply({"a": 100, "b": 100}, {("c", "state:x"): 40, ("c", "buffer:y"): 40})
+    assert t.output_watermark("c") == 40
+    t.set_hold("c", "state:x", None)  # the other hold at 40 still holds
+    assert t.output_watermark("c") == 40 and t.why("c").component == "buffer:y"
+    t.set_hold("c", "buffer:y", 90)
+    assert t.output_watermark("c") == 90 and t.holds("c") == {"buffer:y": 90}
+
+
+@pytest.mark.parametrize(
+    ("sources", "holds", "exc"),
+    [
+        ({"a": 20}, {("c", "state:p"): 1.5}, TypeError),
+        ({"a": 20.0}, {}, TypeError),
+        ({"a": MAX_TIMESTAMP + 1}, {}, ValueError),
+        ({"a": 20}, {("c", "bogus:p"): 7}, ValueError),
+        ({"a": 20}, {("zz", "state:p"): 7}, GraphError),
+        ({"c": 20}, {}, GraphError),
+    ],
+)
+def test_a_bad_change_raises_and_changes_nothing(sources, holds, exc):
+    t = WatermarkTracker(diamond())
+    t.apply({"a": 10, "b": 10}, {("c", "state:p"): 5})
+    state = lambda: (  # noqa: E731
+        t.holds("c"),
+        [(t.input_watermark(s), t.output_watermark(s)) for s in "abcd"],
+        dict(t.regressions),
+    )
+    before = state()
+    with pytest.raises(exc):
+        t.apply(sources, holds)
+    assert state() == before

@@ -92,7 +92,17 @@ def test_bad_parameters():
         InBand(emit_interval=0)
     with pytest.raises(ValueError, match="trials"):
         propagation(trials=0)
-    assert SECOND
+    with pytest.raises(TypeError, match="trials"):
+        propagation(trials=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="parallelism"):
+        run_out_of_band(OutOfBand(), 1, 100_001, "steady", rng)
+    with pytest.raises(ValueError, match="hop_jitter"):
+        InBand(hop_jitter=-0.5)
+    with pytest.raises(TypeError, match="report_interval"):
+        OutOfBand(report_interval=0.5 * SECOND)  # type: ignore[arg-type]
+    # the boundaries themselves are valid designs and workloads
+    edge = run_in_band(InBand(emit_interval=1, hop_delay=0, hop_jitter=0.0), 1000, 1, "steady", rng)
+    assert edge.latency == 0  # a tick every µs, hops that cost nothing
 
 
 @pytest.mark.parametrize("p", [2, 7, 16])

@@ -643,3 +643,43 @@ def test_bad_percentile_is_named(p: float) -> None:
     pt, et, cfg = scenario("dense", seed=0, duration=10 * S, percentile=p)
     with pytest.raises(ValueError, match=r"config\.percentile"):
         simulate_pubsub(pt, et, cfg)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "exc", "needle"),
+    [
+        ({"base_rate": 0.0}, ValueError, "base_rate"),
+        ({"base_loss_probability": 1.0}, ValueError, "base_loss_probability"),
+        ({"base_ack_latency": -1}, ValueError, "base_ack_latency"),
+        ({"tracking_period": SECOND // 7}, ValueError, "tracking_period"),
+        ({"tick": 0.5}, TypeError, "tick"),
+    ],
+)
+def test_bad_config_is_named(overrides: dict[str, Any], exc: type, needle: str) -> None:
+    pt, et, cfg = scenario("dense", seed=0, duration=10 * S, **overrides)
+    with pytest.raises(exc, match=needle):
+        simulate_pubsub(pt, et, cfg)
+
+
+def test_error_convention_for_flags_columns_and_snapshots() -> None:
+    """TypeError for a wrong type, ValueError for a bad value, the parameter named."""
+    with pytest.raises(TypeError, match="cap_at_idle_lag"):
+        TrackingEstimator(cap_at_idle_lag=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="state"):
+        TrackingEstimator.from_state([("version", 1)])  # type: ignore[arg-type]
+    e, now, flags = np.empty(0, I64), np.array([1, 2], I64), np.zeros(2, bool)
+    with pytest.raises(TypeError, match="base_has_backlog"):
+        tracking_estimate_series(e, e, e, now, np.zeros(2, I64), np.zeros(2, I64), flags)
+    with pytest.raises(ValueError, match="tracking_has_backlog"):
+        tracking_estimate_series(e, e, e, now, np.zeros(2, I64), flags, np.zeros(3, bool))
+    with pytest.raises(TypeError, match="base_oldest_unacked_publish_time"):
+        tracking_estimate_series(e, e, e, now, np.zeros(2), flags, flags)
+    with pytest.raises(ValueError, match="tracked_at"):
+        tracking_estimate_series(e, e, np.zeros(1, I64), now, np.zeros(2, I64), flags, flags)
+    pt, et = make_stream("dense", seed=0, duration=10 * S)
+    with pytest.raises(TypeError, match="publish_time"):
+        simulate_pubsub(pt.astype(float), et, scenario("dense", duration=10 * S)[2])
+    with pytest.raises(ValueError, match="event_time"):
+        simulate_pubsub(pt, et[:-1], scenario("dense", duration=10 * S)[2])
+    with pytest.raises(ValueError, match="rate"):
+        make_stream("dense", rate=-1.0)

@@ -60,9 +60,18 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import ArrayLike
 
-from theory.arrays import cover_min as _cover_min
-from theory.arrays import minus_clamped as _minus_clamped
-from theory.columns import check_duration, check_timestamp, time_column
+from theory.arrays import cover_min, minus_clamped
+from theory.columns import (
+    as_int,
+    bool_column,
+    check_bool,
+    check_count,
+    check_duration,
+    check_timestamp,
+    int_column,
+    same_length,
+    time_column,
+)
 from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE, SECOND
 
@@ -125,19 +134,6 @@ class Estimate:
     computed: int | None = None
 
 
-def _check_param(value: int, name: str, *, allow_zero: bool = True) -> int:
-    v = check_duration(value, name, allow_zero=allow_zero)
-    if v > MAX_TIMESTAMP:
-        raise ValueError(f"{name} must be <= MAX_TIMESTAMP={MAX_TIMESTAMP} µs, got {v}")
-    return v
-
-
-def _check_flag(value: object, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {value!r}")
-    return bool(value)
-
-
 # --------------------------------------------------------------------------- estimator
 
 
@@ -161,6 +157,18 @@ class TrackingEstimator:
     i.e. ``(newest - L) / bucket_width + 1`` plus buckets created since the last
     ``estimate``; never the message count. A message in the band is never pruned.
 
+    The band minimum is the minimum of the bucket minima, kept in a lazy heap of
+    ``(bucket minimum, bucket)`` rather than a :class:`~theory.structures.Frontier`: a
+    bucket's minimum only moves down and leaves with its bucket, so a stale entry is
+    recognised by comparing it with its bucket, and each change costs one ``heappush``.
+    The frontier's counted updates (two minima per update) made one ``estimate`` per
+    100 ms bucket at 100 messages/s 24 % slower (median of 7 runs: 298 ms against 240 ms
+    for 100k messages).
+
+    The durations are at most ``MAX_TIMESTAMP``: the rule subtracts them from timestamps
+    (``now - idle_lag``, ``newest - band``), in int64 arrays in
+    :func:`tracking_estimate_series`, which must not overflow.
+
     Snapshot the state (:meth:`state`) *before* acking tracked messages: a restart from
     that snapshot (:meth:`from_state`) keeps the watermark and every in-band message.
     """
@@ -174,11 +182,16 @@ class TrackingEstimator:
         *,
         cap_at_idle_lag: bool = True,
     ) -> None:
-        self.cap_at_idle_lag = _check_flag(cap_at_idle_lag, "cap_at_idle_lag")
-        self.band = _check_param(band, "band")
-        self.idle_advance_after = _check_param(idle_advance_after, "idle_advance_after")
-        self.idle_lag = _check_param(idle_lag, "idle_lag")
-        self.bucket_width = _check_param(bucket_width, "bucket_width", allow_zero=False)
+        self.cap_at_idle_lag = check_bool(cap_at_idle_lag, "cap_at_idle_lag")
+        longest = MAX_TIMESTAMP
+        self.band = check_duration(band, "band", maximum=longest)
+        self.idle_advance_after = check_duration(
+            idle_advance_after, "idle_advance_after", maximum=longest
+        )
+        self.idle_lag = check_duration(idle_lag, "idle_lag", maximum=longest)
+        self.bucket_width = check_duration(
+            bucket_width, "bucket_width", allow_zero=False, maximum=longest
+        )
         self._buckets: dict[int, list[int]] = {}  # bucket -> [min event time, count]
         self._keys: list[int] = []  # heap of bucket indices, to prune from the oldest
         self._mins: list[tuple[int, int]] = []  # lazy heap of (bucket min, bucket)
@@ -248,10 +261,7 @@ class TrackingEstimator:
         each pair in turn. Validated as a whole before any change."""
         pt = time_column(publish_times, "publish_times")
         et = time_column(event_times, "event_times")
-        if pt.size != et.size:
-            raise ValueError(
-                f"publish_times has {pt.size} elements but event_times has {et.size}"
-            )
+        same_length("publish_times", pt.size, event_times=et)
         if pt.size == 0:
             return
         self.tracked += int(pt.size)
@@ -261,20 +271,15 @@ class TrackingEstimator:
         k = pt // self.bucket_width
         if self._frontier is not None:
             keep = k >= self._frontier
-            kept = int(np.count_nonzero(keep))
-            if kept < k.size:
-                self.dropped += int(k.size) - kept
-                k, et = k[keep], et[keep]
-                if kept == 0:
-                    return
-        if k.size > 1 and not bool(np.all(k[1:] >= k[:-1])):
-            order = np.argsort(k, kind="stable")
-            k, et = k[order], et[order]
-        starts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
-        mins = np.minimum.reduceat(et, starts)
-        counts = np.diff(np.append(starts, k.size))
+            self.dropped += int(k.size - np.count_nonzero(keep))
+            k, et = k[keep], et[keep]
+        if k.size:
+            self._merge_buckets(*_per_bucket(k, et))
+
+    def _merge_buckets(self, k: np.ndarray, mins: np.ndarray, counts: np.ndarray) -> None:
+        """Add per-bucket (index, minimum event time, count) columns to the histogram."""
         buckets, keys, heap = self._buckets, self._keys, self._mins
-        for kk, mn, c in zip(k[starts].tolist(), mins.tolist(), counts.tolist(), strict=True):
+        for kk, mn, c in zip(k.tolist(), mins.tolist(), counts.tolist(), strict=True):
             b = buckets.get(kk)
             if b is None:
                 buckets[kk] = [mn, c]
@@ -303,39 +308,46 @@ class TrackingEstimator:
         Returns the latched watermark and its reason.
         """
         t = check_timestamp(now, "now")
-        base = (
-            None
-            if base_oldest_unacked_publish_time is None
-            else check_timestamp(
+        base = None
+        if base_oldest_unacked_publish_time is not None:
+            base = check_timestamp(
                 base_oldest_unacked_publish_time, "base_oldest_unacked_publish_time"
             )
-        )
-        backlog = _check_flag(tracking_has_backlog, "tracking_has_backlog")
+        backlog = check_bool(tracking_has_backlog, "tracking_has_backlog")
         if self._first_now is None:
             self._first_now = t
-        quiet_ok = base is None and not backlog
+        # rule 4's precondition: neither subscription has anything outstanding
+        quiet = base is None and not backlog
         newest = self._newest
-        if newest is None:
-            if quiet_ok and t - self._first_now >= self.idle_advance_after:
-                return self._latch(max(t - self.idle_lag, MIN_TIMESTAMP), REASON_IDLE)
+        if newest is None:  # rule 1, or rule 4 counted from the first query
+            if quiet and t - self._first_now >= self.idle_advance_after:
+                return self._latch(self._near_now(t), REASON_IDLE)
             return Estimate(self._watermark, REASON_NO_DATA)
-        lower = max(newest - self.band, MIN_TIMESTAMP)
+        lower = max(newest - self.band, MIN_TIMESTAMP)  # rule 2: the band is [L, +inf)
         if base is not None:
             lower = min(lower, base)
         kl = lower // self.bucket_width
         if self._frontier is not None and kl < self._frontier:
             return Estimate(self._watermark, REASON_HELD_PRUNED)
         self._prune(kl)
-        if quiet_ok and t - newest >= self.idle_advance_after:
-            return self._latch(max(t - self.idle_lag, MIN_TIMESTAMP), REASON_IDLE)
-        ahead = base is not None and newest - base >= self.band
-        if ahead or not backlog:
-            value = self._band_min()
-            cap = max(t - self.idle_lag, MIN_TIMESTAMP)
-            if self.cap_at_idle_lag and cap < value:
-                return self._latch(cap, REASON_CAPPED)
-            return self._latch(value, REASON_BAND_MIN)
+        if quiet and t - newest >= self.idle_advance_after:  # rule 4
+            return self._latch(self._near_now(t), REASON_IDLE)
+        if (base is not None and newest - base >= self.band) or not backlog:  # rule 3
+            return self._band_estimate(t)
         return Estimate(self._watermark, REASON_HELD_NOT_AHEAD)
+
+    def _near_now(self, t: int) -> int:
+        """``now - idle_lag``: the idle jump's value and the cap (rules 4 and 5)."""
+        return max(t - self.idle_lag, MIN_TIMESTAMP)
+
+    def _band_estimate(self, t: int) -> Estimate:
+        """Rules 3, 5 and 6: the band minimum, capped at ``now - idle_lag``, latched. The
+        band is never empty here: the newest tracked message is in it."""
+        value = self._band_min()
+        cap = self._near_now(t)
+        if self.cap_at_idle_lag and cap < value:
+            return self._latch(cap, REASON_CAPPED)
+        return self._latch(value, REASON_BAND_MIN)
 
     def _latch(self, computed: int, reason: str) -> Estimate:
         if computed < self._watermark:
@@ -345,16 +357,18 @@ class TrackingEstimator:
         return Estimate(computed, reason, computed)
 
     def _prune(self, kl: int) -> None:
+        """Drop the buckets below ``kl``: below the band, so acked by the base already."""
         keys, buckets = self._keys, self._buckets
         while keys and keys[0] < kl:
             del buckets[heapq.heappop(keys)]
         self._frontier = self._floor = kl
-        if len(self._mins) > 2 * len(buckets) + 64:
+        if len(self._mins) > 2 * len(buckets) + 64:  # bound the stale entries
             self._mins = [(b[0], k) for k, b in buckets.items()]
             heapq.heapify(self._mins)
 
     def _band_min(self) -> int:
-        """Minimum event time over the held buckets (non-empty: the newest is held)."""
+        """Minimum event time over the held buckets (non-empty: the newest is held). An
+        entry is stale when its bucket is gone or has a lower minimum now."""
         heap, buckets = self._mins, self._buckets
         while True:
             v, k = heap[0]
@@ -386,8 +400,11 @@ class TrackingEstimator:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> TrackingEstimator:
-        """Rebuild from :meth:`state`; a bad snapshot raises ``ValueError`` naming the key."""
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
+        """Rebuild from :meth:`state`: ``TypeError`` when ``state`` is not a dict, and a bad
+        snapshot raises ``ValueError`` naming the key."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict, got {type(state).__name__}")
+        if state.get("version") != _STATE_VERSION:
             raise ValueError(f"state: expected a dict with version {_STATE_VERSION}")
         try:
             est = cls(
@@ -397,43 +414,53 @@ class TrackingEstimator:
                 state["bucket_width"],
                 cap_at_idle_lag=state["cap_at_idle_lag"],
             )
-            est._watermark = check_timestamp(state["watermark"], "state['watermark']")
-            for key in ("regressions", "dropped", "tracked"):
-                setattr(est, key, check_duration(state[key], f"state[{key!r}]"))
-            for key, attr in (
-                ("newest_publish_time", "_newest"),
-                ("first_now", "_first_now"),
-            ):
-                v = state[key]
-                setattr(est, attr, None if v is None else check_timestamp(v, f"state[{key!r}]"))
-            frontier = state["frontier"]
-            if frontier is not None and (
-                isinstance(frontier, bool) or not isinstance(frontier, int)
-            ):
-                raise ValueError(f"state['frontier'] must be an int or None, got {frontier!r}")
-            est._frontier = frontier
-            est._floor = _I64_MIN if frontier is None else frontier
-            for entry in state["buckets"]:
-                k, mn, count = entry
-                if isinstance(k, bool) or not isinstance(k, int):
-                    raise ValueError(f"state['buckets']: bucket index {k!r} is not an int")
-                check_timestamp(mn, "state['buckets'] minimum event time")
-                check_duration(count, "state['buckets'] count", allow_zero=False)
-                if frontier is not None and k < frontier:
-                    raise ValueError(f"state['buckets']: bucket {k} is below the frontier")
-                if k in est._buckets:
-                    raise ValueError(f"state['buckets']: bucket {k} appears twice")
-                est._buckets[k] = [int(mn), int(count)]
+            est._restore_scalars(state)
+            est._restore_buckets(state["buckets"])
         except KeyError as err:
             raise ValueError(f"state: missing key {err.args[0]!r}") from None
         except (TypeError, ValueError) as err:
             raise ValueError(f"state: {err}") from None
         if est._buckets and est._newest is None:
             raise ValueError("state['newest_publish_time'] is None but buckets are held")
-        est._keys = sorted(est._buckets)
-        est._mins = [(b[0], k) for k, b in est._buckets.items()]
-        heapq.heapify(est._mins)
         return est
+
+    def _restore_scalars(self, state: dict[str, Any]) -> None:
+        """The snapshot's watermark, counters, times (µs) and pruning frontier."""
+        self._watermark = check_timestamp(state["watermark"], "state['watermark']")
+        for key in ("regressions", "dropped", "tracked"):
+            setattr(self, key, check_count(state[key], f"state[{key!r}]"))
+        for key, attr in (("newest_publish_time", "_newest"), ("first_now", "_first_now")):
+            v = state[key]
+            setattr(self, attr, None if v is None else check_timestamp(v, f"state[{key!r}]"))
+        frontier = state["frontier"]
+        self._frontier = None if frontier is None else as_int(frontier, "state['frontier']")
+        self._floor = _I64_MIN if self._frontier is None else self._frontier
+
+    def _restore_buckets(self, entries: list[list[int]]) -> None:
+        """The snapshot's ``[bucket, minimum event time, count]`` entries, each bucket once
+        and none below the pruning frontier."""
+        for k, mn, count in entries:
+            k = as_int(k, "state['buckets'] bucket index")
+            check_timestamp(mn, "state['buckets'] minimum event time")
+            check_count(count, "state['buckets'] count", minimum=1)
+            if k < self._floor:
+                raise ValueError(f"state['buckets']: bucket {k} is below the frontier")
+            if k in self._buckets:
+                raise ValueError(f"state['buckets']: bucket {k} appears twice")
+            self._buckets[k] = [int(mn), int(count)]
+        self._keys = sorted(self._buckets)
+        self._mins = [(b[0], k) for k, b in self._buckets.items()]
+        heapq.heapify(self._mins)
+
+
+def _per_bucket(k: np.ndarray, et: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch grouped by bucket index ``k``: (indices, minimum event times, counts),
+    ascending by index."""
+    if k.size > 1 and not bool(np.all(k[1:] >= k[:-1])):
+        order = np.argsort(k, kind="stable")
+        k, et = k[order], et[order]
+    starts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+    return k[starts], np.minimum.reduceat(et, starts), np.diff(np.append(starts, k.size))
 
 
 # --------------------------------------------------------------------------- vectorised
@@ -463,11 +490,40 @@ class EstimateSeries:
         return StepSeries.from_events(self.now, self.watermark, MIN_TIMESTAMP)
 
 
-def _bool_column(x: ArrayLike, name: str, n: int) -> np.ndarray:
-    arr = np.asarray(x)
-    if arr.shape != (n,) or arr.dtype != np.bool_:
-        raise ValueError(f"{name} must be a 1-d bool array of {n} entries")
-    return arr
+@dataclass(frozen=True)
+class _Queries:
+    """Recorded ``estimate`` calls as columns: ``now`` (non-decreasing), ``base`` (``pt_base``
+    where ``base_has``, else 0; µs) and the two backlog flags."""
+
+    now: np.ndarray
+    base: np.ndarray
+    base_has: np.ndarray
+    tracking_has: np.ndarray
+
+    @classmethod
+    def of(cls, now: ArrayLike, base: ArrayLike, base_has: ArrayLike, trk: ArrayLike) -> _Queries:
+        """The checked columns; each error names its parameter."""
+        q_now = time_column(now, "now")
+        q = q_now.size
+        if q > 1 and not bool(np.all(q_now[1:] >= q_now[:-1])):
+            raise ValueError("now must not decrease")
+        has = bool_column(base_has, "base_has_backlog", q)
+        raw = int_column(base, "base_oldest_unacked_publish_time")
+        same_length("now", q, base_oldest_unacked_publish_time=raw)
+        # entries without a backlog are not pt_base values: they are not checked
+        pt_base = time_column(np.where(has, raw, 0), "base_oldest_unacked_publish_time")
+        return cls(q_now, pt_base, has, bool_column(trk, "tracking_has_backlog", q))
+
+
+@dataclass(frozen=True)
+class _Band:
+    """Per query: whether any message was tracked, the newest publish time, and whether
+    the band reaches pruned history (rule 2); the band minimum (MAX_TIMESTAMP if empty)."""
+
+    has: np.ndarray
+    newest: np.ndarray
+    pruned: np.ndarray
+    minimum: np.ndarray
 
 
 def tracking_estimate_series(
@@ -494,79 +550,88 @@ def tracking_estimate_series(
     order among equal times). ``now`` must not decrease. Identical to the incremental
     estimator; O((n + q) log(n + q)) numpy work.
     """
-    b = _check_param(band, "band")
-    idle = _check_param(idle_advance_after, "idle_advance_after")
-    lag = _check_param(idle_lag, "idle_lag")
-    w = _check_param(bucket_width, "bucket_width", allow_zero=False)
-    cap_on = _check_flag(cap_at_idle_lag, "cap_at_idle_lag")
+    # the parameters are checked by the estimator itself, so both paths accept the same
+    rule = TrackingEstimator(
+        band, idle_advance_after, idle_lag, bucket_width, cap_at_idle_lag=cap_at_idle_lag
+    )
     pt = time_column(tracked_publish_time, "tracked_publish_time")
     et = time_column(tracked_event_time, "tracked_event_time")
     at = time_column(tracked_at, "tracked_at")
-    if not pt.size == et.size == at.size:
-        raise ValueError(
-            "tracked_publish_time, tracked_event_time and tracked_at differ in length: "
-            f"{pt.size}, {et.size}, {at.size}"
-        )
-    q_now = time_column(now, "now")
-    q = q_now.size
-    if q > 1 and not bool(np.all(q_now[1:] >= q_now[:-1])):
-        raise ValueError("now must not decrease")
-    base_has = _bool_column(base_has_backlog, "base_has_backlog", q)
-    base_raw = np.asarray(base_oldest_unacked_publish_time)
-    if base_raw.shape != (q,):
-        raise ValueError(f"base_oldest_unacked_publish_time must have {q} entries")
-    base = np.where(base_has, base_raw, 0).astype(np.int64) if q else base_raw.astype(np.int64)
-    if q:
-        time_column(base, "base_oldest_unacked_publish_time")
-    trk = _bool_column(tracking_has_backlog, "tracking_has_backlog", q)
-    empty = np.empty(0, dtype=np.int64)
-    if q == 0:
+    same_length("tracked_publish_time", pt.size, tracked_event_time=et, tracked_at=at)
+    queries = _Queries.of(
+        now, base_oldest_unacked_publish_time, base_has_backlog, tracking_has_backlog
+    )
+    if queries.now.size == 0:
+        empty = np.empty(0, dtype=np.int64)
         return EstimateSeries(empty, empty, empty, np.empty(0, bool), empty.astype(np.int8), 0)
-
     order = np.argsort(at, kind="stable")
-    pt_s, et_s, at_s = pt[order], et[order], at[order]
-    n = np.searchsorted(at_s, q_now, side="right")
-    has = n > 0
-    if pt_s.size:
-        newest = np.maximum.accumulate(pt_s)[np.maximum(n - 1, 0)]
+    band_ = _band_series(pt[order], et[order], at[order], queries, rule)
+    return _rule_series(band_, queries, rule)
+
+
+def _band_series(
+    pt: np.ndarray, et: np.ndarray, at: np.ndarray, q: _Queries, rule: TrackingEstimator
+) -> _Band:
+    """Rule 2 at every query, for messages sorted by ``tracked_at``: the band's lower end
+    ``L``, its pruning (the frontier is the running maximum of ``L``'s bucket) and the
+    minimum event time over the buckets from the frontier up."""
+    m = q.now.size
+    w = rule.bucket_width
+    seen = np.searchsorted(at, q.now, side="right")  # messages tracked by each query
+    has = seen > 0
+    if pt.size:
+        newest = np.maximum.accumulate(pt)[np.maximum(seen - 1, 0)]
     else:
-        newest = np.zeros(q, dtype=np.int64)
-    lower = _minus_clamped(newest, b)
-    lower = np.where(base_has, np.minimum(lower, base), lower)
+        newest = np.zeros(m, dtype=np.int64)
+    lower = minus_clamped(newest, rule.band)
+    lower = np.where(q.base_has, np.minimum(lower, q.base), lower)
     kl = np.where(has, lower // w, _I64_MIN)
     kf = np.maximum.accumulate(kl)
-    kf_prev = np.concatenate(([_I64_MIN], kf[:-1]))
-    pruned = has & (kl < kf_prev)
+    pruned = has & (kl < np.concatenate(([_I64_MIN], kf[:-1])))
+    minimum = np.full(m, MAX_TIMESTAMP, dtype=np.int64)
+    if pt.size:
+        # message i is in the band from the first query that sees it until the query
+        # whose frontier passes its bucket
+        lo = np.searchsorted(seen, np.arange(pt.size), side="right")
+        hi = np.searchsorted(kf, pt // w, side="right")
+        minimum = cover_min(lo.astype(np.int64), hi.astype(np.int64), et, m)
+    return _Band(has, newest, pruned, minimum)
 
-    band_min = np.full(q, MAX_TIMESTAMP, dtype=np.int64)
-    if pt_s.size:
-        lo = np.searchsorted(n, np.arange(pt_s.size), side="right")
-        hi = np.searchsorted(kf, pt_s // w, side="right")
-        band_min = _cover_min(lo.astype(np.int64), hi.astype(np.int64), et_s, q)
 
-    ref = np.where(has, newest, q_now[0])
+def _rule_series(band: _Band, q: _Queries, rule: TrackingEstimator) -> EstimateSeries:
+    """Rules 1 and 3 to 6 at every query, from the band (the module docstring's order)."""
+    m = q.now.size
+    has, newest, pruned = band.has, band.newest, band.pruned
+    idle = rule.idle_advance_after
+    ref = np.where(has, newest, q.now[0])  # quiet since the newest message, or the start
     floor = MIN_TIMESTAMP + idle
-    quiet = (q_now >= floor) & (ref <= np.maximum(q_now, floor) - idle)
-    is_idle = ~base_has & ~trk & quiet & ~pruned
-    ahead = has & base_has & (newest >= MIN_TIMESTAMP + b) & (base <= _minus_clamped(newest, b))
-    is_band = has & ~pruned & ~is_idle & (ahead | ~trk)
+    quiet = (q.now >= floor) & (ref <= np.maximum(q.now, floor) - idle)
+    is_idle = ~q.base_has & ~q.tracking_has & quiet & ~pruned
+    ahead = (
+        has
+        & q.base_has
+        & (newest >= MIN_TIMESTAMP + rule.band)
+        & (q.base <= minus_clamped(newest, rule.band))
+    )
+    is_band = has & ~pruned & ~is_idle & (ahead | ~q.tracking_has)
     valid = is_idle | is_band
-    cap = _minus_clamped(q_now, lag)
-    capped = is_band & (cap < band_min) if cap_on else np.zeros(q, dtype=bool)
-    computed = np.where(is_idle | capped, cap, band_min)
+    cap = minus_clamped(q.now, rule.idle_lag)
+    capped = is_band & (cap < band.minimum) if rule.cap_at_idle_lag else np.zeros(m, bool)
+    computed = np.where(is_idle | capped, cap, band.minimum)
     computed = np.where(valid, computed, MIN_TIMESTAMP)
     wm = np.maximum.accumulate(computed)
-    prev = np.concatenate(([MIN_TIMESTAMP], wm[:-1]))
-    regress = valid & (computed < prev)
-
-    reason = np.full(q, _CODE[REASON_HELD_NOT_AHEAD], dtype=np.int8)
-    reason[~has] = _CODE[REASON_NO_DATA]
-    reason[pruned] = _CODE[REASON_HELD_PRUNED]
-    reason[is_band] = _CODE[REASON_BAND_MIN]
-    reason[capped] = _CODE[REASON_CAPPED]
-    reason[is_idle] = _CODE[REASON_IDLE]
-    reason[regress] = _CODE[REASON_LATCHED]
-    return EstimateSeries(q_now, wm, computed, ~valid, reason, int(np.count_nonzero(regress)))
+    regress = valid & (computed < np.concatenate(([MIN_TIMESTAMP], wm[:-1])))
+    reason = np.full(m, _CODE[REASON_HELD_NOT_AHEAD], dtype=np.int8)
+    for mask, why in (
+        (~has, REASON_NO_DATA),
+        (pruned, REASON_HELD_PRUNED),
+        (is_band, REASON_BAND_MIN),
+        (capped, REASON_CAPPED),
+        (is_idle, REASON_IDLE),
+        (regress, REASON_LATCHED),
+    ):  # a later mask wins: the rule's precedence (no data < held < ... < latched)
+        reason[mask] = _CODE[why]
+    return EstimateSeries(q.now, wm, computed, ~valid, reason, int(np.count_nonzero(regress)))
 
 
 # --------------------------------------------------------------------------- Beam's rule
@@ -598,8 +663,10 @@ class BeamPubsubRule:
         min_messages: int = 10,
         min_spread: int = 2,
     ) -> None:
-        self.sample_update = _check_param(sample_update, "sample_update", allow_zero=False)
-        self.sample_period = _check_param(sample_period, "sample_period")
+        self.sample_update = check_duration(
+            sample_update, "sample_update", allow_zero=False, maximum=MAX_TIMESTAMP
+        )
+        self.sample_period = check_duration(sample_period, "sample_period", maximum=MAX_TIMESTAMP)
         if self.sample_period < self.sample_update:
             raise ValueError(
                 f"sample_period={sample_period} µs must be >= sample_update={sample_update} µs"

@@ -38,10 +38,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
-from theory.columns import check_duration
+from theory.columns import check_count, check_duration, check_positive
 from theory.dataflow.aggregator import CentralAggregator
 from theory.flink.valve import StatusWatermarkValve, StreamStatus
 from theory.time import MILLISECOND, SECOND
@@ -68,8 +69,7 @@ class InBand:
         check_duration(self.restart_delay, "restart_delay")
         if self.idle_timeout is not None:
             check_duration(self.idle_timeout, "idle_timeout", allow_zero=False)
-        if not self.hop_jitter >= 0:
-            raise ValueError(f"hop_jitter must be >= 0, got {self.hop_jitter}")
+        check_positive(self.hop_jitter, "hop_jitter", allow_zero=True)
 
 
 @dataclass(frozen=True)
@@ -104,9 +104,11 @@ class Outcome:
 
 
 def _check_workload(depth: int, parallelism: int, scenario: str) -> None:
-    if not 1 <= depth <= 1_000:
+    """The workload's bounds keep the vectorised hops (parallelism² arrival times per hop)
+    and the valve replay within memory and time."""
+    if check_count(depth, "depth", minimum=1) > 1_000:
         raise ValueError(f"depth must be in [1, 1000], got {depth}")
-    if not 1 <= parallelism <= 100_000:
+    if check_count(parallelism, "parallelism", minimum=1) > 100_000:
         raise ValueError(f"parallelism must be in [1, 100000], got {parallelism}")
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; use one of {', '.join(SCENARIOS)}")
@@ -278,34 +280,34 @@ def propagation(
     seed: int = 0,
 ) -> PropagationTable:
     """Run both designs over the grid; each cell is the median of ``trials`` seeded runs."""
-    if trials < 1:
-        raise ValueError(f"trials must be >= 1, got {trials}")
+    check_count(trials, "trials", minimum=1)
+    designs = (partial(run_in_band, in_band), partial(run_out_of_band, out_of_band))
     rows = []
     for scenario in scenarios:
         for depth in depths:
             for p in parallelisms:
-                for name in ("in-band", "out-of-band"):
+                for run in designs:
                     # The same seeds at every depth: the source phases are shared, so the
                     # cells differ by what depth itself does.
                     rngs = [np.random.default_rng([seed, p, t]) for t in range(trials)]
-                    if name == "in-band":
-                        outs = [run_in_band(in_band, depth, p, scenario, g) for g in rngs]
-                    else:
-                        outs = [run_out_of_band(out_of_band, depth, p, scenario, g) for g in rngs]
-                    lat = float(np.median([o.latency for o in outs]))
-                    rows.append(
-                        Outcome(
-                            name,
-                            depth,
-                            p,
-                            scenario,
-                            lat,
-                            outs[0].messages_per_second,
-                            int(np.median([o.rejected_reports for o in outs])),
-                            all(o.safe for o in outs),
-                        )
-                    )
+                    rows.append(_median_cell([run(depth, p, scenario, g) for g in rngs]))
     return PropagationTable(rows)
+
+
+def _median_cell(outs: list[Outcome]) -> Outcome:
+    """One cell from its trials: the median latency and rejections, the (fixed) traffic,
+    and safe only if every trial was."""
+    first = outs[0]
+    return Outcome(
+        first.design,
+        first.depth,
+        first.parallelism,
+        first.scenario,
+        float(np.median([o.latency for o in outs])),
+        first.messages_per_second,
+        int(np.median([o.rejected_reports for o in outs])),
+        all(o.safe for o in outs),
+    )
 
 
 __all__ = [

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.columns import check_duration
+from theory.columns import check_duration, time_column
 from theory.pipeline.metrics import sample_grid
 from theory.pipeline.simulator import BUFFER_HOLD, SimulationResult
 from theory.series import StepSeries, pointwise_min
@@ -62,7 +62,7 @@ def lag_series(
 ) -> LagSeries:
     """Event-time and processing-time lag of ``stage`` on ``grid`` (default: regular)."""
     name = result.pipeline.graph.check(stage)
-    t = sample_grid(result) if grid is None else np.asarray(grid, dtype=np.int64)
+    t = sample_grid(result) if grid is None else time_column(grid, "grid")
     ptw = processing_time_watermarks(result) if ptw is None else ptw
     ow = result.stages[name].output_watermark.at(t)
     finite = (ow > MIN_TIMESTAMP) & (ow < MAX_TIMESTAMP)
@@ -110,35 +110,27 @@ def diagnose(
     graph = result.pipeline.graph
     name = graph.check(stage) if stage is not None else graph.order[-1]
     grid = sample_grid(result, max_points)
-    ptw = processing_time_watermarks(result)
-    lags = lag_series(result, name, grid, ptw)
+    lags = lag_series(result, name, grid, processing_time_watermarks(result))
     over = np.nan_to_num(lags.event_lag, nan=-1.0) > event_lag_threshold
-    stalls = []
-    for lo, hi in _runs(over):
-        ev = lags.event_lag[lo:hi]
-        pl = lags.processing_lag[lo:hi]
-        max_pl = float(np.max(pl))
-        if max_pl > processing_lag_threshold:
-            at = int(grid[lo + int(np.argmax(pl))])
-            culprit = _oldest_inflight(result, name, at)
-            kind, hold = SYSTEM_DELAY, BUFFER_HOLD
-        else:
-            at = int(grid[lo + int(np.nanargmax(ev))])
-            culprit, hold = result.why(name, at)[-1]
-            kind = DATA_DELAY
-        stalls.append(
-            Stall(
-                name,
-                int(grid[lo]),
-                int(grid[hi - 1]),
-                kind,
-                culprit,
-                hold,
-                float(np.nanmax(ev)),
-                max_pl,
-            )
-        )
-    return stalls
+    return [_stall(result, lags, lo, hi, processing_lag_threshold) for lo, hi in _runs(over)]
+
+
+def _stall(result: SimulationResult, lags: LagSeries, lo: int, hi: int, threshold: int) -> Stall:
+    """The stall over grid points ``[lo, hi)`` of ``lags``: a system delay when its
+    processing-time lag exceeds ``threshold`` (µs), blamed on the oldest in-flight work at
+    the worst instant; else a data delay, blamed on the hold ``why`` names at the instant
+    of largest event-time lag."""
+    t, ev, pl = lags.times, lags.event_lag[lo:hi], lags.processing_lag[lo:hi]
+    max_pl = float(np.max(pl))
+    if max_pl > threshold:
+        at = int(t[lo + int(np.argmax(pl))])
+        kind, culprit, hold = SYSTEM_DELAY, _oldest_inflight(result, lags.stage, at), BUFFER_HOLD
+    else:
+        at = int(t[lo + int(np.nanargmax(ev))])
+        kind, (culprit, hold) = DATA_DELAY, result.why(lags.stage, at)[-1]
+    return Stall(
+        lags.stage, int(t[lo]), int(t[hi - 1]), kind, culprit, hold, float(np.nanmax(ev)), max_pl
+    )
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:

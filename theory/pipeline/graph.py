@@ -10,10 +10,12 @@ All watermarks are event times in µs and are latched: ``new = max(old, computed
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from theory.columns import check_timestamp
+from theory.structures import Frontier
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 
@@ -31,18 +33,21 @@ def hold_name(kind: HoldKind, name: str) -> str:
     return f"{kind.value}:{name}"
 
 
+_KINDS: dict[str, HoldKind] = {kind.value: kind for kind in HoldKind}
+
+
 def hold_kind(component: str) -> HoldKind:
     """The :class:`HoldKind` of a canonical hold name; ValueError names a malformed one."""
     prefix, sep, rest = component.partition(":")
     if not sep or not rest:
         raise ValueError(f"hold component {component!r} is not of the form 'kind:name'")
-    for kind in HoldKind:
-        if kind.value == prefix:
-            return kind
-    kinds = ", ".join(k.value for k in HoldKind)
-    raise ValueError(
-        f"hold component {component!r} has unknown kind {prefix!r}; use one of {kinds}"
-    )
+    kind = _KINDS.get(prefix)
+    if kind is None:
+        kinds = ", ".join(_KINDS)
+        raise ValueError(
+            f"hold component {component!r} has unknown kind {prefix!r}; use one of {kinds}"
+        )
+    return kind
 
 
 class GraphError(ValueError):
@@ -152,19 +157,48 @@ class Explanation:
         return self.chain[-1]
 
 
+class _StageHolds:
+    """One stage's named holds (µs): each component's value, and the frontier of the
+    values, whose minimum holds the stage's output watermark (``MAX_TIMESTAMP``: none)."""
+
+    __slots__ = ("frontier", "values")
+
+    def __init__(self) -> None:
+        self.values: dict[str, int] = {}
+        self.frontier = Frontier()
+
+    def set(self, component: str, value: int | None) -> None:
+        """Move (or, with ``None``, release) the hold ``component`` in one frontier step."""
+        old = self.values.get(component)
+        if old == value:
+            return
+        moves = []
+        if old is not None:
+            del self.values[component]
+            moves.append((old, -1))
+        if value is not None:
+            self.values[component] = value
+            moves.append((value, 1))
+        self.frontier.update_iter(moves)
+
+    def min(self) -> int:
+        return self.frontier.min(default=MAX_TIMESTAMP)
+
+
 class WatermarkTracker:
     """Incremental input/output watermarks over a :class:`StageGraph`.
 
     Sources get their input watermark from :meth:`set_source_watermark`; every stage may
     carry named holds (:meth:`set_hold`). After any change, watermarks are recomputed in
     topological order and latched. A hold of ``None`` is removed; a stage with no hold has
-    output = input.
+    output = input. Watermarks and holds are timestamps in µs (``TypeError`` for another
+    type, ``ValueError`` outside ``[MIN_TIMESTAMP, MAX_TIMESTAMP]``).
     """
 
     def __init__(self, graph: StageGraph) -> None:
         self.graph = graph
         self._source: dict[str, int] = {s: MIN_TIMESTAMP for s in graph.sources()}
-        self._holds: dict[str, dict[str, int]] = {s: {} for s in graph.order}
+        self._holds: dict[str, _StageHolds] = {s: _StageHolds() for s in graph.order}
         self._input: dict[str, int] = {s: MIN_TIMESTAMP for s in graph.order}
         self._output: dict[str, int] = {s: MIN_TIMESTAMP for s in graph.order}
         self.regressions: dict[str, int] = {s: 0 for s in graph.order}
@@ -186,31 +220,47 @@ class WatermarkTracker:
 
         Changes that happen at the same instant must be applied together: applying them
         one by one could latch an output watermark at a value it never really had (a
-        hold released before its replacement is set).
+        hold released before its replacement is set). Every change is checked before any
+        is made, so a bad one changes nothing.
         """
-        for source, watermark in (source_watermarks or {}).items():
-            if source not in self._source:
-                self.graph.check(source)
-                raise GraphError(
-                    f"stage {source!r} is not a source; it reads {self.graph.upstream(source)}"
-                )
+        sources = {
+            self._check_source(s): check_timestamp(w, f"source watermark of {s!r}")
+            for s, w in (source_watermarks or {}).items()
+        }
+        changes = [
+            self._check_hold(stage, component, value)
+            for (stage, component), value in (holds or {}).items()
+        ]
+        for source, watermark in sources.items():
             if watermark < self._source[source]:
                 # A source watermark is monotonic: keep the old one, count the regression.
                 self.regressions[source] += 1
             else:
                 self._source[source] = watermark
-        for (stage, component), value in (holds or {}).items():
-            hold_kind(component)
-            stage_holds = self._holds[self.graph.check(stage)]
-            if value is None:
-                stage_holds.pop(component, None)
-            else:
-                stage_holds[component] = int(value)
+        for stage, component, value in changes:
+            self._holds[stage].set(component, value)
         self._refresh()
+
+    def _check_source(self, source: str) -> str:
+        if source not in self._source:
+            self.graph.check(source)
+            raise GraphError(
+                f"stage {source!r} is not a source; it reads {self.graph.upstream(source)}"
+            )
+        return source
+
+    def _check_hold(
+        self, stage: str, component: str, value: int | None
+    ) -> tuple[str, str, int | None]:
+        hold_kind(component)
+        self.graph.check(stage)
+        if value is not None:
+            value = check_timestamp(value, f"hold {component!r} of {stage!r}")
+        return stage, component, value
 
     def holds(self, stage: str) -> dict[str, int]:
         """A copy of the stage's current holds."""
-        return dict(self._holds[self.graph.check(stage)])
+        return dict(self._holds[self.graph.check(stage)].values)
 
     def input_watermark(self, stage: str) -> int:
         """The stage's latched input watermark (µs)."""
@@ -225,8 +275,7 @@ class WatermarkTracker:
             ups = self.graph.inputs[stage]
             computed_in = min(self._output[u] for u in ups) if ups else self._source[stage]
             self._input[stage] = max(self._input[stage], computed_in)
-            holds = self._holds[stage]
-            computed_out = min(self._input[stage], min(holds.values(), default=MAX_TIMESTAMP))
+            computed_out = min(self._input[stage], self._holds[stage].min())
             if computed_out < self._output[stage]:
                 # A hold below the latched output cannot pull it back; count it.
                 self.regressions[stage] += 1
@@ -235,23 +284,43 @@ class WatermarkTracker:
     def why(self, stage: str) -> Explanation:
         """Name the component that holds ``stage``'s output watermark, following the
         minimum upstream through input watermarks to the source or hold that sets it."""
-        chain: list[tuple[str, str]] = []
-        current = self.graph.check(stage)
-        first_component = ""
-        while True:
-            holds = self._holds[current]
-            component = "input"
-            if holds:
-                name, value = min(holds.items(), key=lambda kv: (kv[1], kv[0]))
-                if value < self._input[current]:
-                    component = name
-            ups = self.graph.inputs[current]
-            if component == "input" and not ups:
-                component = hold_name(HoldKind.SOURCE, "watermark")
-            chain.append((current, component))
-            if not first_component:
-                first_component = component
-            if component != "input":
-                break
-            current = min(ups, key=lambda u: (self._output[u], u))
-        return Explanation(stage, self._output[stage], first_component, tuple(chain))
+        chain = hold_chain(
+            self.graph.check(stage),
+            self.graph.inputs.__getitem__,
+            self._input.__getitem__,
+            lambda s: self._holds[s].values,
+            self._output.__getitem__,
+        )
+        return Explanation(stage, self._output[stage], chain[0][1], tuple(chain))
+
+
+def hold_chain(
+    stage: str,
+    upstream: Callable[[str], tuple[str, ...]],
+    input_watermark: Callable[[str], int],
+    holds: Callable[[str], Mapping[str, int]],
+    output_watermark: Callable[[str], int],
+) -> list[tuple[str, str]]:
+    """The (stage, component) chain that holds ``stage``'s output watermark (µs values).
+
+    At each stage the component is its lowest hold (ties: the first name) if it is below
+    the input watermark, else ``"input"``, which continues at the upstream stage with the
+    lowest output watermark (ties: the first name); a source's input is
+    ``source:watermark``. The chain ends at the first component that is not ``"input"``.
+    """
+    chain: list[tuple[str, str]] = []
+    current = stage
+    while True:
+        component = "input"
+        named = holds(current)
+        if named:
+            name, value = min(named.items(), key=lambda kv: (kv[1], kv[0]))
+            if value < input_watermark(current):
+                component = name
+        ups = upstream(current)
+        if component == "input" and not ups:
+            component = hold_name(HoldKind.SOURCE, "watermark")
+        chain.append((current, component))
+        if component != "input":
+            return chain
+        current = min(ups, key=lambda u: (output_watermark(u), u))

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from theory.columns import check_count, time_column
 from theory.pipeline.simulator import SimulationResult
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
@@ -47,6 +48,7 @@ class StageMetrics:
 
 def sample_grid(result: SimulationResult, max_points: int = 20_000) -> np.ndarray:
     """A regular grid (µs) spanning the result's change times, at most ``max_points``."""
+    check_count(max_points, "max_points", minimum=1)
     t = result.times
     if t.size == 0:
         return t
@@ -69,7 +71,7 @@ def _finite(w: np.ndarray) -> np.ndarray:
 
 def window_latencies(result: SimulationResult, stage: str) -> np.ndarray:
     """Fire time minus window end (µs) of each window's first pane at ``stage``."""
-    panes = result.stages[stage].panes
+    panes = result.stages[result.pipeline.graph.check(stage)].panes
     if panes is None or len(panes) == 0:
         return np.empty(0, dtype=np.int64)
     first = panes.index == 0
@@ -79,39 +81,39 @@ def window_latencies(result: SimulationResult, stage: str) -> np.ndarray:
 def stage_metrics(result: SimulationResult, max_points: int = 20_000) -> list[StageMetrics]:
     """One :class:`StageMetrics` per stage, in topological order."""
     grid = sample_grid(result, max_points)
-    rows = []
-    for name in result.pipeline.graph.order:
-        r = result.stages[name]
-        iw = r.input_watermark.at(grid)
-        ow = r.output_watermark.at(grid)
-        ok = _finite(ow)
-        wl = _percentiles(grid[ok] - ow[ok])
-        both = ok & _finite(iw)
-        sl = _percentiles(iw[both] - ow[both])
-        lat = _percentiles(window_latencies(result, name))
-        rows.append(
-            StageMetrics(
-                stage=name,
-                kind=r.kind,
-                final_input_watermark=r.input_watermark.final(),
-                final_output_watermark=r.output_watermark.final(),
-                arrivals=r.arrivals,
-                late_count=r.late_count,
-                late_fraction=r.late_fraction,
-                dropped=int(sum(r.dropped.values())),
-                panes=0 if r.panes is None else len(r.panes),
-                watermark_lag_p50=wl[0],
-                watermark_lag_p90=wl[1],
-                watermark_lag_p99=wl[2],
-                stage_lag_p50=sl[0],
-                stage_lag_p90=sl[1],
-                stage_lag_p99=sl[2],
-                window_latency_p50=lat[0],
-                window_latency_p90=lat[1],
-                window_latency_p99=lat[2],
-            )
-        )
-    return rows
+    return [_stage_row(result, name, grid) for name in result.pipeline.graph.order]
+
+
+def _stage_row(result: SimulationResult, name: str, grid: np.ndarray) -> StageMetrics:
+    """The metrics row of stage ``name``, its lags sampled on ``grid`` (µs)."""
+    r = result.stages[name]
+    iw = r.input_watermark.at(grid)
+    ow = r.output_watermark.at(grid)
+    ok = _finite(ow)
+    wl = _percentiles(grid[ok] - ow[ok])
+    both = ok & _finite(iw)
+    sl = _percentiles(iw[both] - ow[both])
+    lat = _percentiles(window_latencies(result, name))
+    return StageMetrics(
+        stage=name,
+        kind=r.kind,
+        final_input_watermark=r.input_watermark.final(),
+        final_output_watermark=r.output_watermark.final(),
+        arrivals=r.arrivals,
+        late_count=r.late_count,
+        late_fraction=r.late_fraction,
+        dropped=int(sum(r.dropped.values())),
+        panes=0 if r.panes is None else len(r.panes),
+        watermark_lag_p50=wl[0],
+        watermark_lag_p90=wl[1],
+        watermark_lag_p99=wl[2],
+        stage_lag_p50=sl[0],
+        stage_lag_p90=sl[1],
+        stage_lag_p99=sl[2],
+        window_latency_p50=lat[0],
+        window_latency_p90=lat[1],
+        window_latency_p99=lat[2],
+    )
 
 
 def metrics_table(result: SimulationResult) -> dict[str, list[object]]:
@@ -124,7 +126,7 @@ def eventual_counts(
 ) -> dict[tuple[object, int, int], int]:
     """How many elements each (key, window start, window end) eventually receives: every
     element of the trace, late or dropped included (µs bounds)."""
-    rows = window_fn.assign_array(np.asarray(event_time, dtype=np.int64))  # type: ignore[attr-defined]
+    rows = window_fn.assign_array(time_column(event_time, "event_time"))  # type: ignore[attr-defined]
     counts: dict[tuple[object, int, int], int] = {}
     keys = np.asarray(key)[rows.element].tolist()
     for k, s, e in zip(keys, rows.start.tolist(), rows.end.tolist(), strict=True):

@@ -12,7 +12,7 @@ from typing import Protocol
 
 import numpy as np
 
-from theory.columns import check_duration
+from theory.columns import check_duration, check_timestamp
 
 
 class LatencySampler(Protocol):
@@ -30,10 +30,12 @@ class Processing:
 
     def __post_init__(self) -> None:
         if isinstance(self.latency, (int, np.integer)):
-            check_duration(int(self.latency), "latency")
+            check_duration(self.latency, "latency")
         elif not hasattr(self.latency, "sample"):
             raise TypeError(f"latency must be µs or have .sample(rng, n), got {self.latency!r}")
         for i, (start, end) in enumerate(self.stalls):
+            check_timestamp(start, f"stalls[{i}] start")
+            check_timestamp(end, f"stalls[{i}] end")
             if end <= start:
                 raise ValueError(f"stalls[{i}] = ({start}, {end}): end must be after start")
 

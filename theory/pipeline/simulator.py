@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from theory.columns import check_seed
 from theory.data.traces import Trace
-from theory.pipeline.graph import GraphError
+from theory.pipeline.graph import GraphError, hold_chain
 from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Pipeline, Source
 from theory.series import StepSeries, pointwise_min, union_times
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
@@ -93,6 +94,9 @@ class StageResult:
     #: not finished: elements (or fired panes) in flight. MAX_TIMESTAMP when there is none.
     #: Buffered window state is processed work and does not count.
     processing_hold: StepSeries = field(default_factory=lambda: _NO_HOLD)
+    #: Late elements a grouping stage still grouped into a window (its engine's
+    #: ``late_elements``); with the ``dropped`` ones they are the ``late`` ones.
+    late_grouped: int = 0
 
     @property
     def late_count(self) -> int:
@@ -117,25 +121,16 @@ class SimulationResult:
         return self.times, r.input_watermark.at(self.times), r.output_watermark.at(self.times)
 
     def why(self, stage: str, at: int) -> list[tuple[str, str]]:
-        """The (stage, component) chain holding ``stage``'s output watermark at time ``at``."""
-        chain: list[tuple[str, str]] = []
-        current = self.pipeline.graph.check(stage)
-        while True:
-            r = self.stages[current]
-            iw = int(r.input_watermark.at(at))
-            component = "input"
-            best = iw
-            for name, series in sorted(r.holds.items()):
-                h = int(series.at(at))
-                if h < best:
-                    component, best = name, h
-            ups = self.pipeline.graph.inputs[current]
-            if component == "input" and not ups:
-                component = "source:watermark"
-            chain.append((current, component))
-            if component != "input":
-                return chain
-            current = min(ups, key=lambda u: (int(self.stages[u].output_watermark.at(at)), u))
+        """The (stage, component) chain holding ``stage``'s output watermark at time ``at``
+        (µs), as :func:`~theory.pipeline.graph.hold_chain` walks it."""
+        stages = self.stages
+        return hold_chain(
+            self.pipeline.graph.check(stage),
+            self.pipeline.graph.inputs.__getitem__,
+            lambda s: int(stages[s].input_watermark.at(at)),
+            lambda s: {name: int(h.at(at)) for name, h in stages[s].holds.items()},
+            lambda s: int(stages[s].output_watermark.at(at)),
+        )
 
 
 def simulate(
@@ -149,23 +144,17 @@ def simulate(
 
     ``on_stage(name)`` is called after each stage is simulated (for progress reporting).
     """
-    missing = [s for s in pipeline.source_names() if s not in traces]
-    if missing:
-        raise GraphError(f"no trace given for source stage(s): {', '.join(missing)}")
-    extra = sorted(set(traces) - set(pipeline.source_names()))
-    if extra:
-        raise GraphError(f"traces given for stages that are not sources: {', '.join(extra)}")
+    _check_traces(pipeline, traces)
+    check_seed(seed)
     outputs: dict[str, tuple[Stream, StepSeries]] = {}
     results: dict[str, StageResult] = {}
-    for name in pipeline.graph.order:
+    for position, name in enumerate(pipeline.graph.order):
         spec = pipeline.stage(name)
-        stage_rng = np.random.default_rng([seed, pipeline.graph.order.index(name)])
+        stage_rng = np.random.default_rng([seed, position])
         if isinstance(spec, Source):
             stream, iw = _source_input(spec, traces[name])
         else:
-            ups = [outputs[u] for u in spec.inputs]
-            iw = pointwise_min([wm for _, wm in ups]) if len(ups) > 1 else ups[0][1]
-            stream = _merge_streams([s for s, _ in ups]) if len(ups) > 1 else ups[0][0]
+            stream, iw = _merged_input([outputs[u] for u in spec.inputs])
         if isinstance(spec, GroupByWindow):
             out, result = _run_group(spec, stream, iw, stage_rng)
         else:
@@ -179,6 +168,24 @@ def simulate(
         + [r.output_watermark for r in results.values()]
     )
     return SimulationResult(pipeline, results, times)
+
+
+def _check_traces(pipeline: Pipeline, traces: Mapping[str, Trace]) -> None:
+    """GraphError unless ``traces`` has exactly one trace per Source stage."""
+    missing = [s for s in pipeline.source_names() if s not in traces]
+    if missing:
+        raise GraphError(f"no trace given for source stage(s): {', '.join(missing)}")
+    extra = sorted(set(traces) - set(pipeline.source_names()))
+    if extra:
+        raise GraphError(f"traces given for stages that are not sources: {', '.join(extra)}")
+
+
+def _merged_input(ups: list[tuple[Stream, StepSeries]]) -> tuple[Stream, StepSeries]:
+    """A stage's input from its upstream (stream, output watermark) pairs: the merged
+    streams and the minimum of the watermarks."""
+    if len(ups) == 1:
+        return ups[0]
+    return _merge_streams([s for s, _ in ups]), pointwise_min([wm for _, wm in ups])
 
 
 def _source_input(spec: Source, trace: Trace) -> tuple[Stream, StepSeries]:
@@ -248,26 +255,76 @@ def _run_elementwise(
 def _run_group(
     spec: GroupByWindow, stream: Stream, iw: StepSeries, rng: np.random.Generator
 ) -> tuple[Stream, StageResult]:
-    engine = GroupByWindowEngine(spec.strategy)
     iw = iw.latched()
-    keys: list[Hashable] = [None] * len(stream) if spec.rekey == "global" else stream.key.tolist()
-    values = stream.value.tolist()
-    stamps = stream.timestamp.tolist()
+    engine = GroupByWindowEngine(spec.strategy)
+    panes, fire_times, state = _drive_engine(engine, _window_rows(spec, stream), stream.time, iw)
+    table, out = _pane_outputs(spec, panes, fire_times, rng)
+    buffer = inflight_min(table.fire_time, table.emit_time, table.timestamp)
+    late = _lateness(stream, iw)
+    result = StageResult(
+        spec.name,
+        "GroupByWindow",
+        iw,
+        pointwise_min([iw, state, buffer]).latched(),
+        {STATE_HOLD: state, BUFFER_HOLD: buffer},
+        len(stream),
+        late,
+        stream.timestamp[late],
+        stream.time[late],
+        dict(engine.dropped),
+        table,
+        processing_hold=inflight_min(table.fire_time, table.emit_time, table.fire_time),
+        late_grouped=engine.late_elements,
+    )
+    return out, result
+
+
+@dataclass(frozen=True)
+class _WindowRows:
+    """The engine's input as lists: per element its key, value and timestamp (µs); per
+    (element, window) row, grouped by element, the element and the window bounds (µs)."""
+
+    keys: list[Hashable]
+    values: list[Any]
+    stamps: list[int]
+    element: np.ndarray
+    starts: list[int]
+    ends: list[int]
+
+
+def _window_rows(spec: GroupByWindow, stream: Stream) -> _WindowRows:
     rows = spec.strategy.window_fn.assign_array(stream.timestamp)  # type: ignore[attr-defined]
-    element, starts, ends = rows.element.tolist(), rows.start.tolist(), rows.end.tolist()
-    arrival = stream.time
-    wm_times = iw.times.tolist()
-    wm_values = iw.values.tolist()
+    keys: list[Hashable] = [None] * len(stream) if spec.rekey == "global" else stream.key.tolist()
+    return _WindowRows(
+        keys,
+        stream.value.tolist(),
+        stream.timestamp.tolist(),
+        rows.element,
+        rows.start.tolist(),
+        rows.end.tolist(),
+    )
+
+
+def _drive_engine(
+    engine: GroupByWindowEngine, rows: _WindowRows, arrival: np.ndarray, iw: StepSeries
+) -> tuple[list[Pane], np.ndarray, StepSeries]:
+    """Feed ``engine`` in processing-time order: at each instant (µs) the rows of the
+    elements arriving then, then the watermark step at it (elements first: they are not
+    late for a watermark that moves at their own instant). Returns the fired panes, their
+    fire times and the state hold's step series: the engine keeps the holds, this records
+    the changes of their minimum (``MAX_TIMESTAMP`` when there is none)."""
+    wm_times, wm_values = iw.times.tolist(), iw.values.tolist()
     instants = np.union1d(arrival, iw.times)
     # rows of the elements arriving at or before each instant: rows are grouped by element
     row_bounds = np.searchsorted(rows.element, np.searchsorted(arrival, instants, side="right"))
+    keys, values, stamps, starts, ends = rows.keys, rows.values, rows.stamps, rows.starts, rows.ends
+    element = rows.element.tolist()
     panes: list[Pane] = []
     fire_times: list[int] = []
     hold_t: list[int] = []
     hold_v: list[int] = []
     last_hold = MAX_TIMESTAMP
-    lo = 0
-    wi = 0
+    lo = wi = 0
     n_wm = len(wm_times)
     for t, hi in zip(instants.tolist(), row_bounds.tolist(), strict=True):
         fired: list[Pane] = []
@@ -287,25 +344,7 @@ def _run_group(
             hold_v.append(h)
             last_hold = h
     state = StepSeries(np.asarray(hold_t, np.int64), np.asarray(hold_v, np.int64), MAX_TIMESTAMP)
-    table, out = _pane_outputs(spec, panes, np.asarray(fire_times, np.int64), rng)
-    buffer = inflight_min(table.fire_time, table.emit_time, table.timestamp)
-    ow = pointwise_min([iw, state, buffer]).latched()
-    late = _lateness(stream, iw)
-    result = StageResult(
-        spec.name,
-        "GroupByWindow",
-        iw,
-        ow,
-        {STATE_HOLD: state, BUFFER_HOLD: buffer},
-        len(stream),
-        late,
-        stream.timestamp[late],
-        stream.time[late],
-        dict(engine.dropped),
-        table,
-        processing_hold=inflight_min(table.fire_time, table.emit_time, table.fire_time),
-    )
-    return out, result
+    return panes, np.asarray(fire_times, np.int64), state
 
 
 def _pane_outputs(

@@ -117,8 +117,12 @@ class GroupByWindow:
                     f"use one of {sorted(COMBINERS)} or a function"
                 )
             fn = COMBINERS[self.combine]
-        else:
+        elif callable(self.combine):
             fn = self.combine
+        else:
+            raise TypeError(
+                f"stage {self.name!r}: combine must be a name or a function, got {self.combine!r}"
+            )
         object.__setattr__(self, "combine_fn", fn)
         if self.rekey not in (None, "global"):
             raise ValueError(
