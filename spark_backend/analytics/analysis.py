@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.typing import ArrayLike
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -33,6 +34,7 @@ from spark_backend.analytics.passes import (
     run_pass,
 )
 from spark_backend.analytics.strategies import Strategy, parse_strategies
+from theory.columns import as_int, int_column
 from theory.series import StepSeries
 from theory.time import MIN_TIMESTAMP
 from theory.watermarks.buckets import BucketCarry
@@ -121,7 +123,7 @@ class WatermarkAnalysis:
             return out.compressed()
         return out
 
-    def values_at(self, times: np.ndarray, *, strict: bool = False) -> pd.DataFrame:
+    def values_at(self, times: ArrayLike, *, strict: bool = False) -> pd.DataFrame:
         """Every curve at the given processing times (µs), exactly: ``W.at(t)`` (the
         value after every step at or before ``t``), or with ``strict`` ``W.before(t)``
         (steps strictly before ``t``), as :class:`theory.series.StepSeries` defines them.
@@ -131,7 +133,7 @@ class WatermarkAnalysis:
         is mapped to the first requested time it is visible at, the maxima per time are
         collected, and a running maximum on the driver makes them the (monotone) curves.
         """
-        grid = np.unique(np.asarray(times, dtype=np.int64))
+        grid = np.unique(int_column(times, "times"))
         agg = self._maxima_by_grid_time(grid, strict)
         out = pd.DataFrame({"processing_time": grid})
         g = agg.column("g").to_numpy()
@@ -177,7 +179,7 @@ class WatermarkAnalysis:
         """Every curve at ``points`` evenly spaced processing times from the first to the
         last arrival: ``processing_time`` plus one column per strategy (µs), for plots."""
         lo, hi = self.layout.first_arrival, self.layout.last_arrival
-        points = max(2, int(points))
+        points = max(2, as_int(points, "points"))
         step = max(1, -(-(hi - lo) // (points - 1)))
         return self.values_at(lo + step * np.arange(points, dtype=np.int64))
 

@@ -45,6 +45,8 @@ def holdback(data: ArrivalLayout | DataFrame, by: str = "partition") -> pd.DataF
     argmin), ``held_fraction`` (of first to last arrival), ``runs`` (maximal intervals),
     ``longest_run_us`` and ``longest_run_start`` (µs).
     """
+    if not isinstance(by, str):
+        raise TypeError(f"by must be a column name, got {by!r}")
     if by not in ("partition", "key"):
         raise ValueError(f"by must be 'partition' or 'key', got {by!r}")
     own = not (isinstance(data, ArrivalLayout) and data.holder == by)
