@@ -10,9 +10,9 @@ count of every strategy:
   curves (a ``noop`` write);
 - **numpy**: :func:`theory.watermarks.perfect.perfect_curve`,
   :func:`theory.watermarks.heuristic.bounded_out_of_orderness_curve`,
-  :func:`theory.watermarks.percentile_sweep.percentile_curve` (source level: active from event
-  to arrival time, the perfect curve as fallback; :func:`spark_backend.analytics.
-  percentile_curve_numpy` if theory lacks it) and late counts with
+  :func:`theory.watermarks.percentile_sweep.percentile_curve` (source level: active from event to
+  arrival
+  time, the perfect curve as fallback) and late counts with
   :meth:`theory.series.StepSeries.before`, on the same rows collected through Arrow.
 
 Trace generation and collection are not timed: each trace is persisted and counted
@@ -39,7 +39,6 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,44 +46,32 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spark_backend.analytics import analyze, percentile_curve_numpy, prepare
+from spark_backend.analytics import analyze, prepare
 from spark_backend.session import get_session, stop_session
 from spark_backend.tracedf import generate_trace_df
 from theory.data.generators import Delay
 from theory.series import StepSeries
 from theory.time import SECOND
 from theory.watermarks.heuristic import bounded_out_of_orderness_curve
+from theory.watermarks.percentile_sweep import percentile_curve
 from theory.watermarks.perfect import perfect_curve
 
 STRATEGIES = ("perfect", "bounded:2s", "bounded:30s", "percentile:0.99")
 _MOD = 1_000_003
 
 
-PercentileFn = Callable[[np.ndarray, np.ndarray, float, StepSeries], StepSeries]
-
-
-def _numpy_percentile() -> tuple[str, PercentileFn]:
-    """theory's vectorised percentile curve when it exists, else the numpy kernel."""
-    try:
-        from theory.watermarks.percentile_sweep import percentile_curve
-    except ImportError:
-        return "spark_backend.analytics.percentile_curve_numpy", (
-            lambda e, a, p, _fallback: percentile_curve_numpy(e, a, p)
-        )
-    return "theory.watermarks.percentile_sweep.percentile_curve", (
-        lambda e, a, p, fallback: percentile_curve(e, np.minimum(e, a), a, p, fallback)
-    )
+#: The numpy percentile reference (source level: active from event to arrival time).
+PERCENTILE_REFERENCE = "theory.watermarks.percentile_sweep.percentile_curve"
 
 
 def numpy_path(e: np.ndarray, a: np.ndarray) -> tuple[dict[str, StepSeries], dict[str, int]]:
     """The numpy reference: curves and late counts of :data:`STRATEGIES`."""
-    _, pct = _numpy_percentile()
     perfect = perfect_curve(e, a)
     curves = {
         "perfect": perfect,
         "bounded:2s": bounded_out_of_orderness_curve(e, a, bound=2 * SECOND),
         "bounded:30s": bounded_out_of_orderness_curve(e, a, bound=30 * SECOND),
-        "percentile:0.99": pct(e, a, 0.99, perfect),
+        "percentile:0.99": percentile_curve(e, np.minimum(e, a), a, 0.99, perfect),
     }
     late = {k: int(np.count_nonzero(e < c.before(a))) for k, c in curves.items()}
     return curves, late
@@ -296,8 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.warmup >= 1:
         w = warm_up(spark, int(args.warmup), args.seed)
         print(f"warm-up: {int(args.warmup):,} events in {w:.1f} s (not reported)")
-    name, _ = _numpy_percentile()
-    print(f"strategies: {', '.join(STRATEGIES)}; percentile reference: {name}")
+    print(f"strategies: {', '.join(STRATEGIES)}; percentile reference: {PERCENTILE_REFERENCE}")
     print(f"master {args.master}, {args.repeat} run(s) per path, medians\n")
     header = (
         f"{'events':>11} {'spark s':>9} {'numpy s':>9} {'spark ev/s':>12} {'numpy ev/s':>12} "

@@ -14,11 +14,13 @@ package, one idea a folder:
 ``theory.columns``          the one home of column and scalar argument checks
 ``theory.arrays``           vectorised int64 kernels shared by the curves (cover-min, ...)
 ``theory.structures``       ``OrderStatisticList``, ``IndexedMinHeap``, ``Frontier``
+``theory.wavelet``          batched k-th smallest in array suffixes (a wavelet matrix)
 ``theory.data``             traces: schema and rules, parsing, validation, I/O, generators
 ``theory.windowing``        windows, ``WindowingStrategy``, triggers, scripts, the
                             grouping engine (incremental) and its vectorised fast path
 ``theory.watermarks``       source watermarks (perfect, heuristic), the spec grammar,
-                            percentile watermarks (exact, sketch), hold series
+                            percentile watermarks (exact, sketch), hold series, the
+                            per-bucket curves of an arrival-time-bucketed trace
 ``theory.pipeline``         the stage graph, stages, the simulator, metrics, diagnosis
                             (processing-time watermarks), the chapter-3 pipeline
 ``theory.flink``            the flink profile: conventions, periodic generation and

@@ -21,6 +21,7 @@ from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 __all__ = [
     "COVER_EMPTY",
     "cover_min",
+    "equal_runs",
     "group_last",
     "minus_clamped",
     "plus_clamped",
@@ -82,6 +83,19 @@ def group_last(sorted_values: np.ndarray) -> np.ndarray:
         return np.empty(0, dtype=np.intp)
     brk = np.flatnonzero(sorted_values[1:] != sorted_values[:-1])
     return np.append(brk, sorted_values.size - 1)
+
+
+def equal_runs(sorted_values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The runs of equal values of a sorted 1-d array: ``(values, starts, ends)``, each
+    run being ``sorted_values[starts[i]:ends[i]]`` (int64 bounds; empty input, empty
+    runs)."""
+    if sorted_values.size == 0:
+        none = np.empty(0, dtype=np.int64)
+        return sorted_values, none, none
+    brk = np.flatnonzero(sorted_values[1:] != sorted_values[:-1]) + 1
+    starts = np.concatenate(([0], brk))
+    ends = np.concatenate((brk, [sorted_values.size]))
+    return sorted_values[starts], starts, ends
 
 
 # --------------------------------------------------------------------------- clamped arithmetic

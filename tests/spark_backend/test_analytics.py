@@ -15,21 +15,21 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
-from spark_backend.analytics import (
-    analyze,
-    holdback,
-    parse_strategy,
-    percentile_curve_numpy,
-    prepare,
-)
+from spark_backend.analytics import analyze, holdback, parse_strategy, prepare
 from spark_backend.tracedf import generate_trace_df, to_trace
 from theory.experiments.tradeoff import Strategy as TheoryStrategy
 from theory.experiments.tradeoff import tradeoff
+from theory.pipeline.metrics import eventual_counts, strategy_metrics
+from theory.pipeline.simulator import simulate
+from theory.pipeline.stages import GroupByWindow, Pipeline, Source
 from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP, SECOND
 from theory.watermarks.heuristic import bounded_out_of_orderness_curve
 from theory.watermarks.percentile_sweep import percentile_curve, reference_percentile_values
 from theory.watermarks.perfect import perfect_curve
+from theory.windowing.strategy import WindowingStrategy
+from theory.windowing.triggers import AfterWatermark
+from theory.windowing.windows import FixedWindows
 
 pytestmark = pytest.mark.slow
 
@@ -143,18 +143,6 @@ def test_lower_percentiles_are_more_aggressive(analyses):
     assert late["percentile:0.5"] > late["percentile:0.9"] > 0
 
 
-def test_numpy_kernel_equals_theory_percentile():
-    rng = np.random.default_rng(3)
-    e = np.cumsum(rng.integers(0, 5_000, 4000)).astype(np.int64)
-    a = e + rng.integers(0, 200_000, e.size) * (rng.random(e.size) < 0.9)
-    a = (a // 1000) * 1000 + 1000  # ties, still causal
-    fallback = perfect_curve(e, a)
-    for p in (0.3, 0.9, 1.0):
-        ref = percentile_curve(e, e, a, p, fallback=fallback)
-        assert _same(percentile_curve_numpy(e, a, p), ref)
-        assert _same(percentile_curve_numpy(e, a, p, fallback="hold"), percentile_curve(e, e, a, p))
-
-
 def test_sample_is_the_curve_on_a_grid(traces, analyses):
     an = analyses["tied", 5]
     got = an.sample(points=400)
@@ -163,6 +151,26 @@ def test_sample_is_the_curve_on_a_grid(traces, analyses):
     assert grid[-1] >= traces["tied"][1].arrival_time.max()
     for spec in STRATEGIES:
         assert np.array_equal(got[spec].to_numpy(), an.curve(spec).at(grid)), spec
+
+
+def _first_panes(panes) -> dict:
+    """The simulator's first panes: (key, window start) -> (count, fire time)."""
+    first = panes.index == 0
+    return {
+        (k, st): (int(c), int(ft))
+        for k, st, c, ft in zip(panes.key[first], panes.window_start[first],
+                                panes.count[first], panes.fire_time[first], strict=True)
+    }
+
+
+def _spark_first_panes(windows: pd.DataFrame, strategy: str) -> dict:
+    """Spark's first panes of the windows that fire, in the form of :func:`_first_panes`."""
+    sel = windows[(windows["strategy"] == strategy) & (windows["fire_time"] >= 0)]
+    return {
+        (k, st): (int(c), int(ft))
+        for k, st, c, ft in zip(sel["key"], sel["window_start"], sel["first_pane"],
+                                sel["fire_time"], strict=True)
+    }
 
 
 def test_windows_equal_theory_tradeoff(traces):
@@ -185,21 +193,45 @@ def test_windows_equal_theory_tradeoff(traces):
         for s in specs:
             panes = result.results[s].stages["window"].panes
             assert panes is not None
-            first = panes.index == 0
-            theirs_w = {
-                (k, st): (int(c), int(ft))
-                for k, st, c, ft in zip(panes.key[first], panes.window_start[first],
-                                        panes.count[first], panes.fire_time[first], strict=True)
-            }
-            sel = windows[(windows["strategy"] == s) & (windows["fire_time"] >= 0)]
-            ours_w = {
-                (k, st): (int(c), int(ft))
-                for k, st, c, ft in zip(sel["key"], sel["window_start"], sel["first_pane"],
-                                        sel["fire_time"], strict=True)
-            }
-            assert ours_w == theirs_w, s
+            assert _spark_first_panes(windows, s) == _first_panes(panes), s
     finally:
         an.unpersist()
+
+
+def test_windows_with_an_offset_equal_the_simulator(traces):
+    """FixedWindows(size, offset) as Beam: window starts at offset + N * size (an offset
+    beyond the size is taken modulo it). First panes, fire times and the summary equal
+    the simulator's with the same windows; with the offset dropped, none would."""
+    df, trace = traces["tied"]
+    size, offset = 5 * SECOND, 7 * SECOND + 123_457  # normalised: 2.123457 s
+    specs = ["perfect", "bounded:1s", "percentile:0.9"]
+    an = analyze(df, specs, buckets=3)
+    try:
+        windows = an.windows(size, offset)
+        fires = an.fire_times(size, offset)
+        summary = an.window_summary(size, offset).set_index("strategy")
+    finally:
+        an.unpersist()
+    assert set(windows["window_start"] % size) == {offset % size}
+    assert set(fires["window_end"] % size) == {offset % size}
+    fixed = FixedWindows(size, offset)
+    eventual = eventual_counts(fixed, trace.key, trace.event_time)
+    for s in specs:
+        pipeline = Pipeline([
+            Source("in", s),
+            GroupByWindow("window", "in", WindowingStrategy(fixed, AfterWatermark()), "sum"),
+        ])
+        result = simulate(pipeline, {"in": trace})
+        panes = result.stages["window"].panes
+        assert panes is not None
+        assert _spark_first_panes(windows, s) == _first_panes(panes), s
+        theirs = strategy_metrics(s, result, "window", eventual)
+        row = summary.loc[s]
+        assert (row["dropped"], row["windows"]) == (theirs.dropped, theirs.windows), s
+        assert row["window_latency_p50"] == theirs.window_latency_p50, s
+        assert row["complete_fraction"] == theirs.complete_fraction, s
+        np.testing.assert_allclose(row["completeness_mean"], theirs.completeness_mean,
+                                   rtol=1e-12, atol=0)
 
 
 def test_windows_without_finish_never_fire_past_the_watermark(traces, analyses):
@@ -293,6 +325,29 @@ def test_bad_strategies(spec):
     """Parsed by theory's spec parser: the error names the spec."""
     with pytest.raises(ValueError, match=re.escape(repr(spec))):
         parse_strategy(spec)
+
+
+def test_argument_errors(traces, analyses):
+    """The error convention: TypeError for a wrong type, ValueError for a bad value, each
+    naming the parameter; all raised before any Spark job."""
+    df, _ = traces["tied"]
+    an = analyses["tied", 1]
+    with pytest.raises(TypeError, match="spec must be a str"):
+        parse_strategy(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not one string"):
+        analyze(df, "perfect")
+    with pytest.raises(ValueError, match="no strategies"):
+        analyze(df, [])
+    with pytest.raises(ValueError, match="unique"):
+        analyze(df, ["perfect", " perfect"])
+    with pytest.raises(ValueError, match="buckets must be >= 1"):
+        prepare(df, buckets=0)
+    with pytest.raises(TypeError, match="buckets"):
+        prepare(df, buckets=2.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="offset"):
+        an.windows(SECOND, offset=0.5)
+    with pytest.raises(ValueError, match="window_size must be > 0"):
+        an.fire_times(0)
 
 
 def test_empty_trace_is_refused(spark):
