@@ -23,7 +23,8 @@ import numpy as np
 from beam_pipelines.beam_runner import canonical_panes, run_beam
 from theory.time import MICROS_PER_MILLI, MICROS_PER_SECOND
 from theory.windowing import triggers as tt
-from theory.windowing.engine import Pane, run_script
+from theory.windowing.engine import Pane
+from theory.windowing.runner import run_script
 from theory.windowing.script import ElementEvent, Event, ProcessingTimeEvent, Script, WatermarkEvent
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
 from theory.windowing.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows

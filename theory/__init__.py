@@ -82,7 +82,8 @@ _EXPORTS: dict[str, str] = {
         ("Script", "ElementEvent", "WatermarkEvent", "ProcessingTimeEvent"),
         "theory.windowing.script",
     ),
-    **dict.fromkeys(("GroupByWindowEngine", "Pane", "run_script"), "theory.windowing.engine"),
+    **dict.fromkeys(("GroupByWindowEngine", "Pane"), "theory.windowing.engine"),
+    "run_script": "theory.windowing.runner",
     # watermarks
     "make_source_watermark": "theory.watermarks.sources",
     **dict.fromkeys(
@@ -208,7 +209,8 @@ if TYPE_CHECKING:  # static checkers see the eager imports; runtime stays lazy
     )
     from theory.watermarks.percentile import PercentileWatermark, SketchPercentileWatermark
     from theory.watermarks.sources import make_source_watermark
-    from theory.windowing.engine import GroupByWindowEngine, Pane, run_script
+    from theory.windowing.engine import GroupByWindowEngine, Pane
+    from theory.windowing.runner import run_script
     from theory.windowing.script import ElementEvent, ProcessingTimeEvent, Script, WatermarkEvent
     from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
     from theory.windowing.triggers import (

@@ -1,6 +1,6 @@
 """The engine against Beam's own runner (BundleBasedDirectRunner, streaming).
 
-Every script runs through :func:`theory.windowing.engine.run_script` and through a real Beam
+Every script runs through :func:`theory.windowing.runner.run_script` and through a real Beam
 pipeline; the panes (key, window, values as a multiset, timestamp, timing, index,
 nonspeculative index, first/last) and the stall flag must be identical.
 
@@ -21,9 +21,10 @@ from apache_beam.testing.test_stream import TestStream as BeamTestStream
 from beam_pipelines.beam_runner import beam_windowing, canonical_panes, run_beam
 from beam_pipelines.differential import compare, random_case
 from theory.windowing import triggers as tt
-from theory.windowing.engine import ScriptResult, run_script
+from theory.windowing.runner import run_script
 from theory.windowing.script import ElementEvent as E
 from theory.windowing.script import ProcessingTimeEvent as P
+from theory.windowing.script import ScriptResult
 from theory.windowing.script import WatermarkEvent as W
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
 from theory.windowing.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from theory.time import MAX_TIMESTAMP
-from theory.windowing.engine import STATE_HOLD, GroupByWindowEngine, Timing, run_script
+from theory.windowing.engine import STATE_HOLD, GroupByWindowEngine, Timing
+from theory.windowing.runner import run_script
 from theory.windowing.script import ElementEvent, ProcessingTimeEvent, Script, WatermarkEvent
 from theory.windowing.strategy import (
     AccumulationMode,
@@ -349,7 +350,7 @@ def test_fast_path_equals_incremental_engine(ops, fn_name, trigger, mode, combin
 
 @pytest.mark.parametrize("n_keys", [1, 3, 40_000])
 def test_fast_path_group_order_is_lexsort(n_keys):
-    from theory.windowing.engine import _group_order
+    from theory.windowing.fast_path import _group_order
 
     rng = np.random.default_rng(n_keys)
     key = rng.integers(0, n_keys, 50_000)

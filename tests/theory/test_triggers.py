@@ -7,7 +7,8 @@ Times in seconds (S = 1 s in µs) unless stated."""
 import pytest
 
 from theory.windowing import triggers as tt
-from theory.windowing.engine import Timing, run_script
+from theory.windowing.engine import Timing
+from theory.windowing.runner import run_script
 from theory.windowing.script import ElementEvent as E
 from theory.windowing.script import ProcessingTimeEvent as P
 from theory.windowing.script import WatermarkEvent as W

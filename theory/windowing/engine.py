@@ -4,7 +4,7 @@
 :class:`~theory.windowing.strategy.WindowingStrategy`, giving the panes Beam Python's streaming
 runner (``BundleBasedDirectRunner``: ``GeneralTriggerDriver`` under the direct runner's
 watermark manager) gives, pane for pane. Its calls mirror a TestStream script, and each
-returns the panes it fires, in firing order. :func:`run_script` runs a whole script.
+returns the panes it fires, in firing order.
 
 Rules (all times µs; IW is the input watermark, OW the output watermark, both as the
 runner sees them when a batch is processed):
@@ -34,25 +34,23 @@ runner sees them when a batch is processed):
   emitted: a window whose trigger never fires keeps its hold, and at the end the output
   watermark stays below ``MAX_TIMESTAMP`` (Beam's runner reports "pipeline stall").
   State that can never matter again (unreachable by new data, no timers, no hold) is freed.
+
+:func:`theory.windowing.runner.run_script` runs a whole script, here or on the vectorised
+path of :mod:`theory.windowing.fast_path`.
 """
 
 from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from collections import defaultdict
-from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Sequence
 from enum import Enum
-from itertools import accumulate, chain, count, repeat
-from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from theory.columns import check_timestamp
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
-from theory.windowing.script import ElementEvent, ProcessingTimeEvent, Script, WatermarkEvent
 from theory.windowing.strategy import (
     AccumulationMode,
     ElementPolicy,
@@ -67,7 +65,12 @@ from theory.windowing.triggers import (
     Win,
     combine_tag,
 )
-from theory.windowing.windows import GLOBAL_WINDOW, GlobalWindows, IntervalWindow, Sessions
+from theory.windowing.windows import (
+    GLOBAL_WINDOW,
+    GlobalWindows,
+    Sessions,
+    trusted_interval_window,
+)
 
 
 class Timing(Enum):
@@ -572,7 +575,7 @@ class GroupByWindowEngine:
     # -- state -----------------------------------------------------------------------
 
     def _window(self, window: Win) -> Any:
-        return GLOBAL_WINDOW if self._global else _interval(*window)
+        return GLOBAL_WINDOW if self._global else trusted_interval_window(*window)
 
     def _next(self) -> int:
         self._seq += 1
@@ -768,489 +771,4 @@ class GroupByWindowEngine:
             self._maybe_free(ws)
 
 
-# ------------------------------------------------------------------------ scripts
-
-
-@dataclass(frozen=True)
-class ScriptResult:
-    """Panes and watermarks of a script run: ``panes[i]`` fired at event ``pane_event[i]``;
-    the watermark arrays have one entry per event (after it), µs."""
-
-    panes: list[Pane]
-    pane_event: np.ndarray
-    processing_time: np.ndarray
-    input_watermark: np.ndarray
-    output_watermark: np.ndarray
-    dropped: dict[str, int] = field(default_factory=dict)
-    late_elements: int = 0
-    #: Output watermark below MAX_TIMESTAMP after the end (Beam: "pipeline stall").
-    stalled: bool = False
-    #: Processing-time timers still set at the end (with ``stalled``, Beam never finishes).
-    pending_processing_timers: int = 0
-
-
-def run_script(
-    events: Script | Iterable[ElementEvent | WatermarkEvent | ProcessingTimeEvent],
-    strategy: WindowingStrategy,
-    *,
-    to_infinity: bool = True,
-    fast: bool = True,
-) -> ScriptResult:
-    """Run a TestStream-like script through a :class:`GroupByWindowEngine`.
-
-    ``to_infinity`` ends the script with the watermark at ``MAX_TIMESTAMP`` (a TestStream
-    always does; the final entry of the watermark arrays is that step).
-
-    With ``fast`` (default), scripts under DefaultTrigger or AfterWatermark() on
-    non-merging windows go through a vectorised path that gives the same result as the
-    incremental engine (tested); it falls back to the engine when late data meets a held
-    output watermark, the one case it does not model.
-    """
-    evs = events.events if isinstance(events, Script) else tuple(Script(list(events)).events)
-    if fast and to_infinity:
-        result = _run_fast(evs, strategy)
-        if result is not None:
-            return result
-    return _run_incremental(evs, strategy, to_infinity)
-
-
-class _Rows(NamedTuple):
-    """A script's elements with their windows, as :meth:`GroupByWindowEngine.add_rows`
-    takes them; the rows of the k-th non-empty element event are
-    ``bounds[k]..bounds[k + 1]``."""
-
-    keys: list[Hashable]
-    values: list[Any]
-    stamps: list[int]
-    element: list[int]
-    starts: list[int]
-    ends: list[int]
-    bounds: list[int]
-
-
-def _assign_script(
-    evs: tuple[ElementEvent | WatermarkEvent | ProcessingTimeEvent, ...],
-    strategy: WindowingStrategy,
-) -> _Rows | None:
-    """Windows for all the script's elements in one vectorised call (timestamps µs, checked
-    by :class:`ElementEvent`); None where that call overflows, so that batch by batch
-    :meth:`GroupByWindowEngine.add_elements` raises at the batch it would."""
-    chunks = [ev.elements for ev in evs if isinstance(ev, ElementEvent) and ev.elements]
-    flat = list(chain.from_iterable(chunks))
-    n = len(flat)
-    stamps = np.fromiter(map(itemgetter(2), flat), np.int64, n)
-    try:
-        rows = strategy.window_fn.assign_array(stamps)  # type: ignore[attr-defined]
-    except OverflowError:
-        return None
-    first = np.zeros(len(chunks) + 1, np.int64)
-    np.cumsum(np.fromiter(map(len, chunks), np.int64, len(chunks)), out=first[1:])
-    # rows come grouped by element, in ascending element order
-    bounds = np.searchsorted(rows.element, first, side="left")
-    return _Rows(
-        list(map(itemgetter(0), flat)),
-        list(map(itemgetter(1), flat)),
-        stamps.tolist(),
-        rows.element.tolist(),
-        rows.start.tolist(),
-        rows.end.tolist(),
-        bounds.tolist(),
-    )
-
-
-def _run_incremental(
-    evs: tuple[ElementEvent | WatermarkEvent | ProcessingTimeEvent, ...],
-    strategy: WindowingStrategy,
-    to_infinity: bool,
-) -> ScriptResult:
-    engine = GroupByWindowEngine(strategy)
-    panes: list[Pane] = []
-    pane_event: list[int] = []
-    n = len(evs) + (1 if to_infinity else 0)
-    pt = np.empty(n, np.int64)
-    iw = np.empty(n, np.int64)
-    ow = np.empty(n, np.int64)
-    bulk = _assign_script(evs, strategy)
-    batch = 0
-    for i, ev in enumerate(evs):
-        if isinstance(ev, ElementEvent):
-            if bulk is None:
-                fired = engine.add_elements(ev.elements)
-            elif ev.elements:
-                lo, hi = bulk.bounds[batch], bulk.bounds[batch + 1]
-                batch += 1
-                k, v, t, e, st, en, _ = bulk
-                fired = engine.add_rows(k, v, t, e, st, en, lo, hi)
-            else:
-                fired = []
-        elif isinstance(ev, WatermarkEvent):
-            fired = engine.advance_watermark_to(ev.watermark)
-        else:
-            fired = engine.advance_processing_time(ev.delta)
-        panes.extend(fired)
-        pane_event.extend([i] * len(fired))
-        pt[i], iw[i], ow[i] = (
-            engine.processing_time,
-            engine.input_watermark,
-            engine.output_watermark,
-        )
-    if to_infinity:
-        fired = engine.advance_watermark_to_infinity()
-        panes.extend(fired)
-        pane_event.extend([len(evs)] * len(fired))
-        pt[-1], iw[-1], ow[-1] = (
-            engine.processing_time,
-            engine.input_watermark,
-            engine.output_watermark,
-        )
-    return ScriptResult(
-        panes,
-        np.asarray(pane_event, np.int64),
-        pt,
-        iw,
-        ow,
-        dict(engine.dropped),
-        engine.late_elements,
-        engine.stalled,
-        engine.pending_timers()[REAL_TIME.value],
-    )
-
-
-# --------------------------------------------------------------------- fast path
-
-
-def _interval(start: int, end: int) -> IntervalWindow:
-    """An IntervalWindow of bounds known to be valid ints, without re-validating them."""
-    w = object.__new__(IntervalWindow)
-    object.__setattr__(w, "start", start)
-    object.__setattr__(w, "end", end)
-    return w
-
-
-def _records(group: np.ndarray, val: np.ndarray) -> np.ndarray:
-    """Mask of the entries strictly below every earlier entry of the same group (entries
-    grouped contiguously, groups ascending): a segmented running minimum, computed as one
-    running minimum by giving later groups lower offsets."""
-    n = val.size
-    if n == 0:
-        return np.zeros(0, bool)
-    low = int(val.min())
-    span = int(val.max()) - low + 1
-    top = int(group[-1])
-    if span * (top + 1) >= 1 << 62:
-        return np.ones(n, bool)  # no room for offsets: keep every entry (still exact)
-    v = (val - low) + (top - group) * span
-    run = np.minimum.accumulate(v)
-    out = np.empty(n, bool)
-    out[0] = True
-    out[1:] = v[1:] < run[:-1]
-    return out
-
-
-def _interval_min(n: int, lo: np.ndarray, hi: np.ndarray, val: np.ndarray) -> np.ndarray:
-    """For each point 0..n-1, the minimum ``val`` over the intervals ``[lo, hi]`` holding it
-    (MAX_TIMESTAMP where none): a segment tree, built level by level with numpy."""
-    size = 1 << max(1, (n - 1).bit_length())
-    node = np.full(2 * size, MAX_TIMESTAMP, dtype=np.int64)
-    keep = lo <= hi
-    left, right, v = lo[keep] + size, hi[keep] + size + 1, val[keep]
-    while left.size:
-        m = left < right
-        left, right, v = left[m], right[m], v[m]
-        odd = (left & 1) == 1
-        np.minimum.at(node, left[odd], v[odd])
-        left = left + odd
-        odd = (right & 1) == 1
-        right = right - odd
-        np.minimum.at(node, right[odd], v[odd])
-        left >>= 1
-        right >>= 1
-    k = 1
-    while k < size:
-        parents = node[k : 2 * k]
-        np.minimum(node[2 * k : 4 * k : 2], parents, out=node[2 * k : 4 * k : 2])
-        np.minimum(node[2 * k + 1 : 4 * k : 2], parents, out=node[2 * k + 1 : 4 * k : 2])
-        k *= 2
-    return node[size : size + n]
-
-
-#: Event kinds of the fast path's scan (exact types; anything else goes to the engine).
-_KIND = {ElementEvent: 0, WatermarkEvent: 1, ProcessingTimeEvent: 2}
-_ELEMENTS = attrgetter("elements")
-_WATERMARK = attrgetter("watermark")
-_DELTA = attrgetter("delta")
-_KEY, _VALUE, _TS = itemgetter(0), itemgetter(1), itemgetter(2)
-_new_tuple = tuple.__new__
-
-
-def _scan(
-    evs: tuple[ElementEvent | WatermarkEvent | ProcessingTimeEvent, ...],
-) -> tuple[np.ndarray, np.ndarray, list[tuple[Hashable, Any, int]], np.ndarray] | None:
-    """The script's event series, without a per-event Python loop: the input watermark
-    and processing time (µs) after each event plus one final ``MAX_TIMESTAMP`` step, the
-    elements in order, and each element's event index. None for an event that is not
-    exactly one of the three script types."""
-    n_ev = len(evs) + 1
-    try:
-        kinds = np.fromiter(map(_KIND.__getitem__, map(type, evs)), np.int8, n_ev - 1)
-    except KeyError:
-        return None
-    get = evs.__getitem__
-    iw_after = np.full(n_ev, MIN_TIMESTAMP, np.int64)
-    pos = np.flatnonzero(kinds == 1)
-    if pos.size:
-        iw_after[pos] = np.fromiter(map(_WATERMARK, map(get, pos.tolist())), np.int64, pos.size)
-        np.maximum.accumulate(iw_after, out=iw_after)  # scripts never move it backwards
-    iw_after[-1] = MAX_TIMESTAMP
-    pt_after = np.zeros(n_ev, np.int64)
-    pos = np.flatnonzero(kinds == 2)
-    if pos.size:
-        # Python ints, so a sum past int64 raises OverflowError as the engine does
-        pt_after[pos] = np.asarray(list(accumulate(map(_DELTA, map(get, pos.tolist())))), np.int64)
-        np.maximum.accumulate(pt_after, out=pt_after)  # deltas are >= 0
-    pos = np.flatnonzero(kinds == 0)
-    chunks = list(map(_ELEMENTS, map(get, pos.tolist())))
-    counts = np.fromiter(map(len, chunks), np.int64, len(chunks))
-    return iw_after, pt_after, list(chain.from_iterable(chunks)), np.repeat(pos, counts)
-
-
-def _group_order(key: np.ndarray, start: np.ndarray, n_keys: int) -> np.ndarray:
-    """``np.lexsort((start, key))``: rows by key, then start, then position (stable), as two
-    stable sorts (a radix sort for the small key codes)."""
-    if n_keys > 1 << 15:
-        return np.lexsort((start, key))
-    by_start = np.argsort(start, kind="stable")
-    if n_keys <= 1:
-        return by_start
-    return by_start[np.argsort(key[by_start].astype(np.int16), kind="stable")]
-
-
-def _run_fast(
-    evs: tuple[ElementEvent | WatermarkEvent | ProcessingTimeEvent, ...],
-    strategy: WindowingStrategy,
-) -> ScriptResult | None:
-    """The whole script at once, for watermark-only triggers on non-merging windows.
-
-    Under these triggers a window's first non-late batch sets its end-of-window timer, which
-    fires (ON_TIME) at the first watermark event reaching ``window.end``; each batch of data
-    for a window already past fires at once. What the engine computes element by element
-    is then a function of the input watermark alone, except where the output watermark
-    matters: holds of elements older than the input watermark (EARLIEST/LATEST), and late
-    panes, which are LATE and release their hold only if the output watermark is past the
-    window. The output watermark is computed from the non-late holds (a segment tree over
-    events) and checked to put every such case on the simple side; if not, None (the
-    caller runs the incremental engine).
-    """
-    trigger = strategy.trigger
-    fn = strategy.window_fn
-    policy = strategy.timestamp_combiner
-    if (
-        not trigger.watermark_only()
-        or getattr(fn, "is_merging", False)
-        or not isinstance(policy, TimestampCombiner)
-    ):
-        return None
-    finishes = isinstance(trigger, AfterWatermark)
-    accumulating = strategy.accumulation_mode is AccumulationMode.ACCUMULATING
-    lateness = strategy.allowed_lateness
-    n_ev = len(evs) + 1
-    scanned = _scan(evs)
-    if scanned is None:
-        return None
-    iw_after, pt_after, flat, ev_el = scanned
-    del scanned
-    n = len(flat)
-    ts_el = np.fromiter(map(_TS, flat), np.int64, n)
-    try:
-        rows = fn.assign_array(ts_el)  # type: ignore[attr-defined]
-    except OverflowError:
-        return None
-    # key codes in one pass: a new key gets the next code, in order of first appearance
-    index: defaultdict[Hashable, int] = defaultdict(count().__next__)
-    try:
-        kcode_el = np.fromiter(map(index.__getitem__, map(_KEY, flat)), np.int64, n)
-    except TypeError:
-        return None  # unhashable key: let the engine raise its own error
-    # an object array, not a list: the garbage collector need not scan it
-    values_el = np.fromiter(map(_VALUE, flat), object, n)
-    del flat
-    el = rows.element
-    start, end = rows.start, rows.end
-    iw_before = np.empty(n_ev, np.int64)  # the input watermark each event arrives at
-    iw_before[0] = MIN_TIMESTAMP
-    iw_before[1:] = iw_after[:-1]
-    r_ev = ev_el[el]
-    r_iw = iw_before[r_ev]
-    # droppable: input watermark > end + lateness, without int64 overflow
-    gap = r_iw.view(np.uint64) - end.view(np.uint64)
-    expired = (r_iw > end) & (gap > np.uint64(lateness))
-    n_expired = int(np.count_nonzero(expired))
-    # group the kept rows by (key, window), keeping arrival order inside a group
-    # (a non-merging window is determined by its start)
-    if n_expired:
-        kept = np.flatnonzero(~expired)
-        order = kept[_group_order(kcode_el[el[kept]], start[kept], len(index))]
-    else:
-        order = _group_order(kcode_el[el], start, len(index))
-    el, start, end, r_ev, r_iw = el[order], start[order], end[order], r_ev[order], r_iw[order]
-    r_ts = ts_el[el]
-    r_key = kcode_el[el]
-    past = r_iw >= end  # the window's timer is due: data for it fires at once
-    m = el.shape[0]
-    if m:
-        new_group = np.empty(m, bool)
-        new_group[0] = True
-        new_group[1:] = (r_key[1:] != r_key[:-1]) | (start[1:] != start[:-1])
-    else:
-        new_group = np.zeros(0, bool)
-    g_first = np.flatnonzero(new_group)
-    gid = np.cumsum(new_group) - 1
-    g_end = end[g_first]
-    g_fire = np.searchsorted(iw_after, g_end, side="left")  # the timer's watermark event
-    if np.any(g_fire >= n_ev):
-        return None  # a window ending past MAX_TIMESTAMP never fires: leave it to the engine
-    ontime = ~past
-    # ON_TIME rows come first in a group (the watermark only rises): count them
-    g_on = np.add.reduceat(ontime, g_first, dtype=np.int64) if m else np.zeros(0, np.int64)
-    # batches: (group, event) runs
-    new_batch = new_group.copy()
-    if m:
-        new_batch[1:] |= r_ev[1:] != r_ev[:-1]
-    b_first = np.flatnonzero(new_batch)
-    b_last = np.append(b_first[1:], m)
-    b_gid = gid[b_first]
-    b_ev = r_ev[b_first]
-    b_late = past[b_first]
-    # AfterWatermark(): after the first pane of a group, later data is dropped (closed)
-    closed = np.zeros(m, bool)
-    if finishes:
-        late_rank = np.zeros(b_first.size, np.int64)
-        if b_first.size:
-            # rank of each late batch within its group
-            lb = np.flatnonzero(b_late)
-            if lb.size:
-                newg = np.ones(lb.size, bool)
-                newg[1:] = b_gid[lb[1:]] != b_gid[lb[:-1]]
-                starts_at = np.maximum.accumulate(np.where(newg, np.arange(lb.size), 0))
-                late_rank[lb] = np.arange(lb.size) - starts_at
-        closed_batch = b_late & ((g_on[b_gid] > 0) | (late_rank > 0))
-        closed = np.repeat(closed_batch, b_last - b_first)
-        firing_late = b_late & ~closed_batch
-    else:
-        firing_late = b_late
-    # holds of the non-late batches: each lasts from its event to its group's timer event
-    exact = policy is TimestampCombiner.OUTPUT_AT_EOW
-    passing = ontime if exact else ontime & (r_ts >= r_iw)
-    hold_val = end - 1 if exact else r_ts
-    on_b = ~b_late
-    if policy is TimestampCombiner.OUTPUT_AT_LATEST and m:
-        # one hold per batch: the batch's max passing timestamp
-        bmax = np.full(b_first.size, MIN_TIMESTAMP - 1, np.int64)
-        bidx = np.repeat(np.arange(b_first.size), b_last - b_first)
-        np.maximum.at(bmax, bidx[passing], r_ts[passing])
-        has = np.flatnonzero(on_b & (bmax >= MIN_TIMESTAMP))
-        has = has[_records(b_gid[has], bmax[has])]
-        h_lo, h_hi, h_val = b_ev[has], g_fire[b_gid[has]] - 1, bmax[has] - 1
-    else:
-        # a hold matters only if below every earlier hold of its window (all end together)
-        rows = np.flatnonzero(passing)
-        rows = rows[_records(gid[rows], hold_val[rows])]
-        h_lo = r_ev[rows]
-        h_hi = g_fire[gid[rows]] - 1
-        h_val = hold_val[rows] - 1
-    held = _interval_min(n_ev, h_lo, h_hi, h_val)
-    ow_after = np.minimum(iw_after, held)
-    ow_before = np.empty(n_ev, np.int64)
-    ow_before[0] = MIN_TIMESTAMP
-    ow_before[1:] = ow_after[:-1]
-    # checks: the cases the engine would handle differently
-    if np.any(ow_before[b_ev[firing_late]] < g_end[b_gid[firing_late]]):
-        return None  # a late pane while the output watermark is held at or before the window
-    if not exact:
-        old = ontime & (r_ts < r_iw)
-        if np.any(r_ts[old] >= ow_before[r_ev[old]]):
-            return None  # an element older than the input watermark still adds a hold
-    # the panes
-    grouped = ~closed
-    g_key = r_key[g_first]
-    if exact:
-        gts = g_end - 1
-    else:
-        # the ON_TIME pane's timestamp: the policy over the group's passing rows
-        n_pass = np.bincount(gid[passing], minlength=g_first.size)
-        if policy is _LATEST:
-            gts = np.full(g_first.size, MIN_TIMESTAMP, np.int64)
-            np.maximum.at(gts, gid[passing], r_ts[passing])
-        else:
-            gts = np.full(g_first.size, MAX_TIMESTAMP, np.int64)
-            np.minimum.at(gts, gid[passing], r_ts[passing])
-        gts = np.where(n_pass == 0, g_end - 1, gts)
-    on = np.flatnonzero(g_on > 0)
-    lb = np.flatnonzero(firing_late)
-    lg = b_gid[lb]
-    # each late pane's index: the ON_TIME pane (if any), then late panes in order
-    newg = np.ones(lb.size, bool)
-    newg[1:] = lg[1:] != lg[:-1]
-    run_start = np.maximum.accumulate(np.where(newg, np.arange(lb.size), 0))
-    late_idx = np.arange(lb.size) - run_start + (g_on[lg] > 0)
-    # pane columns: the ON_TIME panes, then the late ones; then in firing order (stable)
-    pane_ev = np.concatenate([g_fire[on], b_ev[lb]])
-    order = np.argsort(pane_ev, kind="stable")
-    p_group = np.concatenate([on, lg])[order]
-    p_lo = np.concatenate([g_first[on], g_first[lg] if accumulating else b_first[lb]])[order]
-    p_hi = np.concatenate([g_first[on] + g_on[on], b_last[lb]])[order]
-    p_ts = np.concatenate([gts[on], g_end[lg] - 1])[order]
-    p_idx = np.concatenate([np.zeros(on.size, np.int64), late_idx])[order]
-    p_late = (order >= on.size).tolist()
-    key_of = list(index)
-    keys = map(key_of.__getitem__, g_key[p_group].tolist())
-    if isinstance(fn, GlobalWindows):
-        windows: Iterable[Any] = repeat(GLOBAL_WINDOW)
-    else:
-        p_start = start[g_first][p_group]
-        w_start, first = np.unique(p_start, return_index=True)
-        w_start_list = w_start.tolist()
-        w_end_list = g_end[p_group][first].tolist()
-        made = dict(zip(w_start_list, map(_interval, w_start_list, w_end_list), strict=True))
-        windows = map(made.__getitem__, p_start.tolist())
-    # each pane's values: a slice of the grouped values
-    grouped_values = values_el[el]
-    del values_el
-    slices = map(grouped_values.__getitem__, map(slice, p_lo.tolist(), p_hi.tolist()))
-    values = map(tuple, map(np.ndarray.tolist, slices))
-    timing = (_ON_TIME, _LATE)
-    idx = p_idx.tolist()
-    columns = zip(
-        keys,
-        windows,
-        values,
-        p_ts.tolist(),
-        map(timing.__getitem__, p_late),
-        idx,
-        idx,
-        (p_idx == 0).tolist(),
-        repeat(finishes),
-    )
-    panes: list[Pane] = list(map(_new_tuple, repeat(Pane), columns))
-    late_grouped = int(np.count_nonzero(grouped & (r_ts < r_iw)))
-    return ScriptResult(
-        panes,
-        pane_ev[order],
-        pt_after,
-        iw_after,
-        ow_after,
-        {"expired": n_expired, "closed": int(closed.sum())},
-        late_grouped,
-        False,
-        0,
-    )
-
-
-__all__ = [
-    "STATE_HOLD",
-    "GroupByWindowEngine",
-    "Pane",
-    "ScriptResult",
-    "Timing",
-    "run_script",
-]
+__all__ = ["STATE_HOLD", "GroupByWindowEngine", "Pane", "Timing"]
