@@ -4,6 +4,7 @@ same scripts run against Beam itself in tests/beam_pipelines/test_engine_vs_beam
 
 Times in seconds (S = 1 s in µs) unless stated."""
 
+import numpy as np
 import pytest
 
 from theory.windowing import triggers as tt
@@ -124,8 +125,11 @@ def test_always_and_never():
 
 
 def test_trigger_validation():
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match="AfterCount count must be >= 1"):
         tt.AfterCount(0)
+    with pytest.raises(TypeError, match="AfterCount count"):
+        tt.AfterCount(1.5)  # type: ignore[arg-type]
+    assert type(tt.AfterCount(np.int64(2)).count) is int
     with pytest.raises(ValueError, match="delay"):
         tt.AfterProcessingTime(-1)
     with pytest.raises(TypeError, match="Repeatedly"):

@@ -4,39 +4,56 @@
 :class:`~theory.windowing.strategy.WindowingStrategy`, giving the panes Beam Python's streaming
 runner (``BundleBasedDirectRunner``: ``GeneralTriggerDriver`` under the direct runner's
 watermark manager) gives, pane for pane. Its calls mirror a TestStream script, and each
-returns the panes it fires, in firing order.
+returns the panes it fires, in firing order. :func:`theory.windowing.runner.run_script`
+runs a whole script, here or on the vectorised path (:mod:`theory.windowing.fast_path`).
 
 Rules (all times µs; IW is the input watermark, OW the output watermark, both as the
-runner sees them when a batch is processed):
+runner sees them when a batch is processed). Each says where it comes from, and why:
 
-- A batch (the elements of one call, per key) is grouped per window. An (element, window)
-  with ``IW > window.end + allowed_lateness`` is dropped (``dropped["expired"]``; Beam drops
-  it silently). Note ``window.end``, not ``max_timestamp``: the runner keeps one more µs
-  than the Beam model's ``max_timestamp + allowed_lateness``.
-- Each window of the batch adds a hold (see :mod:`theory.windowing.strategy`), its
-  elements, and runs
-  the trigger; if the trigger says so (with IW as the watermark) the window fires at once.
-  Data for a window whose trigger finished is dropped (``dropped["closed"]``).
-- Timers fire once the input watermark (watermark timers) or processing time
-  (processing-time timers) reaches them: all due timers in one batch, in timestamp order;
-  each passes its own timestamp to the trigger as "the watermark".
-- A pane's timing compares the *output watermark* (element firings) or the timer's
-  timestamp (timer firings) with ``window.max_timestamp``: at or before it the pane is
-  EARLY, after it ON_TIME for the first non-speculative timer pane, else LATE. So a late
-  pane can be EARLY when a hold keeps the output watermark back; the Beam model would say
-  LATE.
-- OW is ``min(IW, smallest hold - 1 µs)``, recomputed after every batch; it is not latched
-  and moves backwards when a batch adds a hold below it (the runner does this too).
-- Merging windows (sessions) pool their elements, holds and trigger state; a merged window
-  that is new starts its pane index again at 0 (the runner keeps no PaneInfo state across
-  merges). The merged holds stay, so an earlier END_OF_WINDOW hold keeps holding.
-- Nothing is garbage-collected at ``window.end + allowed_lateness`` and no closing pane is
-  emitted: a window whose trigger never fires keeps its hold, and at the end the output
-  watermark stays below ``MAX_TIMESTAMP`` (Beam's runner reports "pipeline stall").
-  State that can never matter again (unreachable by new data, no timers, no hold) is freed.
-
-:func:`theory.windowing.runner.run_script` runs a whole script, here or on the vectorised
-path of :mod:`theory.windowing.fast_path`.
+- **Batches.** A batch (the elements of one call, per key) is grouped per window.
+- **Expired data is dropped.** An (element, window) with ``IW > window.end +
+  allowed_lateness`` is dropped (``dropped["expired"]``; Beam drops it silently): the
+  window is past its lateness horizon, so its panes are over. Note ``window.end``, not
+  ``max_timestamp``: Beam Python's ``GeneralTriggerDriver`` keeps one more µs than the
+  Beam model's ``max_timestamp + allowed_lateness`` (Java's ``LateDataDroppingDoFnRunner``).
+- **Element holds.** Each window of a batch adds one hold: the policy's combination of the
+  output times of its elements (see :mod:`theory.windowing.strategy`) that are ``>= OW``.
+  An element behind the output watermark gets none: it is *too late to hold* (Beam's rule,
+  runners-core ``WatermarkHold.addElementHold``), since the output watermark has already
+  passed it and a hold there could not keep it back. Under ``END_OF_WINDOW`` every batch
+  holds at ``window.max_timestamp``, late or not: Beam Python's ``DependsOnlyOnWindow.merge``
+  ignores the filtered times. Late panes are then output at the end of the window.
+- **Firing.** The trigger runs on each window of the batch; if it says so (with IW as the
+  watermark) the window fires at once. Data for a window whose trigger finished is dropped
+  (``dropped["closed"]``): Beam keeps a tombstone for it. Timers fire once the input
+  watermark (watermark timers) or processing time (processing-time timers) reaches them:
+  all due timers in one batch, in timestamp order; each passes its own timestamp to the
+  trigger as "the watermark" (as Beam's ``process_timer`` does).
+- **Timing.** A pane's timing compares the *output watermark* (element firings) or the
+  timer's timestamp (timer firings) with ``window.max_timestamp``: at or before it the pane
+  is EARLY, after it ON_TIME for the first non-speculative timer pane, else LATE (Beam's
+  ``GeneralTriggerDriver._output``). So a late pane can be EARLY when a hold keeps the
+  output watermark back; the Beam model would say LATE.
+- **Releasing holds.** A pane releases its window's holds, except a pane fired before
+  ``window.end`` (by OW) under a trigger with an ON_TIME pane: Beam keeps the hold "in case
+  there is an empty pane that needs to be fired at the end of the window".
+- **The output watermark** is ``min(IW, smallest hold - 1 µs)`` (the runner's
+  ``get_earliest_hold`` subtracts the 1 µs), recomputed after every batch; it is not
+  latched and moves backwards when a batch adds a hold below it (the runner's watermark
+  manager does the same).
+- **Merging** windows (sessions) pool their elements, holds and trigger state
+  (``MergeableStateAdapter``). A merged window that is new starts its pane index again at
+  0: Beam clears the PaneInfo state of merged-away windows ("not preserved across merges").
+  The merged holds stay, so an earlier END_OF_WINDOW hold keeps holding at its old
+  ``max_timestamp``.
+- **No garbage-collection hold.** Beam Python's streaming runner has none ("TODO: add late
+  data and garbage-collection hold support"), so nothing closes a window at ``window.end +
+  allowed_lateness`` and no closing pane is emitted: a window whose trigger never fires
+  keeps its hold, and at the end the output watermark stays below ``MAX_TIMESTAMP``
+  (Beam's runner reports "pipeline stall"). The model (Java's ``WatermarkHold``) would hold
+  at ``window.end + allowed_lateness`` and close the window there. State that can never
+  matter again (unreachable by new data, no timers, no hold) is freed, which no output
+  can tell.
 """
 
 from __future__ import annotations
@@ -49,7 +66,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from theory.columns import check_timestamp
+from theory.columns import as_int, check_timestamp
+from theory.structures import Frontier
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from theory.windowing.strategy import (
     AccumulationMode,
@@ -71,6 +89,8 @@ from theory.windowing.windows import (
     Sessions,
     trusted_interval_window,
 )
+
+__all__ = ["STATE_HOLD", "GroupByWindowEngine", "Pane", "Timing"]
 
 
 class Timing(Enum):
@@ -101,7 +121,9 @@ STATE_HOLD = "state:pending-windows"
 
 _EOW = TimestampCombiner.OUTPUT_AT_EOW
 _LATEST = TimestampCombiner.OUTPUT_AT_LATEST
-_ON_TIME, _LATE = Timing.ON_TIME, Timing.LATE
+
+
+# ----------------------------------------------------------------------------- state
 
 
 class _Id:
@@ -141,7 +163,7 @@ class _WinState:
         self.window = window
         self.ids: list[_Id] = []
         self.values: list[Any] = []
-        self.tomb = False
+        self.tomb = False  # the trigger finished: later data is dropped as "closed"
         self.index = 0
         self.nonspec = 0
         self.hold_min: int | None = None  # smallest hold: holds the output watermark
@@ -153,10 +175,12 @@ class _WinState:
 
 
 class _KeyState:
+    """One key's windows (and, for merging fns, their bounds in start order)."""
+
     __slots__ = ("ends", "rank", "starts", "windows")
 
     def __init__(self, rank: int) -> None:
-        self.rank = rank
+        self.rank = rank  # order of first arrival: the runner fires timers of keys in it
         self.windows: dict[Win, _WinState] = {}
         self.starts: list[int] = []  # merging fns: sorted starts of the (disjoint) windows
         self.ends: dict[int, int] = {}
@@ -200,7 +224,12 @@ class _Ctx:
         return _Ctx(self.eng, self.ws, self.prefix + prefix)
 
 
+#: A timer in a heap: (timestamp µs, key rank, id sequence, timer sequence, id, name, domain),
+#: so that due timers sort as Beam fires them.
 _TimerEntry = tuple[int, int, int, int, _Id, Hashable, TimeDomain]
+
+
+# ---------------------------------------------------------------------------- engine
 
 
 class GroupByWindowEngine:
@@ -217,6 +246,8 @@ class GroupByWindowEngine:
         self._lateness = strategy.allowed_lateness
         self._policy = strategy.timestamp_combiner
         self._element_policy = isinstance(self._policy, ElementPolicy)
+        # EOW and LATEST combine holds into a pane timestamp by max, the others by min
+        self._combine_max = self._policy is _EOW or self._policy is _LATEST
         self._discarding = strategy.accumulation_mode is AccumulationMode.DISCARDING
         self._trigger = strategy.trigger
         self._ontime = bool(self._trigger.has_ontime_pane())
@@ -236,7 +267,8 @@ class GroupByWindowEngine:
         self._wm_timers: list[_TimerEntry] = []
         self._pt_timers: list[_TimerEntry] = []
         self._simple_timers: list[tuple[int, int, _WinState]] = []
-        self._hold_heap: list[tuple[int, int, _WinState]] = []
+        #: Every window's smallest hold (µs), counted: its minimum holds the output watermark.
+        self._holds = Frontier()
         self._gc_heap: list[tuple[int, int, _WinState]] = []
         #: (element, window) pairs dropped, by reason: "expired" or "closed".
         self.dropped: dict[str, int] = {"expired": 0, "closed": 0}
@@ -247,10 +279,16 @@ class GroupByWindowEngine:
 
     def add_elements(self, elements: Sequence[tuple[Hashable, Any, int]]) -> list[Pane]:
         """Add ``(key, value, timestamp µs)`` elements arriving together (one batch);
-        returns the panes they fire, then those of timers that became due."""
+        returns the panes they fire, then those of timers that became due. Nothing changes
+        when an element is bad: ``TypeError`` when it is not a tuple or its timestamp not an
+        integer, ``ValueError`` for a tuple of another length or a timestamp out of range."""
         elements = list(elements)
         for i, element in enumerate(elements):
-            if not isinstance(element, tuple) or len(element) != 3:
+            if not isinstance(element, tuple):
+                raise TypeError(
+                    f"elements[{i}] must be a (key, value, timestamp) tuple, got {element!r}"
+                )
+            if len(element) != 3:
                 raise ValueError(f"elements[{i}] must be (key, value, timestamp), got {element!r}")
             check_timestamp(element[2], f"elements[{i}] timestamp")
         if not elements:
@@ -285,17 +323,9 @@ class GroupByWindowEngine:
         The bulk form of :meth:`add_elements` for callers that assign windows for a whole
         stream at once (the simulator); timestamps must already be validated.
         """
-        by_key: dict[Hashable, list[int]] = {}
-        for r in range(lo, hi):
-            k = keys[element[r]]
-            rows = by_key.get(k)
-            if rows is None:
-                by_key[k] = [r]
-            else:
-                rows.append(r)
         panes: list[Pane] = []
-        iw, ow = self.input_watermark, self.output_watermark
-        for key, rows in by_key.items():
+        iw, ow = self.input_watermark, self.output_watermark  # as the batch finds them
+        for key, rows in _rows_by_key(keys, element, lo, hi).items():
             self._process_key(key, rows, values, stamps, element, starts, ends, iw, ow, panes)
         self._refresh()
         panes.extend(self._fire_timers())
@@ -303,14 +333,14 @@ class GroupByWindowEngine:
 
     def advance_watermark_to(self, watermark: int) -> list[Pane]:
         """Advance the input watermark to ``watermark`` µs (equal: no-op); returns the panes
-        of the timers that become due."""
-        check_timestamp(watermark, "watermark")
+        of the timers that become due. ``ValueError`` if it would move backwards."""
+        watermark = check_timestamp(watermark, "watermark")
         if watermark < self.input_watermark:
             raise ValueError(
                 f"watermark moved backwards: {watermark} µs < current input watermark "
                 f"{self.input_watermark} µs"
             )
-        self.input_watermark = int(watermark)
+        self.input_watermark = watermark
         self._refresh()
         panes = self._fire_timers()
         self._collect_garbage()
@@ -323,11 +353,10 @@ class GroupByWindowEngine:
     def advance_processing_time(self, delta: int) -> list[Pane]:
         """Advance processing time by ``delta`` µs (>= 0); returns the panes of the
         processing-time timers that become due."""
-        if isinstance(delta, bool) or not isinstance(delta, (int, np.integer)):
-            raise TypeError(f"delta must be an integer number of microseconds, got {delta!r}")
+        delta = as_int(delta, "delta")
         if delta < 0:
-            raise ValueError(f"processing time cannot move backwards: delta={delta} µs")
-        self.processing_time += int(delta)
+            raise ValueError(f"delta={delta} µs: processing time cannot move backwards")
+        self.processing_time += delta
         return self._fire_timers()
 
     # -- introspection -------------------------------------------------------------
@@ -335,15 +364,19 @@ class GroupByWindowEngine:
     def min_hold_value(self) -> int | None:
         """The stage's state hold (µs): the smallest window hold minus 1 µs, as Beam's
         runner holds the output watermark; None without holds."""
-        found = self._min_hold_state()
-        return None if found is None else found.hold_min - 1  # type: ignore[operator]
+        holds = self._holds
+        return holds.min() - 1 if holds else None
 
     def min_hold(self) -> tuple[int, Hashable, Any] | None:
-        """The state hold (as :meth:`min_hold_value`) and the (key, window) holding it."""
-        ws = self._min_hold_state()
-        if ws is None:
+        """The state hold (as :meth:`min_hold_value`) and the (key, window) holding it (the
+        first, in order of arrival, if several do)."""
+        if not self._holds:
             return None
-        return ws.hold_min - 1, ws.key, self._window(ws.window)  # type: ignore[operator]
+        low = self._holds.min()
+        ws = next(
+            ws for ks in self._keys.values() for ws in ks.windows.values() if ws.hold_min == low
+        )
+        return low - 1, ws.key, self._window(ws.window)
 
     def holds(self) -> dict[str, int]:
         """The named holds behind the output watermark (µs), empty when none."""
@@ -388,93 +421,98 @@ class GroupByWindowEngine:
         ow: int,
         panes: list[Pane],
     ) -> None:
-        """Beam's ``GeneralTriggerDriver.process_elements`` for one key's batch."""
-        lateness = self._lateness
-        w2e: dict[Win, list[int]] = {}
-        dropped = 0
-        for r in rows:
-            end = ends[r]
-            if iw > end + lateness:
-                dropped += 1
-                continue
-            w = (starts[r], end)
-            lst = w2e.get(w)
-            if lst is None:
-                w2e[w] = [element[r]]
-            else:
-                lst.append(element[r])
-        if dropped:
-            self.dropped["expired"] += dropped
-        if not w2e:
+        """Beam's ``GeneralTriggerDriver.process_elements`` for one key's batch: group by
+        window, merge, then add each window's hold and elements and run its trigger with IW
+        as the watermark. Watermark-only triggers skip the trigger calls: their one timer,
+        at the window's end, is set here, or, when already due, the window fires at once."""
+        by_window = self._unexpired_by_window(rows, element, starts, ends, iw)
+        if not by_window:
             return
         ks = self._keys.get(key)
         if ks is None:
             self._ranks += 1
             ks = self._keys[key] = _KeyState(self._ranks)
         if self._merging:
-            new = [w for w in w2e if w not in ks.windows]
-            if new:
-                merged_away = self._merge(ks, new)
-                if merged_away:
-                    remapped: dict[Win, list[int]] = {}
-                    for w, lst in w2e.items():
-                        while w in merged_away:
-                            w = merged_away[w]
-                        got = remapped.get(w)
-                        if got is None:
-                            remapped[w] = list(lst)
-                        else:
-                            got.extend(lst)
-                    w2e = remapped
-        policy = self._policy
-        trigger = self._trigger
-        for window, idx in w2e.items():
+            by_window = self._merge_new_windows(ks, by_window)
+        policy, trigger = self._policy, self._trigger
+        for window, idx in by_window.items():
             ws = ks.windows.get(window)
             if ws is not None and ws.tomb:
-                self.dropped["closed"] += len(idx)
+                self.dropped["closed"] += len(idx)  # the trigger finished: Beam ignores it
                 continue
-            mts = window[1] - 1
-            # the batch's hold for this window
-            if policy is _EOW:
-                out: int | None = mts
-            else:
-                if self._element_policy:
-                    fn = policy.fn  # type: ignore[union-attr]
-                    iwin = self._window(window)
-                    outs = [min(int(fn(stamps[i], iwin)), mts) for i in idx]
-                    outs = [t for t in outs if t >= ow]
-                else:
-                    outs = [stamps[i] for i in idx if stamps[i] >= ow]
-                if not outs:
-                    out = None
-                elif policy is _LATEST:
-                    out = max(outs)
-                else:
-                    out = min(outs)
+            hold = window[1] - 1 if policy is _EOW else self._batch_hold(window, idx, stamps, ow)
             if ws is None:
                 ws = self._new_window(ks, key, window)
-            if out is not None:
-                self._add_hold(ws, out)
+            if hold is not None:
+                self._add_hold(ws, hold)
             ws.values.extend([values[i] for i in idx])
-            late = sum(1 for i in idx if stamps[i] < iw)
-            if late:
-                self.late_elements += late
-            if self._simple:
-                end = window[1]
-                if iw >= end:
-                    ws.timer = 0
-                    panes.append(self._output(ws, self._finishes, ow, False))
-                elif not ws.timer:
-                    ws.timer = self._next()
-                    heapq.heappush(self._simple_timers, (end, ws.timer, ws))
-            else:
+            self.late_elements += sum(1 for i in idx if stamps[i] < iw)
+            if not self._simple:
                 ctx = _Ctx(self, ws)
                 trigger.on_element(window, ctx, len(idx))
                 if trigger.should_fire(WATERMARK, iw, window, ctx):
                     finished = trigger.on_fire(iw, window, ctx)
                     panes.append(self._output(ws, bool(finished), ow, False))
+            elif iw >= window[1]:  # the end-of-window timer is due: late data fires at once
+                ws.timer = 0
+                panes.append(self._output(ws, self._finishes, ow, False))
+            elif not ws.timer:
+                ws.timer = self._next()
+                heapq.heappush(self._simple_timers, (window[1], ws.timer, ws))
             if ws.reach <= iw:
                 self._maybe_free(ws)
+
+    def _unexpired_by_window(
+        self,
+        rows: list[int],
+        element: Sequence[int],
+        starts: Sequence[int],
+        ends: Sequence[int],
+        iw: int,
+    ) -> dict[Win, list[int]]:
+        """The batch's element indexes per window, in arrival order, without the expired
+        rows (``IW > window.end + allowed_lateness``, see the module docstring), which are
+        counted in ``dropped["expired"]``."""
+        lateness = self._lateness
+        by_window: dict[Win, list[int]] = {}
+        expired = 0
+        for r in rows:
+            end = ends[r]
+            if iw > end + lateness:
+                expired += 1
+                continue
+            w = (starts[r], end)
+            lst = by_window.get(w)
+            if lst is None:
+                by_window[w] = [element[r]]
+            else:
+                lst.append(element[r])
+        if expired:
+            self.dropped["expired"] += expired
+        return by_window
+
+    def _batch_hold(
+        self, window: Win, idx: list[int], stamps: Sequence[int], ow: int
+    ) -> int | None:
+        """The hold the batch's elements ``idx`` add to ``window`` (µs), or None: the
+        policy's combination of their output times not behind the output watermark ``ow``
+        (older ones are too late to hold), always ``max_timestamp`` under END_OF_WINDOW
+        (see the module docstring)."""
+        policy = self._policy
+        mts = window[1] - 1
+        if policy is _EOW:
+            return mts
+        if self._element_policy:
+            fn = policy.fn  # type: ignore[union-attr]
+            iwin = self._window(window)
+            outs = [t for t in (min(int(fn(stamps[i], iwin)), mts) for i in idx) if t >= ow]
+        else:
+            outs = [stamps[i] for i in idx if stamps[i] >= ow]
+        if not outs:
+            return None
+        return max(outs) if policy is _LATEST else min(outs)
+
+    # -- timers ----------------------------------------------------------------------
 
     def _fire_timers(self) -> list[Pane]:
         """Fire every due timer, batch after batch, until none is due."""
@@ -483,20 +521,12 @@ class GroupByWindowEngine:
         panes: list[Pane] = []
         trigger = self._trigger
         while True:
-            fired: list[_TimerEntry] = []
-            for heap, mark in (
-                (self._wm_timers, self.input_watermark),
-                (self._pt_timers, self.processing_time),
-            ):
-                while heap and heap[0][0] <= mark:
-                    entry = heapq.heappop(heap)
-                    ident = entry[4]
-                    if ident.timers.get((entry[5], entry[6])) == (entry[0], entry[3]):
-                        fired.append(entry)
+            fired = self._due_timers()
             if not fired:
                 return panes
-            fired.sort(key=lambda e: e[:4])
             for ts, _, _, _, ident, name, domain in fired:
+                # Beam's process_timer: the timer's timestamp is "the watermark" of the
+                # trigger calls and of the pane's timing, in both domains
                 ident.timers.pop((name, domain), None)
                 ws = ident.win
                 if ws.tomb:
@@ -509,6 +539,23 @@ class GroupByWindowEngine:
                 if ws.reach <= self.input_watermark:
                     self._maybe_free(ws)
             self._refresh()
+
+    def _due_timers(self) -> list[_TimerEntry]:
+        """Pop the due timers of both domains that are still set, in Beam's firing order
+        (timestamp, key, window id, timer); stale heap entries (reset or cleared) are
+        dropped."""
+        fired: list[_TimerEntry] = []
+        for heap, mark in (
+            (self._wm_timers, self.input_watermark),
+            (self._pt_timers, self.processing_time),
+        ):
+            while heap and heap[0][0] <= mark:
+                entry = heapq.heappop(heap)
+                ident = entry[4]
+                if ident.timers.get((entry[5], entry[6])) == (entry[0], entry[3]):
+                    fired.append(entry)
+        fired.sort(key=lambda e: e[:4])
+        return fired
 
     def _fire_simple(self) -> list[Pane]:
         """Watermark-only triggers: the end-of-window timers due, fired as one batch."""
@@ -530,110 +577,6 @@ class GroupByWindowEngine:
         self._refresh()
         return panes
 
-    def _output(self, ws: _WinState, finished: bool, watermark: int, maybe_ontime: bool) -> Pane:
-        """Beam's ``GeneralTriggerDriver._output``: ``watermark`` is the output watermark
-        for element firings and the timer's timestamp for timer firings."""
-        index = ws.index
-        ws.index += 1
-        window = ws.window
-        mts = window[1] - 1
-        if watermark <= mts:
-            timing = Timing.EARLY
-            nonspec = -1
-            if ws.nonspec:
-                nonspec = ws.nonspec
-                ws.nonspec += 1
-        else:
-            nonspec = ws.nonspec
-            ws.nonspec += 1
-            timing = Timing.ON_TIME if maybe_ontime and nonspec == 0 else Timing.LATE
-        values = tuple(ws.values)
-        if finished:
-            ws.values = []
-            ws.tomb = True
-        elif self._discarding:
-            ws.values = []
-        hold = ws.hold_comb
-        if hold is None:
-            timestamp = mts
-        else:
-            timestamp = hold
-            if not (watermark < window[1] and self._ontime):
-                ws.hold_min = ws.hold_comb = None
-        return Pane(
-            ws.key,
-            self._window(window),
-            values,
-            timestamp,
-            timing,
-            index,
-            nonspec,
-            index == 0,
-            finished,
-        )
-
-    # -- state -----------------------------------------------------------------------
-
-    def _window(self, window: Win) -> Any:
-        return GLOBAL_WINDOW if self._global else trusted_interval_window(*window)
-
-    def _next(self) -> int:
-        self._seq += 1
-        return self._seq
-
-    def _new_window(self, ks: _KeyState, key: Hashable, window: Win) -> _WinState:
-        ws = self._make_window(key, window)
-        if not self._simple:
-            ws.ids.append(_Id(ws))
-        self._register(ks, ws)
-        return ws
-
-    def _make_window(self, key: Hashable, window: Win) -> _WinState:
-        if self._merging:
-            reach = window[1] + self._gap + self._lateness
-        else:
-            reach = window[1] + self._lateness + 1
-        return _WinState(key, window, reach)
-
-    def _register(self, ks: _KeyState, ws: _WinState) -> None:
-        window = ws.window
-        ks.windows[window] = ws
-        if self._merging:
-            insort(ks.starts, window[0])
-            ks.ends[window[0]] = window[1]
-        if ws.reach <= MAX_TIMESTAMP:
-            heapq.heappush(self._gc_heap, (ws.reach, self._next(), ws))
-
-    def _add_hold(self, ws: _WinState, hold: int) -> None:
-        comb = ws.hold_comb
-        if comb is None:
-            ws.hold_comb = hold
-        elif self._policy is _EOW or self._policy is _LATEST:
-            ws.hold_comb = max(comb, hold)
-        else:
-            ws.hold_comb = min(comb, hold)
-        low = ws.hold_min
-        if low is None or hold < low:
-            ws.hold_min = hold
-            heapq.heappush(self._hold_heap, (hold, self._next(), ws))
-
-    def _min_hold_state(self) -> _WinState | None:
-        heap = self._hold_heap
-        while heap:
-            hold, _, ws = heap[0]
-            if ws.alive and ws.hold_min == hold:
-                return ws
-            heapq.heappop(heap)  # stale: released, lowered, merged or freed
-        return None
-
-    def _refresh(self) -> None:
-        ws = self._min_hold_state()
-        iw = self.input_watermark
-        if ws is None:
-            self.output_watermark = iw
-        else:
-            self.output_watermark = min(iw, ws.hold_min - 1)  # type: ignore[operator]
-
     def _set_timer(self, ws: _WinState, name: Hashable, domain: TimeDomain, ts: int) -> None:
         if not ws.ids:
             ws.ids.append(_Id(ws))
@@ -654,95 +597,115 @@ class GroupByWindowEngine:
         heap = self._wm_timers if domain is WATERMARK else self._pt_timers
         heapq.heappush(heap, (ts, ks.rank, ident.tseq, entry[1], ident, name, domain))
 
-    def _merge(self, ks: _KeyState, new: list[Win]) -> dict[Win, Win]:
-        """Beam Python's ``Sessions.merge`` over the key's windows plus ``new``; merges
-        state as ``MergeableStateAdapter`` does and calls the trigger's ``on_merge``.
+    # -- panes -----------------------------------------------------------------------
 
-        The key's windows are disjoint, so only those overlapping a new window can merge.
-        """
-        starts, end_of = ks.starts, ks.ends
-        groups: list[tuple[list[Win], Win]] = []
-        if len(new) == 1:
-            # one new window: it and the old windows it overlaps form the only group
-            s, e = new[0]
-            i = bisect_left(starts, e)
-            olds: list[Win] = []
-            while i > 0 and end_of[starts[i - 1]] > s:
-                olds.append((starts[i - 1], end_of[starts[i - 1]]))
-                i -= 1
-            if not olds:
-                return {}
-            run_end = max(e, olds[0][1])  # olds[0] is the latest old window
-            olds.append(new[0])
-            olds.sort()
-            groups.append((olds, (olds[0][0], run_end)))
+    def _output(self, ws: _WinState, finished: bool, watermark: int, maybe_ontime: bool) -> Pane:
+        """Beam's ``GeneralTriggerDriver._output``: ``watermark`` is the output watermark
+        for element firings and the timer's timestamp for timer firings."""
+        index = ws.index
+        ws.index += 1
+        window = ws.window
+        timing, nonspec = self._timing(ws, watermark, maybe_ontime)
+        values = tuple(ws.values)
+        if finished:
+            ws.values = []
+            ws.tomb = True
+        elif self._discarding:
+            ws.values = []
+        timestamp = ws.hold_comb
+        if timestamp is None:
+            timestamp = window[1] - 1  # no hold: the end of the window
+        elif not (watermark < window[1] and self._ontime):
+            self._release_hold(ws)  # (else kept for the ON_TIME pane: see the module)
+        return Pane(
+            ws.key,
+            self._window(window),
+            values,
+            timestamp,
+            timing,
+            index,
+            nonspec,
+            index == 0,
+            finished,
+        )
+
+    def _timing(self, ws: _WinState, watermark: int, maybe_ontime: bool) -> tuple[Timing, int]:
+        """The pane's timing and non-speculative index; counts the latter."""
+        if watermark <= ws.window[1] - 1:
+            nonspec = -1
+            if ws.nonspec:  # a non-speculative pane came before (the runner logs a warning)
+                nonspec = ws.nonspec
+                ws.nonspec += 1
+            return Timing.EARLY, nonspec
+        nonspec = ws.nonspec
+        ws.nonspec += 1
+        return (Timing.ON_TIME if maybe_ontime and nonspec == 0 else Timing.LATE), nonspec
+
+    def _window(self, window: Win) -> Any:
+        return GLOBAL_WINDOW if self._global else trusted_interval_window(*window)
+
+    # -- holds -----------------------------------------------------------------------
+
+    def _add_hold(self, ws: _WinState, hold: int) -> None:
+        """Add a hold (µs) to the window: the pane timestamp combines them by the policy,
+        the output watermark is held by the smallest."""
+        comb = ws.hold_comb
+        if comb is None:
+            ws.hold_comb = hold
         else:
-            cand = set(new)
-            for s, e in new:
-                i = bisect_left(starts, e)
-                while i > 0 and end_of[starts[i - 1]] > s:
-                    cand.add((starts[i - 1], end_of[starts[i - 1]]))
-                    i -= 1
-            group: list[Win] = []
-            run_end = MIN_TIMESTAMP
-            for w in sorted(cand):
-                if group and run_end > w[0]:
-                    group.append(w)
-                    run_end = max(run_end, w[1])
-                else:
-                    if len(group) > 1:
-                        groups.append((group, (group[0][0], run_end)))
-                    group = [w]
-                    run_end = w[1]
-            if len(group) > 1:
-                groups.append((group, (group[0][0], run_end)))
-        merged_away: dict[Win, Win] = {}
-        windows = ks.windows
-        for group, result in groups:
-            movers = []
-            for w in group:
-                if w != result:
-                    merged_away[w] = result
-                    ws = windows.get(w)
-                    if ws is not None:
-                        ws.index = ws.nonspec = 0  # PaneInfo state is not kept across merges
-                        movers.append(ws)
-            target = windows.get(result)
-            if movers:
-                fresh = target is None
-                if target is None:
-                    target = self._make_window(movers[0].key, result)
-                for m in movers:
-                    self._absorb(ks, target, m)
-                if fresh:
-                    self._register(ks, target)
-            if self._simple:
-                # on_merge clears the merged windows' end-of-window timers; the trigger sets
-                # the result's again for the batch's elements
-                if target is not None:
-                    target.timer = 0
-                continue
-            ctx_ws = target if target is not None else _WinState(None, result, MAX_TIMESTAMP)
-            self._trigger.on_merge(group, result, _Ctx(self, ctx_ws))
-        return merged_away
+            ws.hold_comb = max(comb, hold) if self._combine_max else min(comb, hold)
+        low = ws.hold_min
+        if low is None:
+            ws.hold_min = hold
+            self._holds.update(hold, 1)
+        elif hold < low:
+            ws.hold_min = hold
+            self._holds.update_iter(((low, -1), (hold, 1)))
 
-    def _absorb(self, ks: _KeyState, target: _WinState, m: _WinState) -> None:
-        for ident in m.ids:
-            ident.win = target
-        target.ids.extend(m.ids)
-        target.values.extend(m.values)
-        target.tomb = target.tomb or m.tomb
-        target.index += m.index
-        target.nonspec += m.nonspec
-        for tag, value in m.tags.items():
-            old = target.tags.get(tag)
-            target.tags[tag] = value if old is None else combine_tag(tag[1], old, value)
-        if m.hold_min is not None:
-            assert m.hold_comb is not None
-            self._add_hold(target, m.hold_min)
-            if m.hold_comb != m.hold_min:
-                self._add_hold(target, m.hold_comb)
-        self._drop_window(ks, m)
+    def _combine(self, a: int, b: int) -> int:
+        """Two holds combined as the policy combines output times (the pane timestamp)."""
+        return max(a, b) if self._combine_max else min(a, b)
+
+    def _release_hold(self, ws: _WinState) -> None:
+        if ws.hold_min is not None:
+            self._holds.update(ws.hold_min, -1)
+        ws.hold_min = ws.hold_comb = None
+
+    def _refresh(self) -> None:
+        """Recompute the output watermark: ``min(IW, smallest hold - 1 µs)``."""
+        iw = self.input_watermark
+        holds = self._holds
+        self.output_watermark = min(iw, holds.min() - 1) if holds else iw
+
+    # -- windows ---------------------------------------------------------------------
+
+    def _next(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _new_window(self, ks: _KeyState, key: Hashable, window: Win) -> _WinState:
+        ws = self._make_window(key, window)
+        if not self._simple:
+            ws.ids.append(_Id(ws))
+        self._register(ks, ws)
+        return ws
+
+    def _make_window(self, key: Hashable, window: Win) -> _WinState:
+        if self._merging:
+            # new data may still merge into the window until IW passes end + gap + lateness
+            reach = window[1] + self._gap + self._lateness
+        else:
+            reach = window[1] + self._lateness + 1
+        return _WinState(key, window, reach)
+
+    def _register(self, ks: _KeyState, ws: _WinState) -> None:
+        window = ws.window
+        ks.windows[window] = ws
+        if self._merging:
+            insort(ks.starts, window[0])
+            ks.ends[window[0]] = window[1]
+        if ws.reach <= MAX_TIMESTAMP:
+            heapq.heappush(self._gc_heap, (ws.reach, self._next(), ws))
 
     def _drop_window(self, ks: _KeyState, ws: _WinState) -> None:
         ws.alive = False
@@ -770,5 +733,160 @@ class GroupByWindowEngine:
             _, _, ws = heapq.heappop(heap)
             self._maybe_free(ws)
 
+    # -- merging ---------------------------------------------------------------------
 
-__all__ = ["STATE_HOLD", "GroupByWindowEngine", "Pane", "Timing"]
+    def _merge_new_windows(
+        self, ks: _KeyState, by_window: dict[Win, list[int]]
+    ) -> dict[Win, list[int]]:
+        """Merge the batch's new windows into the key's; the batch's elements per window
+        after the merge (Beam's ``merged_windows_to_elements``)."""
+        new = [w for w in by_window if w not in ks.windows]
+        if not new:
+            return by_window
+        merged_away = self._merge(ks, new)
+        if not merged_away:
+            return by_window
+        remapped: dict[Win, list[int]] = {}
+        for w, lst in by_window.items():
+            while w in merged_away:
+                w = merged_away[w]
+            got = remapped.get(w)
+            if got is None:
+                remapped[w] = list(lst)
+            else:
+                got.extend(lst)
+        return remapped
+
+    def _merge(self, ks: _KeyState, new: list[Win]) -> dict[Win, Win]:
+        """Beam Python's ``Sessions.merge`` over the key's windows plus ``new``; merges
+        state as ``MergeableStateAdapter`` does and calls the trigger's ``on_merge``.
+        Returns where each merged-away window went."""
+        merged_away: dict[Win, Win] = {}
+        for group, result in _session_merges(ks.starts, ks.ends, new):
+            target = self._merge_group(ks, group, result, merged_away)
+            if self._simple:
+                # on_merge clears the merged windows' end-of-window timers; the trigger sets
+                # the result's again for the batch's elements
+                if target is not None:
+                    target.timer = 0
+                continue
+            ctx_ws = target if target is not None else _WinState(None, result, MAX_TIMESTAMP)
+            self._trigger.on_merge(group, result, _Ctx(self, ctx_ws))
+        return merged_away
+
+    def _merge_group(
+        self, ks: _KeyState, group: list[Win], result: Win, merged_away: dict[Win, Win]
+    ) -> _WinState | None:
+        """Move the state of the windows of ``group`` into ``result`` (new or not); the
+        result's state, None when no window of the group had any."""
+        windows = ks.windows
+        movers = []
+        for w in group:
+            if w != result:
+                merged_away[w] = result
+                ws = windows.get(w)
+                if ws is not None:
+                    ws.index = ws.nonspec = 0  # PaneInfo state is not kept across merges
+                    movers.append(ws)
+        target = windows.get(result)
+        if movers:
+            fresh = target is None
+            if target is None:
+                target = self._make_window(movers[0].key, result)
+            for m in movers:
+                self._absorb(ks, target, m)
+            if fresh:
+                self._register(ks, target)
+        return target
+
+    def _absorb(self, ks: _KeyState, target: _WinState, m: _WinState) -> None:
+        """Pool ``m``'s ids (and their timers), elements, counters, trigger state and holds
+        into ``target``, and drop ``m``."""
+        for ident in m.ids:
+            ident.win = target
+        target.ids.extend(m.ids)
+        target.values.extend(m.values)
+        target.tomb = target.tomb or m.tomb
+        target.index += m.index
+        target.nonspec += m.nonspec
+        for tag, value in m.tags.items():
+            old = target.tags.get(tag)
+            target.tags[tag] = value if old is None else combine_tag(tag[1], old, value)
+        self._absorb_holds(target, m)
+        self._drop_window(ks, m)
+
+    def _absorb_holds(self, target: _WinState, m: _WinState) -> None:
+        """Union ``m``'s holds into ``target``'s (``MergeableStateAdapter`` merges the hold
+        states). The frontier keeps one count per window, at its smallest hold: two windows
+        become one, so the larger of the two smallest holds is retracted; the pane
+        timestamps combine by the policy (for EARLIEST the combination is the minimum, for
+        LATEST and END_OF_WINDOW the maximum, of all holds)."""
+        low, comb = m.hold_min, m.hold_comb
+        if low is None or comb is None:
+            return
+        m.hold_min = m.hold_comb = None
+        if target.hold_min is None or target.hold_comb is None:
+            target.hold_min, target.hold_comb = low, comb  # the count moves with it
+            return
+        self._holds.update(max(target.hold_min, low), -1)
+        target.hold_min = min(target.hold_min, low)
+        target.hold_comb = self._combine(target.hold_comb, comb)
+
+
+def _rows_by_key(
+    keys: Sequence[Hashable], element: Sequence[int], lo: int, hi: int
+) -> dict[Hashable, list[int]]:
+    """Rows ``lo..hi`` per key, keys in order of first appearance (Beam's keyed bundles)."""
+    by_key: dict[Hashable, list[int]] = {}
+    for r in range(lo, hi):
+        k = keys[element[r]]
+        rows = by_key.get(k)
+        if rows is None:
+            by_key[k] = [r]
+        else:
+            rows.append(r)
+    return by_key
+
+
+def _session_merges(
+    starts: list[int], end_of: dict[int, int], new: list[Win]
+) -> list[tuple[list[Win], Win]]:
+    """Beam Python's ``Sessions.merge`` of a key's disjoint windows (sorted ``starts``,
+    ``end_of[start]``) and ``new`` windows: each group of two or more strictly overlapping
+    windows, sorted, with the window it becomes. Only old windows overlapping a new window
+    can be in a group."""
+    if len(new) == 1:
+        # one new window: it and the old windows it overlaps form the only group
+        s, e = new[0]
+        i = bisect_left(starts, e)
+        olds: list[Win] = []
+        while i > 0 and end_of[starts[i - 1]] > s:
+            olds.append((starts[i - 1], end_of[starts[i - 1]]))
+            i -= 1
+        if not olds:
+            return []
+        run_end = max(e, olds[0][1])  # olds[0] is the latest old window
+        olds.append(new[0])
+        olds.sort()
+        return [(olds, (olds[0][0], run_end))]
+    candidates = set(new)
+    for s, e in new:
+        i = bisect_left(starts, e)
+        while i > 0 and end_of[starts[i - 1]] > s:
+            candidates.add((starts[i - 1], end_of[starts[i - 1]]))
+            i -= 1
+    groups: list[tuple[list[Win], Win]] = []
+    group: list[Win] = []
+    run_end = MIN_TIMESTAMP
+    for w in sorted(candidates):
+        if group and run_end > w[0]:
+            group.append(w)
+            run_end = max(run_end, w[1])
+        else:
+            if len(group) > 1:
+                groups.append((group, (group[0][0], run_end)))
+            group = [w]
+            run_end = w[1]
+    if len(group) > 1:
+        groups.append((group, (group[0][0], run_end)))
+    return groups

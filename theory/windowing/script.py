@@ -40,6 +40,10 @@ class ElementEvent:
     def __init__(self, elements: Sequence[tuple[Hashable, Any, int]]) -> None:
         checked = []
         for i, element in enumerate(elements):
+            if not isinstance(element, (tuple, list)):
+                raise TypeError(
+                    f"elements[{i}] must be a (key, value, timestamp) tuple, got {element!r}"
+                )
             if len(element) != 3:
                 raise ValueError(f"elements[{i}] must be (key, value, timestamp), got {element!r}")
             key, value, ts = element
