@@ -5,7 +5,7 @@ The pipeline is ``TestStream -> WindowInto(strategy) -> GroupByKey -> collect`` 
 name silently produced no output here). Each pane comes back as a
 :class:`theory.windowing.engine.Pane` (key, window, values, timestamp µs, timing, index,
 nonspeculative index, first/last), so it compares directly with
-:func:`theory.windowing.engine.run_script`.
+:func:`theory.windowing.runner.run_script`.
 
 :func:`run_beam_packed` runs several scripts that share their watermark and
 processing-time events in one pipeline: one ``Filter -> WindowInto -> GroupByKey`` branch

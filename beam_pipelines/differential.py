@@ -5,37 +5,70 @@ processing-time events (so :func:`beam_pipelines.beam_runner.run_beam_packed` ca
 in one pipeline), each with its own elements and strategy. Everything is whole
 milliseconds (event time) and whole seconds (processing time, trigger delays), as Beam
 needs; event-time units are 1 ms or 1 s so that processing time (which starts at 0) lands
-both before and after window ends. The skeleton ends with a long processing-time step, so
-no processing-time timer is left pending (Beam's runner would then never finish).
+both before and after window ends. Fixed and sliding windows get random offsets. The
+skeleton ends with a long processing-time step, so no processing-time timer is left
+pending (Beam's runner would then never finish).
 
-:func:`random_case` draws one script with its own skeleton. :func:`compare` runs a case
-through the engine and through Beam and returns the differences, empty when the panes
-(values as multisets) and stall flags agree. (Packing a group into one pipeline is
-correct but slower per script on the direct runner than one pipeline each.)
+:func:`random_case` draws one script with its own skeleton. :func:`compare` (and
+:func:`run_both`, for a script and a strategy) runs a case through the engine and through
+Beam and returns the differences, empty when these agree:
+
+- the panes, values as multisets (the runner's bundles do not keep element order);
+- the order of the panes of each (key, window);
+- the stall flag;
+- the output watermark of the GroupByKey after every script event. Beam's pipeline output
+  does not carry it: a downstream stage sees it only through its own latched input
+  watermark, held back by the panes still in flight, and Beam Python has no watermark
+  parameter for a DoFn. So it is read from the direct runner's watermark manager each time
+  the TestStream reads its next event, which the runner schedules only when no other work
+  is pending (``_add_work_if_necessary``): then the previous event and every timer it made
+  due have been processed, which is what the engine's "after the event" means. The final
+  step to infinity is compared through the stall flag only: Beam's TestStream tears down
+  through watermarks of its own (``MAX_TIMESTAMP - 1 µs``) that a script does not have.
+
+(Packing a group into one pipeline is correct but slower per script on the direct runner
+than one pipeline each.)
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from apache_beam.runners.direct import transform_evaluator
+from apache_beam.runners.direct.direct_runner import _StreamingGroupAlsoByWindow
 
-from beam_pipelines.beam_runner import canonical_panes, run_beam
-from theory.time import MICROS_PER_MILLI, MICROS_PER_SECOND
+from beam_pipelines.beam_runner import BeamRun, canonical_panes, run_beam
+from theory.time import MICROS_PER_MILLI, MICROS_PER_SECOND, MIN_TIMESTAMP
 from theory.windowing import triggers as tt
-from theory.windowing.engine import Pane, run_script
-from theory.windowing.script import ElementEvent, Event, ProcessingTimeEvent, Script, WatermarkEvent
+from theory.windowing.engine import Pane
+from theory.windowing.runner import run_script
+from theory.windowing.script import (
+    ElementEvent,
+    Event,
+    ProcessingTimeEvent,
+    Script,
+    ScriptResult,
+    WatermarkEvent,
+)
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
 from theory.windowing.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows
 
 __all__ = [
+    "BeamObservation",
     "Case",
+    "beam_events",
     "compare",
     "differences",
+    "observe_beam",
     "random_case",
     "random_group",
     "random_strategy",
     "random_trigger",
+    "run_both",
 ]
 
 SEC = MICROS_PER_SECOND
@@ -95,7 +128,8 @@ def random_strategy(rng: np.random.Generator, unit: int) -> WindowingStrategy:
         fn: object = FixedWindows(size * unit, int(rng.integers(0, size)) * unit)
     elif kind == "sliding":
         period = int(rng.integers(2, 8))
-        fn = SlidingWindows(int(rng.integers(period, 3 * period + 1)) * unit, period * unit)
+        size = int(rng.integers(period, 3 * period + 1))
+        fn = SlidingWindows(size * unit, period * unit, int(rng.integers(0, period)) * unit)
     elif kind == "sessions":
         fn = Sessions(int(rng.integers(2, 9)) * unit)
     else:
@@ -176,22 +210,154 @@ def random_case(seed: int) -> Case:
     return random_group(seed, scripts=1)[0]
 
 
-def differences(case: Case, beam_panes: list[Pane], beam_stalled: bool) -> list[str]:
-    """What differs between the engine's run of ``case`` and Beam's panes and stall flag."""
-    ours = run_script(case.script, case.strategy)
-    a, b = canonical_panes(ours.panes), canonical_panes(beam_panes)
+@dataclass(frozen=True)
+class BeamObservation:
+    """What a Beam run shows: its panes in output order, the stall flag, the GroupByKey's
+    output watermark (µs) after each event of the TestStream as Beam sees the script (see
+    :func:`beam_events`), and Beam's wall time (s)."""
+
+    panes: list[Pane]
+    stalled: bool
+    output_watermark: list[int]
+    seconds: float
+
+
+def observe_beam(
+    script: Script, strategy: WindowingStrategy, *, timeout: float = 120.0
+) -> BeamObservation:
+    """Run ``script`` through Beam (one pipeline), watching its output watermark."""
+    with _watching_output_watermarks() as snapshots:
+        run: BeamRun = run_beam(script, strategy, timeout=timeout)
+    n_events = len(beam_events(script))
+    return BeamObservation(
+        run.panes[0], run.stalled, _after_each_event(snapshots, n_events), run.seconds
+    )
+
+
+def beam_events(script: Script) -> list[int]:
+    """The indexes of the script's events that reach Beam's TestStream: non-empty element
+    events, watermarks that advance, processing-time steps > 0 (the others change nothing
+    in the engine either)."""
+    kept = []
+    watermark = MIN_TIMESTAMP
+    for i, ev in enumerate(script.events):
+        if isinstance(ev, ElementEvent):
+            if ev.elements:
+                kept.append(i)
+        elif isinstance(ev, WatermarkEvent):
+            if ev.watermark > watermark:
+                watermark = ev.watermark
+                kept.append(i)
+        elif ev.delta > 0:
+            kept.append(i)
+    return kept
+
+
+class _Snapshots(list[dict[str, int]]):
+    """Output watermarks (µs) by GroupByWindow label, one dict before each TestStream read;
+    ``set_up``: how many of the TestStream's own set-up events come before the script's."""
+
+    set_up = 0
+
+
+@contextmanager
+def _watching_output_watermarks() -> Iterator[_Snapshots]:
+    """While active, snapshot every GroupByWindow's output watermark each time a TestStream
+    reads its next event (the direct runner runs in this process)."""
+    snapshots = _Snapshots()
+    evaluator = transform_evaluator._TestStreamEvaluator
+    original: Callable[[Any, Any], Any] = evaluator.process_element
+
+    def process_element(self: Any, element: Any) -> Any:
+        if not snapshots:
+            stream = self.test_stream
+            snapshots.set_up = len(stream._set_up(stream.output_tags))
+        manager = self._evaluation_context._watermark_manager
+        snapshots.append(
+            {
+                applied.full_label: int(marks.output_watermark.micros)
+                for applied, marks in manager._transform_to_watermarks.items()
+                if isinstance(applied.transform, _StreamingGroupAlsoByWindow)
+            }
+        )
+        return original(self, element)
+
+    evaluator.process_element = process_element  # type: ignore[method-assign]
+    try:
+        yield snapshots
+    finally:
+        evaluator.process_element = original  # type: ignore[method-assign]
+
+
+def _after_each_event(snapshots: _Snapshots, n_events: int) -> list[int]:
+    """The output watermark after each of the script's ``n_events`` TestStream events: the
+    snapshot taken before the TestStream reads the event after it."""
+    out = []
+    for u in range(n_events):
+        (value,) = snapshots[snapshots.set_up + u + 1].values()  # one GroupByKey
+        out.append(value)
+    return out
+
+
+def differences(case: Case, beam: BeamObservation, ours: ScriptResult | None = None) -> list[str]:
+    """What differs between the engine's run of ``case`` (``ours``, run here if None) and
+    Beam's observation: panes, their order per (key, window), the stall flag, the output
+    watermark after each event."""
+    if ours is None:
+        ours = run_script(case.script, case.strategy)
     problems = []
+    a, b = canonical_panes(ours.panes), canonical_panes(beam.panes)
     if a != b:
         only_ours = [p for p in a if p not in b]
         only_beam = [p for p in b if p not in a]
         problems.append(f"{case.label}\n  engine only: {only_ours}\n  beam only:   {only_beam}")
-    if ours.stalled != beam_stalled:
-        problems.append(f"{case.label}: stalled: engine {ours.stalled}, beam {beam_stalled}")
+    else:
+        problems += _order_problems(case.label, ours.panes, beam.panes)
+    if ours.stalled != beam.stalled:
+        problems.append(f"{case.label}: stalled: engine {ours.stalled}, beam {beam.stalled}")
+    events = beam_events(case.script)
+    engine_ow = [int(ours.output_watermark[i]) for i in events]
+    pairs = zip(events, engine_ow, beam.output_watermark, strict=True)
+    wrong = [(i, e, b) for i, e, b in pairs if e != b]
+    if wrong:
+        problems.append(
+            f"{case.label}: output watermark after (event, engine µs, beam µs): {wrong}"
+        )
     return problems
+
+
+def _order_problems(label: str, ours: list[Pane], beam: list[Pane]) -> list[str]:
+    """The (key, window)s whose panes come in another order (at most three shown)."""
+    a, b = _order_per_window(ours), _order_per_window(beam)
+    wrong = [w for w in a if a[w] != b[w]]
+    if not wrong:
+        return []
+    shown = "\n".join(f"  {w}:\n    engine {a[w]}\n    beam   {b[w]}" for w in wrong[:3])
+    return [f"{label}: pane order differs in {len(wrong)} (key, window)s\n{shown}"]
+
+
+def _order_per_window(panes: list[Pane]) -> dict[tuple[str, Any], list[tuple[Any, ...]]]:
+    """Each (key, window)'s panes in output order, as canonical tuples."""
+    out: dict[tuple[str, Any], list[tuple[Any, ...]]] = {}
+    for pane in panes:
+        (canonical,) = canonical_panes([pane])
+        out.setdefault((canonical[0], canonical[1]), []).append(canonical)
+    return out
+
+
+def run_both(
+    script: Script, strategy: WindowingStrategy, *, label: str = "", timeout: float = 120.0
+) -> tuple[ScriptResult, list[str], float]:
+    """Run a script through the engine and through Beam: the engine's result, the
+    differences (see :func:`differences`) and Beam's wall time (s)."""
+    case = Case(script, strategy, label or repr(strategy))
+    beam = observe_beam(script, strategy, timeout=timeout)
+    ours = run_script(script, strategy)
+    return ours, differences(case, beam, ours), beam.seconds
 
 
 def compare(case: Case, *, timeout: float = 120.0) -> tuple[list[str], float]:
     """Run ``case`` through the engine and through Beam (one pipeline); the differences
-    (empty when panes and stall flags agree) and Beam's wall time (s)."""
-    beam = run_beam(case.script, case.strategy, timeout=timeout)
-    return differences(case, beam.panes[0], beam.stalled), beam.seconds
+    (empty when they agree, see :func:`differences`) and Beam's wall time (s)."""
+    _, problems, seconds = run_both(case.script, case.strategy, label=case.label, timeout=timeout)
+    return problems, seconds

@@ -25,7 +25,7 @@ import numpy as np
 
 from beam_pipelines.beam_runner import canonical_panes, run_beam
 from theory.windowing import triggers as tt
-from theory.windowing.engine import run_script
+from theory.windowing.runner import run_script
 from theory.windowing.script import ElementEvent, Script, WatermarkEvent
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
 from theory.windowing.windows import FixedWindows

@@ -84,7 +84,8 @@ _EXPORTS: dict[str, str] = {
         ("Script", "ElementEvent", "WatermarkEvent", "ProcessingTimeEvent"),
         "theory.windowing.script",
     ),
-    **dict.fromkeys(("GroupByWindowEngine", "Pane", "run_script"), "theory.windowing.engine"),
+    **dict.fromkeys(("GroupByWindowEngine", "Pane"), "theory.windowing.engine"),
+    "run_script": "theory.windowing.runner",
     # watermarks
     "make_source_watermark": "theory.watermarks.spec",
     "PercentileWatermark": "theory.watermarks.percentile",
@@ -210,7 +211,8 @@ if TYPE_CHECKING:  # static checkers see the eager imports; runtime stays lazy
     from theory.watermarks.percentile import PercentileWatermark
     from theory.watermarks.percentile_sketch import SketchPercentileWatermark
     from theory.watermarks.spec import make_source_watermark
-    from theory.windowing.engine import GroupByWindowEngine, Pane, run_script
+    from theory.windowing.engine import GroupByWindowEngine, Pane
+    from theory.windowing.runner import run_script
     from theory.windowing.script import ElementEvent, ProcessingTimeEvent, Script, WatermarkEvent
     from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
     from theory.windowing.triggers import (

@@ -1,8 +1,10 @@
 """The engine against Beam's own runner (BundleBasedDirectRunner, streaming).
 
-Every script runs through :func:`theory.windowing.engine.run_script` and through a real Beam
-pipeline; the panes (key, window, values as a multiset, timestamp, timing, index,
-nonspeculative index, first/last) and the stall flag must be identical.
+Every script runs through :func:`theory.windowing.runner.run_script` and through a real Beam
+pipeline (``beam_pipelines.differential.run_both``); these must be identical: the panes
+(key, window, values as a multiset, timestamp, timing, index, nonspeculative index,
+first/last), the order of the panes of each (key, window), the stall flag, and the
+GroupByKey's output watermark after every event.
 
 - ``test_runner_*``: where Beam Python's runner differs from the Beam model, one named
   script each; the engine matches the runner, and the test states the model's answer.
@@ -18,12 +20,13 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.test_stream import TestStream as BeamTestStream
 
-from beam_pipelines.beam_runner import beam_windowing, canonical_panes, run_beam
-from beam_pipelines.differential import compare, random_case
+from beam_pipelines.beam_runner import beam_windowing
+from beam_pipelines.differential import compare, random_case, run_both
 from theory.windowing import triggers as tt
-from theory.windowing.engine import ScriptResult, run_script
+from theory.windowing.runner import run_script
 from theory.windowing.script import ElementEvent as E
 from theory.windowing.script import ProcessingTimeEvent as P
+from theory.windowing.script import Script, ScriptResult
 from theory.windowing.script import WatermarkEvent as W
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
 from theory.windowing.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows
@@ -41,11 +44,10 @@ def strat(trigger=None, fn=None, **kw):
 
 
 def check(events, strategy) -> ScriptResult:
-    """Run both; assert identical panes and stall flags; return the engine's result."""
-    ours = run_script(events, strategy)
-    beam_run = run_beam(events, strategy)
-    assert canonical_panes(ours.panes) == canonical_panes(beam_run.panes[0])
-    assert ours.stalled == beam_run.stalled
+    """Run both; assert identical panes, pane order per window, stall flags and output
+    watermarks; return the engine's result."""
+    ours, problems, _ = run_both(Script(events), strategy)
+    assert not problems, "\n".join(problems)
     return ours
 
 
@@ -237,7 +239,13 @@ def test_random_suite_covers_the_space():
             "Never",
         ):
             seen[name] += name in text
+        seen[f"{type(s.window_fn).__name__} offset>0"] += bool(getattr(s.window_fn, "offset", 0))
         r = run_script(case.script, s)
+        per_window = collections.Counter((repr(p.key), p.window) for p in r.panes)
+        seen["a window with 2+ panes"] += any(n > 1 for n in per_window.values())
+        ow, iw = r.output_watermark[:-1], r.input_watermark[:-1]
+        seen["output watermark held"] += bool((ow < iw).any())
+        seen["output watermark moves back"] += bool((ow[1:] < ow[:-1]).any())
         seen["late data"] += r.late_elements > 0
         seen["dropped"] += r.dropped["expired"] > 0
         seen["closed"] += r.dropped["closed"] > 0
@@ -249,6 +257,11 @@ def test_random_suite_covers_the_space():
     for item in list(TimestampCombiner) + list(AccumulationMode):
         assert seen[item.name] >= 20, seen
     for what in (
+        "FixedWindows offset>0",
+        "SlidingWindows offset>0",
+        "a window with 2+ panes",
+        "output watermark held",
+        "output watermark moves back",
         "lateness>0",
         "lateness=0",
         "late data",

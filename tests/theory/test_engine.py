@@ -10,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from theory.time import MAX_TIMESTAMP
-from theory.windowing.engine import STATE_HOLD, GroupByWindowEngine, Timing, run_script
+from theory.windowing.engine import STATE_HOLD, GroupByWindowEngine, Timing
+from theory.windowing.fast_path import Refusal, run_fast, strategy_refusal
+from theory.windowing.runner import run_script
 from theory.windowing.script import ElementEvent, ProcessingTimeEvent, Script, WatermarkEvent
 from theory.windowing.strategy import (
     AccumulationMode,
@@ -349,9 +351,94 @@ def test_fast_path_equals_incremental_engine(ops, fn_name, trigger, mode, combin
 
 @pytest.mark.parametrize("n_keys", [1, 3, 40_000])
 def test_fast_path_group_order_is_lexsort(n_keys):
-    from theory.windowing.engine import _group_order
+    from theory.windowing.fast_path import _group_order
 
     rng = np.random.default_rng(n_keys)
     key = rng.integers(0, n_keys, 50_000)
     start = rng.integers(-5, 5, 50_000) * 10
     assert np.array_equal(_group_order(key, start, n_keys), np.lexsort((start, key)))
+
+
+# -- the fast path's refusals: each named, each leaving the script to the engine ----------
+
+
+class _LateWatermark(WatermarkEvent):
+    """A WatermarkEvent subclass: not exactly a script type, so the fast path refuses it."""
+
+
+def _refusal_cases():
+    fixed = WindowingStrategy(FixedWindows(10), allowed_lateness=100)
+    earliest = WindowingStrategy(
+        FixedWindows(10),
+        allowed_lateness=100,
+        timestamp_combiner=TimestampCombiner.OUTPUT_AT_EARLIEST,
+    )
+    near_max = MAX_TIMESTAMP - 100
+    return [
+        (
+            Refusal.TRIGGER,
+            [ElementEvent([("k", 1, 3)])],
+            strategy(trigger=Repeatedly(AfterProcessingTime(5)), allow_unsafe_triggers=True),
+        ),
+        (Refusal.MERGING, [ElementEvent([("k", 1, 3)])], strategy(Sessions(5))),
+        (
+            Refusal.ELEMENT_POLICY,
+            [ElementEvent([("k", 1, 3)])],
+            strategy(timestamp_combiner=ElementPolicy(lambda ts, w: ts)),
+        ),
+        (Refusal.EVENT_TYPE, [ElementEvent([("k", 1, 3)]), _LateWatermark(20)], fixed),
+        (Refusal.NEVER_FIRES, [ElementEvent([("k", 1, near_max)])], strategy(FixedWindows(300))),
+        # a hold at 10 keeps the output watermark at 9 = [0, 10)'s max_timestamp: EARLY
+        (
+            Refusal.HELD_LATE_PANE,
+            [ElementEvent([("a", 1, 10)]), WatermarkEvent(12), ElementEvent([("b", 2, 5)])],
+            earliest,
+        ),
+        # a hold at 2 keeps the output watermark at 1: an element at 3 < input 5 still holds
+        (
+            Refusal.OLD_ELEMENT_HOLDS,
+            [ElementEvent([("a", 1, 2)]), WatermarkEvent(5), ElementEvent([("b", 2, 3)])],
+            earliest,
+        ),
+    ]
+
+
+@pytest.mark.parametrize(("reason", "events", "strat"), _refusal_cases())
+def test_fast_path_refuses_what_it_does_not_model(reason, events, strat):
+    evs = Script(events).events
+    assert run_fast(evs, strat) is reason
+    assert strategy_refusal(strat) is (reason if reason in _STRATEGY_REFUSALS else None)
+    fast, slow = run_script(events, strat), run_script(events, strat, fast=False)
+    assert _canon(fast) == _canon(slow)
+    assert np.array_equal(fast.output_watermark, slow.output_watermark)
+
+
+_STRATEGY_REFUSALS = (Refusal.TRIGGER, Refusal.MERGING, Refusal.ELEMENT_POLICY)
+
+
+def test_fast_path_refusals_with_errors_leave_the_error_to_the_engine():
+    fixed = WindowingStrategy(FixedWindows(10))
+    unhashable = [ElementEvent([(["k"], 1, 3)])]
+    assert run_fast(Script(unhashable).events, fixed) is Refusal.UNHASHABLE_KEY
+    with pytest.raises(TypeError, match="unhashable"):
+        run_script(unhashable, fixed)
+    overflow = [ElementEvent([("k", 1, MAX_TIMESTAMP)])]
+    big = WindowingStrategy(FixedWindows(10**6))
+    assert run_fast(Script(overflow).events, big) is Refusal.OVERFLOW
+    with pytest.raises(OverflowError):
+        run_script(overflow, big)
+
+
+def test_engine_error_convention():
+    e = GroupByWindowEngine(strategy())
+    with pytest.raises(TypeError, match=r"elements\[0\] must be a \(key, value, timestamp\)"):
+        e.add_elements([["k", 1, 3]])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"elements\[0\] timestamp"):
+        e.add_elements([("k", 1, 3.0)])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="delta"):
+        e.advance_processing_time(1.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"elements\[0\] must be a \(key, value, timestamp\)"):
+        ElementEvent([3])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"elements\[0\] must be \(key, value, timestamp\)"):
+        ElementEvent([("k", 1)])  # type: ignore[list-item]
+    assert e.pending_windows() == 0 and e.processing_time == 0

@@ -4,10 +4,12 @@ same scripts run against Beam itself in tests/beam_pipelines/test_engine_vs_beam
 
 Times in seconds (S = 1 s in µs) unless stated."""
 
+import numpy as np
 import pytest
 
 from theory.windowing import triggers as tt
-from theory.windowing.engine import Timing, run_script
+from theory.windowing.engine import Timing
+from theory.windowing.runner import run_script
 from theory.windowing.script import ElementEvent as E
 from theory.windowing.script import ProcessingTimeEvent as P
 from theory.windowing.script import WatermarkEvent as W
@@ -123,8 +125,11 @@ def test_always_and_never():
 
 
 def test_trigger_validation():
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match="AfterCount count must be >= 1"):
         tt.AfterCount(0)
+    with pytest.raises(TypeError, match="AfterCount count"):
+        tt.AfterCount(1.5)  # type: ignore[arg-type]
+    assert type(tt.AfterCount(np.int64(2)).count) is int
     with pytest.raises(ValueError, match="delay"):
         tt.AfterProcessingTime(-1)
     with pytest.raises(TypeError, match="Repeatedly"):

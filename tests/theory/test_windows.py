@@ -457,3 +457,8 @@ def test_spec_errors_name_the_parameter() -> None:
         window_fn_from_spec("fixed:0s")
     with pytest.raises(ValueError, match="period"):
         window_fn_from_spec("sliding:10m/0")
+
+
+def test_spec_of_the_wrong_type_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="window spec must be a string"):
+        window_fn_from_spec(60)  # type: ignore[arg-type]

@@ -1,18 +1,34 @@
-"""TestStream-like scripts: the events that drive a grouping stage, in order.
+"""TestStream-like scripts: the events that drive a grouping stage, in order, and what
+running one gives.
 
 A script is a list of :class:`ElementEvent`, :class:`WatermarkEvent` and
 :class:`ProcessingTimeEvent`. It is the common language between the theory engine and
-Beam's ``TestStream`` (see ``beam_pipelines.teststream``). All times are µs.
+Beam's ``TestStream`` (see ``beam_pipelines.teststream``). :class:`ScriptResult` is the
+outcome of :func:`theory.windowing.runner.run_script`. All times are µs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from theory.columns import check_duration, check_timestamp
 from theory.time import MAX_TIMESTAMP
+
+if TYPE_CHECKING:  # the engine imports this module
+    from theory.windowing.engine import Pane
+
+__all__ = [
+    "ElementEvent",
+    "Event",
+    "ProcessingTimeEvent",
+    "Script",
+    "ScriptResult",
+    "WatermarkEvent",
+]
 
 
 @dataclass(frozen=True)
@@ -24,6 +40,10 @@ class ElementEvent:
     def __init__(self, elements: Sequence[tuple[Hashable, Any, int]]) -> None:
         checked = []
         for i, element in enumerate(elements):
+            if not isinstance(element, (tuple, list)):
+                raise TypeError(
+                    f"elements[{i}] must be a (key, value, timestamp) tuple, got {element!r}"
+                )
             if len(element) != 3:
                 raise ValueError(f"elements[{i}] must be (key, value, timestamp), got {element!r}")
             key, value, ts = element
@@ -81,3 +101,21 @@ class Script:
         """Whether the last watermark event is ``MAX_TIMESTAMP``."""
         marks = [e for e in self.events if isinstance(e, WatermarkEvent)]
         return bool(marks) and marks[-1].watermark >= MAX_TIMESTAMP
+
+
+@dataclass(frozen=True)
+class ScriptResult:
+    """Panes and watermarks of a script run: ``panes[i]`` fired at event ``pane_event[i]``;
+    the watermark arrays have one entry per event (after it), µs."""
+
+    panes: list[Pane]
+    pane_event: np.ndarray
+    processing_time: np.ndarray
+    input_watermark: np.ndarray
+    output_watermark: np.ndarray
+    dropped: dict[str, int] = field(default_factory=dict)
+    late_elements: int = 0
+    #: Output watermark below MAX_TIMESTAMP after the end (Beam: "pipeline stall").
+    stalled: bool = False
+    #: Processing-time timers still set at the end (with ``stalled``, Beam never finishes).
+    pending_processing_timers: int = 0

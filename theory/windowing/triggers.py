@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from theory.columns import check_duration
+from theory.columns import check_count, check_duration
 
 #: A window inside the engine and the triggers: ``(start, end)`` in µs.
 Win = tuple[int, int]
@@ -203,8 +203,7 @@ class AfterCount(Trigger):
     count: int
 
     def __post_init__(self) -> None:
-        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
-            raise ValueError(f"AfterCount count must be a positive integer, got {self.count!r}")
+        object.__setattr__(self, "count", check_count(self.count, "AfterCount count", minimum=1))
 
     def on_element(self, window: Win, ctx: TriggerContext, n: int = 1) -> None:
         ctx.add("count", n)

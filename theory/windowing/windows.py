@@ -19,8 +19,15 @@ from typing import Final, TypeAlias
 
 import numpy as np
 
-from theory.columns import INT64_MAX, INT64_MIN, as_int, check_timestamp
-from theory.time import END_OF_GLOBAL_WINDOW, MAX_TIMESTAMP, MIN_TIMESTAMP, parse_duration
+from theory.columns import (
+    INT64_MAX,
+    INT64_MIN,
+    as_int,
+    check_duration,
+    check_timestamp,
+    time_column,
+)
+from theory.time import END_OF_GLOBAL_WINDOW, MIN_TIMESTAMP, parse_duration
 
 __all__ = [
     "GLOBAL_WINDOW",
@@ -35,20 +42,9 @@ __all__ = [
     "WindowAssignment",
     "WindowFn",
     "parse_duration",
+    "trusted_interval_window",
     "window_fn_from_spec",
 ]
-
-
-
-
-def _positive_duration(value: object, name: str) -> int:
-    """A strictly positive duration in µs that fits in int64, or a ValueError naming it."""
-    v = as_int(value, name)
-    if v <= 0:
-        raise ValueError(f"{name} must be > 0 µs, got {name}={v}")
-    if v > INT64_MAX:
-        raise ValueError(f"{name} must fit in int64 microseconds, got {name}={v}")
-    return v
 
 
 # --------------------------------------------------------------------------- windows
@@ -97,6 +93,15 @@ class IntervalWindow:
 
     def __repr__(self) -> str:
         return f"IntervalWindow({self.start}, {self.end})"
+
+
+def trusted_interval_window(start: int, end: int) -> IntervalWindow:
+    """An :class:`IntervalWindow` of Python ints already known to satisfy ``start < end``
+    (µs), built without validating them again: the engine builds one per pane."""
+    window = object.__new__(IntervalWindow)
+    object.__setattr__(window, "start", start)
+    object.__setattr__(window, "end", end)
+    return window
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,25 +183,6 @@ class WindowAssignment:
         return self.end - 1
 
 
-def _check_ts_array(ts: np.ndarray, name: str = "ts") -> np.ndarray:
-    """Validate a 1-d integer timestamp array in [MIN_TIMESTAMP, MAX_TIMESTAMP]; int64."""
-    a = np.asarray(ts)
-    if a.ndim != 1:
-        raise ValueError(f"{name} must be a 1-d array of µs timestamps, got shape {a.shape}")
-    if a.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be an integer array of µs timestamps, got dtype {a.dtype}")
-    bad = (a < MIN_TIMESTAMP) | (a > MAX_TIMESTAMP)
-    if bool(bad.any()):
-        i = int(np.argmax(bad))
-        raise ValueError(
-            f"{name}[{i}]={int(a[i])} µs is outside [MIN_TIMESTAMP={MIN_TIMESTAMP}, "
-            f"MAX_TIMESTAMP={MAX_TIMESTAMP}]"
-        )
-    return a.astype(np.int64, copy=False)
-
-
 def _raise_if_overflow(mask: np.ndarray, ts: np.ndarray, what: str) -> None:
     if bool(mask.any()):
         i = int(np.argmax(mask))
@@ -246,7 +232,7 @@ class GlobalWindows(WindowFn):
         return (GLOBAL_WINDOW,)
 
     def assign_array(self, ts: np.ndarray) -> WindowAssignment:
-        t = _check_ts_array(ts)
+        t = time_column(ts, "ts")
         n = t.shape[0]
         return WindowAssignment(
             np.arange(n, dtype=np.int64),
@@ -266,7 +252,7 @@ class FixedWindows(WindowFn):
     offset: int = 0
 
     def __post_init__(self) -> None:
-        size = _positive_duration(self.size, "size")
+        size = check_duration(self.size, "size", allow_zero=False)
         offset = as_int(self.offset, "offset") % size
         object.__setattr__(self, "size", size)
         object.__setattr__(self, "offset", offset)
@@ -277,7 +263,7 @@ class FixedWindows(WindowFn):
         return (IntervalWindow(start, start + self.size),)
 
     def assign_array(self, ts: np.ndarray) -> WindowAssignment:
-        t = _check_ts_array(ts)
+        t = time_column(ts, "ts")
         r = _floor_offset(t, self.size, self.offset)
         _raise_if_overflow(t < INT64_MIN + r, t, "start")
         start = t - r
@@ -299,8 +285,8 @@ class SlidingWindows(WindowFn):
     offset: int = 0
 
     def __post_init__(self) -> None:
-        size = _positive_duration(self.size, "size")
-        period = _positive_duration(self.period, "period")
+        size = check_duration(self.size, "size", allow_zero=False)
+        period = check_duration(self.period, "period", allow_zero=False)
         offset = as_int(self.offset, "offset") % period
         object.__setattr__(self, "size", size)
         object.__setattr__(self, "period", period)
@@ -314,7 +300,7 @@ class SlidingWindows(WindowFn):
         )
 
     def assign_array(self, ts: np.ndarray) -> WindowAssignment:
-        t = _check_ts_array(ts)
+        t = time_column(ts, "ts")
         size, period = self.size, self.period
         r = _floor_offset(t, period, self.offset)
         # windows start at t - r - k*period for k >= 0 with k*period < size - r
@@ -343,7 +329,7 @@ class Sessions(WindowFn):
     gap: int
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gap", _positive_duration(self.gap, "gap"))
+        object.__setattr__(self, "gap", check_duration(self.gap, "gap", allow_zero=False))
 
     @property
     def is_merging(self) -> bool:
@@ -354,7 +340,7 @@ class Sessions(WindowFn):
         return (IntervalWindow(t, t + self.gap),)
 
     def assign_array(self, ts: np.ndarray) -> WindowAssignment:
-        t = _check_ts_array(ts)
+        t = time_column(ts, "ts")
         _raise_if_overflow(t > INT64_MAX - self.gap, t, "end")
         return WindowAssignment(np.arange(t.shape[0], dtype=np.int64), t.copy(), t + self.gap)
 
@@ -392,7 +378,7 @@ class Sessions(WindowFn):
         ``[ts, ts + gap)`` under strict overlap: the fixpoint of :meth:`merge`. ``keys`` is
         any 1-d array (ints, strings, objects) of the same length as ``ts``.
         """
-        t = _check_ts_array(ts)
+        t = time_column(ts, "ts")
         k = np.asarray(keys)
         if k.ndim != 1 or k.shape[0] != t.shape[0]:
             raise ValueError(
@@ -441,15 +427,16 @@ def _factorize(keys: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------------- parsing
 
+
 def window_fn_from_spec(spec: str) -> WindowFn:
     """Build a window fn from ``"global"``, ``"fixed:SIZE"``, ``"sliding:SIZE/PERIOD"`` or
     ``"sessions:GAP"``; fixed and sliding take an optional ``+OFFSET`` suffix
     (``"fixed:1h+15m"``). Durations are as :func:`parse_duration`.
 
-    Raises ``ValueError`` naming the spec.
+    Raises ``ValueError`` naming the spec, ``TypeError`` for a spec that is not a string.
     """
     if not isinstance(spec, str):
-        raise ValueError(f"bad window spec {spec!r}: expected a string")
+        raise TypeError(f"window spec must be a string, got {spec!r}")
     kind, sep, rest = spec.strip().partition(":")
     kind = kind.strip().lower()
     rest = rest.strip()

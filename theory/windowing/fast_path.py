@@ -1,0 +1,526 @@
+"""The vectorised path of :func:`~theory.windowing.runner.run_script`: a whole script at
+once, for watermark-only triggers (DefaultTrigger, a bare AfterWatermark()) on non-merging
+windows under one of Beam's output-timestamp policies. All times are µs.
+
+Why a script can be run at once: under these triggers a window's first non-late batch sets
+its end-of-window timer, which fires (ON_TIME) at the first watermark event reaching
+``window.end``, and each batch of data for a window already past fires (LATE) at once. What
+the engine computes element by element is then a function of the input watermark alone,
+except where the *output* watermark matters:
+
+- an element older than the input watermark adds a hold only if it is at or after the
+  output watermark (Beam's "too late to hold" rule, see :mod:`theory.windowing.engine`);
+- a late pane is LATE and releases its hold only if the output watermark is past the
+  window (else Beam's runner calls it EARLY and keeps the hold).
+
+So the path computes the output watermark from the non-late holds (a segment tree over
+events) and checks that every such case falls on the simple side; where one does not it
+refuses, and the caller runs the incremental engine. The steps, one function each:
+:func:`strategy_refusal` (eligibility, checked first), :func:`_rows` (assign windows, drop
+expired rows, group by key and window), :func:`_batches` (late batches, closed windows),
+:func:`_output_watermark` (the holds), :func:`_unmodelled` (the two cases above) and
+:func:`_panes`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Iterable
+from enum import StrEnum
+from itertools import accumulate, chain, count, repeat
+from operator import attrgetter, itemgetter
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
+from theory.windowing.engine import Pane, Timing
+from theory.windowing.script import (
+    ElementEvent,
+    Event,
+    ProcessingTimeEvent,
+    ScriptResult,
+    WatermarkEvent,
+)
+from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
+from theory.windowing.triggers import AfterWatermark
+from theory.windowing.windows import GLOBAL_WINDOW, GlobalWindows, trusted_interval_window
+
+__all__ = ["Refusal", "run_fast", "strategy_refusal"]
+
+
+class Refusal(StrEnum):
+    """Why the vectorised path does not run a script (the engine then does)."""
+
+    TRIGGER = "the trigger is not DefaultTrigger or a bare AfterWatermark()"
+    MERGING = "merging windows"
+    ELEMENT_POLICY = "a user-chosen output policy"
+    EVENT_TYPE = "an event not exactly an ElementEvent, WatermarkEvent or ProcessingTimeEvent"
+    OVERFLOW = "a window bound does not fit in int64"
+    UNHASHABLE_KEY = "an unhashable key (the engine raises its own error)"
+    NEVER_FIRES = "a window ending past MAX_TIMESTAMP never fires"
+    HELD_LATE_PANE = "a late pane while the output watermark is held at or before its window"
+    OLD_ELEMENT_HOLDS = "an element older than the input watermark still adds a hold"
+
+
+def strategy_refusal(strategy: WindowingStrategy) -> Refusal | None:
+    """Why the path cannot model ``strategy`` at all, or None when it may (the script may
+    still be refused: see :func:`run_fast`)."""
+    if not strategy.trigger.watermark_only():
+        return Refusal.TRIGGER
+    if getattr(strategy.window_fn, "is_merging", False):
+        return Refusal.MERGING
+    if not isinstance(strategy.timestamp_combiner, TimestampCombiner):
+        return Refusal.ELEMENT_POLICY
+    return None
+
+
+def run_fast(evs: tuple[Event, ...], strategy: WindowingStrategy) -> ScriptResult | Refusal:
+    """The result of ``evs`` (ended by a watermark at ``MAX_TIMESTAMP``) under ``strategy``,
+    identical to the incremental engine's, or why this path does not model it."""
+    refusal = strategy_refusal(strategy)
+    if refusal is not None:
+        return refusal
+    scan = _scan(evs)
+    if scan is None:
+        return Refusal.EVENT_TYPE
+    rows = _rows(scan, strategy)
+    if isinstance(rows, Refusal):
+        return rows
+    batches = _batches(rows, isinstance(strategy.trigger, AfterWatermark))
+    policy = strategy.timestamp_combiner
+    assert isinstance(policy, TimestampCombiner)  # (strategy_refusal checked it)
+    ow_after = _output_watermark(scan.iw_after, rows, batches, policy)
+    refusal = _unmodelled(rows, batches, ow_after, policy)
+    if refusal is not None:
+        return refusal
+    return _panes(scan, rows, batches, ow_after, strategy, policy)
+
+
+# ---------------------------------------------------------------------------- events
+
+#: Event kinds of the scan (exact types; anything else goes to the engine).
+_KIND = {ElementEvent: 0, WatermarkEvent: 1, ProcessingTimeEvent: 2}
+_ELEMENTS = attrgetter("elements")
+_WATERMARK = attrgetter("watermark")
+_DELTA = attrgetter("delta")
+_KEY, _VALUE, _TS = itemgetter(0), itemgetter(1), itemgetter(2)
+_new_tuple = tuple.__new__
+
+
+class _Scan(NamedTuple):
+    """A script's event series: one entry per event plus the final ``MAX_TIMESTAMP`` step."""
+
+    iw_after: np.ndarray  # the input watermark after each event
+    pt_after: np.ndarray  # processing time after each event
+    elements: list[tuple[Hashable, Any, int]]  # every element, in order
+    element_event: np.ndarray  # each element's event index
+
+
+def _scan(evs: tuple[Event, ...]) -> _Scan | None:
+    """The script's event series, without a per-event Python loop; None for an event that
+    is not exactly one of the three script types."""
+    n_ev = len(evs) + 1
+    try:
+        kinds = np.fromiter(map(_KIND.__getitem__, map(type, evs)), np.int8, n_ev - 1)
+    except KeyError:
+        return None
+    get = evs.__getitem__
+    iw_after = np.full(n_ev, MIN_TIMESTAMP, np.int64)
+    pos = np.flatnonzero(kinds == 1)
+    if pos.size:
+        iw_after[pos] = np.fromiter(map(_WATERMARK, map(get, pos.tolist())), np.int64, pos.size)
+        np.maximum.accumulate(iw_after, out=iw_after)  # scripts never move it backwards
+    iw_after[-1] = MAX_TIMESTAMP
+    pt_after = np.zeros(n_ev, np.int64)
+    pos = np.flatnonzero(kinds == 2)
+    if pos.size:
+        # Python ints, so a sum past int64 raises OverflowError as the engine does
+        pt_after[pos] = np.asarray(list(accumulate(map(_DELTA, map(get, pos.tolist())))), np.int64)
+        np.maximum.accumulate(pt_after, out=pt_after)  # deltas are >= 0
+    pos = np.flatnonzero(kinds == 0)
+    chunks = list(map(_ELEMENTS, map(get, pos.tolist())))
+    counts = np.fromiter(map(len, chunks), np.int64, len(chunks))
+    return _Scan(iw_after, pt_after, list(chain.from_iterable(chunks)), np.repeat(pos, counts))
+
+
+def _before(after: np.ndarray) -> np.ndarray:
+    """A series as each event finds it: ``MIN_TIMESTAMP``, then ``after`` shifted by one."""
+    out = np.empty_like(after)
+    out[0] = MIN_TIMESTAMP
+    out[1:] = after[:-1]
+    return out
+
+
+# ------------------------------------------------------------------------------ rows
+
+
+class _Rows(NamedTuple):
+    """The kept (element, window) rows, grouped by (key, window) in arrival order (a
+    non-merging window is determined by its start), with their groups' columns."""
+
+    element: np.ndarray  # per row: the element's index
+    start: np.ndarray  # per row: window bounds
+    end: np.ndarray
+    event: np.ndarray  # per row: the event it arrived with
+    iw: np.ndarray  # per row: the input watermark it arrived at
+    ts: np.ndarray  # per row: the element's timestamp
+    key: np.ndarray  # per row: the key's code
+    ontime: np.ndarray  # per row: its window's timer was not yet due (else it fires at once)
+    gid: np.ndarray  # per row: its group
+    g_first: np.ndarray  # per group: its first row
+    g_end: np.ndarray  # per group: window end
+    g_fire: np.ndarray  # per group: the event at which its end-of-window timer fires
+    g_on: np.ndarray  # per group: its on-time rows, which come first (the watermark only rises)
+    keys: list[Hashable]  # key by code
+    values: np.ndarray  # per element: its value (an object array: the GC need not scan it)
+    n_expired: int
+
+
+def _rows(scan: _Scan, strategy: WindowingStrategy) -> _Rows | Refusal:
+    """Assign windows, drop the expired rows, and group the rest by key and window."""
+    flat = scan.elements
+    n = len(flat)
+    ts_el = np.fromiter(map(_TS, flat), np.int64, n)
+    try:
+        assigned = strategy.window_fn.assign_array(ts_el)  # type: ignore[attr-defined]
+    except OverflowError:
+        return Refusal.OVERFLOW
+    # key codes in one pass: a new key gets the next code, in order of first appearance
+    index: defaultdict[Hashable, int] = defaultdict(count().__next__)
+    try:
+        key_el = np.fromiter(map(index.__getitem__, map(_KEY, flat)), np.int64, n)
+    except TypeError:
+        return Refusal.UNHASHABLE_KEY
+    values_el = np.fromiter(map(_VALUE, flat), object, n)
+    el, start, end = assigned.element, assigned.start, assigned.end
+    event = scan.element_event[el]
+    iw = _before(scan.iw_after)[event]
+    expired = _expired(iw, end, strategy.allowed_lateness)
+    n_expired = int(np.count_nonzero(expired))
+    if n_expired:
+        kept = np.flatnonzero(~expired)
+        order = kept[_group_order(key_el[el[kept]], start[kept], len(index))]
+    else:
+        order = _group_order(key_el[el], start, len(index))
+    el, start, end, event, iw = el[order], start[order], end[order], event[order], iw[order]
+    key = key_el[el]
+    new_group = _run_starts(key, start)
+    g_first = np.flatnonzero(new_group)
+    g_end = end[g_first]
+    g_fire = np.searchsorted(scan.iw_after, g_end, side="left")  # the timer's watermark event
+    if np.any(g_fire >= scan.iw_after.size):
+        return Refusal.NEVER_FIRES  # (the engine keeps such a window's hold: a stall)
+    ontime = iw < end  # the window's timer is not yet due
+    g_on = np.add.reduceat(ontime, g_first, dtype=np.int64) if el.size else np.zeros(0, np.int64)
+    gid = np.cumsum(new_group) - 1
+    return _Rows(
+        el, start, end, event, iw, ts_el[el], key, ontime, gid, g_first, g_end, g_fire, g_on,
+        list(index), values_el, n_expired,
+    )  # fmt: skip
+
+
+def _expired(iw: np.ndarray, end: np.ndarray, lateness: int) -> np.ndarray:
+    """Rows arriving when ``iw > end + lateness`` (the engine's rule), without int64
+    overflow: the difference is taken in uint64 where ``iw > end``."""
+    gap = iw.view(np.uint64) - end.view(np.uint64)
+    return (iw > end) & (gap > np.uint64(lateness))
+
+
+def _run_starts(*columns: np.ndarray) -> np.ndarray:
+    """Mask of the rows where any column changes from the row before (row 0 included)."""
+    m = columns[0].size
+    starts = np.zeros(m, bool)
+    if m:
+        starts[0] = True
+        for col in columns:
+            starts[1:] |= col[1:] != col[:-1]
+    return starts
+
+
+def _group_order(key: np.ndarray, start: np.ndarray, n_keys: int) -> np.ndarray:
+    """``np.lexsort((start, key))``: rows by key, then start, then position (stable), as two
+    stable sorts (a radix sort for the small key codes)."""
+    if n_keys > 1 << 15:
+        return np.lexsort((start, key))
+    by_start = np.argsort(start, kind="stable")
+    if n_keys <= 1:
+        return by_start
+    return by_start[np.argsort(key[by_start].astype(np.int16), kind="stable")]
+
+
+def _rank_in_run(ids: np.ndarray) -> np.ndarray:
+    """For ids in runs (equal ids adjacent), each entry's rank within its run (0, 1, ...)."""
+    k = ids.size
+    positions = np.arange(k)
+    run_start = np.maximum.accumulate(np.where(_run_starts(ids), positions, 0))
+    return positions - run_start
+
+
+# --------------------------------------------------------------------------- batches
+
+
+class _Batches(NamedTuple):
+    """The (group, event) runs of rows: the elements of one window arriving together."""
+
+    first: np.ndarray  # first row
+    last: np.ndarray  # one past the last row
+    gid: np.ndarray  # group
+    event: np.ndarray  # event
+    late: np.ndarray  # the window's timer was due: the batch fires at once
+    firing_late: np.ndarray  # a late batch that fires (its window is not closed)
+    closed: np.ndarray  # per row: dropped as "closed"
+
+
+def _batches(rows: _Rows, finishes: bool) -> _Batches:
+    """The batches, and which late ones fire: all under DefaultTrigger; under
+    AfterWatermark() (``finishes``) only a window's first pane fires, and later data for
+    the window is dropped as "closed" (the trigger finished)."""
+    new_batch = _run_starts(rows.gid, rows.event)
+    first = np.flatnonzero(new_batch)
+    last = np.append(first[1:], rows.element.size)
+    gid = rows.gid[first]
+    late = ~rows.ontime[first]
+    if finishes:
+        late_rank = np.zeros(first.size, np.int64)
+        lb = np.flatnonzero(late)
+        late_rank[lb] = _rank_in_run(gid[lb])
+        closed_batch = late & ((rows.g_on[gid] > 0) | (late_rank > 0))
+        closed = np.repeat(closed_batch, last - first)
+        firing_late = late & ~closed_batch
+    else:
+        closed = np.zeros(rows.element.size, bool)
+        firing_late = late
+    return _Batches(first, last, gid, rows.event[first], late, firing_late, closed)
+
+
+# ----------------------------------------------------------------------------- holds
+
+
+def _output_watermark(
+    iw_after: np.ndarray, rows: _Rows, batches: _Batches, policy: TimestampCombiner
+) -> np.ndarray:
+    """The output watermark after each event: ``min(input, smallest hold - 1 µs)``.
+
+    A non-late batch's hold lasts from its event until its window's timer fires. Late
+    batches add none that outlasts their event: their pane fires at once and, the output
+    watermark being past the window (checked by :func:`_unmodelled`), releases it; their
+    elements are below the output watermark, so "too late to hold".
+    """
+    lo, hi, value = _hold_intervals(rows, batches, policy)
+    return np.minimum(iw_after, _interval_min(iw_after.size, lo, hi, value))
+
+
+def _passing(rows: _Rows, policy: TimestampCombiner) -> np.ndarray:
+    """Rows that add a hold: on-time rows, and under EARLIEST/LATEST only those not older
+    than the input watermark (older ones hold nothing, checked by :func:`_unmodelled`)."""
+    if policy is TimestampCombiner.OUTPUT_AT_EOW:
+        return rows.ontime
+    return rows.ontime & (rows.ts >= rows.iw)
+
+
+def _hold_intervals(
+    rows: _Rows, batches: _Batches, policy: TimestampCombiner
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The holds as event intervals ``[lo, hi]`` with their value (hold - 1 µs), keeping
+    only those below every earlier hold of their window (all end together, so the others
+    never matter)."""
+    passing = _passing(rows, policy)
+    if policy is TimestampCombiner.OUTPUT_AT_LATEST and rows.element.size:
+        # one hold per batch: the batch's latest passing timestamp
+        n_b = batches.first.size
+        latest = np.full(n_b, MIN_TIMESTAMP - 1, np.int64)
+        batch_of_row = np.repeat(np.arange(n_b), batches.last - batches.first)
+        np.maximum.at(latest, batch_of_row[passing], rows.ts[passing])
+        has = np.flatnonzero(~batches.late & (latest >= MIN_TIMESTAMP))
+        has = has[_records(batches.gid[has], latest[has])]
+        return batches.event[has], rows.g_fire[batches.gid[has]] - 1, latest[has] - 1
+    # EOW and EARLIEST: one hold per row (a batch's minimum is among them)
+    value = rows.end - 1 if policy is TimestampCombiner.OUTPUT_AT_EOW else rows.ts
+    held = np.flatnonzero(passing)
+    held = held[_records(rows.gid[held], value[held])]
+    return rows.event[held], rows.g_fire[rows.gid[held]] - 1, value[held] - 1
+
+
+def _records(group: np.ndarray, val: np.ndarray) -> np.ndarray:
+    """Mask of the entries strictly below every earlier entry of the same group (entries
+    grouped contiguously, groups ascending): a segmented running minimum, computed as one
+    running minimum by giving later groups lower offsets."""
+    n = val.size
+    if n == 0:
+        return np.zeros(0, bool)
+    low = int(val.min())
+    span = int(val.max()) - low + 1
+    top = int(group[-1])
+    if span * (top + 1) >= 1 << 62:
+        return np.ones(n, bool)  # no room for offsets: keep every entry (still exact)
+    v = (val - low) + (top - group) * span
+    run = np.minimum.accumulate(v)
+    out = np.empty(n, bool)
+    out[0] = True
+    out[1:] = v[1:] < run[:-1]
+    return out
+
+
+def _interval_min(n: int, lo: np.ndarray, hi: np.ndarray, val: np.ndarray) -> np.ndarray:
+    """For each point 0..n-1, the minimum ``val`` over the intervals ``[lo, hi]`` holding it
+    (MAX_TIMESTAMP where none): a segment tree, built level by level with numpy."""
+    size = 1 << max(1, (n - 1).bit_length())
+    node = np.full(2 * size, MAX_TIMESTAMP, dtype=np.int64)
+    keep = lo <= hi
+    left, right, v = lo[keep] + size, hi[keep] + size + 1, val[keep]
+    while left.size:
+        m = left < right
+        left, right, v = left[m], right[m], v[m]
+        odd = (left & 1) == 1
+        np.minimum.at(node, left[odd], v[odd])
+        left = left + odd
+        odd = (right & 1) == 1
+        right = right - odd
+        np.minimum.at(node, right[odd], v[odd])
+        left >>= 1
+        right >>= 1
+    k = 1
+    while k < size:
+        parents = node[k : 2 * k]
+        np.minimum(node[2 * k : 4 * k : 2], parents, out=node[2 * k : 4 * k : 2])
+        np.minimum(node[2 * k + 1 : 4 * k : 2], parents, out=node[2 * k + 1 : 4 * k : 2])
+        k *= 2
+    return node[size : size + n]
+
+
+def _unmodelled(
+    rows: _Rows, batches: _Batches, ow_after: np.ndarray, policy: TimestampCombiner
+) -> Refusal | None:
+    """The cases where the output watermark makes the engine differ from this path."""
+    ow_before = _before(ow_after)
+    firing = batches.firing_late
+    if np.any(ow_before[batches.event[firing]] < rows.g_end[batches.gid[firing]]):
+        return Refusal.HELD_LATE_PANE  # the pane would be EARLY and keep its hold
+    if policy is not TimestampCombiner.OUTPUT_AT_EOW:
+        old = rows.ontime & (rows.ts < rows.iw)
+        if np.any(rows.ts[old] >= ow_before[rows.event[old]]):
+            return Refusal.OLD_ELEMENT_HOLDS  # not too late to hold: it would hold
+    return None
+
+
+# ----------------------------------------------------------------------------- panes
+
+
+class _PaneColumns(NamedTuple):
+    """The panes in firing order (ON_TIME panes before late ones within an event)."""
+
+    event: np.ndarray  # the event it fires at
+    group: np.ndarray
+    lo: np.ndarray  # its values: grouped rows lo..hi
+    hi: np.ndarray
+    timestamp: np.ndarray
+    pane_index: np.ndarray
+    late: list[bool]
+
+
+def _panes(
+    scan: _Scan,
+    rows: _Rows,
+    batches: _Batches,
+    ow_after: np.ndarray,
+    strategy: WindowingStrategy,
+    policy: TimestampCombiner,
+) -> ScriptResult:
+    """The panes and the result. Every pane is non-speculative: the ON_TIME pane at the
+    window's timer (index 0), then one LATE pane per firing late batch."""
+    accumulating = strategy.accumulation_mode is AccumulationMode.ACCUMULATING
+    columns = _pane_columns(rows, batches, policy, accumulating)
+    panes = _build_panes(rows, columns, strategy)
+    grouped = ~batches.closed
+    return ScriptResult(
+        panes,
+        columns.event,
+        scan.pt_after,
+        scan.iw_after,
+        ow_after,
+        {"expired": rows.n_expired, "closed": int(batches.closed.sum())},
+        int(np.count_nonzero(grouped & (rows.ts < rows.iw))),
+        False,
+        0,
+    )
+
+
+def _on_time_timestamps(rows: _Rows, policy: TimestampCombiner) -> np.ndarray:
+    """Per group, the ON_TIME pane's timestamp: the policy over the group's holding rows,
+    or ``window.max_timestamp`` under END_OF_WINDOW or where no row holds."""
+    max_timestamp = rows.g_end - 1
+    if policy is TimestampCombiner.OUTPUT_AT_EOW:
+        return max_timestamp
+    passing = _passing(rows, policy)
+    gid, ts = rows.gid[passing], rows.ts[passing]
+    n_groups = rows.g_first.size
+    if policy is TimestampCombiner.OUTPUT_AT_LATEST:
+        out = np.full(n_groups, MIN_TIMESTAMP, np.int64)
+        np.maximum.at(out, gid, ts)
+    else:
+        out = np.full(n_groups, MAX_TIMESTAMP, np.int64)
+        np.minimum.at(out, gid, ts)
+    return np.where(np.bincount(gid, minlength=n_groups) == 0, max_timestamp, out)
+
+
+def _pane_columns(
+    rows: _Rows, batches: _Batches, policy: TimestampCombiner, accumulating: bool
+) -> _PaneColumns:
+    """ON_TIME panes (groups with on-time rows) and late panes (firing late batches), in
+    firing order; a late pane's index counts the ON_TIME pane and earlier late panes."""
+    on = np.flatnonzero(rows.g_on > 0)
+    lb = np.flatnonzero(batches.firing_late)
+    lg = batches.gid[lb]
+    late_index = _rank_in_run(lg) + (rows.g_on[lg] > 0)
+    event = np.concatenate([rows.g_fire[on], batches.event[lb]])
+    order = np.argsort(event, kind="stable")
+    late_lo = rows.g_first[lg] if accumulating else batches.first[lb]
+    return _PaneColumns(
+        event[order],
+        np.concatenate([on, lg])[order],
+        np.concatenate([rows.g_first[on], late_lo])[order],
+        np.concatenate([rows.g_first[on] + rows.g_on[on], batches.last[lb]])[order],
+        np.concatenate([_on_time_timestamps(rows, policy)[on], rows.g_end[lg] - 1])[order],
+        np.concatenate([np.zeros(on.size, np.int64), late_index])[order],
+        (order >= on.size).tolist(),
+    )
+
+
+def _pane_windows(rows: _Rows, group: np.ndarray, window_fn: object) -> Iterable[Any]:
+    """Each pane's window, one object per distinct window."""
+    if isinstance(window_fn, GlobalWindows):
+        return repeat(GLOBAL_WINDOW)
+    p_start = rows.start[rows.g_first][group]
+    w_start, first = np.unique(p_start, return_index=True)
+    w_start_list = w_start.tolist()
+    w_end_list = rows.g_end[group][first].tolist()
+    made = dict(
+        zip(w_start_list, map(trusted_interval_window, w_start_list, w_end_list), strict=True)
+    )
+    return map(made.__getitem__, p_start.tolist())
+
+
+_TIMING = (Timing.ON_TIME, Timing.LATE)
+
+
+def _build_panes(rows: _Rows, columns: _PaneColumns, strategy: WindowingStrategy) -> list[Pane]:
+    """The :class:`Pane` tuples, column by column (no per-pane Python call but tuple's)."""
+    keys = map(rows.keys.__getitem__, rows.key[rows.g_first][columns.group].tolist())
+    windows = _pane_windows(rows, columns.group, strategy.window_fn)
+    grouped_values = rows.values[rows.element]  # each pane's values: a slice of these
+    slices = map(grouped_values.__getitem__, map(slice, columns.lo.tolist(), columns.hi.tolist()))
+    values = map(tuple, map(np.ndarray.tolist, slices))
+    index = columns.pane_index.tolist()
+    fields = zip(
+        keys,
+        windows,
+        values,
+        columns.timestamp.tolist(),
+        map(_TIMING.__getitem__, columns.late),
+        index,
+        index,  # nonspeculative index: no pane is EARLY
+        (columns.pane_index == 0).tolist(),
+        repeat(isinstance(strategy.trigger, AfterWatermark)),  # is_last: the trigger finishes
+    )
+    return list(map(_new_tuple, repeat(Pane), fields))
