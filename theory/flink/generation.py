@@ -29,6 +29,7 @@ from theory.flink.conventions import flink_bounded_watermark, flink_to_core
 from theory.flink.valve import StreamStatus
 from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
+from theory.watermarks.latch import ArrivalClock
 
 __all__ = [
     "KIND_ACTIVE",
@@ -110,8 +111,7 @@ class PeriodicWatermarks:
         self._last_counter = 0  # IdlenessTimer.lastCounter
         self._inactive_since: int | None = None  # IdlenessTimer.startOfInactivityNanos
         self._next_timer = self.start + self.interval
-        self._last_arrival: int | None = None
-        self._sealed: int | None = None
+        self._clock = ArrivalClock()
         self._finished = False
 
     # ---------------------------------------------------------------- public
@@ -136,7 +136,7 @@ class PeriodicWatermarks:
         e = check_timestamp(event_time, "event_time")
         a = self._check_arrival(arrival_time)
         out = self._fire_until(a - 1)
-        self._last_arrival = a
+        self._clock.last_arrival = a
         self._max_seen = e if self._max_seen is None else max(self._max_seen, e)
         self._counter += 1
         self._idle_now = False
@@ -146,14 +146,15 @@ class PeriodicWatermarks:
         """Processing time reached ``processing_time`` (µs): fire every timer ``<=`` it. Later
         elements must arrive after it."""
         t = self._check_clock(processing_time)
-        self._sealed = t
+        self._clock.sealed = t
         return self._fire_until(t)
 
     def finish(self, at: int | None = None) -> list[Emitted]:
         """End of input at processing time ``at`` (default: the last arrival, else ``start``):
         timers ``<= at``, a final periodic emit at ``at``, then ``MAX_TIMESTAMP``."""
         if at is None:
-            at = max(x for x in (self._last_arrival, self._sealed, self.start) if x is not None)
+            clock = self._clock
+            at = max(x for x in (clock.last_arrival, clock.sealed, self.start) if x is not None)
         t = self._check_clock(at)
         out = self._fire_until(t)
         out += self._periodic_emit(t)
@@ -166,31 +167,17 @@ class PeriodicWatermarks:
     def _check_clock(self, processing_time: int) -> int:
         if self._finished:
             raise ValueError("the input has finished: no more events or time")
-        t = check_timestamp(processing_time, "processing_time")
-        for prev, what in ((self._last_arrival, "an element arrived"), (self._sealed, "advanced")):
-            if prev is not None and t < prev:
-                raise ValueError(
-                    f"processing_time={t} µs goes back in time: already {what} at {prev} µs"
-                )
-        return t
+        return self._clock.check_advance(processing_time)
 
     def _check_arrival(self, arrival_time: int) -> int:
+        """Check the arrival order without recording it: the element is read only after
+        the timers strictly before it have fired."""
         if self._finished:
             raise ValueError("the input has finished: no more events or time")
         a = check_timestamp(arrival_time, "arrival_time")
         if a < self.start:
             raise ValueError(f"arrival_time={a} µs is before the operator opened at {self.start}")
-        if self._last_arrival is not None and a < self._last_arrival:
-            raise ValueError(
-                f"arrival_time={a} µs is before the previous arrival {self._last_arrival} µs: "
-                "elements must come in arrival order"
-            )
-        if self._sealed is not None and a <= self._sealed:
-            raise ValueError(
-                f"arrival_time={a} µs is not after advance_to({self._sealed}): elements at or "
-                "before that processing time were declared complete"
-            )
-        return a
+        return self._clock.arrive(a, commit=False)
 
     def _fire_until(self, t: int) -> list[Emitted]:
         out: list[Emitted] = []
@@ -485,7 +472,7 @@ def _generator_after_last_timer(
         gen._inactive_since = grid.start + idleness.last_run_start * grid.step
     gen._idle_now = idleness.idle_at_last and n_seen == n
     gen._output_idle = statuses.idle_at_end
-    gen._last_arrival = int(grid.a[-1]) if n else None
+    gen._clock.last_arrival = int(grid.a[-1]) if n else None
     return gen
 
 

@@ -26,7 +26,8 @@ import numpy as np
 from theory.columns import check_timestamp
 from theory.time import MIN_TIMESTAMP
 
-__all__ = ["Latch", "LatchedWatermark", "SourceWatermark", "latch_estimates"]
+__all__ = [
+    "ArrivalClock","Latch", "LatchedWatermark", "SourceWatermark", "latch_estimates"]
 
 
 class Latch:
@@ -104,6 +105,55 @@ class SourceWatermark(Protocol):
         ...
 
 
+class ArrivalClock:
+    """The processing clock of an incremental reader: arrivals in order, and sealing.
+
+    ``arrive(a)`` reads an element arriving at ``a`` (µs); ``advance(t)`` declares that
+    every element arriving at or before ``t`` was read. Both are enforced because a value
+    computed at ``t`` is only exact once everything up to ``t`` is in: an out-of-order
+    arrival would silently give a watermark that claims more than was seen. Shared by the
+    source generators and Flink's periodic emitter, which read elements the same way.
+    """
+
+    __slots__ = ("last_arrival", "sealed")
+
+    def __init__(self) -> None:
+        self.last_arrival: int | None = None
+        self.sealed: int | None = None
+
+    def arrive(self, arrival_time: int, *, commit: bool = True) -> int:
+        """Check ``arrival_time`` against the order; record it when ``commit``."""
+        a = check_timestamp(arrival_time, "arrival_time")
+        if self.last_arrival is not None and a < self.last_arrival:
+            raise ValueError(
+                f"arrival_time={a} µs is before the previous arrival {self.last_arrival} µs: "
+                "elements must be observed in arrival order"
+            )
+        if self.sealed is not None and a <= self.sealed:
+            raise ValueError(
+                f"arrival_time={a} µs is not after advance_to({self.sealed}): elements at or "
+                "before that processing time were declared complete"
+            )
+        if commit:
+            self.last_arrival = a
+        return a
+
+    def check_advance(self, processing_time: int) -> int:
+        """Check that ``processing_time`` does not go back; does not seal (see advance)."""
+        t = check_timestamp(processing_time, "processing_time")
+        for prev, what in ((self.last_arrival, "an element arrived"), (self.sealed, "advanced")):
+            if prev is not None and t < prev:
+                raise ValueError(
+                    f"processing_time={t} µs goes back in time: already {what} at {prev} µs"
+                )
+        return t
+
+    def advance(self, processing_time: int) -> int:
+        """Seal every arrival at or before ``processing_time``; return it as an int."""
+        self.sealed = self.check_advance(processing_time)
+        return self.sealed
+
+
 class LatchedWatermark(Latch):
     """Base of the incremental source generators: the latch plus a processing clock.
 
@@ -116,8 +166,7 @@ class LatchedWatermark(Latch):
 
     def __init__(self) -> None:
         super().__init__()
-        self._last_arrival: int | None = None
-        self._sealed: int | None = None
+        self._clock = ArrivalClock()
 
     def current(self) -> int:
         """The latched watermark (µs); ``MIN_TIMESTAMP`` before any information."""
@@ -130,31 +179,15 @@ class LatchedWatermark(Latch):
     def advance_to(self, processing_time: int) -> None:
         """Processing time reached ``processing_time`` (µs) with every element at or before
         it observed. Only generators whose value moves with time alone change."""
-        t = check_timestamp(processing_time, "processing_time")
-        for prev, what in ((self._last_arrival, "an element arrived"), (self._sealed, "advanced")):
-            if prev is not None and t < prev:
-                raise ValueError(
-                    f"processing_time={t} µs goes back in time: already {what} at {prev} µs"
-                )
-        self._sealed = t
-        self._on_advance(t)
+        self._on_advance(self._clock.advance(processing_time))
 
     def _on_advance(self, t: int) -> None:
         """Hook for :meth:`advance_to`; the default changes nothing."""
 
     def _check_arrival(self, arrival_time: int, *, commit: bool = True) -> int:
         """Validate the arrival order; record it as the latest arrival when ``commit``."""
-        a = check_timestamp(arrival_time, "arrival_time")
-        if self._last_arrival is not None and a < self._last_arrival:
-            raise ValueError(
-                f"arrival_time={a} µs is before the previous arrival {self._last_arrival} µs: "
-                "elements must be observed in arrival order"
-            )
-        if self._sealed is not None and a <= self._sealed:
-            raise ValueError(
-                f"arrival_time={a} µs is not after advance_to({self._sealed}): elements at or "
-                "before that processing time were declared complete"
-            )
-        if commit:
-            self._last_arrival = a
-        return a
+        return self._clock.arrive(arrival_time, commit=commit)
+
+    def _commit_arrival(self, arrival_time: int) -> None:
+        """Record an arrival checked earlier with ``commit=False``."""
+        self._clock.last_arrival = arrival_time

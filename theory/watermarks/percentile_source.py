@@ -118,7 +118,7 @@ class PercentileSourceWatermark(LatchedWatermark):
         if self._group < 0 or a != self._times[self._group]:
             self._next_group(a)
         self._perfect.observe(e, a, partition)  # raises if (e, a) is not left in the trace
-        self._last_arrival = a
+        self._commit_arrival(a)
         if e < a:
             self._pct.complete(e)
         self._left -= 1

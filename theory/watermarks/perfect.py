@@ -135,7 +135,7 @@ class PerfectWatermark(LatchedWatermark):
                 f"element (event_time={e}, arrival_time={a}) is not in the oracle's trace "
                 "or was already observed"
             )
-        self._last_arrival = a
+        self._commit_arrival(a)
         self._left[e] -= 1
         while self._pos < self._end and self._left[int(self._e[self._pos])] == 0:
             self._pos += 1
