@@ -15,16 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory.data import traces as traces_mod
-from theory.data.traces import (
-    RULES,
-    BadRowReport,
-    Trace,
-    TraceError,
-    read_trace,
-    validate_columns,
-    write_trace,
-)
+from theory.data import io as io_mod
+from theory.data.errors import TraceError
+from theory.data.io import read_trace, write_trace
+from theory.data.report import BadRowReport
+from theory.data.schema import RULES
+from theory.data.trace import Trace
+from theory.data.validate import validate_columns
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND
 
 
@@ -221,7 +218,7 @@ def test_atomic_write_does_not_clobber_on_failure(
         Path(where).write_bytes(b"PAR1 half a file")
         raise OSError("disk full")
 
-    monkeypatch.setattr(traces_mod.pq, "write_table", broken)
+    monkeypatch.setattr(io_mod.pq, "write_table", broken)
     with pytest.raises(OSError, match="disk full"):
         write_trace(_trace(9), target)
     assert target.read_bytes() == before

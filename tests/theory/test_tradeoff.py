@@ -5,7 +5,8 @@ import itertools
 import numpy as np
 import pytest
 
-from theory.data.generators import Delay, generate_trace
+from theory.data.distributions import Delay
+from theory.data.generators import generate_trace
 from theory.experiments import DEFAULT_STRATEGIES, Strategy, tradeoff
 from theory.experiments.tradeoff import STAGE, final_values, pareto_frontier
 from theory.pipeline import chapter3
