@@ -1,7 +1,7 @@
 """Traces as DataFrames: validation with theory's rules, and the seeded generators.
 
-Every reading test compares :func:`spark_backend.tracedf.read_trace_df` with
-:func:`theory.data.traces.read_trace` on the same files: same rows, same report (counts, total,
+Every reading test compares :func:`spark_backend.traces.read.read_trace_df` with
+:func:`theory.data.io.read_trace` on the same files: same rows, same report (counts, total,
 example rows and columns), same errors.
 """
 
@@ -15,16 +15,15 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
-from spark_backend.tracedf import (
-    chapter3_trace_df,
-    expected_span_us,
-    game_sessions_df,
-    generate_trace_df,
-    read_trace_df,
-    to_trace,
-)
-from theory.data.generators import Delay
-from theory.data.traces import BadRowReport, Trace, TraceError, read_trace
+from spark_backend.traces.collect import to_trace
+from spark_backend.traces.generate import chapter3_trace_df, game_sessions_df, generate_trace_df
+from spark_backend.traces.read import read_trace_df
+from theory.data.distributions import Delay
+from theory.data.errors import TraceError
+from theory.data.io import read_trace
+from theory.data.report import BadRowReport
+from theory.data.specs import SessionSpec
+from theory.data.trace import Trace
 from theory.time import MINUTE, SECOND
 
 pytestmark = pytest.mark.slow
@@ -296,7 +295,7 @@ def test_chapter3_trace(spark):
     delay = (t.arrival_time - t.event_time) / SECOND
     assert np.median(delay[mobile]) > 3 * np.median(delay[console])  # mobile is slower
     # partition 3 is idle during 40-50 % of the expected span; the others are not
-    span = expected_span_us(10_001, users=20)
+    span = SessionSpec(10_001, 0, users=20).expected_span
     idle = (t.event_time >= 0.4 * span) & (t.event_time < 0.5 * span)
     assert idle.sum() > 1000
     assert set(np.unique(t.partition[idle])) == {0, 1, 2}
