@@ -11,6 +11,7 @@ one engine has the distribution of the other's (their random streams differ). Ti
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -23,6 +24,7 @@ from theory.columns import (
     check_timestamp,
 )
 from theory.data.distributions import Delay, Distribution, check_delay
+from theory.time import MICROS_PER_SECOND
 
 __all__ = ["DELAY", "PLATFORMS", "STRAGGLER_DELAY", "PlatformProfile", "SessionSpec", "TraceSpec"]
 
@@ -236,6 +238,15 @@ class SessionSpec:
             base.stragglers if self.stragglers is None else self.stragglers,
             base.straggler_delay if self.straggler_delay is None else self.straggler_delay,
         )
+
+    @property
+    def expected_span(self) -> int:
+        """The expected event-time span (µs) of a user's events: events per user times the
+        mean gap (a fraction ``1/events_per_session`` of gaps start a session)."""
+        capped_within = self.within_gap * (1.0 - math.exp(-self.max_within_gap / self.within_gap))
+        p_new = 1.0 / self.events_per_session
+        mean_gap = p_new * (self.min_between_gap + self.between_gap) + (1 - p_new) * capped_within
+        return int(self.n / self.users * mean_gap * MICROS_PER_SECOND)
 
     @property
     def poisson_mean(self) -> float:
