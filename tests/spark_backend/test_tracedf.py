@@ -14,12 +14,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
+from scipy.stats import ks_2samp
 
 from spark_backend.traces.collect import to_trace
 from spark_backend.traces.generate import chapter3_trace_df, game_sessions_df, generate_trace_df
 from spark_backend.traces.read import read_trace_df
 from theory.data.distributions import Delay
 from theory.data.errors import TraceError
+from theory.data.generators import game_sessions_trace, generate_trace
 from theory.data.io import read_trace
 from theory.data.report import BadRowReport
 from theory.data.specs import SessionSpec
@@ -308,3 +310,55 @@ def test_string_keys_and_ties_survive_the_trip(spark):
     t = to_trace(df)
     assert t.has_string_keys and all(k.startswith("user-") for k in t.key)
     assert np.unique(t.arrival_time).size < len(t)
+
+
+# --------------------------------------------------------------------------- same distributions
+
+
+def _session_shape(t: Trace) -> dict[str, np.ndarray]:
+    """Events per session, gaps inside and between sessions (µs), and delays (µs)."""
+    order = np.lexsort((t.event_time, t.key))
+    key, et = t.key[order], t.event_time[order]
+    gaps = np.diff(et)
+    same_user = key[1:] == key[:-1]
+    new_session = np.concatenate(([True], ~same_user | (gaps > MINUTE)))
+    lengths = np.diff(np.flatnonzero(np.concatenate((new_session, [True]))))
+    return {
+        "events per session": lengths,
+        "gap within a session": gaps[same_user & (gaps <= MINUTE)],
+        "gap between sessions": gaps[same_user & (gaps > MINUTE)],
+        "delay": t.arrival_time - t.event_time,
+    }
+
+
+def _same_distributions(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray]) -> None:
+    # Fixed seeds make the p-values fixed; 1e-3 is loose for equal distributions and far
+    # above what a different law gives (geometric session lengths: p < 1e-20).
+    for name, a in ours.items():
+        p = ks_2samp(a, theirs[name]).pvalue
+        assert p > 1e-3, f"{name}: Spark and numpy differ (two-sample KS p = {p:.2g})"
+
+
+def test_game_sessions_have_numpy_distributions(spark):
+    """Spark's sessions are numpy's in law: 1 + Poisson(events_per_session - 1) events,
+    the same gaps and the same delays (their random streams differ)."""
+    kw = {"users": 20, "platform": "mobile", "events_per_session": 10.0}
+    ours = _session_shape(to_trace(game_sessions_df(spark, 20_000, seed=3, **kw)))
+    theirs = _session_shape(game_sessions_trace(20_000, seed=3, **kw))
+    assert ours["events per session"].mean() == pytest.approx(10.0, rel=0.1)
+    _same_distributions(ours, theirs)
+
+
+def test_generate_trace_has_numpy_distributions(spark):
+    kw = {"rate": 500.0, "keys": 10, "stragglers": 0.05, "value": Delay("expon", scale=2.0)}
+    ours = to_trace(generate_trace_df(spark, 20_000, seed=5, **kw))
+    theirs = generate_trace(20_000, seed=5, **kw)
+    for t in (ours, theirs):
+        assert t.partition is not None and np.array_equal(t.partition, t.key % 4)
+    shape = lambda t: {  # noqa: E731
+        "gap": np.diff(np.sort(t.event_time)),
+        "key": t.key,
+        "delay": t.arrival_time - t.event_time,
+        "value": t.value,
+    }
+    _same_distributions(shape(ours), shape(theirs))
