@@ -56,6 +56,10 @@ def test_trace_basics() -> None:
     assert dropped.partition is None and t.partition is not None
     with pytest.raises(TypeError, match="unknown column"):
         t.with_columns(colour=np.zeros(6))
+    with pytest.raises(TypeError, match="boolean mask"):
+        t.select(np.arange(6))
+    with pytest.raises(ValueError, match=r"shape \(6,\)"):
+        t.select(np.ones(5, dtype=bool))
     with pytest.raises(ValueError, match="value"):
         Trace(t.event_time, t.arrival_time, t.key, np.zeros(5))
     with pytest.raises(TypeError, match="event_time"):

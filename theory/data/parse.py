@@ -273,11 +273,21 @@ def _floats_to_ints(v: np.ndarray, t: IntTarget) -> tuple[np.ndarray, Masks]:
 
 def _one_by_one(items: Sequence[object], t: IntTarget) -> tuple[np.ndarray, Masks]:
     """The per-value path (:func:`theory.data.text.int_of`)."""
+    return _per_value(items, lambda x: int_of(x, t), INT_KINDS, np.int64)
+
+
+def _per_value(
+    items: Sequence[object] | np.ndarray,
+    parse: Callable[[object], tuple[str | None, Any]],
+    kinds: Sequence[str],
+    dtype: Any,
+) -> tuple[np.ndarray, Masks]:
+    """``parse`` each item: its value, or a mark in the mask of the bad kind it returns."""
     n = len(items)
-    values = np.zeros(n, dtype=np.int64)
-    bad = {k: _zeros(n) for k in INT_KINDS}
+    values = np.zeros(n, dtype=dtype)
+    bad = {k: _zeros(n) for k in kinds}
     for i, x in enumerate(items):
-        kind, v = int_of(x, t)
+        kind, v = parse(x)
         if kind is None:
             values[i] = v
         else:
@@ -307,14 +317,7 @@ def _keys(name: str, col: Column) -> tuple[np.ndarray, Masks]:
 def _object_keys(col: np.ndarray) -> tuple[np.ndarray, Masks]:
     """Python objects: str (bytes decoded) stay str; any str makes every key a str."""
     n = len(col)
-    out = np.empty(n, dtype=object)
-    bad = {k: _zeros(n) for k in INT_KINDS}
-    for i, x in enumerate(col):
-        kind, key = _one_key(x)
-        if kind is None:
-            out[i] = key
-        else:
-            bad[kind][i] = True
+    out, bad = _per_value(col, _one_key, INT_KINDS, object)
     good = ~np.logical_or.reduce(list(bad.values()))
     if any(isinstance(x, str) for x in out[good]):
         out[good] = [x if isinstance(x, str) else str(x) for x in out[good]]
@@ -375,13 +378,4 @@ def _arrow_values(name: str, col: pa.Array) -> tuple[np.ndarray, Masks]:
 
 def _values_one_by_one(items: Sequence[object]) -> tuple[np.ndarray, Masks]:
     """The per-value path (:func:`theory.data.text.float_of`)."""
-    n = len(items)
-    values = np.zeros(n, dtype=np.float64)
-    bad = {k: _zeros(n) for k in ("null", "unparseable")}
-    for i, x in enumerate(items):
-        kind, v = float_of(x)
-        if kind is None:
-            values[i] = v
-        else:
-            bad[kind][i] = True
-    return values, bad
+    return _per_value(items, float_of, ("null", "unparseable"), np.float64)

@@ -85,6 +85,16 @@ def _rule(column: str, kind: str, description: str, only_if: str | None = None) 
     return Rule(f"{column}.{kind}", column, description, kind, only_if)
 
 
+def _int_rules(column: str, unparseable: str, out_of_range: str) -> tuple[Rule, ...]:
+    """The rules of an integer column, one per kind of :data:`INT_KINDS`."""
+    return (
+        _rule(column, "null", "null or NaN"),
+        _rule(column, "unparseable", unparseable),
+        _rule(column, "not_integer", "not an integer"),
+        _rule(column, "out_of_range", out_of_range),
+    )
+
+
 _TS_RANGE = "outside [MIN_TIMESTAMP, MAX_TIMESTAMP] µs"
 _TS_PARSE = "not parseable as an integer (µs) or an ISO-8601 timestamp"
 
@@ -94,29 +104,14 @@ RULES: Final[tuple[Rule, ...]] = (
     _rule("event_time", "missing_column", "required column missing"),
     _rule("arrival_time", "missing_column", "required column missing"),
     _rule("*", "unsupported_type", "column type not supported"),
-    _rule("event_time", "null", "null or NaN"),
-    _rule("event_time", "unparseable", _TS_PARSE),
-    _rule("event_time", "not_integer", "not an integer"),
-    _rule("event_time", "out_of_range", _TS_RANGE),
-    _rule("arrival_time", "null", "null or NaN"),
-    _rule("arrival_time", "unparseable", _TS_PARSE),
-    _rule("arrival_time", "not_integer", "not an integer"),
-    _rule("arrival_time", "out_of_range", _TS_RANGE),
-    _rule("key", "null", "null or NaN"),
-    _rule("key", "unparseable", "not an integer or a string"),
-    _rule("key", "not_integer", "not an integer"),
-    _rule("key", "out_of_range", "outside the int64 range"),
+    *_int_rules("event_time", _TS_PARSE, _TS_RANGE),
+    *_int_rules("arrival_time", _TS_PARSE, _TS_RANGE),
+    *_int_rules("key", "not an integer or a string", "outside the int64 range"),
     _rule("value", "null", "null"),
     _rule("value", "unparseable", "not parseable as a number"),
     _rule("value", "not_finite", "not finite (NaN or ±inf)"),
-    _rule("partition", "null", "null or NaN"),
-    _rule("partition", "unparseable", "not parseable as an integer"),
-    _rule("partition", "not_integer", "not an integer"),
-    _rule("partition", "out_of_range", "outside [0, 2**63 - 1]"),
-    _rule("publish_time", "null", "null or NaN"),
-    _rule("publish_time", "unparseable", _TS_PARSE),
-    _rule("publish_time", "not_integer", "not an integer"),
-    _rule("publish_time", "out_of_range", _TS_RANGE),
+    *_int_rules("partition", "not parseable as an integer", "outside [0, 2**63 - 1]"),
+    *_int_rules("publish_time", _TS_PARSE, _TS_RANGE),
     _rule(
         "arrival_time",
         "not_causal",

@@ -75,11 +75,9 @@ class Trace:
                 None if self.publish_time is None else _ints("publish_time", self.publish_time)
             ),
         }
-        n = event_time.shape[0]
-        same_length("Trace.event_time", n, **{f"Trace.{k}": v for k, v in cols.items()})
+        same_length("event_time", event_time.shape[0], **cols)
         for name, arr in cols.items():
-            if arr is not None:
-                object.__setattr__(self, name, arr)
+            object.__setattr__(self, name, arr)
 
     # construction ------------------------------------------------------------------
 
@@ -164,8 +162,10 @@ class Trace:
     def select(self, mask: np.ndarray | Sequence[bool]) -> Trace:
         """The rows where the boolean ``mask`` is True, in order."""
         m = np.asarray(mask)
-        if m.dtype != np.bool_ or m.shape != (len(self),):
-            raise ValueError(f"Trace.select needs a boolean mask of length {len(self)}")
+        if m.dtype != np.bool_:
+            raise TypeError(f"Trace.select needs a boolean mask, got dtype {m.dtype}")
+        if m.shape != (len(self),):
+            raise ValueError(f"Trace.select needs a mask of shape ({len(self)},), got {m.shape}")
         return self.take(np.flatnonzero(m))
 
     def sorted_by_arrival(self) -> Trace:
