@@ -43,9 +43,10 @@ SUPPORTED_DISTRIBUTIONS: Final[Mapping[str, tuple[str, ...]]] = {
 }
 
 
-def uniform(seed: int, stream: int, idx: Column) -> Column:
-    """A uniform in (0, 1) from a counter-based hash of (seed, row, stream): 53 bits."""
-    h = F.xxhash64(F.lit(seed).cast("long"), idx, F.lit(stream).cast("long"))
+def uniform(seed: int, stream: int, *idx: Column) -> Column:
+    """A uniform in (0, 1) from a counter-based hash of (seed, row, stream): 53 bits.
+    The row is named by one column (an id) or several (e.g. session and place in it)."""
+    h = F.xxhash64(F.lit(seed).cast("long"), *idx, F.lit(stream).cast("long"))
     return (F.shiftrightunsigned(h, 11).cast("double") + F.lit(0.5)) * F.lit(2.0**-53)
 
 

@@ -153,67 +153,49 @@ def game_sessions_df(
 
     Sessions (1 + Poisson(events_per_session - 1) events each, as in numpy) go to users
     in turn (session ``s`` to user ``first_user + s % users``) and are cut to exactly
-    ``n`` events. Runs two Spark jobs here (the first passes of the session and the
-    event-time scans); the DataFrame is lazy.
+    ``n`` events. Runs one Spark job here (the first pass of the event-time scan); the
+    DataFrame is lazy.
     """
     spec = SessionSpec(n, seed, **params)
     profile = spec.profile
     check_supported(profile.delay, "delay")
     check_supported(profile.straggler_delay, "straggler_delay")
-    events = _session_events(spark, spec, slices(spark, spec.n, num_partitions))
-    gaps = events.select(
-        "id", "_user", F.spark_partition_id().alias("_pid"), _session_gap_us(spec).alias("gap")
-    )
-    times, _ = prefix_sums(gaps, "gap", "event_time", spec.start, "_user", spec.users)
-    return _session_rows(times, spec)
+    parts = slices(spark, spec.n, num_partitions)
+    sessions = int(spec.n / spec.events_per_session * 1.1) + 16
+    while True:
+        events = _session_events(spark, spec, sessions, parts)
+        times, rows = prefix_sums(
+            events, "gap", "event_time", spec.start, "_user", spec.users, index="id"
+        )
+        if rows >= spec.n:
+            return _session_rows(times.where(F.col("id") < F.lit(spec.n)), spec)
+        sessions *= 2  # lengths depend on the session alone: more sessions extend the same
 
 
-def _session_events(spark: SparkSession, spec: SessionSpec, parts: int) -> DataFrame:
-    """One row per event: ``id`` (0 .. n-1, in session order), ``_user`` (0 .. users-1),
-    ``_session`` and ``_j`` (the event's place in its session)."""
-    sessions = _sessions(spark, spec, parts)
-    first = F.col("_end") - F.col("len")
-    cut = sessions.select(
-        F.col("id").alias("_session"),
-        first.alias("_first"),
-        F.least(F.col("len"), F.lit(spec.n) - first).alias("len"),
-    ).where(F.col("_first") < F.lit(spec.n))
-    events = cut.select(
-        "_session",
-        "_first",
-        F.explode(F.sequence(F.lit(0).cast("long"), F.col("len") - 1)).alias("_j"),
+def _session_events(spark: SparkSession, spec: SessionSpec, sessions: int, parts: int) -> DataFrame:
+    """Every event of sessions ``0 .. sessions-1`` in order: its session ``_s``, its place
+    ``_j`` in it, its user ``_user`` (``_s % users``), ``_pid`` and the ``gap`` before it
+    (µs). Draws are keyed by ``(_s, _j)``, so they do not depend on the partitioning."""
+    s = F.col("id")
+    length = F.lit(1).cast("long") + poisson(spec.poisson_mean, uniform(spec.seed, _LENGTH, s))
+    events = spark.range(0, sessions, 1, parts).select(
+        s.alias("_s"), F.explode(F.sequence(F.lit(0).cast("long"), length - 1)).alias("_j")
     )
     return events.select(
-        (F.col("_first") + F.col("_j")).alias("id"),
-        (F.col("_session") % F.lit(spec.users)).alias("_user"),
-        "_session",
+        "_s",
         "_j",
+        (F.col("_s") % F.lit(spec.users)).alias("_user"),
+        F.spark_partition_id().alias("_pid"),
+        _session_gap_us(spec).alias("gap"),
     )
-
-
-def _sessions(spark: SparkSession, spec: SessionSpec, parts: int) -> DataFrame:
-    """Sessions ``id`` = 0, 1, ... with their lengths ``len`` and ``_end`` (the index after
-    their last event), enough of them to hold ``n`` events."""
-    m = int(spec.n / spec.events_per_session * 1.1) + 16
-    while True:
-        length = F.lit(1).cast("long") + poisson(
-            spec.poisson_mean, uniform(spec.seed, _LENGTH, F.col("id"))
-        )
-        sessions = spark.range(0, m, 1, parts).select(
-            "id", F.spark_partition_id().alias("_pid"), length.alias("len")
-        )
-        with_ends, total = prefix_sums(sessions, "len", "_end", 0)
-        if total >= spec.n:
-            return with_ends
-        m *= 2  # lengths depend on the session id only, so more sessions extend the same ones
 
 
 def _session_gap_us(spec: SessionSpec) -> Column:
     """The gap (µs) before each event: exponential inside a session, capped; before a
     user's first session uniform; before a later session ``min_between_gap`` + exponential."""
-    u = uniform(spec.seed, _GAP, F.col("id"))
+    u = uniform(spec.seed, _GAP, F.col("_s"), F.col("_j"))
     within = F.least(-F.log(u) * F.lit(spec.within_gap), F.lit(spec.max_within_gap))
-    between = F.when(F.col("_session") < F.lit(spec.users), u * F.lit(spec.between_gap)).otherwise(
+    between = F.when(F.col("_s") < F.lit(spec.users), u * F.lit(spec.between_gap)).otherwise(
         F.lit(spec.min_between_gap) - F.log(u) * F.lit(spec.between_gap)
     )
     return _seconds_to_us(F.when(F.col("_j") == 0, between).otherwise(within))

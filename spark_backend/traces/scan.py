@@ -35,37 +35,52 @@ def slices(spark: SparkSession, n: int, num_partitions: int | None) -> int:
 
 
 def prefix_sums(
-    df: DataFrame, value: str, out: str, base: int, group: str | None = None, groups: int = 1
+    df: DataFrame,
+    value: str,
+    out: str,
+    base: int,
+    group: str | None = None,
+    groups: int = 1,
+    index: str | None = None,
 ) -> tuple[DataFrame, int]:
     """``df`` with ``out`` = ``base`` + the inclusive prefix sum of bigint ``value`` in row
-    order, restarting per ``group`` (a column in ``range(groups)``) when given; and the
-    sum of ``value`` over all rows.
+    order, restarting per ``group`` (a column in ``range(groups)``) when given, and with
+    ``index`` (when given) = the row's 0-based position in row order; and the row count.
 
     ``df`` must hold ``_pid`` (its ``spark_partition_id()``), each partition in row order
     (as ``spark.range`` and narrow steps after it keep them); ``_pid`` is dropped. Runs one
     Spark job (pass one) here; the result is lazy.
     """
     keys = ["_pid"] + ([group] if group else [])
-    rows = df.groupBy(*keys).agg(F.sum(value).alias("s")).collect()
+    rows = df.groupBy(*keys).agg(F.sum(value).alias("s"), F.count(F.lit(1)).alias("c")).collect()
     sums = {(int(r["_pid"]), int(r[group]) if group else 0): int(r["s"]) for r in rows}
+    counts = {(int(r["_pid"]), int(r[group]) if group else 0): int(r["c"]) for r in rows}
     carries = _carries(sums, base, groups)
+    offsets = {pid: int(c.sum()) for pid, c in _carries(counts, 0, groups).items()}
+    kept = [f.name for f in df.schema.fields if f.name != "_pid"]
+    added = [out] + ([index] if index else [])
     schema = T.StructType(
-        [f for f in df.schema.fields if f.name != "_pid"] + [T.StructField(out, T.LongType())]
+        [df.schema[c] for c in kept] + [T.StructField(c, T.LongType()) for c in added]
     )
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         carry: np.ndarray | None = None
+        offset = 0
         for b in batches:
             if b.num_rows == 0:
                 continue
             if carry is None:
-                carry = carries[int(b.column("_pid")[0].as_py())].copy()
-            g = b.column(group).to_numpy() if group else np.zeros(b.num_rows, dtype=np.int64)
-            sums_b = _grouped_cumsum(b.column(value).to_numpy(), g, carry)
-            kept = [n for n in b.schema.names if n != "_pid"]
-            yield pa.record_batch([*(b.column(n) for n in kept), pa.array(sums_b)], [*kept, out])
+                pid = int(b.column("_pid")[0].as_py())
+                carry, offset = carries[pid].copy(), offsets[pid]
+            g = b.column(group).to_numpy() if group else None
+            cols = [b.column(c) for c in kept]
+            cols.append(pa.array(_grouped_cumsum(b.column(value).to_numpy(), g, carry)))
+            if index:
+                cols.append(pa.array(np.arange(offset, offset + b.num_rows, dtype=np.int64)))
+                offset += b.num_rows
+            yield pa.record_batch(cols, kept + added)
 
-    return df.mapInArrow(scan, schema), sum(sums.values())
+    return df.mapInArrow(scan, schema), sum(counts.values())
 
 
 def _carries(sums: dict[tuple[int, int], int], base: int, groups: int) -> dict[int, np.ndarray]:
@@ -81,9 +96,10 @@ def _carries(sums: dict[tuple[int, int], int], base: int, groups: int) -> dict[i
     return out
 
 
-def _grouped_cumsum(v: np.ndarray, g: np.ndarray, carry: np.ndarray) -> np.ndarray:
-    """Cumulative sums of ``v`` per group ``g``, continuing from ``carry`` (updated)."""
-    if carry.size == 1:
+def _grouped_cumsum(v: np.ndarray, g: np.ndarray | None, carry: np.ndarray) -> np.ndarray:
+    """Cumulative sums of ``v`` per group ``g`` (all one group when None), continuing
+    from ``carry`` (updated)."""
+    if g is None:
         out = np.cumsum(v, dtype=np.int64)
         out += carry[0]
         carry[0] = out[-1]

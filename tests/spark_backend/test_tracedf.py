@@ -246,6 +246,57 @@ def test_generator_does_not_depend_on_partitioning(spark):
     assert not np.array_equal(np.sort(a.arrival_time), np.sort(c.arrival_time))
 
 
+_TRACE_FAULTS = [
+    ({"n": -1}, ValueError),
+    ({"n": 1.5}, TypeError),
+    ({"seed": "7"}, TypeError),
+    ({"stragglers": 1.5}, ValueError),
+    ({"delay": 3.0}, TypeError),
+    ({"partitions": 2, "idle_partitions": (0, 1), "idle_interval": (0, 10)}, ValueError),
+    ({"colour": 1}, TypeError),
+]
+_SESSION_FAULTS = [
+    ({"users": 0}, ValueError),
+    ({"platform": "arcade"}, ValueError),
+    ({"min_between_gap": 10.0}, ValueError),
+    ({"events_per_session": 0.5}, ValueError),
+    ({"stragglers": 2.0}, ValueError),
+    ({"straggler_delay": "pareto"}, TypeError),
+    ({"colour": 1}, TypeError),
+]
+
+
+@pytest.mark.parametrize(
+    ("numpy_twin", "spark_twin", "kwargs", "error"),
+    [(generate_trace, generate_trace_df, *f) for f in _TRACE_FAULTS]
+    + [(game_sessions_trace, game_sessions_df, *f) for f in _SESSION_FAULTS],
+)
+def test_generators_refuse_what_numpy_refuses(spark, numpy_twin, spark_twin, kwargs, error):
+    """One spec: a Spark generator refuses a parameter with numpy's exception and words."""
+    args = {"n": 10, "seed": 0, **kwargs}
+    with pytest.raises(error) as theirs:
+        numpy_twin(**args)
+    with pytest.raises(error) as ours:
+        spark_twin(spark, **args)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_spark_generators_refuse_distributions_they_cannot_draw(spark):
+    with pytest.raises(ValueError, match="Spark generators support"):
+        generate_trace_df(spark, 10, seed=0, delay=Delay("gamma", a=2.0))
+    with pytest.raises(ValueError, match="Spark generators support"):
+        game_sessions_df(spark, 10, seed=0, straggler_delay=Delay("gamma", a=2.0))
+
+
+def test_game_sessions_do_not_depend_on_partitioning(spark):
+    def make(parts: int) -> Trace:
+        kw = {"users": 7, "idle_partitions": (1,), "idle_interval": (0, 10 * MINUTE)}
+        return to_trace(game_sessions_df(spark, 3000, seed=1, num_partitions=parts, **kw))
+
+    a, b = make(1), make(5)
+    assert len(a) == 3000 and _sorted(a) == _sorted(b)
+
+
 def test_generator_shape(spark):
     n = 20_000
     lo, hi = 5 * SECOND, 12 * SECOND
