@@ -3,10 +3,11 @@
 Each takes the same spec as its numpy twin (:class:`~theory.data.specs.TraceSpec`,
 :class:`~theory.data.specs.SessionSpec`: same parameters, checks and distributions) and
 builds the rows with ``spark.range``; every random draw is a counter-based hash of
-``(seed, row id, stream)`` (:mod:`spark_backend.traces.draws`), so a trace does not depend
-on how Spark partitions it. Event times are prefix sums of integer µs gaps, computed as a
-parallel scan (:mod:`spark_backend.traces.scan`). The random stream is not numpy's, so
-rows differ from the numpy generators' while their distributions agree.
+``(seed, row, stream)`` (:mod:`spark_backend.traces.draws`; a row is its id, or a session
+and a place in it), so a trace does not depend on how Spark partitions it. Event times
+are prefix sums of integer µs gaps, computed as a parallel scan
+(:mod:`spark_backend.traces.scan`). The random stream is not numpy's, so rows differ
+from the numpy generators' while their distributions agree.
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from spark_backend.traces.draws import (
 )
 from spark_backend.traces.scan import prefix_sums, slices
 from theory.columns import check_count
+from theory.data.distributions import Delay
 from theory.data.specs import SessionSpec, TraceSpec
 from theory.time import MICROS_PER_SECOND
 
 __all__ = ["chapter3_trace_df", "game_sessions_df", "generate_trace_df"]
 
-# The random streams: one per use of randomness, shared by both generators' meanings.
+# The random streams, one per use of randomness (sessions move no keys, so their scores
+# take the stream keys move with).
 _GAP, _KEY, _MOVE, _DELAY, _DELAY2, _STRAGGLER, _EXTRA, _EXTRA2 = range(8)
 _VALUE, _VALUE2, _LENGTH = 8, 9, 10
 _SCORE = _MOVE
@@ -42,7 +45,7 @@ def _seconds_to_us(seconds: Column) -> Column:
     return F.rint(seconds * F.lit(float(MICROS_PER_SECOND))).cast("long")
 
 
-def _delays(seed: int, delay: Any, stragglers: float, straggler_delay: Any) -> Column:
+def _delays(seed: int, delay: Delay, stragglers: float, straggler_delay: Delay) -> Column:
     """A row's delay (µs), plus a straggler delay for a ``stragglers`` fraction of rows."""
     idc = F.col("id")
     d = delay_us(delay, uniform(seed, _DELAY, idc), uniform(seed, _DELAY2, idc))
@@ -71,7 +74,7 @@ def generate_trace_df(
         check_supported(getattr(spec, name), name)
     ids = spark.range(0, spec.n, 1, slices(spark, spec.n, num_partitions))
     gaps = ids.select("id", F.spark_partition_id().alias("_pid"), _gap_us(spec).alias("gap"))
-    times, _ = prefix_sums(gaps, "gap", "event_time", spec.start)
+    times, _ = prefix_sums(gaps, "gap", "event_time", spec.start, keep=["id"])
     return _trace_rows(times, spec)
 
 
@@ -165,7 +168,7 @@ def game_sessions_df(
     while True:
         events = _session_events(spark, spec, sessions, parts)
         times, rows = prefix_sums(
-            events, "gap", "event_time", spec.start, "_user", spec.users, index="id"
+            events, "gap", "event_time", spec.start, ["_user"], "_user", spec.users, index="id"
         )
         if rows >= spec.n:
             return _session_rows(times.where(F.col("id") < F.lit(spec.n)), spec)

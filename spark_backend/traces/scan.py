@@ -9,7 +9,7 @@ per seed whatever ``num_partitions`` is.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -39,17 +39,20 @@ def prefix_sums(
     value: str,
     out: str,
     base: int,
+    keep: Sequence[str],
     group: str | None = None,
     groups: int = 1,
     index: str | None = None,
 ) -> tuple[DataFrame, int]:
-    """``df`` with ``out`` = ``base`` + the inclusive prefix sum of bigint ``value`` in row
-    order, restarting per ``group`` (a column in ``range(groups)``) when given, and with
-    ``index`` (when given) = the row's 0-based position in row order; and the row count.
+    """The columns ``keep`` of ``df`` with ``out`` = ``base`` + the inclusive prefix sum of
+    bigint ``value`` in row order, restarting per ``group`` (a column in ``range(groups)``)
+    when given, and ``index`` (when given) = the row's 0-based position in row order; and
+    the number of rows.
 
     ``df`` must hold ``_pid`` (its ``spark_partition_id()``), each partition in row order
-    (as ``spark.range`` and narrow steps after it keep them); ``_pid`` is dropped. Runs one
-    Spark job (pass one) here; the result is lazy.
+    (as ``spark.range`` and narrow steps after it keep them). Runs one Spark job (pass
+    one) here; the result is lazy. Only ``keep`` crosses back from Python: every column
+    through Arrow costs time.
     """
     keys = ["_pid"] + ([group] if group else [])
     rows = df.groupBy(*keys).agg(F.sum(value).alias("s"), F.count(F.lit(1)).alias("c")).collect()
@@ -57,7 +60,7 @@ def prefix_sums(
     counts = {(int(r["_pid"]), int(r[group]) if group else 0): int(r["c"]) for r in rows}
     carries = _carries(sums, base, groups)
     offsets = {pid: int(c.sum()) for pid, c in _carries(counts, 0, groups).items()}
-    kept = [f.name for f in df.schema.fields if f.name != "_pid"]
+    kept = list(keep)
     added = [out] + ([index] if index else [])
     schema = T.StructType(
         [df.schema[c] for c in kept] + [T.StructField(c, T.LongType()) for c in added]
@@ -80,7 +83,8 @@ def prefix_sums(
                 offset += b.num_rows
             yield pa.record_batch(cols, kept + added)
 
-    return df.mapInArrow(scan, schema), sum(counts.values())
+    needed = dict.fromkeys(["_pid", value, *([group] if group else []), *kept])
+    return df.select(*needed).mapInArrow(scan, schema), sum(counts.values())
 
 
 def _carries(sums: dict[tuple[int, int], int], base: int, groups: int) -> dict[int, np.ndarray]:
