@@ -1,7 +1,7 @@
 """Benchmark: watermark curves and the lateness table, Spark local[2] against numpy.
 
 For each trace size (default 1M and 10M events; add 50M with ``--sizes 1e6,1e7,5e7``) a
-seeded trace is generated with :func:`spark_backend.tracedf.generate_trace_df`, and both
+seeded trace is generated with :func:`spark_backend.traces.generate.generate_trace_df`, and both
 paths compute the perfect, two bounded (heuristic) and one percentile curve plus the late
 count of every strategy:
 
@@ -48,8 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from spark_backend.analytics import analyze, prepare
 from spark_backend.session import get_session, stop_session
-from spark_backend.tracedf import generate_trace_df
-from theory.data.generators import Delay
+from spark_backend.traces.generate import generate_trace_df
+from theory.data.distributions import Delay
 from theory.series import StepSeries
 from theory.time import SECOND
 from theory.watermarks.heuristic import bounded_out_of_orderness_curve

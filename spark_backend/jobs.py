@@ -22,8 +22,10 @@ from spark_backend.comparison import DEFAULT_STRATEGIES, Comparison, check_reque
 from spark_backend.progress import Progress
 from spark_backend.report import Report, percent, seconds
 from spark_backend.session import get_session
-from spark_backend.tracedf import chapter3_trace_df, read_trace_df
-from theory.data.traces import BadRowReport, OnBadRows
+from spark_backend.traces.generate import chapter3_trace_df
+from spark_backend.traces.read import read_trace_df
+from theory.data.report import BadRowReport
+from theory.data.schema import OnBadRows
 from theory.experiments.propagation import propagation
 from theory.pipeline import chapter3
 from theory.pipeline.diagnosis import diagnose, lag_series

@@ -15,7 +15,8 @@ package, one idea a folder:
 ``theory.arrays``           vectorised int64 kernels shared by the curves (cover-min, ...)
 ``theory.structures``       ``OrderStatisticList``, ``IndexedMinHeap``, ``Frontier``
 ``theory.wavelet``          batched k-th smallest in array suffixes (a wavelet matrix)
-``theory.data``             traces: schema and rules, parsing, validation, I/O, generators
+``theory.data``             traces: schema and rules, parsing, validation, I/O, the
+                            generators' specs and numpy generators
 ``theory.windowing``        windows, ``WindowingStrategy``, triggers, scripts, the
                             grouping engine (incremental) and its vectorised fast path
 ``theory.watermarks``       source watermarks (perfect, heuristic), the spec grammar,
@@ -100,7 +101,8 @@ _EXPORTS: dict[str, str] = {
     "stage_metrics": "theory.pipeline.metrics",
     "chapter3": "theory.pipeline.chapter3",
     # data
-    **dict.fromkeys(("Trace", "read_trace"), "theory.data.traces"),
+    "Trace": "theory.data.trace",
+    "read_trace": "theory.data.io",
     "generate_trace": "theory.data.generators",
     # profiles
     **dict.fromkeys(("StatusWatermarkValve", "StreamStatus"), "theory.flink.valve"),
@@ -186,7 +188,8 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # static checkers see the eager imports; runtime stays lazy
     from theory.data.generators import generate_trace
-    from theory.data.traces import Trace, read_trace
+    from theory.data.io import read_trace
+    from theory.data.trace import Trace
     from theory.dataflow.aggregator import CentralAggregator
     from theory.dataflow.pubsub import TrackingEstimator
     from theory.flink.valve import StatusWatermarkValve, StreamStatus

@@ -1,6 +1,6 @@
 """Watermark analytics of a trace on Spark, exact: the same numbers as :mod:`theory`.
 
-Everything here is computed from a trace DataFrame (columns of :mod:`theory.data.traces`;
+Everything here is computed from a trace DataFrame (columns of :mod:`theory.data.schema`;
 times are bigint µs) and agrees exactly with theory's vectorised numpy results on the
 same rows; ``tests/spark_backend/test_analytics.py`` shows it.
 

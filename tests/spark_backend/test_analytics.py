@@ -16,7 +16,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from spark_backend.analytics import analyze, holdback, parse_strategy, prepare
-from spark_backend.tracedf import generate_trace_df, to_trace
+from spark_backend.traces.collect import to_trace
+from spark_backend.traces.generate import generate_trace_df
 from theory.experiments.tradeoff import Strategy as TheoryStrategy
 from theory.experiments.tradeoff import tradeoff
 from theory.pipeline.metrics import eventual_counts, strategy_metrics
@@ -359,7 +360,7 @@ def test_empty_trace_is_refused(spark):
 def test_a_window_of_late_elements_only_has_no_pane(spark):
     """Its elements all arrive after the watermark passed it: no state, no firing, no
     latency; the simulator agrees."""
-    from theory.data.traces import Trace
+    from theory.data.trace import Trace
 
     rows = [(20 * SECOND, 20 * SECOND), (5 * SECOND, 30 * SECOND), (25 * SECOND, 31 * SECOND)]
     df = spark.createDataFrame(rows, "event_time long, arrival_time long")

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from spark_backend import cli
-from spark_backend.tracedf import generate_trace_df, to_trace
-from theory.data.traces import read_trace, write_trace
+from spark_backend.traces.collect import to_trace
+from spark_backend.traces.generate import generate_trace_df
+from theory.data.io import read_trace, write_trace
 from theory.experiments.tradeoff import Strategy, tradeoff
 from theory.time import SECOND
 

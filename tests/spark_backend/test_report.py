@@ -16,7 +16,8 @@ from spark_backend import cli
 from spark_backend.comparison import DEFAULT_STRATEGIES
 from spark_backend.jobs import run_demo
 from spark_backend.report import Report
-from spark_backend.tracedf import chapter3_trace_df, to_trace
+from spark_backend.traces.collect import to_trace
+from spark_backend.traces.generate import chapter3_trace_df
 from theory.experiments.tradeoff import Strategy, tradeoff
 from theory.time import MINUTE, parse_duration
 from theory.watermarks.heuristic import bounded_out_of_orderness_curve

@@ -1,7 +1,7 @@
 """Traces as DataFrames: validation with theory's rules, and the seeded generators.
 
-Every reading test compares :func:`spark_backend.tracedf.read_trace_df` with
-:func:`theory.data.traces.read_trace` on the same files: same rows, same report (counts, total,
+Every reading test compares :func:`spark_backend.traces.read.read_trace_df` with
+:func:`theory.data.io.read_trace` on the same files: same rows, same report (counts, total,
 example rows and columns), same errors.
 """
 
@@ -14,17 +14,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
+from scipy.stats import ks_2samp
 
-from spark_backend.tracedf import (
-    chapter3_trace_df,
-    expected_span_us,
-    game_sessions_df,
-    generate_trace_df,
-    read_trace_df,
-    to_trace,
-)
-from theory.data.generators import Delay
-from theory.data.traces import BadRowReport, Trace, TraceError, read_trace
+from spark_backend.traces.collect import to_trace
+from spark_backend.traces.generate import chapter3_trace_df, game_sessions_df, generate_trace_df
+from spark_backend.traces.read import read_trace_df
+from theory.data.distributions import Delay
+from theory.data.errors import TraceError
+from theory.data.generators import game_sessions_trace, generate_trace
+from theory.data.io import read_trace
+from theory.data.report import BadRowReport
+from theory.data.specs import SessionSpec
+from theory.data.trace import Trace
 from theory.time import MINUTE, SECOND
 
 pytestmark = pytest.mark.slow
@@ -245,6 +246,57 @@ def test_generator_does_not_depend_on_partitioning(spark):
     assert not np.array_equal(np.sort(a.arrival_time), np.sort(c.arrival_time))
 
 
+_TRACE_FAULTS = [
+    ({"n": -1}, ValueError),
+    ({"n": 1.5}, TypeError),
+    ({"seed": "7"}, TypeError),
+    ({"stragglers": 1.5}, ValueError),
+    ({"delay": 3.0}, TypeError),
+    ({"partitions": 2, "idle_partitions": (0, 1), "idle_interval": (0, 10)}, ValueError),
+    ({"colour": 1}, TypeError),
+]
+_SESSION_FAULTS = [
+    ({"users": 0}, ValueError),
+    ({"platform": "arcade"}, ValueError),
+    ({"min_between_gap": 10.0}, ValueError),
+    ({"events_per_session": 0.5}, ValueError),
+    ({"stragglers": 2.0}, ValueError),
+    ({"straggler_delay": "pareto"}, TypeError),
+    ({"colour": 1}, TypeError),
+]
+
+
+@pytest.mark.parametrize(
+    ("numpy_twin", "spark_twin", "kwargs", "error"),
+    [(generate_trace, generate_trace_df, *f) for f in _TRACE_FAULTS]
+    + [(game_sessions_trace, game_sessions_df, *f) for f in _SESSION_FAULTS],
+)
+def test_generators_refuse_what_numpy_refuses(spark, numpy_twin, spark_twin, kwargs, error):
+    """One spec: a Spark generator refuses a parameter with numpy's exception and words."""
+    args = {"n": 10, "seed": 0, **kwargs}
+    with pytest.raises(error) as theirs:
+        numpy_twin(**args)
+    with pytest.raises(error) as ours:
+        spark_twin(spark, **args)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_spark_generators_refuse_distributions_they_cannot_draw(spark):
+    with pytest.raises(ValueError, match="Spark generators support"):
+        generate_trace_df(spark, 10, seed=0, delay=Delay("gamma", a=2.0))
+    with pytest.raises(ValueError, match="Spark generators support"):
+        game_sessions_df(spark, 10, seed=0, straggler_delay=Delay("gamma", a=2.0))
+
+
+def test_game_sessions_do_not_depend_on_partitioning(spark):
+    def make(parts: int) -> Trace:
+        kw = {"users": 7, "idle_partitions": (1,), "idle_interval": (0, 10 * MINUTE)}
+        return to_trace(game_sessions_df(spark, 3000, seed=1, num_partitions=parts, **kw))
+
+    a, b = make(1), make(5)
+    assert len(a) == 3000 and _sorted(a) == _sorted(b)
+
+
 def test_generator_shape(spark):
     n = 20_000
     lo, hi = 5 * SECOND, 12 * SECOND
@@ -296,7 +348,7 @@ def test_chapter3_trace(spark):
     delay = (t.arrival_time - t.event_time) / SECOND
     assert np.median(delay[mobile]) > 3 * np.median(delay[console])  # mobile is slower
     # partition 3 is idle during 40-50 % of the expected span; the others are not
-    span = expected_span_us(10_001, users=20)
+    span = SessionSpec(10_001, 0, users=20).expected_span
     idle = (t.event_time >= 0.4 * span) & (t.event_time < 0.5 * span)
     assert idle.sum() > 1000
     assert set(np.unique(t.partition[idle])) == {0, 1, 2}
@@ -309,3 +361,55 @@ def test_string_keys_and_ties_survive_the_trip(spark):
     t = to_trace(df)
     assert t.has_string_keys and all(k.startswith("user-") for k in t.key)
     assert np.unique(t.arrival_time).size < len(t)
+
+
+# --------------------------------------------------------------------------- same distributions
+
+
+def _session_shape(t: Trace) -> dict[str, np.ndarray]:
+    """Events per session, gaps inside and between sessions (µs), and delays (µs)."""
+    order = np.lexsort((t.event_time, t.key))
+    key, et = t.key[order], t.event_time[order]
+    gaps = np.diff(et)
+    same_user = key[1:] == key[:-1]
+    new_session = np.concatenate(([True], ~same_user | (gaps > MINUTE)))
+    lengths = np.diff(np.flatnonzero(np.concatenate((new_session, [True]))))
+    return {
+        "events per session": lengths,
+        "gap within a session": gaps[same_user & (gaps <= MINUTE)],
+        "gap between sessions": gaps[same_user & (gaps > MINUTE)],
+        "delay": t.arrival_time - t.event_time,
+    }
+
+
+def _same_distributions(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray]) -> None:
+    # Fixed seeds make the p-values fixed; 1e-3 is loose for equal distributions and far
+    # above what a different law gives (geometric session lengths: p < 1e-20).
+    for name, a in ours.items():
+        p = ks_2samp(a, theirs[name]).pvalue
+        assert p > 1e-3, f"{name}: Spark and numpy differ (two-sample KS p = {p:.2g})"
+
+
+def test_game_sessions_have_numpy_distributions(spark):
+    """Spark's sessions are numpy's in law: 1 + Poisson(events_per_session - 1) events,
+    the same gaps and the same delays (their random streams differ)."""
+    kw = {"users": 20, "platform": "mobile", "events_per_session": 10.0}
+    ours = _session_shape(to_trace(game_sessions_df(spark, 20_000, seed=3, **kw)))
+    theirs = _session_shape(game_sessions_trace(20_000, seed=3, **kw))
+    assert ours["events per session"].mean() == pytest.approx(10.0, rel=0.1)
+    _same_distributions(ours, theirs)
+
+
+def test_generate_trace_has_numpy_distributions(spark):
+    kw = {"rate": 500.0, "keys": 10, "stragglers": 0.05, "value": Delay("expon", scale=2.0)}
+    ours = to_trace(generate_trace_df(spark, 20_000, seed=5, **kw))
+    theirs = generate_trace(20_000, seed=5, **kw)
+    for t in (ours, theirs):
+        assert t.partition is not None and np.array_equal(t.partition, t.key % 4)
+    shape = lambda t: {  # noqa: E731
+        "gap": np.diff(np.sort(t.event_time)),
+        "key": t.key,
+        "delay": t.arrival_time - t.event_time,
+        "value": t.value,
+    }
+    _same_distributions(shape(ours), shape(theirs))

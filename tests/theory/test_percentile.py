@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory.data.generators import Delay, generate_trace
+from theory.data.distributions import Delay
+from theory.data.generators import generate_trace
 from theory.series import StepSeries
 from theory.structures import OrderStatisticList
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND

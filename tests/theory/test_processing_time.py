@@ -4,7 +4,7 @@ built on purpose."""
 import numpy as np
 import pytest
 
-from theory.data.traces import Trace
+from theory.data.trace import Trace
 from theory.pipeline.diagnosis import (
     DATA_DELAY,
     SYSTEM_DELAY,

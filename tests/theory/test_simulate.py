@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from theory.data.traces import Trace
+from theory.data.trace import Trace
 from theory.pipeline import chapter3
 from theory.pipeline.graph import GraphError, WatermarkTracker
 from theory.pipeline.processing import Processing

@@ -15,16 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory.data import traces as traces_mod
-from theory.data.traces import (
-    RULES,
-    BadRowReport,
-    Trace,
-    TraceError,
-    read_trace,
-    validate_columns,
-    write_trace,
-)
+from theory.data import io as io_mod
+from theory.data.errors import TraceError
+from theory.data.io import read_trace, write_trace
+from theory.data.report import BadRowReport
+from theory.data.schema import RULES
+from theory.data.trace import Trace
+from theory.data.validate import validate_columns
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND
 
 
@@ -59,6 +56,10 @@ def test_trace_basics() -> None:
     assert dropped.partition is None and t.partition is not None
     with pytest.raises(TypeError, match="unknown column"):
         t.with_columns(colour=np.zeros(6))
+    with pytest.raises(TypeError, match="boolean mask"):
+        t.select(np.arange(6))
+    with pytest.raises(ValueError, match=r"shape \(6,\)"):
+        t.select(np.ones(5, dtype=bool))
     with pytest.raises(ValueError, match="value"):
         Trace(t.event_time, t.arrival_time, t.key, np.zeros(5))
     with pytest.raises(TypeError, match="event_time"):
@@ -221,7 +222,7 @@ def test_atomic_write_does_not_clobber_on_failure(
         Path(where).write_bytes(b"PAR1 half a file")
         raise OSError("disk full")
 
-    monkeypatch.setattr(traces_mod.pq, "write_table", broken)
+    monkeypatch.setattr(io_mod.pq, "write_table", broken)
     with pytest.raises(OSError, match="disk full"):
         write_trace(_trace(9), target)
     assert target.read_bytes() == before

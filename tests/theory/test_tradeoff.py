@@ -9,8 +9,9 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from theory.data.generators import Delay, generate_trace
-from theory.data.traces import Trace
+from theory.data.distributions import Delay
+from theory.data.generators import generate_trace
+from theory.data.trace import Trace
 from theory.experiments import DEFAULT_STRATEGIES, Strategy, tradeoff
 from theory.experiments.tradeoff import STAGE, final_values, pareto_frontier
 from theory.pipeline import chapter3

@@ -1,1 +1,16 @@
-"""Traces: schema and rules, parsing, validation, Parquet/CSV I/O, seeded generators."""
+"""Traces: the schema and its rules, parsing, validation, I/O, and seeded generators.
+
+==============================  =========================================================
+``theory.data.schema``          columns, the validation rules (as data), policies
+``theory.data.errors``          ``TraceError`` and the wording of every trace error
+``theory.data.report``          ``BadRowReport``: rows removed, per rule, with examples
+``theory.data.trace``           ``Trace``: a trace in memory (numpy columns, µs)
+``theory.data.text``            parsing one raw value (shared patterns for Spark)
+``theory.data.parse``           parsing raw Arrow/numpy columns into values and masks
+``theory.data.validate``        ``validate_columns``: rules applied, a Trace built
+``theory.data.io``              ``read_trace`` / ``write_trace``: Parquet, CSV, folders
+``theory.data.distributions``   ``Distribution`` / ``Delay``: named scipy.stats skew
+``theory.data.specs``           ``TraceSpec`` / ``SessionSpec``: generator parameters
+``theory.data.generators``      ``generate_trace`` / ``game_sessions_trace`` (numpy)
+==============================  =========================================================
+"""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from theory.columns import check_duration
-from theory.data.traces import Trace
+from theory.data.trace import Trace
 from theory.pipeline.metrics import StrategyMetrics, as_table, eventual_counts, strategy_metrics
 from theory.pipeline.simulator import SimulationResult, simulate
 from theory.pipeline.stages import GroupByWindow, Pipeline, Source

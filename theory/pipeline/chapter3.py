@@ -12,7 +12,7 @@ watermark, discarding), reduced to their session length, flattened, and averaged
 from __future__ import annotations
 
 from theory.data.generators import game_sessions_trace
-from theory.data.traces import Trace
+from theory.data.trace import Trace
 from theory.pipeline.processing import INSTANT, Processing
 from theory.pipeline.stages import Flatten, GroupByWindow, Pipeline, Source
 from theory.time import MINUTE

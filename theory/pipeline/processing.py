@@ -16,7 +16,8 @@ from theory.columns import check_duration, check_timestamp
 
 
 class LatencySampler(Protocol):
-    """Anything that draws non-negative latencies in µs, e.g. ``theory.data.generators.Delay``."""
+    """Anything that draws non-negative latencies in µs, e.g. a
+    ``theory.data.distributions.Delay``."""
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray: ...
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from theory.columns import check_seed
-from theory.data.traces import Trace
+from theory.data.trace import Trace
 from theory.pipeline.graph import GraphError, hold_chain
 from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Pipeline, Source
 from theory.series import StepSeries, pointwise_min, union_times
