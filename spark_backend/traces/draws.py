@@ -97,16 +97,19 @@ def plus_capped(t: Column, d: Column) -> Column:
     return F.when(d > F.lit(MAX_TIMESTAMP) - t, F.lit(MAX_TIMESTAMP)).otherwise(t + d)
 
 
-def poisson(lam: float, u: Column) -> Column:
-    """Poisson(``lam``) by inverse CDF: how many of the CDF's values lie below ``u``.
+def poisson(lam: float, u: str) -> Column:
+    """Poisson(``lam``) by inverse CDF: how many of the CDF's values lie below the
+    uniform in column ``u``.
 
     The CDF is tabulated on the driver up to where it reaches 1.0 in double precision
     (about ``lam + 8 sqrt(lam) + 14`` values), so the draw is exact, pure SQL (no Python
-    worker), and costs one comparison per table entry."""
+    worker), and costs one comparison per table entry. The table goes to Spark as one SQL
+    text: a literal per entry through py4j would cost more than the draws."""
     table = _poisson_cdf(lam)
     if table.size == 0:
         return F.lit(0)
-    return F.size(F.filter(F.array(*[F.lit(float(c)) for c in table]), lambda c: c < u))
+    values = ", ".join(f"{float(c)!r}D" for c in table)
+    return F.expr(f"size(filter(array({values}), c -> c < `{u}`))")
 
 
 def _poisson_cdf(lam: float) -> np.ndarray:

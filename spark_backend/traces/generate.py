@@ -179,11 +179,11 @@ def _session_events(spark: SparkSession, spec: SessionSpec, sessions: int, parts
     """Every event of sessions ``0 .. sessions-1`` in order: its session ``_s``, its place
     ``_j`` in it, its user ``_user`` (``_s % users``), ``_pid`` and the ``gap`` before it
     (µs). Draws are keyed by ``(_s, _j)``, so they do not depend on the partitioning."""
-    s = F.col("id")
-    length = F.lit(1).cast("long") + poisson(spec.poisson_mean, uniform(spec.seed, _LENGTH, s))
-    events = spark.range(0, sessions, 1, parts).select(
-        s.alias("_s"), F.explode(F.sequence(F.lit(0).cast("long"), length - 1)).alias("_j")
+    drawn = spark.range(0, sessions, 1, parts).select(
+        F.col("id").alias("_s"), uniform(spec.seed, _LENGTH, F.col("id")).alias("_u")
     )
+    last = poisson(spec.poisson_mean, "_u").cast("long")  # a session has 1 + Poisson events
+    events = drawn.select("_s", F.explode(F.sequence(F.lit(0).cast("long"), last)).alias("_j"))
     return events.select(
         "_s",
         "_j",
