@@ -10,12 +10,14 @@ input is partitioned by key when it holds state, so a key's state and timers liv
 one task. Side inputs and user state live in the task's own ``StateServicer``.
 
 :func:`run_partition` yields ``(buffer_id, bytes)`` records: encoded element chunks,
-and last one ``(METRICS, ProcessBundleResponse bytes)`` with the partition's metrics.
+and last one ``(METRICS, summary)``, a pickled :class:`PartitionSummary` (the
+partition's metrics and bytes written per buffer).
 """
 
 from __future__ import annotations
 
 import itertools
+import pickle
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +36,7 @@ from spark_backend.runner.plan import StageSpec
 from spark_backend.runner.side_inputs import load_side_inputs
 from spark_backend.runner.task_context import coder_impl
 
-__all__ = ["METRICS", "run_partition"]
+__all__ = ["METRICS", "PartitionSummary", "run_partition"]
 
 #: The buffer id of the metrics record a partition yields last.
 METRICS: Final[bytes] = b"__metrics__"
@@ -46,6 +48,14 @@ MAX_ROUNDS: Final[int] = 100_000
 _PROVISION = ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(retrieval_token="unused"))
 
 TimerKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class PartitionSummary:
+    """What a partition reports besides its output: metrics and output sizes."""
+
+    metrics: bytes  # a serialised ProcessBundleResponse holding the monitoring infos
+    sizes: dict[bytes, int]  # buffer id -> encoded bytes written
 
 
 class _Descriptors:
@@ -81,6 +91,7 @@ def run_partition(
     manager: Any = _Descriptors(descriptor)  # the one attribute the handler reads
     worker = EmbeddedWorkerHandler(None, state, _PROVISION, manager)
     infos: list[Any] = []
+    sizes: dict[bytes, int] = defaultdict(int)
     try:
         pending = _Round(data=_by_input(spec, records))
         for number in itertools.count():
@@ -89,14 +100,16 @@ def run_partition(
             response, outputs, pending = _run_bundle(
                 worker, spec, descriptor.id, pending, job_id, components, number
             )
-            yield from outputs
+            for buffer, chunk in outputs:
+                sizes[buffer] += len(chunk)
+                yield buffer, chunk
             infos = list(consolidate(itertools.chain(infos, response.monitoring_infos)))
             if pending.empty():
                 break
     finally:
         worker.stop_worker()  # DoFn.teardown
     metrics = beam_fn_api_pb2.ProcessBundleResponse(monitoring_infos=infos)
-    yield METRICS, metrics.SerializeToString()
+    yield METRICS, pickle.dumps(PartitionSummary(metrics.SerializeToString(), dict(sizes)))
 
 
 def _by_input(spec: StageSpec, records: Iterable[tuple[str, bytes]]) -> dict[str, list[bytes]]:

@@ -9,15 +9,18 @@ encoded key first, so that one task holds all of a key's state and timers. Side
 inputs are collected on the driver and broadcast. The stage's output RDD is persisted
 and one action computes it; the metrics come back as records of that output, so a
 retried or recomputed task's metrics are committed once (accumulators would count
-every attempt).
+every attempt). The same records give each buffer's size, from which a shuffle's
+partition count is chosen (about :data:`BYTES_PER_PARTITION` each, at most the
+context's default parallelism): a small PCollection is not spread over idle tasks.
 """
 
 from __future__ import annotations
 
 import functools
+import pickle
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Final
 
 from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability.api import beam_fn_api_pb2
@@ -30,7 +33,10 @@ from spark_backend.runner.plan import IMPULSE, GroupSpec, Plan, StageSpec
 from spark_backend.runner.spark_errors import python_error_message
 from spark_backend.runner.task_context import coder
 
-__all__ = ["StageExecutor"]
+__all__ = ["BYTES_PER_PARTITION", "StageExecutor"]
+
+#: The encoded bytes a shuffle partition should hold (one task's share).
+BYTES_PER_PARTITION: Final[int] = 4 << 20
 
 
 class StageExecutor:
@@ -41,6 +47,7 @@ class StageExecutor:
         self._plan = plan
         self._partitions = max(1, partitions)
         self._buffers: dict[bytes, list[Any]] = defaultdict(list)
+        self._sizes: dict[bytes, int] = defaultdict(int)
         self._persisted: list[Any] = []
         self._broadcasts: list[Any] = []
         self._components = self._broadcast(plan.components)
@@ -77,9 +84,13 @@ class StageExecutor:
             metrics = output.filter(_is_metrics).values().collect()
         except Exception as err:
             raise PipelineFailedError(spec.label, python_error_message(err)) from None
-        responses = [beam_fn_api_pb2.ProcessBundleResponse.FromString(m) for m in metrics]
+        summaries = [pickle.loads(m) for m in metrics]
+        responses = [beam_fn_api_pb2.ProcessBundleResponse.FromString(s.metrics) for s in summaries]
         infos = [i for r in responses for i in r.monitoring_infos]
         self.monitoring_infos[spec.name] = list(consolidate(infos))
+        for summary in summaries:
+            for buffer, size in summary.sizes.items():
+                self._sizes[buffer] += size
         for buffer in set(spec.outputs.values()):
             self._buffers[buffer].append(
                 output.filter(functools.partial(_is_buffer, buffer)).values()
@@ -111,18 +122,23 @@ class StageExecutor:
         if buffer == IMPULSE:
             return self._sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
         if buffer.startswith(b"group:"):
-            return self._grouped(self._plan.groups[buffer], self._chunks(buffer))
+            return self._grouped(self._plan.groups[buffer], buffer)
         return self._chunks(buffer)
 
-    def _grouped(self, group: GroupSpec, chunks: Any) -> Any:
+    def _partitions_for(self, buffers: Iterable[bytes]) -> int:
+        size = sum(self._sizes[b] for b in buffers)
+        return max(1, min(self._partitions, -(-size // BYTES_PER_PARTITION)))
+
+    def _grouped(self, group: GroupSpec, buffer: bytes) -> Any:
         job, components = self._plan.job_id, self._components
-        pairs = chunks.flatMap(functools.partial(_keyed, group, job, components))
-        grouped = pairs.groupByKey(self._partitions, key_hash)
+        pairs = self._chunks(buffer).flatMap(functools.partial(_keyed, group, job, components))
+        grouped = pairs.groupByKey(self._partitions_for([buffer]), key_hash)
         return grouped.mapPartitions(functools.partial(_group, group, job, components))
 
     def _by_key(self, spec: StageSpec, rdd: Any) -> Any:
         split = functools.partial(_key_tagged, spec, self._plan.job_id, self._components)
-        keyed = rdd.flatMap(split).partitionBy(self._partitions, key_hash)
+        partitions = self._partitions_for(spec.inputs.values())
+        keyed = rdd.flatMap(split).partitionBy(partitions, key_hash)
         return keyed.values()
 
 
