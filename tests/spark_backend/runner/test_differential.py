@@ -4,6 +4,9 @@ Outputs are compared as multisets of (value, timestamp, window, pane info); inpu
 seeded random data with random window sizes, under the default trigger.
 """
 
+# Beam declares DoFn state and timers as default arguments (StateParam, TimerParam).
+# ruff: noqa: B008
+
 from __future__ import annotations
 
 import random
@@ -11,7 +14,17 @@ from typing import Any
 
 import apache_beam as beam
 import pytest
+from apache_beam.coders import VarIntCoder
 from apache_beam.transforms import window
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import (
+    BagStateSpec,
+    CombiningValueStateSpec,
+    ReadModifyWriteStateSpec,
+    SetStateSpec,
+    TimerSpec,
+    on_timer,
+)
 from apache_beam.utils.timestamp import Timestamp
 
 pytestmark = pytest.mark.slow
@@ -136,8 +149,7 @@ def test_side_inputs(differential: Any) -> None:
                 beam.pvalue.AsDict(p | "DictSrc" >> beam.Create([("k0", 7), ("k2", 9)])),
             ),
             "multimap": main
-            | "M"
-            >> beam.Map(lambda kv, m: sorted(m[kv[0]]), beam.pvalue.AsMultiMap(pairs)),
+            | "M" >> beam.Map(lambda kv, m: sorted(m[kv[0]]), beam.pvalue.AsMultiMap(pairs)),
             "windowed": windowed_main
             | "W" >> beam.Map(lambda kv, xs: (kv[0], sum(xs)), beam.pvalue.AsList(windowed_side)),
         }
@@ -182,6 +194,66 @@ def test_dofn_lifecycle_and_finish_bundle_output(differential: Any) -> None:
             | beam.Create([1, 2, 3])
             | beam.ParDo(Lifecycle())
             | beam.Filter(lambda x: x != ("bundle", False))
+        )
+
+    differential(build)
+
+
+class _AllStates(beam.DoFn):
+    """Every kind of user state, flushed by an event-time timer at the window's end."""
+
+    COUNT = ReadModifyWriteStateSpec("count", VarIntCoder())
+    BAG = BagStateSpec("bag", VarIntCoder())
+    TOTAL = CombiningValueStateSpec("total", VarIntCoder(), sum)
+    SEEN = SetStateSpec("seen", VarIntCoder())
+    END = TimerSpec("end", TimeDomain.WATERMARK)
+
+    def process(
+        self,
+        kv: Any,
+        w: Any = beam.DoFn.WindowParam,
+        count: Any = beam.DoFn.StateParam(COUNT),
+        bag: Any = beam.DoFn.StateParam(BAG),
+        total: Any = beam.DoFn.StateParam(TOTAL),
+        seen: Any = beam.DoFn.StateParam(SEEN),
+        end: Any = beam.DoFn.TimerParam(END),
+    ) -> Any:
+        count.write((count.read() or 0) + 1)
+        bag.add(kv[1])
+        total.add(kv[1])
+        seen.add(kv[1] % 5)
+        end.set(w.max_timestamp())
+        if kv[1] > 95:
+            yield ("early", kv[0], kv[1])
+
+    @on_timer(END)
+    def flush(
+        self,
+        key: Any = beam.DoFn.KeyParam,
+        ts: Any = beam.DoFn.TimestampParam,
+        count: Any = beam.DoFn.StateParam(COUNT),
+        bag: Any = beam.DoFn.StateParam(BAG),
+        total: Any = beam.DoFn.StateParam(TOTAL),
+        seen: Any = beam.DoFn.StateParam(SEEN),
+    ) -> Any:
+        yield (
+            key,
+            int(ts.micros),
+            count.read(),
+            sorted(bag.read()),
+            total.read(),
+            sorted(seen.read()),
+        )
+        bag.clear()
+
+
+def test_stateful_dofn_with_every_state_kind_and_event_time_timers(differential: Any) -> None:
+    def build(p: beam.Pipeline) -> Any:
+        return (
+            p
+            | Events(21, n=150)
+            | beam.WindowInto(window.FixedWindows(90))
+            | beam.ParDo(_AllStates())
         )
 
     differential(build)
