@@ -4,8 +4,9 @@ Each buffer is a list of RDDs of encoded chunks (a PCollection written by severa
 stages, as a flattened one is, has several). A stage's input RDD is the union of its
 data inputs tagged by input transform: ``impulse`` is one record, a ``materialize``
 buffer is used as it is, a ``group`` buffer is shuffled by encoded key and grouped
-(:mod:`spark_backend.runner.grouping`). A stateful stage's input is partitioned by
-encoded key first, so that one task holds all of a key's state and timers. Side
+(:mod:`spark_backend.runner.grouping`). A stateful stage keeps each key in one task:
+its input is partitioned by encoded key when that input feeds the stateful DoFn
+directly, else the stage runs as one task (as FnApiRunner runs it: one bundle). Side
 inputs are collected on the driver and broadcast. The stage's output RDD is persisted
 and one action computes it; the metrics come back as records of that output, so a
 retried or recomputed task's metrics are committed once (accumulators would count
@@ -114,8 +115,10 @@ class StageExecutor:
             for transform_id, buffer in spec.inputs.items()
         ]
         rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
-        if spec.stateful:
+        if spec.keyed_input:
             rdd = self._by_key(spec, rdd)
+        elif spec.stateful:
+            rdd = rdd.coalesce(1)
         return rdd
 
     def _source(self, buffer: bytes) -> Any:

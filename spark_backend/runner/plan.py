@@ -1,10 +1,12 @@
 """The driver's plan: Beam's fused stages, as picklable specs for Spark tasks.
 
-:func:`plan_pipeline` runs Beam's own optimisation phases (those of FnApiRunner, plus
-``annotate_stateful_dofns_as_roots`` so that a stateful DoFn starts a stage and its input
-can be partitioned by key) and Beam's own execution context, which builds each stage's
-``ProcessBundleDescriptor``. What a task needs is copied into frozen dataclasses of
-bytes and strings, so that it pickles small and carries no driver-side objects.
+:func:`plan_pipeline` runs Beam's own optimisation phases (exactly FnApiRunner's) and
+Beam's own execution context, which builds each stage's ``ProcessBundleDescriptor``.
+Fusion is FnApiRunner's on purpose: every stage boundary is a coder crossing, which
+rounds timestamps to milliseconds, so an extra boundary (say, before a stateful DoFn,
+as ``annotate_stateful_dofns_as_roots`` would add) changes the output. What a task
+needs is copied into frozen dataclasses of bytes and strings, so that it pickles small
+and carries no driver-side objects.
 
 Buffers are named as Beam names them: ``b"impulse"``, ``b"materialize:<pcoll>"`` for
 a PCollection crossing stages, ``b"group:<gbk>"`` for a GroupByKey's input.
@@ -38,7 +40,6 @@ IMPULSE = translations.IMPULSE_BUFFER
 
 _PHASES = (
     translations.annotate_downstream_side_inputs,
-    translations.annotate_stateful_dofns_as_roots,
     translations.fix_side_input_pcoll_coders,
     translations.pack_combiners,
     translations.lift_combiners,
@@ -78,7 +79,8 @@ class StageSpec:
     timers: dict[tuple[str, str], str]  # (transform id, timer family) -> timer coder id
     residual_inputs: dict[tuple[str, str], str]  # (SDF transform, input) -> data input
     side_inputs: tuple[SideInputSpec, ...]
-    stateful: bool
+    stateful: bool  # holds user state or timers: a key must stay in one task
+    keyed_input: bool  # stateful, and its one data input feeds the stateful DoFn
 
     @property
     def label(self) -> str:
@@ -177,7 +179,26 @@ def _stage_spec(
         residual_inputs=dict(_residual_inputs(manager, stage)),
         side_inputs=tuple(_side_inputs(stage, context)),
         stateful=stage.is_stateful(),
+        keyed_input=stage.is_stateful() and _keyed_input(stage),
     )
+
+
+def _keyed_input(stage: translations.Stage) -> bool:
+    """Whether the stage's only data input is the main input of its stateful DoFns, so
+    that partitioning that input by key keeps each key in one task."""
+    reads = [t for t in stage.transforms if t.spec.urn == bundle_processor.DATA_INPUT_URN]
+    if len(reads) != 1:
+        return False
+    (read_pcoll,) = reads[0].outputs.values()
+    for t in stage.transforms:
+        if t.spec.urn not in translations.PAR_DO_URNS:
+            continue
+        payload = proto_utils.parse_Bytes(t.spec.payload, pb.ParDoPayload)
+        if payload.state_specs or payload.timer_family_specs:
+            main = [pc for tag, pc in t.inputs.items() if tag not in payload.side_inputs]
+            if main != [read_pcoll]:
+                return False
+    return True
 
 
 def _residual_inputs(

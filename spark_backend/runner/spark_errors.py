@@ -32,4 +32,8 @@ def python_error_message(error: BaseException) -> str:
 
 
 def _shorten(text: str) -> str:
-    return text if len(text) <= _MAX_CHARS else text[: _MAX_CHARS - 3] + "..."
+    """``text``, or its head and tail (where an exception's summary usually is)."""
+    if len(text) <= _MAX_CHARS:
+        return text
+    half = _MAX_CHARS // 2
+    return f"{text[:half]} ... {text[-half:]}"

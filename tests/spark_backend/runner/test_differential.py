@@ -204,7 +204,7 @@ class _AllStates(beam.DoFn):
 
     COUNT = ReadModifyWriteStateSpec("count", VarIntCoder())
     BAG = BagStateSpec("bag", VarIntCoder())
-    TOTAL = CombiningValueStateSpec("total", VarIntCoder(), sum)
+    TOTAL = CombiningValueStateSpec("total", combine_fn=sum)
     SEEN = SetStateSpec("seen", VarIntCoder())
     END = TimerSpec("end", TimeDomain.WATERMARK)
 
