@@ -15,6 +15,7 @@ from typing import Any
 import apache_beam as beam
 import pytest
 from apache_beam.coders import VarIntCoder
+from apache_beam.coders.coders import IntervalWindowCoder
 from apache_beam.transforms import window
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (
@@ -255,5 +256,28 @@ def test_stateful_dofn_with_every_state_kind_and_event_time_timers(differential:
             | beam.WindowInto(window.FixedWindows(90))
             | beam.ParDo(_AllStates())
         )
+
+    differential(build)
+
+
+class _EvenOddWindows(window.NonMergingWindowFn):
+    """A custom WindowFn: 40 s windows for even values, 70 s for odd ones."""
+
+    def assign(self, context: Any) -> list[Any]:
+        size = 40 if context.element[1] % 2 == 0 else 70
+        start = context.timestamp - (context.timestamp % size)
+        return [window.IntervalWindow(start, start + size)]
+
+    def get_window_coder(self) -> Any:
+        return IntervalWindowCoder()
+
+
+def test_custom_window_fn(differential: Any) -> None:
+    def build(p: beam.Pipeline) -> dict[str, Any]:
+        windowed = p | Events(31, n=120) | beam.WindowInto(_EvenOddWindows())
+        return {
+            "gbk": windowed | beam.GroupByKey(),
+            "sum": windowed | beam.CombinePerKey(sum),
+        }
 
     differential(build)

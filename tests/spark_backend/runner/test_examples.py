@@ -77,3 +77,31 @@ def test_game_hourly_team_score(differential: Any) -> None:
         )
 
     differential(build)
+
+
+def test_write_and_read_parquet(spark: Any, tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    schema = pa.schema([("key", pa.string()), ("total", pa.int64())])
+    rows = {}
+    for name, runner in (("fnapi", FN_API), ("spark", SPARK)):
+        prefix = tmp_path / name / "totals"
+        options = beam.options.pipeline_options.PipelineOptions([f"--runner={runner}"])
+        with beam.Pipeline(options=options) as p:
+            totals = (
+                p
+                | beam.Create([(f"k{i % 7}", i) for i in range(200)])
+                | beam.CombinePerKey(sum)
+                | beam.MapTuple(lambda k, t: {"key": k, "total": t})
+            )
+            totals | beam.io.WriteToParquet(str(prefix), schema, num_shards=2)
+        with beam.Pipeline(options=options) as p:
+            read = p | beam.io.ReadFromParquet(str(prefix) + "*")
+            (
+                read
+                | beam.Map(lambda r: str(sorted(r.items())))
+                | beam.io.WriteToText(str(tmp_path / name / "echo"))
+            )
+        rows[name] = _read_outputs(tmp_path / name / "echo")
+    assert len(rows["fnapi"]) == 7
+    assert rows["spark"] == rows["fnapi"]

@@ -11,7 +11,7 @@ from apache_beam.metrics import Metrics, MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineState
-from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from spark_backend.runner import PipelineFailedError
@@ -72,7 +72,7 @@ def test_a_raising_dofn_fails_the_run_with_its_message_and_label(runner: Any) ->
 
 def test_runner_named_by_dotted_path_in_test_pipeline(spark: Any) -> None:
     options = PipelineOptions(["--runner=spark_backend.PySparkRunner"])
-    with TestPipeline(options=options, blocking=True) as p:
+    with test_pipeline.TestPipeline(options=options, blocking=True) as p:
         words = p | beam.Create(["a b", "b c c"]) | beam.FlatMap(str.split)
         counts = words | beam.combiners.Count.PerElement()
         assert_that(counts, equal_to([("a", 1), ("b", 2), ("c", 2)]))
