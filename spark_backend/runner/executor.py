@@ -10,9 +10,10 @@ directly, else the stage runs as one task (as FnApiRunner runs it: one bundle). 
 inputs are collected on the driver and broadcast. The stage's output RDD is persisted
 and one action computes it; the metrics come back as records of that output, so a
 retried or recomputed task's metrics are committed once (accumulators would count
-every attempt). The same records give each buffer's size, from which a shuffle's
-partition count is chosen (about :data:`BYTES_PER_PARTITION` each, at most the
-context's default parallelism): a small PCollection is not spread over idle tasks.
+every attempt). The same records give each buffer's size in bytes, and Beam's element
+counts give each PCollection's size in elements; a shuffle gets the context's default
+parallelism, but never more partitions than elements (an empty task is pure cost) nor
+fewer than one per :data:`BYTES_PER_PARTITION`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
+from apache_beam.metrics import monitoring_infos
 from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
@@ -49,6 +51,7 @@ class StageExecutor:
         self._partitions = max(1, partitions)
         self._buffers: dict[bytes, list[Any]] = defaultdict(list)
         self._sizes: dict[bytes, int] = defaultdict(int)
+        self._elements: dict[str, int] = defaultdict(int)
         self._persisted: list[Any] = []
         self._broadcasts: list[Any] = []
         self._components = self._broadcast(plan.components)
@@ -89,6 +92,7 @@ class StageExecutor:
         responses = [beam_fn_api_pb2.ProcessBundleResponse.FromString(s.metrics) for s in summaries]
         infos = [i for r in responses for i in r.monitoring_infos]
         self.monitoring_infos[spec.name] = list(consolidate(infos))
+        self._count_elements(self.monitoring_infos[spec.name])
         for summary in summaries:
             for buffer, size in summary.sizes.items():
                 self._sizes[buffer] += size
@@ -96,6 +100,13 @@ class StageExecutor:
             self._buffers[buffer].append(
                 output.filter(functools.partial(_is_buffer, buffer)).values()
             )
+
+    def _count_elements(self, infos: Iterable[Any]) -> None:
+        for info in infos:
+            if info.urn == monitoring_infos.ELEMENT_COUNT_URN:
+                pcoll = info.labels.get(monitoring_infos.PCOLLECTION_LABEL)
+                if pcoll:
+                    self._elements[pcoll] += monitoring_infos.extract_counter_value(info)
 
     def _side_data(self, spec: StageSpec) -> Any:
         if not spec.side_inputs:
@@ -128,19 +139,23 @@ class StageExecutor:
             return self._grouped(self._plan.groups[buffer], buffer)
         return self._chunks(buffer)
 
-    def _partitions_for(self, buffers: Iterable[bytes]) -> int:
+    def _partitions_for(self, buffers: Iterable[bytes], elements: int | None) -> int:
+        """Default parallelism, at most ``elements`` (when known), at least one
+        partition per BYTES_PER_PARTITION of the ``buffers``."""
         size = sum(self._sizes[b] for b in buffers)
-        return max(1, min(self._partitions, -(-size // BYTES_PER_PARTITION)))
+        wanted = self._partitions if elements is None else min(self._partitions, elements)
+        return max(1, wanted, -(-size // BYTES_PER_PARTITION))
 
     def _grouped(self, group: GroupSpec, buffer: bytes) -> Any:
         job, components = self._plan.job_id, self._components
         pairs = self._chunks(buffer).flatMap(functools.partial(_keyed, group, job, components))
-        grouped = pairs.groupByKey(self._partitions_for([buffer]), key_hash)
+        elements = self._elements.get(group.input_pcollection)
+        grouped = pairs.groupByKey(self._partitions_for([buffer], elements), key_hash)
         return grouped.mapPartitions(functools.partial(_group, group, job, components))
 
     def _by_key(self, spec: StageSpec, rdd: Any) -> Any:
         split = functools.partial(_key_tagged, spec, self._plan.job_id, self._components)
-        partitions = self._partitions_for(spec.inputs.values())
+        partitions = self._partitions_for(spec.inputs.values(), None)
         keyed = rdd.flatMap(split).partitionBy(partitions, key_hash)
         return keyed.values()
 

@@ -93,6 +93,7 @@ class GroupSpec:
     """A GroupByKey the runner executes: coders on each side and the windowing."""
 
     label: str
+    input_pcollection: str  # the PCollection grouped (for its element count)
     input_coder_id: str  # windowed KV<K, V>
     output_coder_id: str  # windowed KV<K, Iterable<V>>
     windowing_strategy_id: str
@@ -252,6 +253,7 @@ def _group_spec(context: translations.TransformContext, buffer: bytes) -> GroupS
     (target,) = t.outputs.values()
     return GroupSpec(
         label=t.unique_name,
+        input_pcollection=source,
         input_coder_id=context.data_channel_coders[source],
         output_coder_id=context.data_channel_coders[target],
         windowing_strategy_id=components.pcollections[source].windowing_strategy_id,
