@@ -103,13 +103,16 @@ def runner(spark: Any) -> Any:
 
 
 @pytest.fixture
-def differential(runner: Any) -> Callable[[Build], dict[str, list[Any]]]:
-    """Run a pipeline on both runners; fail unless the outputs are identical."""
+def differential(runner: Any) -> Callable[..., dict[str, list[Any]]]:
+    """Run a pipeline on both runners; fail unless the outputs are identical.
 
-    def check(build: Build) -> dict[str, list[Any]]:
+    ``check(build, spark_build)`` runs ``spark_build`` on Spark instead (to show that
+    a different pipeline fails the comparison)."""
+
+    def check(build: Build, spark_build: Build | None = None) -> dict[str, list[Any]]:
         expected = reference(build)
         assert any(expected.values()), "the reference run produced nothing"
-        on_spark(build, expected, runner)
+        on_spark(spark_build or build, expected, runner)
         return expected
 
     return check

@@ -28,7 +28,11 @@ from apache_beam.transforms.userstate import (
 )
 from apache_beam.utils.timestamp import Timestamp
 
+from spark_backend.runner import PipelineFailedError
+
 pytestmark = pytest.mark.slow
+
+SUM: Any = sum  # Beam's type stubs reject the builtin
 
 
 def stamp(element: tuple[str, int, int]) -> Any:
@@ -110,7 +114,8 @@ def test_pardo_params_tagged_outputs_flatten_partition(differential: Any) -> Non
     def build(p: beam.Pipeline) -> dict[str, Any]:
         base = p | Events(11) | beam.WindowInto(window.FixedWindows(60))
         split = base | beam.ParDo(Split()).with_outputs("odd", main="even")
-        parts = base | beam.Partition(lambda kv, n: kv[1] % n, 3)
+        by_value: Any = lambda kv, n: kv[1] % n  # noqa: E731  (Beam's stubs want Any)
+        parts = base | beam.Partition(by_value, 3)
         flat = (parts[0], parts[2], split.even) | beam.Flatten()
         return {
             "even": split.even | beam.Map(lambda kv: kv[1]),
@@ -167,7 +172,7 @@ def test_combine_globally_with_and_without_defaults_and_combine_values(different
             "sum": nums | "Sum" >> beam.CombineGlobally(sum),
             "empty_default": empty | "EmptySum" >> beam.CombineGlobally(sum),
             "top": nums | beam.combiners.Top.Of(3),
-            "values": grouped | beam.CombineValues(sum),
+            "values": grouped | beam.CombineValues(SUM),
         }
 
     differential(build)
@@ -281,3 +286,17 @@ def test_custom_window_fn(differential: Any) -> None:
         }
 
     differential(build)
+
+
+def test_the_harness_fails_on_a_different_window(differential: Any) -> None:
+    """The comparison can fail: a pipeline whose windows differ by one second."""
+
+    def build(size: int) -> Any:
+        def pipeline(p: beam.Pipeline) -> Any:
+            windowed = p | Events(41, n=40) | beam.WindowInto(window.FixedWindows(size))
+            return windowed | beam.GroupByKey()
+
+        return pipeline
+
+    with pytest.raises(PipelineFailedError, match="Failed assert"):
+        differential(build(60), build(61))

@@ -84,9 +84,14 @@ def test_assert_that_failure_fails_the_run(runner: Any) -> None:
             assert_that(p | beam.Create([1, 2]), equal_to([1, 3]))
 
 
+def _slowly(x: int) -> int:
+    time.sleep(5)
+    return x
+
+
 def test_wait_with_a_duration_and_cancel(runner: Any) -> None:
     p = beam.Pipeline(runner=runner)
-    p | beam.Create(list(range(8))) | beam.Reshuffle() | beam.Map(lambda x: time.sleep(5) or x)
+    p | beam.Create(list(range(8))) | beam.Reshuffle() | beam.Map(_slowly)
     result = p.run()
     assert result.wait_until_finish(duration=10) is None  # still running after 10 ms
     assert result.state == PipelineState.RUNNING
