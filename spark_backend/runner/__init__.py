@@ -27,7 +27,8 @@ Architecture (as Beam's portable Flink and Spark runners are built)
 4. **Bundles** (:mod:`.bundles`, task side): a partition is one bundle run by Beam's
    ``SdkWorker`` over in-memory data channels (FnApiRunner's embedded worker), so
    DoFn lifecycle, parameters, tagged outputs, windowing, state and timers are Beam's
-   own code. Timers and SDF residuals run in further bundles of the same task.
+   own code. Timers and SDF residuals run in further bundles of the same task; the
+   restrictions Beam's SplitAndSize produced are spread one per record over tasks.
 5. **Grouping** (:mod:`.grouping`): after the shuffle, Beam's batch trigger driver
    (what FnApiRunner's ``GroupingBuffer`` runs) assigns merged windows, timestamps
    (TimestampCombiner) and panes, so the outputs equal FnApiRunner's.
@@ -46,8 +47,8 @@ generic path stays the reference and the fallback for everything else. Spark Con
 is refused: it has no RDDs.
 
 Not yet supported (refused or untested, see the issue note): processing-time timers
-(refused), TestStream (refused), time-sorted input (refused); SDF restriction
-splitting for parallel reads (a read runs in one task); a stateful DoFn fused after
+(refused), TestStream (refused), time-sorted input (refused); runner-initiated
+(dynamic) splits of a running restriction; a stateful DoFn fused after
 other transforms runs its stage as one task (FnApiRunner's fusion puts it there, and a
 key-partitioning boundary before it would round timestamps, see above).
 """

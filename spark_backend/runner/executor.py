@@ -6,7 +6,9 @@ data inputs tagged by input transform: ``impulse`` is one record, a ``materializ
 buffer is used as it is, a ``group`` buffer is shuffled by encoded key and grouped
 (:mod:`spark_backend.runner.grouping`). A stateful stage keeps each key in one task:
 its input is partitioned by encoded key when that input feeds the stateful DoFn
-directly, else the stage runs as one task (as FnApiRunner runs it: one bundle). Side
+directly, else the stage runs as one task (as FnApiRunner runs it: one bundle). The
+split restrictions of a splittable DoFn (a bounded read) are spread over tasks, one
+restriction per element record, before the stage that processes them. Side
 inputs are collected on the driver and broadcast. The stage's output RDD is persisted
 and one action computes it; the metrics come back as records of that output, so a
 retried or recomputed task's metrics are committed once (accumulators would count
@@ -121,16 +123,27 @@ class StageExecutor:
         return rdds[0] if len(rdds) == 1 else self._sc.union(rdds)
 
     def _input_rdd(self, spec: StageSpec) -> Any:
-        tagged = [
-            self._source(buffer).map(functools.partial(_tag, transform_id))
-            for transform_id, buffer in spec.inputs.items()
-        ]
+        sdf_inputs = set(spec.residual_inputs.values())
+        tagged = []
+        for transform_id, buffer in spec.inputs.items():
+            source = self._source(buffer)
+            if transform_id in sdf_inputs:
+                source = self._spread(spec.input_coders[transform_id], buffer, source)
+            tagged.append(source.map(functools.partial(_tag, transform_id)))
         rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
         if spec.keyed_input:
             rdd = self._by_key(spec, rdd)
         elif spec.stateful:
             rdd = rdd.coalesce(1)
         return rdd
+
+    def _spread(self, coder_id: str, buffer: bytes, chunks: Any) -> Any:
+        """The elements of ``chunks`` one per record, over as many partitions as there
+        are elements (at most the default parallelism)."""
+        _, pcoll = buffer.decode().split(":", 1)
+        elements = self._elements.get(pcoll, self._partitions)
+        one_each = functools.partial(_each_element, coder_id, self._plan.job_id, self._components)
+        return chunks.flatMap(one_each).repartition(max(1, min(self._partitions, elements)))
 
     def _source(self, buffer: bytes) -> Any:
         if buffer == IMPULSE:
@@ -188,6 +201,12 @@ def _keyed(group: GroupSpec, job_id: str, components: Any, chunk: bytes) -> Any:
 
 def _group(group: GroupSpec, job_id: str, components: Any, groups: Any) -> Any:
     return group_partition(groups, group, job_id, components.value)
+
+
+def _each_element(coder_id: str, job_id: str, components: Any, chunk: bytes) -> Iterator[bytes]:
+    impl = coder(job_id, components.value, coder_id).get_impl()
+    for _, encoded in split_elements(chunk, impl):
+        yield encoded
 
 
 def _key_tagged(

@@ -105,3 +105,15 @@ def test_write_and_read_parquet(spark: Any, tmp_path: Path) -> None:
         rows[name] = _read_outputs(tmp_path / name / "echo")
     assert len(rows["fnapi"]) == 7
     assert rows["spark"] == rows["fnapi"]
+
+
+def test_read_from_text_over_several_files(differential: Any, tmp_path: Path) -> None:
+    for i in range(3):
+        _write_text(tmp_path / f"part-{i}.txt", seed=10 + i, lines=40)
+    pattern = str(tmp_path / "part-*.txt")
+
+    def build(p: beam.Pipeline) -> Any:
+        lines = p | beam.io.ReadFromText(pattern)
+        return lines | beam.FlatMap(str.split) | beam.combiners.Count.PerElement()
+
+    differential(build)
