@@ -56,7 +56,26 @@ def _with_fn_api_experiment(options: pipeline_options.PipelineOptions) -> None:
     debug.experiments = experiments
 
 
+def _check_running_conf(conf: dict[str, str]) -> None:
+    """Refuse a ``--spark_conf`` a running SparkContext cannot take (only runtime
+    ``spark.sql.*`` settings change on a running session); ignoring it silently would
+    run the pipeline with other settings than asked."""
+    from pyspark import SparkContext
+
+    running = SparkContext._active_spark_context
+    if running is None:
+        return
+    current = running.getConf()
+    for key, value in conf.items():
+        if not key.startswith("spark.sql.") and current.get(key) != value:
+            raise ValueError(
+                f"spark_conf {key}={value!r} cannot apply: a SparkContext already runs in "
+                f"this process with {key}={current.get(key)!r}; stop it first"
+            )
+
+
 def _start(plan: Plan, target: SparkTarget) -> PySparkPipelineResult:
+    _check_running_conf(target.conf)
     session = get_session(target.master, target.conf, app_name="beam-pyspark-runner")
     spark_context = session.sparkContext
     group = f"beam-{plan.job_id}"

@@ -107,3 +107,10 @@ def test_processing_time_timers_are_refused(no_spark: None) -> None:
         UnsupportedTransformError, match=r"'Clock'.*timer '[^']*t' is not in event time"
     ):
         run(build)
+
+
+def test_a_conf_the_running_context_cannot_take_is_refused(spark: Any) -> None:
+    current = spark.sparkContext.getConf().get("spark.task.cpus") or "1"
+    wanted = "2" if current != "2" else "3"
+    with pytest.raises(ValueError, match=r"spark_conf spark\.task\.cpus='?\d"):
+        run(small, "--spark_conf", f"spark.task.cpus={wanted}")
