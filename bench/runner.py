@@ -1,0 +1,210 @@
+"""Benchmark: PySparkRunner against FnApiRunner (and hand-written RDD code) in one run.
+
+Three workloads, each over ``n`` seeded elements generated inside the pipeline (a
+``Create`` of shard numbers, then a ``FlatMap`` that generates each shard), so that
+neither runner pays for pickling a large ``Create``:
+
+- **wordcount**: lines of words -> ``FlatMap(split)`` -> ``Count.PerElement``;
+- **windowed_combine**: timestamped ``(key, value)`` -> ``FixedWindows(60 s)`` ->
+  ``CombinePerKey(sum)`` (lifted: a partial combine before the shuffle);
+- **session_gbk**: timestamped ``(key, value)`` -> ``Sessions(30 s)`` -> ``GroupByKey``
+  -> the size of each group.
+
+Every run ends with an order-independent digest of its output (a sum of 64-bit hashes
+of each element's value, timestamp and window), written by the pipeline to a scratch
+file; the digests of both runners must be identical, else the script fails. Prints
+elements/s per runner, the ratio PySparkRunner/FnApiRunner with the JVM start
+excluded (a session already runs) and included (the session start, measured once, is
+added), and, for windowed_combine, a hand-translated RDD version (``map`` +
+``reduceByKey`` on (key, window)) for scale. The load averages are printed: the
+machine may be shared.
+
+    .venv/bin/python bench/runner.py --sizes 1e5
+    .venv/bin/python bench/runner.py --sizes 1e5,1e6 --fnapi-max 1e6
+
+Measured (first version, 2026-11-24, n = 100k, local[*] on the 2-core machine shared
+with six other sessions: load average 11-13 during the runs, so every figure is slowed
+and noisy; outputs identical in every case):
+
+    workload          PySparkRunner   FnApiRunner   ratio (excl. JVM / incl. 30-38 s)
+    wordcount         4.2k-7.7k el/s  47k-60k el/s  0.07-0.16x / 0.03-0.04x
+    windowed_combine  3.0k el/s       4.5k-6.8k     0.44-0.67x / 0.23-0.31x
+    session_gbk       3.4k-3.9k el/s  4.7k-6.0k     0.65-0.72x / 0.30-0.31x
+    (hand-written RDD windowed_combine: 4.4k-12.7k el/s)
+
+At this size the runner's fixed cost dominates: one Spark job per fused stage, 2-4 s
+each under this load (a plain two-stage Spark job took 2.1-2.4 s). Running the whole
+plan as one lazy Spark job was tried and measured no better here (tiny pipeline 8.6
+vs 10.3 s, wordcount 13.2 vs 11.3 s, medians of two, within the noise), so the eager
+per-stage jobs (exact stage attribution of failures, adaptive shuffle widths) stay.
+The issue's goals (>= 5x FnApiRunner at 1M) need the fast paths still to build
+(theory's engine for GroupByKey windowing, Arrow batches for known WindowFns and
+built-in CombineFns); the generic path runs Beam's per-element code either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import apache_beam as beam
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.transforms import window
+from apache_beam.utils.timestamp import Timestamp
+
+from spark_backend.runner import PySparkRunner
+from spark_backend.session import get_session
+
+SHARDS = 16
+WORDS = [f"w{i}" for i in range(500)]
+SPAN_MICROS = 3_600 * 1_000_000
+
+
+def shard_lines(spec: tuple[int, int]) -> list[str]:
+    """Shard ``i`` of ``n`` words as lines of 10 words (seeded)."""
+    shard, count = spec
+    rng = random.Random(shard)
+    words = [rng.choice(WORDS) for _ in range(count)]
+    return [" ".join(words[i : i + 10]) for i in range(0, count, 10)]
+
+
+def shard_events(spec: tuple[int, int]) -> list[Any]:
+    """Shard ``i``: ``count`` timestamped (key, value) events over an hour (seeded)."""
+    shard, count = spec
+    rng = random.Random(1000 + shard)
+    return [
+        window.TimestampedValue(
+            (f"k{rng.randrange(100)}", rng.randrange(1000)),
+            Timestamp(micros=rng.randrange(SPAN_MICROS)),
+        )
+        for _ in range(count)
+    ]
+
+
+def shards(n: int) -> list[tuple[int, int]]:
+    return [(i, n // SHARDS + (1 if i < n % SHARDS else 0)) for i in range(SHARDS)]
+
+
+class Digest(beam.DoFn):
+    """Each element's hash of (value, timestamp, window) as a 64-bit int."""
+
+    def process(
+        self, x: Any, ts: Any = beam.DoFn.TimestampParam, w: Any = beam.DoFn.WindowParam
+    ) -> Any:
+        value = (x[0], sorted(x[1])) if isinstance(x, tuple) and isinstance(x[1], list) else x
+        text = repr((value, int(ts.micros), repr(w))).encode()
+        yield int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
+
+
+def write_digest(path: str, total: int) -> None:
+    Path(path).write_text(str(total % (1 << 64)))
+
+
+def digest(pcoll: Any, path: str) -> None:
+    (
+        pcoll
+        | "Digest" >> beam.ParDo(Digest())
+        | "Rewindow" >> beam.WindowInto(window.GlobalWindows())
+        | "Sum" >> beam.CombineGlobally(sum)
+        | "Write" >> beam.Map(lambda total: write_digest(path, total))
+    )
+
+
+def wordcount(p: beam.Pipeline, n: int) -> Any:
+    lines = p | beam.Create(shards(n)) | beam.FlatMap(shard_lines)
+    return lines | beam.FlatMap(str.split) | beam.combiners.Count.PerElement()
+
+
+def windowed_combine(p: beam.Pipeline, n: int) -> Any:
+    events = p | beam.Create(shards(n)) | beam.FlatMap(shard_events)
+    return events | beam.WindowInto(window.FixedWindows(60)) | beam.CombinePerKey(sum)
+
+
+def session_gbk(p: beam.Pipeline, n: int) -> Any:
+    events = p | beam.Create(shards(n)) | beam.FlatMap(shard_events)
+    grouped = events | beam.WindowInto(window.Sessions(30)) | beam.GroupByKey()
+    return grouped | beam.MapTuple(lambda k, vs: (k, len(list(vs))))
+
+
+WORKLOADS: dict[str, Callable[[beam.Pipeline, int], Any]] = {
+    "wordcount": wordcount,
+    "windowed_combine": windowed_combine,
+    "session_gbk": session_gbk,
+}
+
+
+def run_once(workload: str, n: int, runner: Any) -> tuple[float, str]:
+    """Seconds to run ``workload`` at ``n`` elements on ``runner``, and its digest."""
+    fd, path = tempfile.mkstemp(prefix="runner-bench-", suffix=".digest")
+    os.close(fd)
+    try:
+        start = time.perf_counter()
+        with beam.Pipeline(runner=runner) as p:
+            digest(WORKLOADS[workload](p, n), path)
+        elapsed = time.perf_counter() - start
+        return elapsed, Path(path).read_text()
+    finally:
+        os.unlink(path)
+
+
+def rdd_windowed_combine(spark: Any, n: int) -> float:
+    """Seconds for the hand-written RDD version of windowed_combine (its result is
+    only counted: this is a scale reference, not a Beam runner)."""
+    start = time.perf_counter()
+    rdd = spark.sparkContext.parallelize(shards(n), SHARDS).flatMap(shard_events)
+    window_micros = 60_000_000
+    pairs = rdd.map(lambda e: ((e.value[0], e.timestamp.micros // window_micros), e.value[1]))
+    pairs.reduceByKey(lambda a, b: a + b).count()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1e5", help="comma-separated element counts")
+    parser.add_argument("--fnapi-max", type=float, default=1e6, help="largest n FnApiRunner runs")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    args = parser.parse_args()
+    sizes = [int(float(s)) for s in args.sizes.split(",")]
+
+    start = time.perf_counter()
+    spark = get_session()
+    jvm = time.perf_counter() - start
+    print(f"Spark session start (JVM): {jvm:.1f} s; master {spark.sparkContext.master}")
+    run_once("wordcount", 1000, PySparkRunner())  # Python workers up, not reported
+    for n in sizes:
+        print(f"\nn = {n:,}  (load average {os.getloadavg()[0]:.1f})")
+        for name in args.workloads.split(","):
+            report(name, n, jvm, n <= args.fnapi_max, spark)
+
+
+def report(name: str, n: int, jvm: float, with_fnapi: bool, spark: Any) -> None:
+    spark_s, spark_digest = run_once(name, n, PySparkRunner())
+    line = f"  {name:17s} PySparkRunner {n / spark_s:9,.0f} el/s ({spark_s:6.1f} s)"
+    if with_fnapi:
+        fn_s, fn_digest = run_once(name, n, FnApiRunner())
+        if fn_digest != spark_digest:
+            raise SystemExit(f"{name} at n={n}: outputs differ ({spark_digest} vs {fn_digest})")
+        line += (
+            f"  FnApiRunner {n / fn_s:9,.0f} el/s  ratio {fn_s / spark_s:5.2f}x excl. JVM, "
+            f"{fn_s / (spark_s + jvm):5.2f}x incl.  outputs identical"
+        )
+    print(line, flush=True)
+    if name == "windowed_combine":
+        rdd_s = rdd_windowed_combine(spark, n)
+        print(
+            f"  {'(hand-written RDD)':17s} map+reduceByKey {n / rdd_s:9,.0f} el/s ({rdd_s:6.1f} s)"
+        )
+
+
+if __name__ == "__main__":
+    main()

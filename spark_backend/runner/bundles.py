@@ -1,0 +1,217 @@
+"""Task side: run one fused stage over one Spark partition with Beam's SDK worker.
+
+A partition is one bundle, as a FnApiRunner worker sees it: the encoded elements of
+each data input are written to an in-memory data channel, Beam's ``SdkWorker`` (the
+``EmbeddedWorkerHandler`` FnApiRunner uses) processes the bundle, and the encoded
+outputs are read back per output buffer. Event-time timers the bundle sets and
+self-checkpointed SDF residuals run in further bundles in the same task until none
+remain: in batch the input watermark is already past every timer, and the stage's
+input is partitioned by key when it holds state, so a key's state and timers live in
+one task. Side inputs and user state live in the task's own ``StateServicer``.
+
+:func:`run_partition` yields ``(buffer_id, bytes)`` records: encoded element chunks,
+and last one ``(METRICS, summary)``, a pickled :class:`PartitionSummary` (the
+partition's metrics and bytes written per buffer).
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.metrics.monitoring_infos import consolidate
+from apache_beam.portability.api import beam_fn_api_pb2, beam_provision_api_pb2
+from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo
+from apache_beam.runners.portability.fn_api_runner.worker_handlers import (
+    EmbeddedWorkerHandler,
+    StateServicer,
+)
+
+from spark_backend.runner.plan import StageSpec
+from spark_backend.runner.side_inputs import load_side_inputs
+from spark_backend.runner.task_context import coder_impl
+
+__all__ = ["METRICS", "PartitionSummary", "run_partition"]
+
+#: The buffer id of the metrics record a partition yields last.
+METRICS: Final[bytes] = b"__metrics__"
+
+#: Bound on the timer and residual rounds of one partition (a DoFn that sets a timer
+#: from every firing would otherwise loop for ever).
+MAX_ROUNDS: Final[int] = 100_000
+
+_PROVISION = ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(retrieval_token="unused"))
+
+TimerKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class PartitionSummary:
+    """What a partition reports besides its output: metrics and output sizes."""
+
+    metrics: bytes  # a serialised ProcessBundleResponse holding the monitoring infos
+    sizes: dict[bytes, int]  # buffer id -> encoded bytes written
+
+
+class _Descriptors:
+    """What EmbeddedWorkerHandler reads from a WorkerHandlerManager: the descriptors."""
+
+    def __init__(self, descriptor: beam_fn_api_pb2.ProcessBundleDescriptor) -> None:
+        self._process_bundle_descriptors = {descriptor.id: descriptor}
+
+
+@dataclass
+class _Round:
+    """One bundle's input: element chunks per data input, timers per timer family."""
+
+    data: dict[str, list[bytes]] = field(default_factory=dict)
+    timers: dict[TimerKey, bytes] = field(default_factory=dict)
+
+    def empty(self) -> bool:
+        return not any(self.data.values()) and not self.timers
+
+
+def run_partition(
+    spec: StageSpec,
+    job_id: str,
+    components: bytes,
+    side_data: Mapping[bytes, list[bytes]],
+    records: Iterable[tuple[str, bytes]],
+) -> Iterator[tuple[bytes, bytes]]:
+    """Run ``spec`` over ``records`` (``(input transform id, chunk)``), one bundle
+    then its timer and residual rounds; yield output chunks and the metrics record."""
+    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(spec.descriptor)
+    state = StateServicer()
+    load_side_inputs(state, spec.side_inputs, side_data, job_id, components)
+    manager: Any = _Descriptors(descriptor)  # the one attribute the handler reads
+    worker = EmbeddedWorkerHandler(None, state, _PROVISION, manager)
+    infos: list[Any] = []
+    sizes: dict[bytes, int] = defaultdict(int)
+    try:
+        pending = _Round(data=_by_input(spec, records))
+        for number in itertools.count():
+            if number >= MAX_ROUNDS:
+                raise RuntimeError(f"more than {MAX_ROUNDS} timer rounds in one partition")
+            response, outputs, pending = _run_bundle(
+                worker, spec, descriptor.id, pending, job_id, components, number
+            )
+            for buffer, chunk in outputs:
+                sizes[buffer] += len(chunk)
+                yield buffer, chunk
+            infos = list(consolidate(itertools.chain(infos, response.monitoring_infos)))
+            if pending.empty():
+                break
+    finally:
+        worker.stop_worker()  # DoFn.teardown
+    metrics = beam_fn_api_pb2.ProcessBundleResponse(monitoring_infos=infos)
+    yield METRICS, pickle.dumps(PartitionSummary(metrics.SerializeToString(), dict(sizes)))
+
+
+def _by_input(spec: StageSpec, records: Iterable[tuple[str, bytes]]) -> dict[str, list[bytes]]:
+    data: dict[str, list[bytes]] = {t: [] for t in spec.inputs}
+    for transform_id, chunk in records:
+        data[transform_id].append(chunk)
+    return data
+
+
+def _run_bundle(
+    worker: EmbeddedWorkerHandler,
+    spec: StageSpec,
+    descriptor_id: str,
+    bundle: _Round,
+    job_id: str,
+    components: bytes,
+    number: int,
+) -> tuple[beam_fn_api_pb2.ProcessBundleResponse, list[tuple[bytes, bytes]], _Round]:
+    """Process one bundle; return its response, its output chunks and the next round."""
+    instruction = f"bundle_{number}"
+    _send(worker, spec, instruction, bundle)
+    request = beam_fn_api_pb2.InstructionRequest(
+        instruction_id=instruction,
+        process_bundle=beam_fn_api_pb2.ProcessBundleRequest(
+            process_bundle_descriptor_id=descriptor_id
+        ),
+    )
+    response = worker.push(request).get()
+    if response.error:
+        raise RuntimeError(response.error)
+    outputs: list[tuple[bytes, bytes]] = []
+    written: dict[TimerKey, list[bytes]] = defaultdict(list)
+    expected: list[str | tuple[str, str]] = [*spec.outputs, *spec.timers]
+    for item in worker.data_conn.input_elements(instruction, expected):
+        if isinstance(item, beam_fn_api_pb2.Elements.Timers):
+            written[item.transform_id, item.timer_family_id].append(item.timers)
+        elif item.data:
+            outputs.append((spec.outputs[item.transform_id], item.data))
+    if response.process_bundle.requires_finalization:
+        _finalize(worker, instruction)
+    following = _Round(
+        data=_residuals(spec, response.process_bundle),
+        timers=_fired_timers(spec, written, job_id, components),
+    )
+    return response.process_bundle, outputs, following
+
+
+def _send(worker: EmbeddedWorkerHandler, spec: StageSpec, instruction: str, bundle: _Round) -> None:
+    for key in spec.timers:
+        out = worker.data_conn.output_timer_stream(instruction, *key)
+        if key in bundle.timers:
+            out.write(bundle.timers[key])
+        out.close()
+    for transform_id in spec.inputs:
+        stream = worker.data_conn.output_stream(instruction, transform_id)
+        for chunk in bundle.data.get(transform_id, ()):
+            stream.write(chunk)
+        stream.close()
+
+
+def _finalize(worker: EmbeddedWorkerHandler, instruction: str) -> None:
+    request = beam_fn_api_pb2.InstructionRequest(
+        finalize_bundle=beam_fn_api_pb2.FinalizeBundleRequest(instruction_id=instruction)
+    )
+    response = worker.push(request).get()
+    if response.error:
+        raise RuntimeError(response.error)
+
+
+def _residuals(
+    spec: StageSpec, result: beam_fn_api_pb2.ProcessBundleResponse
+) -> dict[str, list[bytes]]:
+    """Self-checkpointed SDF residuals, as input of the stage's next bundle."""
+    data: dict[str, list[bytes]] = defaultdict(list)
+    for residual in result.residual_roots:
+        app = residual.application
+        data[spec.residual_inputs[app.transform_id, app.input_id]].append(app.element)
+    return dict(data)
+
+
+def _fired_timers(
+    spec: StageSpec,
+    written: Mapping[TimerKey, list[bytes]],
+    job_id: str,
+    components: bytes,
+) -> dict[TimerKey, bytes]:
+    """The timers set in a bundle, the last setting per (key, tag, window) winning and
+    cleared ones dropped, as FnApiRunner collects them; all fire in the next round."""
+    fired: dict[TimerKey, bytes] = {}
+    for key, chunks in written.items():
+        impl = coder_impl(job_id, components, spec.timers[key])
+        live: dict[Any, Any] = {}
+        for chunk in chunks:
+            for timer in impl.decode_all(chunk):
+                slot = (timer.user_key, timer.dynamic_timer_tag, timer.windows[0])
+                if not timer.clear_bit:
+                    live[slot] = timer
+                else:
+                    live.pop(slot, None)
+        if live:
+            out = create_OutputStream()
+            for timer in live.values():
+                impl.encode_to_stream(timer, out, True)
+            fired[key] = out.get()
+    return fired

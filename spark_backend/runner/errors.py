@@ -1,0 +1,33 @@
+"""The runner's errors: what a Beam author sees when a pipeline cannot run or fails."""
+
+from __future__ import annotations
+
+__all__ = ["PipelineFailedError", "UnsupportedTransformError"]
+
+
+class UnsupportedTransformError(ValueError):
+    """A transform the runner cannot execute, found before any Spark work.
+
+    The message names the transform's label and kind (its URN): the runner never falls
+    back to another runner and never drops a transform, so it refuses the whole pipeline.
+    """
+
+    def __init__(self, label: str, kind: str, reason: str = "") -> None:
+        detail = f": {reason}" if reason else ""
+        super().__init__(f"PySparkRunner cannot run transform {label!r} of kind {kind!r}{detail}")
+        self.label = label
+        self.kind = kind
+
+
+class PipelineFailedError(RuntimeError):
+    """A pipeline failed while running; the message carries the user code's error.
+
+    ``stage`` names the fused stage (its transforms' labels, as Beam's fusion writes
+    them) and the message the exception text of the failing DoFn, which Beam's bundle
+    processor already tags with ``[while running '<label>']``.
+    """
+
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(f"Beam stage {stage} failed on Spark: {message}")
+        self.stage = stage
+        self.message = message

@@ -1,0 +1,219 @@
+"""Driver side: run a :class:`Plan`'s stages on Spark, one Spark job per fused stage.
+
+Each buffer is a list of RDDs of encoded chunks (a PCollection written by several
+stages, as a flattened one is, has several). A stage's input RDD is the union of its
+data inputs tagged by input transform: ``impulse`` is one record, a ``materialize``
+buffer is used as it is, a ``group`` buffer is shuffled by encoded key and grouped
+(:mod:`spark_backend.runner.grouping`). A stateful stage keeps each key in one task:
+its input is partitioned by encoded key when that input feeds the stateful DoFn
+directly, else the stage runs as one task (as FnApiRunner runs it: one bundle). The
+split restrictions of a splittable DoFn (a bounded read) are spread over tasks, one
+restriction per element record, before the stage that processes them. Side
+inputs are collected on the driver and broadcast. The stage's output RDD is persisted
+and one action computes it; the metrics come back as records of that output, so a
+retried or recomputed task's metrics are committed once (accumulators would count
+every attempt). The same records give each buffer's size in bytes, and Beam's element
+counts give each PCollection's size in elements; a shuffle gets the context's default
+parallelism, but never more partitions than elements (an empty task is pure cost) nor
+fewer than one per :data:`BYTES_PER_PARTITION`.
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+from apache_beam.metrics import monitoring_infos
+from apache_beam.metrics.monitoring_infos import consolidate
+from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
+
+from spark_backend.runner.bundles import METRICS, run_partition
+from spark_backend.runner.errors import PipelineFailedError
+from spark_backend.runner.grouping import group_partition, key_hash, keyed_elements, split_elements
+from spark_backend.runner.plan import IMPULSE, GroupSpec, Plan, StageSpec
+from spark_backend.runner.spark_errors import python_error_message
+from spark_backend.runner.task_context import coder
+
+__all__ = ["BYTES_PER_PARTITION", "StageExecutor"]
+
+#: The encoded bytes a shuffle partition should hold (one task's share).
+BYTES_PER_PARTITION: Final[int] = 4 << 20
+
+
+class StageExecutor:
+    """Runs a plan's stages in order on ``spark_context``; collects their metrics."""
+
+    def __init__(self, spark_context: Any, plan: Plan, partitions: int) -> None:
+        self._sc = spark_context
+        self._plan = plan
+        self._partitions = max(1, partitions)
+        self._buffers: dict[bytes, list[Any]] = defaultdict(list)
+        self._sizes: dict[bytes, int] = defaultdict(int)
+        self._elements: dict[str, int] = defaultdict(int)
+        self._persisted: list[Any] = []
+        self._broadcasts: list[Any] = []
+        self._components = self._broadcast(plan.components)
+        self.monitoring_infos: dict[str, list[Any]] = {}
+
+    def run(self) -> None:
+        """Run every stage; raise PipelineFailedError naming the stage that failed."""
+        try:
+            for spec in self._plan.stages:
+                self._run_stage(spec)
+        finally:
+            self._release()
+
+    def _broadcast(self, value: Any) -> Any:
+        handle = self._sc.broadcast(value)
+        self._broadcasts.append(handle)
+        return handle
+
+    def _release(self) -> None:
+        for rdd in self._persisted:
+            rdd.unpersist(blocking=False)
+        for handle in self._broadcasts:
+            handle.destroy()
+        self._persisted.clear()
+        self._broadcasts.clear()
+
+    def _run_stage(self, spec: StageSpec) -> None:
+        task = functools.partial(
+            _stage_task, spec, self._plan.job_id, self._components, self._side_data(spec)
+        )
+        output = self._input_rdd(spec).mapPartitions(task).persist()
+        self._persisted.append(output)
+        try:
+            metrics = output.filter(_is_metrics).values().collect()
+        except Exception as err:
+            raise PipelineFailedError(spec.label, python_error_message(err)) from None
+        summaries = [pickle.loads(m) for m in metrics]
+        responses = [beam_fn_api_pb2.ProcessBundleResponse.FromString(s.metrics) for s in summaries]
+        infos = [i for r in responses for i in r.monitoring_infos]
+        self.monitoring_infos[spec.name] = list(consolidate(infos))
+        self._count_elements(self.monitoring_infos[spec.name])
+        for summary in summaries:
+            for buffer, size in summary.sizes.items():
+                self._sizes[buffer] += size
+        for buffer in set(spec.outputs.values()):
+            self._buffers[buffer].append(
+                output.filter(functools.partial(_is_buffer, buffer)).values()
+            )
+
+    def _count_elements(self, infos: Iterable[Any]) -> None:
+        for info in infos:
+            if info.urn == monitoring_infos.ELEMENT_COUNT_URN:
+                pcoll = info.labels.get(monitoring_infos.PCOLLECTION_LABEL)
+                if pcoll:
+                    self._elements[pcoll] += monitoring_infos.extract_counter_value(info)
+
+    def _side_data(self, spec: StageSpec) -> Any:
+        if not spec.side_inputs:
+            return None
+        data = {s.buffer_id: self._chunks(s.buffer_id).collect() for s in spec.side_inputs}
+        return self._broadcast(data)
+
+    def _chunks(self, buffer: bytes) -> Any:
+        rdds = self._buffers.get(buffer, [])
+        if not rdds:
+            return self._sc.emptyRDD()
+        return rdds[0] if len(rdds) == 1 else self._sc.union(rdds)
+
+    def _input_rdd(self, spec: StageSpec) -> Any:
+        sdf_inputs = set(spec.residual_inputs.values())
+        tagged = []
+        for transform_id, buffer in spec.inputs.items():
+            source = self._source(buffer)
+            if transform_id in sdf_inputs:
+                source = self._spread(spec.input_coders[transform_id], buffer, source)
+            tagged.append(source.map(functools.partial(_tag, transform_id)))
+        rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
+        if spec.keyed_input:
+            rdd = self._by_key(spec, rdd)
+        elif spec.stateful:
+            rdd = rdd.coalesce(1)
+        return rdd
+
+    def _spread(self, coder_id: str, buffer: bytes, chunks: Any) -> Any:
+        """The elements of ``chunks`` one per record, over as many partitions as there
+        are elements (at most the default parallelism)."""
+        _, pcoll = buffer.decode().split(":", 1)
+        elements = self._elements.get(pcoll, self._partitions)
+        one_each = functools.partial(_each_element, coder_id, self._plan.job_id, self._components)
+        return chunks.flatMap(one_each).repartition(max(1, min(self._partitions, elements)))
+
+    def _source(self, buffer: bytes) -> Any:
+        if buffer == IMPULSE:
+            return self._sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
+        if buffer.startswith(b"group:"):
+            return self._grouped(self._plan.groups[buffer], buffer)
+        return self._chunks(buffer)
+
+    def _partitions_for(self, buffers: Iterable[bytes], elements: int | None) -> int:
+        """Default parallelism, at most ``elements`` (when known), at least one
+        partition per BYTES_PER_PARTITION of the ``buffers``."""
+        size = sum(self._sizes[b] for b in buffers)
+        wanted = self._partitions if elements is None else min(self._partitions, elements)
+        return max(1, wanted, -(-size // BYTES_PER_PARTITION))
+
+    def _grouped(self, group: GroupSpec, buffer: bytes) -> Any:
+        job, components = self._plan.job_id, self._components
+        pairs = self._chunks(buffer).flatMap(functools.partial(_keyed, group, job, components))
+        elements = self._elements.get(group.input_pcollection)
+        grouped = pairs.groupByKey(self._partitions_for([buffer], elements), key_hash)
+        return grouped.mapPartitions(functools.partial(_group, group, job, components))
+
+    def _by_key(self, spec: StageSpec, rdd: Any) -> Any:
+        split = functools.partial(_key_tagged, spec, self._plan.job_id, self._components)
+        partitions = self._partitions_for(spec.inputs.values(), None)
+        keyed = rdd.flatMap(split).partitionBy(partitions, key_hash)
+        return keyed.values()
+
+
+# Task functions: module level, so that Spark pickles them without the executor.
+
+
+def _tag(transform_id: str, chunk: bytes) -> tuple[str, bytes]:
+    return transform_id, chunk
+
+
+def _is_metrics(record: tuple[bytes, bytes]) -> bool:
+    return record[0] == METRICS
+
+
+def _is_buffer(buffer: bytes, record: tuple[bytes, bytes]) -> bool:
+    return record[0] == buffer
+
+
+def _stage_task(
+    spec: StageSpec, job_id: str, components: Any, side: Any, records: Iterable[Any]
+) -> Iterator[tuple[bytes, bytes]]:
+    side_data = side.value if side is not None else {}
+    return run_partition(spec, job_id, components.value, side_data, records)
+
+
+def _keyed(group: GroupSpec, job_id: str, components: Any, chunk: bytes) -> Any:
+    return keyed_elements(chunk, group, job_id, components.value)
+
+
+def _group(group: GroupSpec, job_id: str, components: Any, groups: Any) -> Any:
+    return group_partition(groups, group, job_id, components.value)
+
+
+def _each_element(coder_id: str, job_id: str, components: Any, chunk: bytes) -> Iterator[bytes]:
+    impl = coder(job_id, components.value, coder_id).get_impl()
+    for _, encoded in split_elements(chunk, impl):
+        yield encoded
+
+
+def _key_tagged(
+    spec: StageSpec, job_id: str, components: Any, record: tuple[str, bytes]
+) -> Iterator[tuple[bytes, tuple[str, bytes]]]:
+    transform_id, chunk = record
+    element_coder = coder(job_id, components.value, spec.input_coders[transform_id])
+    key_impl = element_coder.wrapped_value_coder.key_coder().get_impl()
+    for element, encoded in split_elements(chunk, element_coder.get_impl()):
+        yield key_impl.encode(element.value[0]), (transform_id, encoded)

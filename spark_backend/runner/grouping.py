@@ -1,0 +1,108 @@
+"""Task side: GroupByKey on Spark with Beam's exact windowing, timestamps and panes.
+
+The shuffle moves ``(encoded key, encoded element)`` byte pairs: the key as the
+pipeline's (deterministic) key coder writes it, the element as the stage wrote it with
+the PCollection's windowed coder, unchanged. After the shuffle each key's elements are
+decoded and grouped the way FnApiRunner's ``GroupingBuffer`` groups them: in the
+default global windowing one pane at the end of the global window, otherwise Beam's
+batch trigger driver (``trigger.create_trigger_driver(windowing, True)``), which assigns
+merged windows, output timestamps (TimestampCombiner) and pane info.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
+from apache_beam.transforms import trigger
+from apache_beam.transforms.window import GlobalWindow, GlobalWindows
+from apache_beam.utils import windowed_value
+
+from spark_backend.runner.plan import GroupSpec
+from spark_backend.runner.task_context import coder, coder_impl, windowing
+
+__all__ = ["CHUNK_BYTES", "group_partition", "key_hash", "keyed_elements"]
+
+#: Output chunks are cut at about this many bytes (one Spark record each).
+CHUNK_BYTES: Final[int] = 1 << 20
+
+
+def key_hash(key: bytes) -> int:
+    """A partition hash of an encoded key, the same in every process (unlike hash())."""
+    return zlib.crc32(key)
+
+
+def split_elements(chunk: bytes, impl: Any) -> Iterator[tuple[Any, bytes]]:
+    """Each element of ``chunk`` (encoded with ``impl``), decoded and as its bytes."""
+    stream = create_InputStream(chunk)
+    size = len(chunk)
+    while stream.size() > 0:
+        start = size - stream.size()
+        element = impl.decode_from_stream(stream, True)
+        yield element, chunk[start : size - stream.size()]
+
+
+def keyed_elements(
+    chunk: bytes, group: GroupSpec, job_id: str, components: bytes
+) -> Iterator[tuple[bytes, bytes]]:
+    """``(encoded key, encoded element)`` for every windowed KV in ``chunk``."""
+    element_coder = coder(job_id, components, group.input_coder_id)
+    key_impl = element_coder.wrapped_value_coder.key_coder().get_impl()
+    for element, encoded in split_elements(chunk, element_coder.get_impl()):
+        yield key_impl.encode(element.value[0]), encoded
+
+
+def group_partition(
+    groups: Iterable[tuple[bytes, Iterable[bytes]]],
+    group: GroupSpec,
+    job_id: str,
+    components: bytes,
+) -> Iterator[bytes]:
+    """The grouped output chunks of one partition's ``(key, elements)`` groups."""
+    input_coder = coder(job_id, components, group.input_coder_id)
+    input_impl = input_coder.get_impl()
+    key_impl = input_coder.wrapped_value_coder.key_coder().get_impl()
+    output_impl = coder_impl(job_id, components, group.output_coder_id)
+    strategy = windowing(job_id, components, group.windowing_strategy_id)
+    panes = _global_pane if strategy.is_default() else _trigger_panes(strategy)
+    out = create_OutputStream()
+    for encoded_key, encoded_elements in groups:
+        key = key_impl.decode(encoded_key)
+        elements = [input_impl.decode(e) for e in encoded_elements]
+        for grouped in panes(key, elements):
+            output_impl.encode_to_stream(grouped, out, True)
+        if out.size() >= CHUNK_BYTES:
+            yield out.get()
+            out = create_OutputStream()
+    if out.size():
+        yield out.get()
+
+
+_ON_TIME_ONLY = windowed_value.PaneInfo(
+    is_first=True,
+    is_last=True,
+    timing=windowed_value.PaneInfoTiming.ON_TIME,
+    index=0,
+    nonspeculative_index=0,
+)
+
+
+def _global_pane(key: Any, elements: list[Any]) -> list[Any]:
+    """Default windowing: one on-time pane at the end of the global window."""
+    values = [e.value[1] for e in elements]
+    return [
+        GlobalWindows.windowed_value(
+            (key, values), timestamp=GlobalWindow().max_timestamp(), pane_info=_ON_TIME_ONLY
+        )
+    ]
+
+
+def _trigger_panes(strategy: Any) -> Any:
+    driver = trigger.create_trigger_driver(strategy, True)
+
+    def panes(key: Any, elements: list[Any]) -> Iterable[Any]:
+        return driver.process_entire_key(key, [e.with_value(e.value[1]) for e in elements])
+
+    return panes

@@ -1,0 +1,115 @@
+"""PySparkRunnerOptions: which Spark cluster runs the pipeline, and its settings.
+
+``--spark_master`` takes a Spark master URL; Beam's own ``--spark_master_url`` (from
+``SparkRunnerOptions``) is accepted as an alias when it is given explicitly.
+``--spark_conf KEY=VALUE`` may repeat. Both are checked before any Spark work: a master
+URL of an unknown form or a setting without ``=`` raises ValueError naming it.
+Spark Connect (``sc://`` or ``SPARK_REMOTE``) is refused: it has no RDDs, and the runner
+runs Beam's bundle processor inside RDD tasks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from apache_beam.options.pipeline_options import PipelineOptions, SparkRunnerOptions
+
+from spark_backend.session import parse_conf
+
+__all__ = ["DEFAULT_MASTER", "PySparkRunnerOptions", "SparkTarget", "spark_target"]
+
+#: The master used when neither --spark_master nor --spark_master_url is given.
+DEFAULT_MASTER: Final[str] = "local[*]"
+
+_MASTER_FORMS: Final[tuple[re.Pattern[str], ...]] = tuple(
+    re.compile(p)
+    for p in (
+        r"local",
+        r"local\[(\*|[1-9]\d*)\]",
+        r"local\[(\*|[1-9]\d*),\s*[1-9]\d*\]",
+        r"local-cluster\[\d+,\s*\d+,\s*\d+\]",
+        r"spark://[^\s/:,]+:\d+(,[^\s/:,]+:\d+)*",
+        r"yarn",
+        r"k8s://\S+",
+    )
+)
+
+
+class PySparkRunnerOptions(PipelineOptions):
+    """``--spark_master`` and repeatable ``--spark_conf KEY=VALUE``."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser: Any) -> None:
+        parser.add_argument(
+            "--spark_master",
+            default=None,
+            help="Spark master URL: local[N], local[N,F] (F task attempts), "
+            "spark://HOST:PORT, yarn or k8s://URL. Alias: --spark_master_url. "
+            f"Default {DEFAULT_MASTER}.",
+        )
+        parser.add_argument(
+            "--spark_conf",
+            action="append",
+            default=None,
+            help="A Spark setting KEY=VALUE; repeat for more.",
+        )
+
+
+@dataclass(frozen=True)
+class SparkTarget:
+    """The checked master URL and settings a pipeline runs with."""
+
+    master: str | None  # None: the running session's, else local[*]
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+def check_master(master: str) -> str:
+    """``master`` if it is a Spark master URL this runner accepts, else ValueError.
+
+    Spark Connect URLs are refused: the runner needs RDDs, which Spark Connect lacks.
+    """
+    if not isinstance(master, str):
+        raise TypeError(f"spark_master must be a str, got {type(master).__name__}")
+    url = master.strip()
+    if url.startswith("sc://"):
+        raise ValueError(
+            f"spark_master {master!r} is a Spark Connect URL; PySparkRunner runs Beam "
+            "bundles inside RDD tasks and Spark Connect has no RDDs: use a classic master"
+        )
+    if not any(form.fullmatch(url) for form in _MASTER_FORMS):
+        raise ValueError(
+            f"unknown spark_master {master!r}: expected local, local[N], local[N,F], "
+            "local-cluster[N,C,M], spark://HOST:PORT, yarn or k8s://URL"
+        )
+    return url
+
+
+def _explicit_master_url(options: PipelineOptions) -> str | None:
+    given = options.view_as(SparkRunnerOptions).get_all_options(drop_default=True)
+    value = given.get("spark_master_url")
+    return str(value) if value is not None else None
+
+
+def spark_target(options: PipelineOptions) -> SparkTarget:
+    """The master and settings named by ``options``, checked (see the module docstring)."""
+    if os.environ.get("SPARK_REMOTE"):
+        raise ValueError(
+            "SPARK_REMOTE is set (Spark Connect); PySparkRunner needs RDDs, which Spark "
+            "Connect lacks: unset SPARK_REMOTE and give --spark_master"
+        )
+    ours = options.view_as(PySparkRunnerOptions)
+    alias = _explicit_master_url(options)
+    if ours.spark_master and alias and ours.spark_master != alias:
+        raise ValueError(
+            f"--spark_master {ours.spark_master!r} and --spark_master_url {alias!r} differ"
+        )
+    given = ours.spark_master or alias
+    master = check_master(given) if given is not None else None
+    try:
+        conf = parse_conf(ours.spark_conf)
+    except ValueError as err:
+        raise ValueError(f"spark_conf: {err}".replace("--conf", "--spark_conf")) from None
+    return SparkTarget(master, conf)
