@@ -16,7 +16,8 @@ package, one idea a folder:
 ``theory.structures``       ``OrderStatisticList``, ``IndexedMinHeap``, ``Frontier``
 ``theory.data``             traces: schema and rules, parsing, validation, I/O, generators
 ``theory.windowing``        windows, ``WindowingStrategy``, triggers, scripts, the
-                            grouping engine (incremental) and its vectorised fast path
+                            grouping engine (incremental), its vectorised fast path,
+                            and ``run_script``, which picks between them
 ``theory.watermarks``       source watermarks (perfect, heuristic), the spec grammar,
                             percentile watermarks (exact, sketch), hold series
 ``theory.pipeline``         the stage graph, stages, the simulator, metrics, diagnosis
