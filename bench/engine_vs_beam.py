@@ -8,8 +8,10 @@ watermark, a few percent late and some droppable; whole milliseconds), under two
 - ``early-late``: FixedWindows(1 s), AfterWatermark(early=AfterCount(5),
   late=AfterCount(1)), accumulating, earliest output: the general trigger machinery.
 
-For 1k/100 and 2k/200 it times ``run_script`` and Beam (and checks the panes are
-identical); for 100k/10k only the engine. Prints medians and the ratio. Usage::
+For 1k/100 and 2k/200 it times ``run_script`` and Beam (and checks that panes, their order
+per window, stall flags and output watermarks are identical, as
+``beam_pipelines.differential`` compares them); for 100k/10k only the engine. Prints
+medians and the ratio. Usage::
 
     python bench/engine_vs_beam.py [--repeats 5] [--beam-repeats 3] [--strategies default]
 """
@@ -23,7 +25,7 @@ import time
 
 import numpy as np
 
-from beam_pipelines.beam_runner import canonical_panes, run_beam
+from beam_pipelines.differential import Case, differences, observe_beam
 from theory.windowing import triggers as tt
 from theory.windowing.runner import run_script
 from theory.windowing.script import ElementEvent, Script, WatermarkEvent
@@ -115,16 +117,17 @@ def main() -> None:
                 )
                 continue
             beam_s, _, beam = median_time(
-                lambda s=script, st=strategy: run_beam(s, st), args.beam_repeats
+                lambda s=script, st=strategy: observe_beam(s, st), args.beam_repeats
             )
-            same = canonical_panes(panes) == canonical_panes(beam.panes[0])  # type: ignore[attr-defined]
+            problems = differences(Case(script, strategy, name), beam, ours)  # type: ignore[arg-type]
+            same = not problems
             print(
                 f"{name:>10} {label:>12} {ours_s:>9.4f} {elements / ours_s:>12,.0f} "
                 f"{elements / ours_cpu:>12,.0f} {beam_s:>8.2f} {beam_s / ours_s:>7,.0f}x  "
                 f"{len(panes)} {'identical' if same else 'DIFFERENT'}"
             )
             if not same:
-                raise SystemExit(f"{name} {label}: the engine's panes differ from Beam's")
+                raise SystemExit(f"{name} {label}: the engine differs from Beam:\n" + problems[0])
 
 
 if __name__ == "__main__":

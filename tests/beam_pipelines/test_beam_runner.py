@@ -2,6 +2,7 @@
 end."""
 
 import pytest
+from apache_beam.runners.direct import transform_evaluator
 from apache_beam.transforms import trigger as bt
 from apache_beam.transforms import window as bw
 from apache_beam.utils.timestamp import Duration
@@ -15,10 +16,11 @@ from beam_pipelines.beam_runner import (
     run_beam_packed,
     skeleton,
 )
-from beam_pipelines.differential import random_group
+from beam_pipelines.differential import observe_beam, random_group
+from theory.time import MIN_TIMESTAMP
 from theory.windowing import triggers as tt
 from theory.windowing.engine import Timing
-from theory.windowing.script import ElementEvent, ProcessingTimeEvent, WatermarkEvent
+from theory.windowing.script import ElementEvent, ProcessingTimeEvent, Script, WatermarkEvent
 from theory.windowing.strategy import ElementPolicy, TimestampCombiner, WindowingStrategy
 from theory.windowing.windows import (
     FixedWindows,
@@ -112,3 +114,23 @@ def test_a_run_that_never_ends_times_out():
     )
     with pytest.raises(TimeoutError, match="waiting forever"):
         run_beam([ElementEvent([("a", 1, 3 * S)]), ProcessingTimeEvent(S)], strategy, timeout=2)
+
+
+def test_observed_output_watermark_follows_holds_and_the_watch_is_removed():
+    before = transform_evaluator._TestStreamEvaluator.process_element
+    script = Script(
+        [
+            ElementEvent([("a", 1, 3 * S)]),
+            WatermarkEvent(5 * S),
+            ElementEvent([]),  # no TestStream event
+            ElementEvent([("b", 2, 4 * S)]),
+            WatermarkEvent(12 * S),
+        ]
+    )
+    strategy = WindowingStrategy(
+        FixedWindows(10 * S), timestamp_combiner=TimestampCombiner.OUTPUT_AT_EARLIEST
+    )
+    seen = observe_beam(script, strategy)
+    # held 1 µs below the earliest hold (3 s) until the window fires at 12 s
+    assert seen.output_watermark == [MIN_TIMESTAMP, 3 * S - 1, 3 * S - 1, 12 * S]
+    assert transform_evaluator._TestStreamEvaluator.process_element is before

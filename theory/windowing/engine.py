@@ -617,17 +617,9 @@ class GroupByWindowEngine:
             timestamp = window[1] - 1  # no hold: the end of the window
         elif not (watermark < window[1] and self._ontime):
             self._release_hold(ws)  # (else kept for the ON_TIME pane: see the module)
-        return Pane(
-            ws.key,
-            self._window(window),
-            values,
-            timestamp,
-            timing,
-            index,
-            nonspec,
-            index == 0,
-            finished,
-        )
+        pane = (ws.key, self._window(window), values, timestamp, timing, index, nonspec)
+        # Pane(...) without its Python-level __new__, as the fast path builds them
+        return tuple.__new__(Pane, (*pane, index == 0, finished))
 
     def _timing(self, ws: _WinState, watermark: int, maybe_ontime: bool) -> tuple[Timing, int]:
         """The pane's timing and non-speculative index; counts the latter."""

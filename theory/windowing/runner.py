@@ -47,7 +47,8 @@ def run_script(
     With ``fast`` (default), scripts under DefaultTrigger or AfterWatermark() on
     non-merging windows go through a vectorised path that gives the same result as the
     incremental engine (tested); it falls back to the engine where it does not model the
-    script (:func:`theory.windowing.fast_path.fast_path_refusal` says why).
+    script (:func:`theory.windowing.fast_path.run_fast` returns the
+    :class:`~theory.windowing.fast_path.Refusal` saying why).
     """
     evs = events.events if isinstance(events, Script) else Script(list(events)).events
     if fast and to_infinity:
