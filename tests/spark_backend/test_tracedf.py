@@ -8,6 +8,7 @@ example rows and columns), same errors.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -312,7 +313,7 @@ def test_generator_shape(spark):
     gaps = np.diff(t.event_time[order]) / SECOND
     assert gaps.min() >= 0 and abs(gaps.mean() - 1 / 1000) < 1e-4  # Poisson at 1000/s
     assert set(np.unique(t.key)) <= set(range(10))
-    assert np.array_equal(t.partition, t.key % 4)
+    assert t.partition is not None and np.array_equal(t.partition, t.key % 4)
     idle = (t.event_time >= lo) & (t.event_time < hi)
     assert idle.sum() > 1000 and not np.any(t.partition[idle] == 2)
     assert np.any(t.partition[~idle] == 2)
@@ -351,7 +352,7 @@ def test_chapter3_trace(spark):
     span = SessionSpec(10_001, 0, users=20).expected_span
     idle = (t.event_time >= 0.4 * span) & (t.event_time < 0.5 * span)
     assert idle.sum() > 1000
-    assert set(np.unique(t.partition[idle])) == {0, 1, 2}
+    assert t.partition is not None and set(np.unique(t.partition[idle])) == {0, 1, 2}
 
 
 def test_string_keys_and_ties_survive_the_trip(spark):
@@ -393,7 +394,7 @@ def _same_distributions(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarra
 def test_game_sessions_have_numpy_distributions(spark):
     """Spark's sessions are numpy's in law: 1 + Poisson(events_per_session - 1) events,
     the same gaps and the same delays (their random streams differ)."""
-    kw = {"users": 20, "platform": "mobile", "events_per_session": 10.0}
+    kw: dict[str, Any] = {"users": 20, "platform": "mobile", "events_per_session": 10.0}
     ours = _session_shape(to_trace(game_sessions_df(spark, 20_000, seed=3, **kw)))
     theirs = _session_shape(game_sessions_trace(20_000, seed=3, **kw))
     assert ours["events per session"].mean() == pytest.approx(10.0, rel=0.1)
@@ -401,7 +402,12 @@ def test_game_sessions_have_numpy_distributions(spark):
 
 
 def test_generate_trace_has_numpy_distributions(spark):
-    kw = {"rate": 500.0, "keys": 10, "stragglers": 0.05, "value": Delay("expon", scale=2.0)}
+    kw: dict[str, Any] = {
+        "rate": 500.0,
+        "keys": 10,
+        "stragglers": 0.05,
+        "value": Delay("expon", scale=2.0),
+    }
     ours = to_trace(generate_trace_df(spark, 20_000, seed=5, **kw))
     theirs = generate_trace(20_000, seed=5, **kw)
     for t in (ours, theirs):

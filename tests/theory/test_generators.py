@@ -69,9 +69,9 @@ def test_delay_is_a_value() -> None:
 
 def test_deterministic_per_seed() -> None:
     kw = {"stragglers": 0.1, "bursts": 2, "value": Delay("expon", scale=3.0)}
-    a = generate_trace(2000, seed=7, **kw)  # type: ignore[arg-type]
-    b = generate_trace(2000, seed=7, **kw)  # type: ignore[arg-type]
-    c = generate_trace(2000, seed=8, **kw)  # type: ignore[arg-type]
+    a = generate_trace(2000, seed=7, **kw)
+    b = generate_trace(2000, seed=7, **kw)
+    c = generate_trace(2000, seed=8, **kw)
     assert a == b
     assert a != c
 
@@ -239,12 +239,12 @@ def _within_key_gaps(t: Trace) -> np.ndarray:
 
 @pytest.mark.parametrize("platform", ["mobile", "console"])
 def test_game_sessions_shape(platform: str) -> None:
-    t = game_sessions_trace(5000, seed=1, platform=platform)  # type: ignore[arg-type]
+    t = game_sessions_trace(5000, seed=1, platform=platform)
     _assert_shape(t, 5000)
     assert t.key.dtype == np.int64 and bool(np.all((t.key >= 0) & (t.key < 100)))
     assert bool(np.all((t.value >= 1) & (t.value <= 100)))
-    assert t == game_sessions_trace(5000, seed=1, platform=platform)  # type: ignore[arg-type]
-    assert t != game_sessions_trace(5000, seed=2, platform=platform)  # type: ignore[arg-type]
+    assert t == game_sessions_trace(5000, seed=1, platform=platform)
+    assert t != game_sessions_trace(5000, seed=2, platform=platform)
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 1234])
@@ -283,7 +283,7 @@ def test_game_sessions_overrides_and_validation() -> None:
     )
     assert int((t.arrival_time - t.event_time).max()) <= 1000
     with pytest.raises(ValueError, match="platform"):
-        game_sessions_trace(10, seed=0, platform="arcade")  # type: ignore[arg-type]
+        game_sessions_trace(10, seed=0, platform="arcade")
     with pytest.raises(ValueError, match="n"):
         game_sessions_trace(-1, seed=0)
     with pytest.raises(ValueError, match="users"):
