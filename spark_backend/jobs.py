@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from spark_backend import plots
 from spark_backend.comparison import DEFAULT_STRATEGIES, Comparison, check_request, compare
 from spark_backend.progress import Progress
-from spark_backend.report import Report, percent, seconds
+from spark_backend.report import Report, percent, record_columns, seconds
 from spark_backend.session import get_session
 from spark_backend.traces.generate import chapter3_trace_df
 from spark_backend.traces.read import read_trace_df
@@ -156,41 +156,39 @@ def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult
     report.table(
         "chapter3_stages",
         "Chapter 3 pipeline: watermarks per stage",
-        {
-            "stage": [m.stage for m in rows],
-            "final input watermark": [format_timestamp(m.final_input_watermark) for m in rows],
-            "final output watermark": [format_timestamp(m.final_output_watermark) for m in rows],
-            "arrivals": [m.arrivals for m in rows],
-            "late": [m.late_count for m in rows],
-            "watermark lag p50": [m.watermark_lag_p50 for m in rows],
-            "watermark lag p99": [m.watermark_lag_p99 for m in rows],
-            "stage lag p99": [m.stage_lag_p99 for m in rows],
-        },
+        record_columns(
+            rows,
+            {
+                "stage": "stage",
+                "final input watermark": lambda m: format_timestamp(m.final_input_watermark),
+                "final output watermark": lambda m: format_timestamp(m.final_output_watermark),
+                "arrivals": "arrivals",
+                "late": "late_count",
+                "watermark lag p50": "watermark_lag_p50",
+                "watermark lag p99": "watermark_lag_p99",
+                "stage lag p99": "stage_lag_p99",
+            },
+        ),
         "Mobile and console sessions (gap 1 min, at the watermark), flattened, averaged in "
         "fixed 2-minute windows; source watermark max seen - 30 s; 2 s processing per stage.",
         {"watermark lag p50": seconds, "watermark lag p99": seconds, "stage lag p99": seconds},
     )
     grid = result.times[:: max(1, result.times.size // 20_000)]
-    series = {
-        name: (r.input_watermark.at(grid), r.output_watermark.at(grid))
-        for name, r in result.stages.items()
-    }
     report.figure(
         "Input and output watermarks per stage",
-        lambda p: plots.stage_watermarks(p, grid, series),
+        lambda p: plots.stage_watermarks(p, grid, _watermarks_at(result, grid)),
         "stages.png",
         "Solid: input watermark; dashed: output watermark (book figure 3.5).",
     )
     mid = int(result.times[result.times.size // 2])
     zoom = np.linspace(mid, mid + 20 * MINUTE, 2000).astype(np.int64)
-    zoomed = {
-        name: (r.input_watermark.at(zoom), r.output_watermark.at(zoom))
-        for name, r in result.stages.items()
-    }
     report.figure(
         "Input and output watermarks per stage: 20 minutes",
         lambda p: plots.stage_watermarks(
-            p, zoom, zoomed, "Input and output watermarks per stage, 20 minutes"
+            p,
+            zoom,
+            _watermarks_at(result, zoom),
+            "Input and output watermarks per stage, 20 minutes",
         ),
         "stages_zoom.png",
         "The same, from the middle of the trace: session windows hold each output "
@@ -209,19 +207,30 @@ def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult
     report.table(
         "chapter3_stalls",
         "Where the pipeline waits",
-        {
-            "start": [format_timestamp(s.start) for s in stalls],
-            "end": [format_timestamp(s.end) for s in stalls],
-            "kind": [s.kind for s in stalls],
-            "culprit stage": [s.culprit_stage for s in stalls],
-            "hold": [s.culprit_hold for s in stalls],
-            "max event-time lag": [s.max_event_lag for s in stalls],
-            "max processing-time lag": [s.max_processing_lag for s in stalls],
-        },
+        record_columns(
+            stalls,
+            {
+                "start": lambda s: format_timestamp(s.start),
+                "end": lambda s: format_timestamp(s.end),
+                "kind": "kind",
+                "culprit stage": "culprit_stage",
+                "hold": "culprit_hold",
+                "max event-time lag": "max_event_lag",
+                "max processing-time lag": "max_processing_lag",
+            },
+        ),
         f"Intervals where the event-time lag at {sink} exceeded 1 minute.",
         {"max event-time lag": seconds, "max processing-time lag": seconds},
     )
     return result
+
+
+def _watermarks_at(result: SimulationResult, times: np.ndarray) -> dict[str, tuple[Any, Any]]:
+    """Each stage's (input, output) watermark at ``times`` (µs)."""
+    return {
+        name: (r.input_watermark.at(times), r.output_watermark.at(times))
+        for name, r in result.stages.items()
+    }
 
 
 def propagation_section(report: Report, seed: int) -> None:
@@ -230,16 +239,19 @@ def propagation_section(report: Report, seed: int) -> None:
     report.table(
         "propagation",
         "In-band (Flink) vs out-of-band (Dataflow) propagation",
-        {
-            "scenario": [r.scenario for r in rows],
-            "design": [r.design for r in rows],
-            "depth": [r.depth for r in rows],
-            "parallelism": [r.parallelism for r in rows],
-            "latency": [r.latency for r in rows],
-            "messages/s": [r.messages_per_second for r in rows],
-            "rejected reports": [r.rejected_reports for r in rows],
-            "safe": [r.safe for r in rows],
-        },
+        record_columns(
+            rows,
+            {
+                "scenario": "scenario",
+                "design": "design",
+                "depth": "depth",
+                "parallelism": "parallelism",
+                "latency": "latency",
+                "messages/s": "messages_per_second",
+                "rejected reports": "rejected_reports",
+                "safe": "safe",
+            },
+        ),
         "Time from a source watermark step until the last stage's input watermark shows it "
         "(median of 9 seeded runs); steady-state watermark messages per second.",
         {"latency": seconds},

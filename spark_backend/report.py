@@ -19,6 +19,17 @@ from spark_backend.atomic import atomic_directory
 Table = Mapping[str, Sequence[object]]
 
 
+def record_columns(
+    rows: Sequence[Any], spec: Mapping[str, str | Callable[[Any], object]]
+) -> dict[str, list[object]]:
+    """A table of records: for each header, every row's attribute of that name (a ``str``
+    in ``spec``) or the value of the callable on the row."""
+    return {
+        header: [getattr(r, how) if isinstance(how, str) else how(r) for r in rows]
+        for header, how in spec.items()
+    }
+
+
 @dataclass
 class _Section:
     kind: str

@@ -15,7 +15,7 @@ import pytest
 from spark_backend import cli
 from spark_backend.comparison import DEFAULT_STRATEGIES
 from spark_backend.jobs import run_demo
-from spark_backend.report import Report
+from spark_backend.report import Report, record_columns
 from spark_backend.traces.collect import to_trace
 from spark_backend.traces.generate import chapter3_trace_df
 from theory.experiments.tradeoff import Strategy, tradeoff
@@ -198,6 +198,14 @@ def test_failed_report_leaves_nothing(tmp_path):
 def test_table_columns_must_match():
     with pytest.raises(ValueError, match="different lengths"):
         Report("x").table("t", "t", {"a": [1, 2], "b": [1]})
+
+
+def test_record_columns_take_attributes_and_callables():
+    rows = [Report("a", ["x"]), Report("bb")]
+    table = record_columns(rows, {"title": "title", "sections": lambda r: len(r.sections)})
+    assert table == {"title": ["a", "bb"], "sections": [1, 0]}
+    with pytest.raises(AttributeError, match="nope"):
+        record_columns(rows, {"x": "nope"})
 
 
 def test_demo_rejects_tiny_traces(tmp_path):
