@@ -38,9 +38,9 @@ from spark_backend.analytics import (
     WatermarkAnalysis,
     analyze,
     holdback,
-    parse_strategy,
     prepare,
 )
+from spark_backend.analytics.strategies import parse_strategies
 from theory.columns import check_duration
 from theory.experiments.tradeoff import pareto_frontier
 from theory.series import StepSeries
@@ -129,17 +129,12 @@ def _view(an: WatermarkAnalysis, lo: int, hi: int, points: int, fraction: float,
     return View((lo, hi), grid, elements)
 
 
-def check_request(strategies: Sequence[str], window_size: int) -> list[Strategy]:
-    """The parsed strategies, after checking them and the window size (µs): ValueError
-    naming the bad spec, a repeated name or the window size. No Spark work."""
+def check_request(strategies: Sequence[str], window_size: int) -> tuple[Strategy, ...]:
+    """The parsed strategies (:func:`~spark_backend.analytics.strategies.parse_strategies`),
+    after checking the window size (µs): ValueError naming the window size, the bad spec,
+    or a repeated name. No Spark work."""
     check_duration(window_size, "--window", allow_zero=False)
-    parsed = [parse_strategy(s) for s in strategies]
-    names = [s.name for s in parsed]
-    if not names:
-        raise ValueError("no strategies given")
-    if len(set(names)) != len(names):
-        raise ValueError(f"strategy names must be unique, got {names}")
-    return parsed
+    return parse_strategies(strategies)
 
 
 def compare(
