@@ -39,7 +39,6 @@ from theory.flink.generation import (
     WatermarkSchedule,
     idle_detected_at,
     per_event_watermarks,
-    periodic_schedule,
     periodic_watermarks,
 )
 from theory.flink.valve import StreamStatus
@@ -142,15 +141,15 @@ def test_seed_example_under_periodic_emission_fires_at_the_next_timer() -> None:
     first periodic emit after the event that completes it."""
     ts = [_t(x) for x, _, _ in SEED]
     arrival = np.arange(len(ts)) * SECOND + 50_000  # 50 ms after each whole second
-    sched = periodic_schedule(ts, arrival, bound=10 * SECOND, interval=200 * MS)
+    emitted = periodic_watermarks(ts, arrival, bound=10 * SECOND, interval=200 * MS)
+    sched = emitted.schedule(arrival)
     events = [("zhangsan", t, i) for i, t in enumerate(ts)]
     res = run_flink_windows(events, sched, Tumbling(5 * SECOND), end_of_input=False)
     assert [(f.values, f.watermark) for f in res.firings] == [
         ((0,), _t("16:25:24.999") + 999),
         ((1,), _t("16:25:29.999") + 999),
     ]
-    emit_times = periodic_watermarks(ts, arrival, bound=10 * SECOND, interval=200 * MS)
-    assert emit_times.watermark_times.tolist() == [200 * MS + i * SECOND for i in range(6)]
+    assert emitted.watermark_times.tolist() == [200 * MS + i * SECOND for i in range(6)]
 
 
 # ================================================================= periodic emission
@@ -558,7 +557,8 @@ def test_every_element_is_in_a_final_pane_or_late(events: list[tuple[str, int]],
                                     tick=10), "at least one source"),
         (lambda: run_flink_windows([("k", 1, 0)], [], Tumbling(10)), "one per event"),
         (lambda: WatermarkSchedule(np.array([2, 1]), np.array([5, 6])), "non-decreasing"),
-        (lambda: periodic_schedule([1, 2], [5, 1], bound=0, interval=10), "non-decreasing"),
+        (lambda: periodic_watermarks([1, 2], [5, 1], bound=0, interval=10).schedule([5, 1]),
+         "non-decreasing"),
     ],
 )
 def test_bad_input_raises_clear_errors(make: Callable[[], object], match: str) -> None:

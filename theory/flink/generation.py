@@ -8,8 +8,8 @@ wrapped in ``WatermarksWithIdleness`` (checked against the apache-flink 2.3 jars
   same outputs over a whole trace (:class:`PeriodicOutputs`);
 - :func:`idle_detected_at`: when ``withIdleness`` declares a stream idle;
 - schedules: the watermarks placed in the element stream (:class:`WatermarkSchedule`),
-  per element (:func:`per_event_watermarks`) or periodic (:func:`periodic_schedule`), the
-  input of :func:`theory.flink.windows.run_flink_windows`.
+  per element (:func:`per_event_watermarks`) or periodic (:meth:`PeriodicOutputs.schedule`),
+  the input of :func:`theory.flink.windows.run_flink_windows`.
 
 All times are int µs. Every watermark is in Flink's convention (``W``: no more elements
 with timestamp ``<= W``); see :mod:`theory.flink.conventions` for the conversions.
@@ -41,7 +41,6 @@ __all__ = [
     "WatermarkSchedule",
     "idle_detected_at",
     "per_event_watermarks",
-    "periodic_schedule",
     "periodic_watermarks",
 ]
 
@@ -268,6 +267,16 @@ class PeriodicOutputs:
         return StepSeries.from_events(
             self.watermark_times, flink_to_core(self.watermarks), MIN_TIMESTAMP
         )
+
+    def schedule(self, arrival_time: ArrayLike) -> WatermarkSchedule:
+        """These watermarks placed in the element stream: each goes after the elements
+        arriving at or before its timer. ``arrival_time`` (µs) is the stream, so it must be
+        non-decreasing; it should be the trace these outputs were computed from."""
+        a = time_column(arrival_time, "arrival_time")
+        if a.size > 1 and bool(np.any(a[1:] < a[:-1])):
+            raise ValueError("arrival_time must be non-decreasing: the elements' stream order")
+        after = np.searchsorted(a, self.watermark_times, side="right").astype(np.int64)
+        return WatermarkSchedule(after, self.watermarks)
 
 
 # ========================================================================== whole trace
@@ -557,25 +566,3 @@ def per_event_watermarks(event_time: ArrayLike, *, bound: int) -> WatermarkSched
         return WatermarkSchedule(np.empty(0, np.int64), np.empty(0, np.int64))
     v = minus_clamped(np.maximum.accumulate(e), b + 1)
     return WatermarkSchedule(np.arange(1, e.size + 1, dtype=np.int64), v)
-
-
-def periodic_schedule(
-    event_time: ArrayLike,
-    arrival_time: ArrayLike,
-    *,
-    bound: int,
-    interval: int,
-    start: int = 0,
-    until: int | None = None,
-) -> WatermarkSchedule:
-    """The watermarks of :func:`periodic_watermarks` placed in the element stream: each goes
-    after the elements arriving at or before its timer. ``arrival_time`` must be
-    non-decreasing (the stream order)."""
-    a = time_column(arrival_time, "arrival_time")
-    if a.size > 1 and bool(np.any(a[1:] < a[:-1])):
-        raise ValueError("arrival_time must be non-decreasing: the elements' stream order")
-    outs = periodic_watermarks(
-        event_time, a, bound=bound, interval=interval, start=start, until=until
-    )
-    after = np.searchsorted(a, outs.watermark_times, side="right").astype(np.int64)
-    return WatermarkSchedule(after, outs.watermarks)
