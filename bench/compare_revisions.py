@@ -8,6 +8,12 @@ the command's output that matches (a number in seconds or any unit; thousands co
 are dropped); without ``--metric`` the figure is the command's wall time (s). A leading
 ``python`` in the command is replaced by this interpreter.
 
+``--cpu-clock`` (for ``python SCRIPT ...`` commands) makes the script's own timer,
+``time.perf_counter``, read the process's CPU time (``time.process_time``): on a machine
+shared with other jobs a wall clock measures the queue for the cores as much as the code,
+while CPU time of single-threaded numpy/Python work barely moves with the load. Do not use
+it where the work happens in other processes (Spark's JVM and workers).
+
 Prints, per metric, the median of each tree, the ratio B/A of the medians, the spread of
 the per-round ratios and the load averages (1 min) seen before the runs. Exits 1 if a
 command fails or a metric is not found. Usage::
@@ -49,6 +55,21 @@ def extract(output: str, metrics: list[tuple[str, re.Pattern[str]]]) -> dict[str
             raise ValueError(f"metric {name!r}: /{regex.pattern}/ matches no line of the output")
         found[name] = float(match.group(1).replace(",", ""))
     return found
+
+
+#: Runs ``argv[1]`` as ``__main__`` with ``time.perf_counter`` reading CPU time.
+_CPU_CLOCK = (
+    "import os, runpy, sys, time; time.perf_counter = time.process_time; "
+    "sys.argv = sys.argv[1:]; sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0]))); "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def cpu_clock_command(command: list[str]) -> list[str]:
+    """``python SCRIPT ARGS`` -> the same under :data:`_CPU_CLOCK`; ValueError otherwise."""
+    if len(command) < 2 or command[0] != sys.executable or command[1].startswith("-"):
+        raise ValueError(f"--cpu-clock needs 'python SCRIPT ...', got {' '.join(command)!r}")
+    return [sys.executable, "-c", _CPU_CLOCK, *command[1:]]
 
 
 def run_once(
@@ -94,6 +115,9 @@ def main() -> None:
     parser.add_argument("tree_b", type=Path, help="worktree of the new revision (B)")
     parser.add_argument("--rounds", type=int, default=5, help="runs per tree (median taken)")
     parser.add_argument("--metric", type=parse_metric, action="append", default=[])
+    parser.add_argument(
+        "--cpu-clock", action="store_true", help="the script's perf_counter reads CPU time"
+    )
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:cut])
@@ -102,6 +126,11 @@ def main() -> None:
         parser.error("no command given (after --)")
     if command[0] == "python":
         command = [sys.executable, *command[1:]]
+    if args.cpu_clock:
+        try:
+            command = cpu_clock_command(command)
+        except ValueError as err:
+            parser.error(str(err))
     if args.rounds < 1:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
     trees = {"A": args.tree_a.resolve(), "B": args.tree_b.resolve()}
@@ -121,7 +150,8 @@ def main() -> None:
             + "; ".join(f"{m} A {last['A'][m]:.4g} B {last['B'][m]:.4g}" for m in last["A"]),
             flush=True,
         )
-    print(f"\nA = {trees['A']}\nB = {trees['B']}\ncommand: {' '.join(command)}")
+    clock = "CPU time (--cpu-clock)" if args.cpu_clock else "wall time"
+    print(f"\nA = {trees['A']}\nB = {trees['B']}\ncommand: {' '.join(command)}\nclock: {clock}")
     print(f"medians of {args.rounds} interleaved runs each; load (1 min) "
           f"{min(loads):.1f}-{max(loads):.1f}, median {statistics.median(loads):.1f}")
     print(f"{'metric':>24} {'A':>10} {'B':>10} {'B/A':>6}  round ratios")
