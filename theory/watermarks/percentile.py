@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -51,10 +52,13 @@ from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from theory.watermarks.latch import Latch
 
 __all__ = [
+    "PercentileInput",
+    "PercentileLatch",
     "PercentileWatermark",
     "check_p",
     "element_columns",
     "fallback_series",
+    "percentile_input",
     "quantile_rank",
 ]
 
@@ -112,10 +116,57 @@ def fallback_series(fallback: StepSeries | None) -> StepSeries:
     return fallback
 
 
+class PercentileInput(NamedTuple):
+    """A checked percentile trace: ``p``, the int64 columns (µs) and the fallback series."""
+
+    p: float
+    event_time: np.ndarray
+    activation: np.ndarray
+    completion: np.ndarray
+    fallback: StepSeries
+
+
+def percentile_input(
+    event_time: ArrayLike,
+    activation: ArrayLike,
+    completion: ArrayLike,
+    p: object,
+    fallback: StepSeries | None,
+) -> PercentileInput:
+    """The arguments every whole-trace form takes, checked in order (:func:`check_p`,
+    :func:`element_columns`, :func:`fallback_series`)."""
+    p_ = check_p(p)
+    return PercentileInput(
+        p_, *element_columns(event_time, activation, completion), fallback_series(fallback)
+    )
+
+
+class PercentileLatch(Latch):
+    """The latch of an incremental ``W_p`` (exact or sketched): ``p`` checked, and
+    ``q = 1 - p``, the quantile of the event times it answers."""
+
+    __slots__ = ("_p", "_q")
+
+    def __init__(self, p: float, initial: int = MIN_TIMESTAMP) -> None:
+        super().__init__(initial)
+        self._p = check_p(p)
+        self._q = 1.0 - self._p
+
+    @property
+    def p(self) -> float:
+        """The percentile in (0, 1]."""
+        return self._p
+
+    @property
+    def latched(self) -> int:
+        """The latched watermark after the last ``current()`` (µs)."""
+        return self._value
+
+
 # --------------------------------------------------------------------------- exact incremental
 
 
-class PercentileWatermark(Latch):
+class PercentileWatermark(PercentileLatch):
     """Exact incremental ``W_p`` (module docstring), latched, with regressions counted.
 
     Elements are identified by event time (``complete(event_time)`` removes one active
@@ -126,29 +177,17 @@ class PercentileWatermark(Latch):
     while the rank moves by a few places between calls.
     """
 
-    __slots__ = ("_by_id", "_id_values", "_p", "_q", "_set")
+    __slots__ = ("_by_id", "_id_values", "_set")
 
     def __init__(self, p: float, *, initial: int = MIN_TIMESTAMP) -> None:
-        super().__init__(initial)
-        self._p = check_p(p)
-        self._q = 1.0 - self._p
+        super().__init__(p, initial)
         self._set = OrderStatisticList()
         self._by_id: dict[Hashable, int] = {}
         self._id_values: dict[int, int] = {}  # event time -> active elements with an id
 
-    @property
-    def p(self) -> float:
-        """The percentile in (0, 1]."""
-        return self._p
-
     def __len__(self) -> int:
         """How many elements are active."""
         return len(self._set)
-
-    @property
-    def latched(self) -> int:
-        """The latched watermark after the last :meth:`current` (µs)."""
-        return self._value
 
     def activate(self, event_time: int, item_id: Hashable | None = None) -> None:
         """An element with ``event_time`` (µs) becomes active (optionally named)."""

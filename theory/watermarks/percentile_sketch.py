@@ -20,8 +20,8 @@ from theory.columns import as_int, check_count, check_duration, check_timestamp,
 from theory.series import StepSeries
 from theory.structures import OrderStatisticList
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND
-from theory.watermarks.latch import Latch, latch_estimates
-from theory.watermarks.percentile import check_p, element_columns, fallback_series
+from theory.watermarks.latch import latch_estimates
+from theory.watermarks.percentile import PercentileLatch, percentile_input
 
 __all__ = [
     "SKETCH_LIMIT",
@@ -48,7 +48,7 @@ class _Frozen:
         self.active = int(ins.n)
 
 
-class SketchPercentileWatermark(Latch):
+class SketchPercentileWatermark(PercentileLatch):
     """Bounded-memory ``W_p``: exact while it fits, KLL sketches for the oldest elements.
 
     Elements are bucketed by activation time (``bucket_width`` µs of processing time).
@@ -103,10 +103,8 @@ class SketchPercentileWatermark(Latch):
     ) -> None:
         from datasketches import kll_doubles_sketch
 
-        super().__init__(initial)
+        super().__init__(p, initial)
         self._kll = kll_doubles_sketch
-        self._p = check_p(p)
-        self._q = 1.0 - self._p
         self._k = _check_k(k)
         self._eps = float(kll_doubles_sketch.get_normalized_rank_error(self._k, False))
         self._width = check_duration(bucket_width, "bucket_width", allow_zero=False)
@@ -125,19 +123,9 @@ class SketchPercentileWatermark(Latch):
 
     # ------------------------------------------------------------------ state
 
-    @property
-    def p(self) -> float:
-        """The percentile in (0, 1]."""
-        return self._p
-
     def __len__(self) -> int:
         """How many elements are active (exact count)."""
         return len(self._exact) + self._frozen_active
-
-    @property
-    def latched(self) -> int:
-        """The latched watermark after the last :meth:`current` (µs)."""
-        return self._value
 
     @property
     def sketches(self) -> int:
@@ -432,9 +420,7 @@ def sketch_percentile_values(
     evaluate at each of ``times``, which must be sorted (``ValueError`` naming the first
     index out of order). Updates at a time come before an evaluation at that time;
     activations before completions, so zero-length elements are never seen active."""
-    check_p(p)
-    e, a, c = element_columns(event_time, activation, completion)
-    fb = fallback_series(fallback)
+    _, e, a, c, fb = percentile_input(event_time, activation, completion, p, fallback)
     ts = _sorted_times(times)
     params.setdefault("initial", fb.initial)
     sk = SketchPercentileWatermark(p, **params)

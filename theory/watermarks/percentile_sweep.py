@@ -30,7 +30,7 @@ from theory.arrays import stable_order
 from theory.columns import time_column
 from theory.series import StepSeries
 from theory.watermarks.latch import latch_estimates
-from theory.watermarks.percentile import check_p, element_columns, fallback_series
+from theory.watermarks.percentile import percentile_input
 
 __all__ = [
     "THIN_AT_MOST",
@@ -235,9 +235,9 @@ def percentile_details(
     ``TypeError`` for a ``p``, a column or a ``fallback`` of the wrong type.
     Cost: O(n log n) numpy sorting, then :func:`_sweep` over the 2n events.
     """
-    q = 1.0 - check_p(p)
-    e, a, c = _live(*element_columns(event_time, activation, completion))
-    fb = fallback_series(fallback)
+    p_, e, a, c, fb = percentile_input(event_time, activation, completion, p, fallback)
+    q = 1.0 - p_
+    e, a, c = _live(e, a, c)
     if e.size == 0:
         times, active, raw = fb.times, np.zeros(fb.times.size, dtype=np.int64), fb.values.copy()
     else:
@@ -378,9 +378,8 @@ def reference_percentile_values(
 ) -> np.ndarray:
     """Naive oracle: ``np.quantile(A(t), 1 - p, method="lower")`` (or the fallback) at each
     of ``times``, by a full scan per time: O(n) each. For tests and benchmarks."""
-    q = 1.0 - check_p(p)
-    e, a, c = element_columns(event_time, activation, completion)
-    fb = fallback_series(fallback)
+    p_, e, a, c, fb = percentile_input(event_time, activation, completion, p, fallback)
+    q = 1.0 - p_
     ts = time_column(times, "times")
     out = np.empty(ts.size, dtype=np.int64)
     for i, t in enumerate(ts.tolist()):
