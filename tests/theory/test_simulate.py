@@ -98,17 +98,24 @@ def test_all_windows_fire_and_values_are_session_lengths(perfect_result):
     )
 
 
+def assert_held_only_by(result: SimulationResult, stage: str, hold: str) -> int:
+    """Assert that ``stage``'s output watermark is below its input at some of the
+    result's times, and there equals ``hold``; return the middle one of those times."""
+    r = result.stages[stage]
+    t = result.times
+    ow, iw = r.output_watermark.at(t), r.input_watermark.at(t)
+    held = ow < iw
+    assert np.any(held)
+    assert np.array_equal(ow[held], r.holds[hold].at(t)[held])
+    return int(t[np.flatnonzero(held)[held.sum() // 2]])
+
+
 def test_end_of_window_policy_holds_only_through_state(perfect_result):
     # Beam Python's runner (which the engine matches) keeps the END_OF_WINDOW holds of the
     # sessions merged into a bigger one, and holds 1 µs below each hold, so the output of a
     # session stage can lag its input even without processing delay; the Beam model would
     # not lag. Whatever lags is the state hold.
-    r = perfect_result.stages["mobile_sessions"]
-    t = perfect_result.times
-    ow, iw = r.output_watermark.at(t), r.input_watermark.at(t)
-    held = ow < iw
-    assert np.any(held)
-    assert np.array_equal(ow[held], r.holds[STATE_HOLD].at(t)[held])
+    assert_held_only_by(perfect_result, "mobile_sessions", STATE_HOLD)
 
 
 @pytest.fixture(scope="module")
@@ -119,14 +126,9 @@ def earliest_result() -> SimulationResult:
 
 def test_earliest_policy_holds_output_at_pending_windows(earliest_result, perfect_result):
     assert_invariants(earliest_result)
-    r = earliest_result.stages["mobile_sessions"]
     t = earliest_result.times
-    ow, iw = r.output_watermark.at(t), r.input_watermark.at(t)
-    held = ow < iw
-    assert np.any(held)
     # wherever output < input, the state hold is exactly what holds it
-    assert np.array_equal(ow[held], r.holds[STATE_HOLD].at(t)[held])
-    at = int(t[np.flatnonzero(held)[held.sum() // 2]])
+    at = assert_held_only_by(earliest_result, "mobile_sessions", STATE_HOLD)
     assert earliest_result.why("mobile_sessions", at) == [("mobile_sessions", STATE_HOLD)]
     # the book's figure 3.8: the downstream input watermark is delayed against EOW
     eow_iw = perfect_result.stages["average_session_length"].input_watermark.at(t)
@@ -138,13 +140,7 @@ def test_processing_delay_holds_output_at_the_buffer():
     pipe = chapter3.pipeline("perfect", Processing(latency=5 * SECOND))
     result = simulate(pipe, chapter3.traces(5_000, seed=4), seed=4)
     assert_invariants(result)
-    r = result.stages["mobile_in"]
-    t = result.times
-    ow, iw = r.output_watermark.at(t), r.input_watermark.at(t)
-    held = ow < iw
-    assert np.any(held)
-    assert np.array_equal(ow[held], r.holds[BUFFER_HOLD].at(t)[held])
-    at = int(t[np.flatnonzero(held)[held.sum() // 2]])
+    at = assert_held_only_by(result, "mobile_in", BUFFER_HOLD)
     assert result.why("flatten", at)[-1][1] == BUFFER_HOLD
 
 
