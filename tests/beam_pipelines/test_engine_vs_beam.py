@@ -22,6 +22,7 @@ from apache_beam.testing.test_stream import TestStream as BeamTestStream
 
 from beam_pipelines.beam_runner import beam_windowing
 from beam_pipelines.differential import compare, random_case, run_both
+from tests.helpers.windowing import strat, summary
 from theory.windowing import triggers as tt
 from theory.windowing.runner import run_script
 from theory.windowing.script import ElementEvent as E
@@ -36,11 +37,19 @@ ACC = AccumulationMode.ACCUMULATING
 EARLIEST = TimestampCombiner.OUTPUT_AT_EARLIEST
 #: How many random scripts the differential suite runs.
 RANDOM_SCRIPTS = 300
-
-
-def strat(trigger=None, fn=None, **kw):
-    kw.setdefault("allow_unsafe_triggers", True)
-    return WindowingStrategy(fn or FixedWindows(10 * S), trigger or tt.DefaultTrigger(), **kw)
+#: Parts of a trigger's repr the random scripts must cover.
+TRIGGER_NAMES = (
+    "DefaultTrigger",
+    "AfterWatermark(early=Repeatedly",
+    "late=Repeatedly",
+    "AfterCount",
+    "AfterProcessingTime",
+    "AfterAny",
+    "AfterAll",
+    "AfterEach",
+    "OrFinally",
+    "Never",
+)
 
 
 def check(events, strategy) -> ScriptResult:
@@ -49,13 +58,6 @@ def check(events, strategy) -> ScriptResult:
     ours, problems, _ = run_both(Script(events), strategy)
     assert not problems, "\n".join(problems)
     return ours
-
-
-def summary(result):
-    return [
-        (p.key, tuple(sorted(p.values)), p.timing.name, p.index, p.nonspeculative_index, p.is_last)
-        for p in result.panes
-    ]
 
 
 # -- named divergences: the runner, not the model -------------------------------------------
@@ -226,18 +228,7 @@ def test_random_suite_covers_the_space():
         seen[s.timestamp_combiner.name] += 1
         seen["lateness>0" if s.allowed_lateness else "lateness=0"] += 1
         text = repr(s.trigger)
-        for name in (
-            "DefaultTrigger",
-            "AfterWatermark(early=Repeatedly",
-            "late=Repeatedly",
-            "AfterCount",
-            "AfterProcessingTime",
-            "AfterAny",
-            "AfterAll",
-            "AfterEach",
-            "OrFinally",
-            "Never",
-        ):
+        for name in TRIGGER_NAMES:
             seen[name] += name in text
         seen[f"{type(s.window_fn).__name__} offset>0"] += bool(getattr(s.window_fn, "offset", 0))
         r = run_script(case.script, s)
@@ -273,18 +264,7 @@ def test_random_suite_covers_the_space():
         "LATE",
     ):
         assert seen[what] >= 20, seen
-    for what in (
-        "DefaultTrigger",
-        "AfterWatermark(early=Repeatedly",
-        "late=Repeatedly",
-        "AfterCount",
-        "AfterProcessingTime",
-        "AfterAny",
-        "AfterAll",
-        "AfterEach",
-        "OrFinally",
-        "Never",
-    ):
+    for what in TRIGGER_NAMES:
         assert seen[what] >= 10, seen
 
 

@@ -7,6 +7,7 @@ Times in seconds (S = 1 s in µs) unless stated."""
 import numpy as np
 import pytest
 
+from tests.helpers.windowing import strat, summary
 from theory.windowing import triggers as tt
 from theory.windowing.engine import Timing
 from theory.windowing.runner import run_script
@@ -31,18 +32,6 @@ S = 1_000_000
 ACC = AccumulationMode.ACCUMULATING
 EARLIEST = TimestampCombiner.OUTPUT_AT_EARLIEST
 LATEST = TimestampCombiner.OUTPUT_AT_LATEST
-
-
-def strat(trigger=None, fn=None, **kw):
-    kw.setdefault("allow_unsafe_triggers", True)
-    return WindowingStrategy(fn or FixedWindows(10 * S), trigger or tt.DefaultTrigger(), **kw)
-
-
-def summary(result):
-    return [
-        (p.key, tuple(sorted(p.values)), p.timing.name, p.index, p.nonspeculative_index, p.is_last)
-        for p in result.panes
-    ]
 
 
 # -- the language -----------------------------------------------------------------------
