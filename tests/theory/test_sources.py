@@ -363,18 +363,27 @@ def test_flink_conversion_maps_bounds_to_themselves() -> None:
 # ------------------------------------------------------------------ 6. dynamic partitions
 
 
-@settings(max_examples=150)
-@given(traces(), st.one_of(st.none(), st.integers(0, 12)))
-def test_dynamic_incremental_equals_vectorised_equals_reference(
-    tr: Trace, timeout: int | None
-) -> None:
-    e, a, p = tr
+def assert_dynamic_forms_agree(
+    e: np.ndarray, a: np.ndarray, p: np.ndarray, timeout: int | None
+) -> StepSeries:
+    """The vectorised dynamic-partitions curve equals the reference and the incremental
+    generator at its change times; returns the curve."""
     curve = dynamic_partitions_curve(e, a, p, idle_timeout=timeout)
     ref_t, ref_v = dynamic_reference(e, a, p, timeout)
     np.testing.assert_array_equal(curve.times, ref_t)
     np.testing.assert_array_equal(curve.values, ref_v)
     got = feed_at(DynamicPartitionsWatermark(timeout), e, a, p, curve.times)
     np.testing.assert_array_equal(got, curve.values)
+    return curve
+
+
+@settings(max_examples=150)
+@given(traces(), st.one_of(st.none(), st.integers(0, 12)))
+def test_dynamic_incremental_equals_vectorised_equals_reference(
+    tr: Trace, timeout: int | None
+) -> None:
+    e, a, p = tr
+    curve = assert_dynamic_forms_agree(e, a, p, timeout)
     assert curve.is_monotonic()
     if timeout is None:
         assert_series_equal(feed(DynamicPartitionsWatermark(), e, a, p), curve)
@@ -384,12 +393,7 @@ def test_dynamic_incremental_equals_vectorised_equals_reference(
 def test_dynamic_huge_timeout_and_extremes(tr: Trace, timeout: int) -> None:
     e, a, p = tr
     a = a + (MAX_TIMESTAMP - 40)  # arrivals near the end of time
-    curve = dynamic_partitions_curve(e, a, p, idle_timeout=timeout)
-    ref_t, ref_v = dynamic_reference(e, a, p, timeout)
-    np.testing.assert_array_equal(curve.times, ref_t)
-    np.testing.assert_array_equal(curve.values, ref_v)
-    got = feed_at(DynamicPartitionsWatermark(timeout), e, a, p, curve.times)
-    np.testing.assert_array_equal(got, curve.values)
+    assert_dynamic_forms_agree(e, a, p, timeout)
 
 
 def test_dynamic_timeout_beyond_int64_is_refused_by_name() -> None:
