@@ -18,12 +18,12 @@ medians and the ratio. Usage::
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
 
 import numpy as np
+from bench_args import add_repeats, bench_parser
 
 from beam_pipelines.differential import Case, differences, observe_beam
 from theory.windowing import triggers as tt
@@ -90,8 +90,8 @@ def median_time(fn, repeats: int) -> tuple[float, float, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="engine runs per script")
+    parser = bench_parser(__doc__)
+    add_repeats(parser, 5, "engine runs per script")
     parser.add_argument("--beam-repeats", type=int, default=3, help="Beam runs per script")
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=STRATEGIES)
     args = parser.parse_args()

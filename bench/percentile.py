@@ -44,7 +44,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import os
 import statistics
@@ -55,6 +54,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from bench_args import add_repeats, bench_parser
 
 from theory.data.generators import generate_trace
 from theory.structures import OrderStatisticList
@@ -219,9 +219,9 @@ def keep_freed_memory() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
-    parser.add_argument("--repeats", type=int, default=3)
+    add_repeats(parser, 3)
     parser.add_argument("--p", type=float, default=0.9)
     parser.add_argument("--eval-every", type=int, default=1000)
     parser.add_argument("--naive", type=int, default=20_000)

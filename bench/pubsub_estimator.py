@@ -19,13 +19,13 @@ Prints (medians over ``--repeats`` runs or ``--seeds`` seeds):
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 import time
 import tracemalloc
 
 import numpy as np
+from bench_args import add_repeats, bench_parser
 
 from theory.dataflow.pubsub import TrackingEstimator
 from theory.dataflow.pubsub_simulation import T0, scenario, simulate_pubsub
@@ -129,10 +129,10 @@ def comparison(seeds: int, duration: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--memory-messages", type=int, default=10_000_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    add_repeats(parser, 3)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--duration", type=int, default=600, help="seconds per simulation")
     parser.add_argument(

@@ -9,18 +9,19 @@ with the per-stage split of the last run. Usage::
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
+
+from bench_args import add_repeats, bench_parser
 
 from theory.pipeline import chapter3
 from theory.pipeline.simulator import simulate
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--events", type=int, nargs="+", default=[100_000, 1_000_000])
-    parser.add_argument("--repeats", type=int, default=3)
+    add_repeats(parser, 3)
     parser.add_argument("--watermark", default="perfect")
     args = parser.parse_args()
     print(

@@ -33,7 +33,6 @@ events/s, the Spark/numpy ratio per size and the load averages around each size.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import statistics
@@ -45,6 +44,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_args import add_repeats, add_seed, bench_parser, counts
 
 from spark_backend.analytics import analyze, prepare
 from spark_backend.session import get_session, stop_session
@@ -257,9 +258,9 @@ def run_size(spark: Any, n: int, repeat: int, compare_max: int, seed: int) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="1e6,1e7", help="comma-separated event counts")
-    p.add_argument("--repeat", type=int, default=3, help="runs per path (median reported)")
+    p = bench_parser(__doc__)
+    p.add_argument("--sizes", type=counts, default=[10**6, 10**7], help="event counts: 1e6,1e7")
+    add_repeats(p, 3, "runs per path (median reported)", flag="--repeat")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--driver-memory", default="12g")
     p.add_argument(
@@ -268,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         default=1e7,
         help="compare full curves up to this size, checksums above",
     )
-    p.add_argument("--seed", type=int, default=1)
+    add_seed(p, 1)
     p.add_argument(
         "--warmup", type=float, default=2e5, help="events of the untimed warm-up run (0: none)"
     )
@@ -276,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings"
     )
     args = p.parse_args(argv)
-    sizes = [int(float(x)) for x in args.sizes.split(",") if x.strip()]
+    sizes = args.sizes
     conf = {"spark.driver.memory": args.driver_memory}
     conf.update(kv.split("=", 1) for kv in args.conf)
     spark = get_session(args.master, conf)

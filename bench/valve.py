@@ -21,12 +21,12 @@ the heap/linear ratio of the medians. The linear valve gets fewer updates at lar
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable
 
 import numpy as np
+from bench_args import add_repeats, add_seed, bench_parser
 
 from theory.flink.valve import LinearScanValve, StatusWatermarkValve, StreamStatus
 
@@ -81,9 +81,9 @@ def run(factory: Callable[[int], object], fan_in: int, ops: list[Op]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--fan-in", type=int, nargs="+", default=[2, 64, 1024, 16384])
-    parser.add_argument("--repeats", type=int, default=5)
+    add_repeats(parser, 5)
     parser.add_argument("--updates", type=int, default=200_000, help="heap valve updates")
     parser.add_argument(
         "--linear-work",
@@ -91,7 +91,7 @@ def main() -> None:
         default=20_000_000,
         help="linear valve budget: updates x fan-in (at least 2,000 updates)",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    add_seed(parser, 0)
     parser.add_argument("--workload", choices=["random", "round-robin", "both"], default="both")
     args = parser.parse_args()
     workloads = ["random", "round-robin"] if args.workload == "both" else [args.workload]

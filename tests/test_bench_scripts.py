@@ -7,10 +7,15 @@ are identical to Beam's, and Spark's curves to numpy's."""
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,3 +83,52 @@ def test_bench_spark_analytics() -> None:
     row = re.search(r"^ +20,000 +[\d.]+ +[\d.]+ +[\d,]+ +[\d,]+ +[\d.]+ +(\w+)", out,
                     re.MULTILINE)
     assert row is not None and row.group(1) == "True"  # Spark's curves == numpy's
+
+
+def _bench_module(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_args_counts() -> None:
+    counts = _bench_module("bench_args").counts
+    assert counts("1e6, 2000,3") == [1_000_000, 2000, 3]
+    for bad, why in (("x", "not a number"), ("1.5", "whole number"), ("0", "whole number")):
+        with pytest.raises(argparse.ArgumentTypeError, match=why):
+            counts(f"10,{bad}")
+
+
+def _tree(path: Path, value: float) -> Path:
+    """A fake revision: a script printing ``value``, whether its perf_counter reads CPU
+    time, and whether it runs in its own tree with that tree on PYTHONPATH (1 or 0)."""
+    path.mkdir()
+    (path / "b.py").write_text(
+        "import os, time\n"
+        f"print('value {value}')\n"
+        "print('cpu', int(time.perf_counter is time.process_time))\n"
+        "print('own', int(os.environ['PYTHONPATH'] == os.getcwd()))\n"
+    )
+    return path
+
+
+def test_compare_revisions_medians_and_ratio(tmp_path: Path) -> None:
+    a, b = _tree(tmp_path / "a", 2.0), _tree(tmp_path / "b", 3.0)
+    args = [str(a.resolve()), str(b.resolve()), "--rounds", "3"]
+    metrics = ["--metric", r"v=^value ([\d.]+)", "--metric", r"cpu=^cpu (\d)",
+               "--metric", r"own=^own (\d)"]
+    out = run("compare_revisions.py", *args, "--cpu-clock", *metrics, "--", "python", "b.py")
+    assert re.search(r"^ +v +2 +3 +1\.50  1\.50-1\.50$", out, re.MULTILINE), out
+    assert re.search(r"^ +cpu +1 +1 +1\.00", out, re.MULTILINE), out
+    assert re.search(r"^ +own +1 +1 +1\.00", out, re.MULTILINE), out
+    assert "round 2/3 (B A)" in out
+    out = run("compare_revisions.py", *args, *metrics, "--", "python", "b.py")
+    assert re.search(r"^ +cpu +0 +0 ", out, re.MULTILINE), out  # wall clock by default
+    missing = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "compare_revisions.py"), *args,
+         "--metric", r"w=^nothing ([\d.]+)", "--", "python", "b.py"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert missing.returncode == 1 and "metric 'w'" in missing.stderr
