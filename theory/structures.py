@@ -48,11 +48,15 @@ class Frontier:
     the new one, applied together (:meth:`update_iter`) so that no intermediate minimum is
     reported.
 
-    Costs: ``update`` O(1) for a timestamp already present, O(log n) for a new one;
+    Holders that do not need the change report use the cheap path: :meth:`add`,
+    :meth:`retract` and :meth:`move` (one count each), then :meth:`min` when they want it.
+
+    Costs: an update O(1) for a timestamp already present, O(log n) for a new one;
     ``min`` O(1) amortised (a retracted minimum is popped lazily from a heap of the
     distinct timestamps present). Counts never go below zero: a retraction of a count
     that is not there raises ``ValueError`` and changes nothing, since it would mean a
-    holder released a hold it never took.
+    holder released a hold it never took. Timestamps must be ints (numpy integers are
+    converted); anything else is a ``TypeError``.
     """
 
     __slots__ = ("_counts", "_heap")
@@ -95,10 +99,51 @@ class Frontier:
     def update(self, timestamp: int, delta: int) -> bool:
         """Add ``delta`` (may be negative) to the count at ``timestamp``.
 
-        Returns True when the frontier (the minimum) changed."""
+        Returns True when the frontier (the minimum) changed. The minimum is looked up
+        once, before: an addition moves it iff it lands below it, a retraction iff it
+        empties the minimum's count."""
         old = self.min(default=_NO_MIN)
         self._apply(timestamp, delta)
-        return self.min(default=_NO_MIN) != old
+        if delta > 0:
+            return old is _NO_MIN or timestamp < old
+        return delta < 0 and timestamp == old and timestamp not in self._counts
+
+    def add(self, timestamp: int) -> None:
+        """One more count at ``timestamp`` (µs). No change report: see :meth:`update`."""
+        if type(timestamp) is not int:
+            timestamp = _timestamp(timestamp)
+        counts = self._counts
+        n = counts.get(timestamp)
+        if n is not None:
+            counts[timestamp] = n + 1
+            return
+        counts[timestamp] = 1
+        heap = self._heap
+        heapq.heappush(heap, timestamp)
+        if len(heap) > 2 * len(counts) + 64:
+            self._compact()
+
+    def retract(self, timestamp: int) -> None:
+        """One count less at ``timestamp`` (µs); ``ValueError`` (nothing changed) when it
+        has none. No change report: see :meth:`update`."""
+        if type(timestamp) is not int:
+            timestamp = _timestamp(timestamp)
+        counts = self._counts
+        n = counts.get(timestamp, 0)
+        if n > 1:
+            counts[timestamp] = n - 1
+        elif n == 1:
+            del counts[timestamp]  # the heap entry goes stale; min() drops it lazily
+        else:
+            self._apply(timestamp, -1)  # raises, naming the timestamp (or its type)
+
+    def move(self, old: int, new: int) -> None:
+        """Move one count from ``old`` to ``new`` (µs): a hold that moved. Both or
+        neither: a bad ``new`` or an ``old`` with no count raises with nothing changed."""
+        if type(new) is not int:
+            new = _timestamp(new)
+        self.retract(old)
+        self.add(new)
 
     def update_iter(self, updates: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
         """Apply every ``(timestamp, delta)`` as one step; return the frontier's changes.
@@ -127,9 +172,7 @@ class Frontier:
 
     def _apply(self, timestamp: int, delta: int) -> None:
         if type(timestamp) is not int:
-            if isinstance(timestamp, bool) or not hasattr(timestamp, "__index__"):
-                raise TypeError(f"timestamp must be an int (µs), got {timestamp!r}")
-            timestamp = int(timestamp)  # numpy integers
+            timestamp = _timestamp(timestamp)
         counts = self._counts
         n = counts.get(timestamp, 0) + delta
         if n > 0:
@@ -147,8 +190,19 @@ class Frontier:
         # timestamp before that pushes a duplicate, which min() tolerates. Bound the
         # heap so a churn of add/remove at the same times cannot grow it without limit.
         if len(self._heap) > 2 * len(counts) + 64:
-            self._heap = list(counts)
-            heapq.heapify(self._heap)
+            self._compact()
+
+    def _compact(self) -> None:
+        self._heap = list(self._counts)
+        heapq.heapify(self._heap)
+
+
+def _timestamp(timestamp: object) -> int:
+    """A frontier timestamp that is not a plain ``int``: a numpy integer becomes one;
+    anything else (``bool`` included) is a ``TypeError``."""
+    if isinstance(timestamp, bool) or not hasattr(timestamp, "__index__"):
+        raise TypeError(f"timestamp must be an int (µs), got {timestamp!r}")
+    return int(timestamp)
 
 
 class IndexedMinHeap:

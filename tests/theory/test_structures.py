@@ -99,3 +99,69 @@ def test_churn_does_not_grow_the_heap_without_bound() -> None:
         f.update(i % 7 + 1, -1)
     assert f.min() == 0
     assert len(f._heap) <= 2 * len(f) + 64 + 1
+
+
+OPS = st.lists(
+    st.tuples(st.sampled_from(["add", "retract", "move"]), st.integers(-5, 5), st.integers(-5, 5)),
+    max_size=80,
+)
+
+
+@given(OPS)
+def test_cheap_path_add_retract_move_against_a_counter(ops: list[tuple[str, int, int]]) -> None:
+    """add/retract/move (no change report) keep the same multiset as update would."""
+    f, mirror = Frontier(), Frontier()
+    counts: Counter[int] = Counter()
+    for op, t, u in ops:
+        if op == "add":
+            f.add(t)
+            mirror.update(t, 1)
+            counts[t] += 1
+        elif counts[t] == 0:  # retract or move from a timestamp with no count
+            with pytest.raises(ValueError, match="below zero"):
+                f.retract(t) if op == "retract" else f.move(t, u)
+        elif op == "retract":
+            f.retract(t)
+            mirror.update(t, -1)
+            counts[t] -= 1
+        else:
+            f.move(t, u)
+            mirror.update_iter([(t, -1), (u, 1)])
+            counts[t] -= 1
+            counts[u] += 1
+        expected = brute_min(counts)
+        assert f.min(default=10**9) == (10**9 if expected is None else expected)
+        assert f.min(default=10**9) == mirror.min(default=10**9)
+        assert len(f) == sum(1 for c in counts.values() if c > 0)
+        for x in range(-5, 6):
+            assert f.count(x) == counts[x]
+
+
+def test_cheap_path_types_and_atomic_move() -> None:
+    f = Frontier()
+    f.add(np.int64(7))
+    assert f.min() == 7 and type(f.min()) is int
+    for bad in (7.0, "7", True, None):
+        with pytest.raises(TypeError, match="timestamp must be an int"):
+            f.add(bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="timestamp must be an int"):
+            f.retract(bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="timestamp must be an int"):
+            f.move(7, bad)  # type: ignore[arg-type]
+    assert f.count(7) == 1 and len(f) == 1  # the failed moves took nothing from 7
+    with pytest.raises(ValueError, match="timestamp 3: count would go below zero"):
+        f.move(3, 1)
+    assert f.min() == 7 and 1 not in f
+    f.retract(np.int64(7))
+    assert not f
+
+
+def test_cheap_path_churn_does_not_grow_the_heap_without_bound() -> None:
+    f = Frontier([0])
+    for i in range(10_000):
+        f.add(i % 7 + 1)
+        f.retract(i % 7 + 1)
+        f.move(0, i % 5)
+        f.move(i % 5, 0)
+    assert f.min() == 0
+    assert len(f._heap) <= 2 * len(f) + 64 + 1

@@ -172,14 +172,15 @@ class _StageHolds:
         old = self.values.get(component)
         if old == value:
             return
-        moves = []
-        if old is not None:
+        if value is None:  # a release (old is not None, since it differs)
+            self.frontier.retract(old)  # type: ignore[arg-type]
             del self.values[component]
-            moves.append((old, -1))
-        if value is not None:
-            self.values[component] = value
-            moves.append((value, 1))
-        self.frontier.update_iter(moves)
+            return
+        if old is None:
+            self.frontier.add(value)
+        else:
+            self.frontier.move(old, value)
+        self.values[component] = value
 
     def min(self) -> int:
         return self.frontier.min(default=MAX_TIMESTAMP)

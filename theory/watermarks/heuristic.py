@@ -219,7 +219,10 @@ class DynamicPartitionsWatermark(LatchedWatermark):
         part = int(partition)
         self._expire(a - 1, evaluate=True)  # idle instants before ``a`` come first
         old = self._latest.get(part)
-        self._holds.update_iter(((old, -1), (e, 1)) if old is not None else ((e, 1),))
+        if old is None:
+            self._holds.add(e)
+        else:
+            self._holds.move(old, e)
         self._latest[part] = e
         self._arrived[part] = a
         if self.idle_timeout is not None and a + self.idle_timeout + 1 <= MAX_TIMESTAMP:
@@ -254,5 +257,5 @@ class DynamicPartitionsWatermark(LatchedWatermark):
         assert self.idle_timeout is not None
         if part not in self._latest or self._arrived[part] + self.idle_timeout + 1 != instant:
             return False
-        self._holds.update(self._latest.pop(part), -1)
+        self._holds.retract(self._latest.pop(part))
         return True

@@ -92,14 +92,14 @@ def _frontier_sweep(
     arrived = np.searchsorted(a, times, side="right").tolist()
     departed = np.searchsorted(d[by_depart], times, side="right").tolist()
     holds = Frontier()
-    update = holds.update
+    add, retract = holds.add, holds.retract
     values: list[int] = []
     ia = idp = 0
     for ea, ed in zip(arrived, departed, strict=True):
         for x in taken[ia:ea]:
-            update(x, 1)
+            add(x)
         for x in released[idp:ed]:
-            update(x, -1)
+            retract(x)
         ia, idp = ea, ed
         values.append(holds.min(MAX_TIMESTAMP))
     return np.array(values, dtype=np.int64)

@@ -259,6 +259,8 @@ class StaticPartitionsWatermark(LatchedWatermark):
             )
         self._check_arrival(arrival_time)
         self._cursor[part] = c + 1
-        move = ((e, -1), (int(log[c + 1]), 1)) if c + 1 < log.size else ((e, -1),)
-        self._heads.update_iter(move)
+        if c + 1 < log.size:
+            self._heads.move(e, int(log[c + 1]))
+        else:
+            self._heads.retract(e)
         self._latch(self._heads.min(MAX_TIMESTAMP))
