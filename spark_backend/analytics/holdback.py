@@ -7,9 +7,10 @@ partition *holding the watermark back* at ``t`` is the argmin (ties: the smalles
 Over ``[first arrival, last arrival)`` it is held for the total processing time
 reported, in runs. Times are µs.
 
-Each bucket finds its runs in numpy given its carry (the smallest ``(event_time,
-holder)`` arriving in later buckets, and the next bucket's first arrival); runs that
-touch a bucket's edges are joined across buckets on the driver.
+Each bucket finds its runs with :func:`theory.watermarks.holdback.holder_runs` given its
+carry (the smallest ``(event_time, holder)`` arriving in later buckets, and the next
+bucket's first arrival); runs that touch a bucket's edges are joined across buckets on
+the driver.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from pyspark.sql import types as T
 from spark_backend.analytics.frames import concat_batches, python_scalar, to_pandas
 from spark_backend.analytics.layout import ArrivalLayout, prepare
 from theory.watermarks.buckets import equal_runs
+from theory.watermarks.holdback import holder_runs
 
 __all__ = ["holdback"]
 
-_Runs = tuple[list[Any], list[int], list[int]]  # holders, starts, ends
 _COLUMNS = ["holder", "held_us", "held_fraction", "runs", "longest_run_us", "longest_run_start"]
 
 
@@ -132,7 +133,7 @@ def _bucket_runs(lay: ArrivalLayout, by: str) -> DataFrame:
             hv = main.column(by).to_numpy(zero_copy_only=False)
             if hv.dtype.kind not in "iu":
                 hv = hv.astype(object)
-            hs, st, en = _holdback_bucket(
+            hs, st, en = holder_runs(
                 main.column("arrival_time").to_numpy(),
                 main.column("event_time").to_numpy(),
                 hv,
@@ -186,61 +187,6 @@ def _split_buckets(t: pa.Table) -> Iterator[tuple[int, pa.Table]]:
         if a.size > 1 and not bool(np.all(a[1:] >= a[:-1])):
             main = main.take(pa.array(np.argsort(a)))
         yield int(j), main
-
-
-def _holdback_bucket(
-    a: np.ndarray,
-    e: np.ndarray,
-    h: np.ndarray,
-    carry: tuple[int, Any] | None,
-    next_arrival: int | None,
-) -> _Runs:
-    """Runs ``(holder, start, end)`` of one bucket: who holds the perfect watermark back
-    over each interval between consecutive arrival times (see the module docstring)."""
-    times, _, ends = equal_runs(a)
-    if a.size == 0:
-        return [], [], []
-    holder, known = _holders_after_each_arrival(e, h, ends, carry)
-    stop = np.empty(times.size, dtype=np.int64)
-    stop[:-1] = times[1:]
-    if next_arrival is None:
-        known[-1] = False  # after the last arrival nothing is left: no holder
-        stop[-1] = times[-1]
-    else:
-        stop[-1] = next_arrival
-    sel = np.flatnonzero(known)
-    if sel.size == 0:
-        return [], [], []
-    hs, st, en = holder[sel], times[sel], stop[sel]
-    brk = np.flatnonzero(np.asarray(hs[1:] != hs[:-1], dtype=bool) | (st[1:] != en[:-1])) + 1
-    rs = np.concatenate(([0], brk))
-    re_ = np.concatenate((brk, [sel.size]))
-    return hs[rs].tolist(), st[rs].tolist(), en[re_ - 1].tolist()
-
-
-def _holders_after_each_arrival(
-    e: np.ndarray, h: np.ndarray, ends: np.ndarray, carry: tuple[int, Any] | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """The holder of the smallest ``(event_time, holder)`` arriving after each arrival
-    time (this bucket's later rows or the carry), and whether there is one."""
-    m = e.size
-    order = np.lexsort((h, e))
-    rank = np.empty(m, dtype=np.int64)
-    rank[order] = np.arange(m)
-    best = np.minimum.accumulate(rank[::-1])[::-1]  # rank of the (e, h)-min of rows i..
-    idx = np.append(best, m)[ends]  # m = "no local row"
-    has_local = idx < m
-    safe = np.where(has_local, idx, 0)
-    le, lh = e[order[safe]], h[order[safe]]
-    holder = np.empty(ends.size, dtype=object if h.dtype == object else h.dtype)
-    known = has_local.copy()
-    holder[has_local] = lh[has_local]
-    if carry is not None:
-        ce, ch = carry
-        use_carry = ~has_local | (ce < le) | ((ce == le) & np.asarray(ch < lh, dtype=bool))
-        holder[use_carry] = ch
-        known |= use_carry
-    return holder, known
 
 
 # --------------------------------------------------------------------------- totals

@@ -12,6 +12,12 @@
 ``percentile_source``    the percentile watermark at the source (the backlog)
 ``spec``                 the spec grammar (``bounded:30s``, ``percentile:0.9``, ...)
 ``holds``                the in-flight minimum of a stage's output buffer
+``holdback``             which partition holds the static-partitions perfect watermark
+                         back, as runs over processing time
+``buckets``              one arrival-time bucket of a trace and its carry (the parallel
+                         scan that Spark's analytics run per bucket)
+``bucket_curves``        the source watermark curves of one bucket, given its carry
+``backlog``              a bucket's source backlog and its percentile values
 =======================  ==============================================================
 
 Conventions of the source watermarks (all times int µs, DESIGN.md "Time" and "Source
