@@ -68,6 +68,26 @@ def test_source_regressions_are_latched_and_counted():
     assert t.regressions["a"] == 1
 
 
+def test_a_hold_below_the_latched_output_counts_once_not_per_apply():
+    """The latch rule of theory.watermarks.latch (``Latch._latch_estimate``): a computed
+    output below the latched one counts when it is a new value, not again each time an
+    unrelated change re-evaluates the same state."""
+    t = WatermarkTracker(diamond())
+    t.apply({"a": 100, "b": 100})
+    assert t.output_watermark("c") == 100
+    t.set_hold("c", "state:pending", 40)  # too late: below the output, latched away
+    assert t.output_watermark("c") == 100 and t.regressions["c"] == 1
+    for w in range(101, 106):  # other stages move; c's computed output is still 40
+        t.set_source_watermark("a", w)
+    assert t.regressions["c"] == 1
+    t.set_hold("c", "state:pending", 30)  # a new, lower value: a second regression
+    assert t.regressions["c"] == 2
+    t.set_hold("c", "state:pending", None)
+    t.apply({"a": 200, "b": 200})
+    assert t.output_watermark("c") == 200 and t.regressions["c"] == 2
+    assert t.regressions["a"] == t.regressions["b"] == 0
+
+
 def test_not_a_source():
     with pytest.raises(GraphError, match="not a source"):
         WatermarkTracker(diamond()).set_source_watermark("c", 1)

@@ -17,6 +17,7 @@ from enum import Enum
 from theory.columns import check_timestamp
 from theory.structures import Frontier
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
+from theory.watermarks.latch import Latch
 
 
 class HoldKind(Enum):
@@ -202,7 +203,20 @@ class WatermarkTracker:
         self._holds: dict[str, _StageHolds] = {s: _StageHolds() for s in graph.order}
         self._input: dict[str, int] = {s: MIN_TIMESTAMP for s in graph.order}
         self._output: dict[str, int] = {s: MIN_TIMESTAMP for s in graph.order}
-        self.regressions: dict[str, int] = {s: 0 for s in graph.order}
+        self._output_latch: dict[str, Latch] = {s: Latch() for s in graph.order}
+        self._source_regressions: dict[str, int] = {s: 0 for s in graph.sources()}
+
+    @property
+    def regressions(self) -> dict[str, int]:
+        """Per stage, how often a computed watermark was below the latched one: a source's
+        source watermark set lower than before (each time), plus the computed output
+        (input and holds) below the latched output, counted when it is a new value
+        (``Latch._latch_estimate``: an unrelated change that re-evaluates the same state
+        does not count again)."""
+        return {
+            s: self._source_regressions.get(s, 0) + latch.regressions
+            for s, latch in self._output_latch.items()
+        }
 
     def set_source_watermark(self, source: str, watermark: int) -> None:
         """Set a source's source watermark (µs). A lower value than before is latched away."""
@@ -235,7 +249,7 @@ class WatermarkTracker:
         for source, watermark in sources.items():
             if watermark < self._source[source]:
                 # A source watermark is monotonic: keep the old one, count the regression.
-                self.regressions[source] += 1
+                self._source_regressions[source] += 1
             else:
                 self._source[source] = watermark
         for stage, component, value in changes:
@@ -277,10 +291,9 @@ class WatermarkTracker:
             computed_in = min(self._output[u] for u in ups) if ups else self._source[stage]
             self._input[stage] = max(self._input[stage], computed_in)
             computed_out = min(self._input[stage], self._holds[stage].min())
-            if computed_out < self._output[stage]:
-                # A hold below the latched output cannot pull it back; count it.
-                self.regressions[stage] += 1
-            self._output[stage] = max(self._output[stage], computed_out)
+            # A hold below the latched output cannot pull it back: latched away, and
+            # counted once per new value (the latch rule of theory.watermarks.latch).
+            self._output[stage] = self._output_latch[stage]._latch_estimate(computed_out)
 
     def why(self, stage: str) -> Explanation:
         """Name the component that holds ``stage``'s output watermark, following the
