@@ -86,3 +86,26 @@ def test_public_api_resolves_every_name_and_shadows_no_subpackage() -> None:
         assert getattr(theory, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = theory.nope  # type: ignore[attr-defined]
+
+
+def test_the_package_maps_name_every_module() -> None:
+    """A newcomer finds every concept from ``theory``'s docstring: it names each module
+    and subpackage of theory, and each subpackage's docstring names its modules."""
+    import importlib
+    import pkgutil
+
+    import theory
+
+    unmapped = [
+        m.name for m in pkgutil.iter_modules(theory.__path__)
+        if f"``theory.{m.name}``" not in (theory.__doc__ or "")
+    ]
+    for m in pkgutil.iter_modules(theory.__path__):
+        if m.ispkg:
+            package = importlib.import_module(f"theory.{m.name}")
+            unmapped += [
+                f"{m.name}.{sub.name}" for sub in pkgutil.iter_modules(package.__path__)
+                if f"``{sub.name}``" not in (package.__doc__ or "")
+                and f"``theory.{m.name}.{sub.name}``" not in (package.__doc__ or "")
+            ]
+    assert unmapped == []

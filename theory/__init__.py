@@ -29,7 +29,7 @@ package, one idea a folder:
                             idleness, alignment, window operators, the valve
 ``theory.dataflow``         the dataflow profile: central aggregator, Pub/Sub estimator
                             and its simulation
-``theory.experiments``      trade-off, propagation, cross-system comparison
+``theory.experiments``      trade-off, propagation
 ==========================  ===========================================================
 """
 

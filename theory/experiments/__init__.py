@@ -1,4 +1,12 @@
-"""Experiments that run several strategies or designs on one workload and tabulate them."""
+"""Experiments that run several strategies or designs on one workload and tabulate them.
+
+==========================  ===========================================================
+``tradeoff``                latency against completeness of watermark strategies on one
+                            trace (``tradeoff``)
+``propagation``             in-band (Flink) against out-of-band (Dataflow) watermark
+                            propagation on one workload
+==========================  ===========================================================
+"""
 
 from theory.experiments.tradeoff import DEFAULT_STRATEGIES, Strategy, TradeoffResult, tradeoff
 
