@@ -85,6 +85,14 @@ def test_bench_spark_analytics() -> None:
     assert row is not None and row.group(1) == "True"  # Spark's curves == numpy's
 
 
+def test_bench_frontier() -> None:
+    """Each pattern's three structures agree (the script fails otherwise)."""
+    out = run("frontier.py", "--ops", "3000", "--items", "8", "--repeats", "1")
+    rows = re.findall(r"^ *(move 8|lazy|down) +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+$", out,
+                      re.MULTILINE)
+    assert rows == ["move 8", "lazy", "down"], out
+
+
 def _bench_module(name: str) -> Any:
     spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     assert spec is not None and spec.loader is not None
