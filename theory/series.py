@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -61,17 +62,17 @@ class StepSeries:
 
     def at(self, t: np.ndarray | int) -> np.ndarray:
         """Values at processing times ``t`` (array or scalar), as int64."""
-        q = np.asarray(t, dtype=np.int64)
-        idx = np.searchsorted(self.times, q, side="right") - 1
-        out = np.where(
-            idx >= 0, self.values[np.maximum(idx, 0)] if self.values.size else 0, self.initial
-        )
-        return out.astype(np.int64)
+        return self._lookup(t, "right")
 
     def before(self, t: np.ndarray | int) -> np.ndarray:
         """Values just before ``t``: changes at exactly ``t`` are not yet visible."""
+        return self._lookup(t, "left")
+
+    def _lookup(self, t: np.ndarray | int, side: Literal["left", "right"]) -> np.ndarray:
+        """The value of the last step at or before ``t`` (``side="right"``) or strictly
+        before it (``"left"``), ``initial`` before the first step; int64."""
         q = np.asarray(t, dtype=np.int64)
-        idx = np.searchsorted(self.times, q, side="left") - 1
+        idx = np.searchsorted(self.times, q, side=side) - 1
         out = np.where(
             idx >= 0, self.values[np.maximum(idx, 0)] if self.values.size else 0, self.initial
         )
