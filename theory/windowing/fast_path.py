@@ -85,6 +85,9 @@ def run_fast(evs: tuple[Event, ...], strategy: WindowingStrategy) -> ScriptResul
     if scan is None:
         return Refusal.EVENT_TYPE
     rows = _rows(scan, strategy)
+    # the element tuples are in rows now: drop the scan's list of them, or the garbage
+    # collector walks it at every full collection while the panes are built
+    scan = scan._replace(elements=[])
     if isinstance(rows, Refusal):
         return rows
     batches = _batches(rows, isinstance(strategy.trigger, AfterWatermark))
