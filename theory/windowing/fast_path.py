@@ -46,7 +46,7 @@ from theory.windowing.strategy import AccumulationMode, TimestampCombiner, Windo
 from theory.windowing.triggers import AfterWatermark
 from theory.windowing.windows import GLOBAL_WINDOW, GlobalWindows, trusted_interval_window
 
-__all__ = ["Refusal", "run_fast", "strategy_refusal"]
+__all__ = ["Refusal", "build_panes", "run_fast", "strategy_refusal"]
 
 
 class Refusal(StrEnum):
@@ -61,6 +61,8 @@ class Refusal(StrEnum):
     NEVER_FIRES = "a window ending past MAX_TIMESTAMP never fires"
     HELD_LATE_PANE = "a late pane while the output watermark is held at or before its window"
     OLD_ELEMENT_HOLDS = "an element older than the input watermark still adds a hold"
+    LATE_SESSION_DATA = "late data for a session (a part of it may have fired already)"
+    SPLIT_SESSION_BATCH = "under OUTPUT_AT_LATEST, a batch over parts of a session not yet joined"
 
 
 def strategy_refusal(strategy: WindowingStrategy) -> Refusal | None:
@@ -508,22 +510,49 @@ _TIMING = (Timing.ON_TIME, Timing.LATE)
 
 
 def _build_panes(rows: _Rows, columns: _PaneColumns, strategy: WindowingStrategy) -> list[Pane]:
-    """The :class:`Pane` tuples, column by column (no per-pane Python call but tuple's)."""
-    keys = map(rows.keys.__getitem__, rows.key[rows.g_first][columns.group].tolist())
-    windows = _pane_windows(rows, columns.group, strategy.window_fn)
-    grouped_values = rows.values[rows.element]  # each pane's values: a slice of these
-    slices = map(grouped_values.__getitem__, map(slice, columns.lo.tolist(), columns.hi.tolist()))
+    """The panes of the non-merging path: every pane ON_TIME (index 0) or LATE."""
+    index = columns.pane_index
+    return build_panes(
+        map(rows.keys.__getitem__, rows.key[rows.g_first][columns.group].tolist()),
+        _pane_windows(rows, columns.group, strategy.window_fn),
+        rows.values[rows.element],
+        columns.lo,
+        columns.hi,
+        columns.timestamp,
+        map(_TIMING.__getitem__, columns.late),
+        index,
+        isinstance(strategy.trigger, AfterWatermark),  # is_last: the trigger finishes
+        index,  # nonspeculative index: no pane is EARLY
+    )
+
+
+def build_panes(
+    keys: Iterable[Hashable],
+    windows: Iterable[Any],
+    grouped_values: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    timestamp: np.ndarray,
+    timing: Iterable[Timing],
+    index: np.ndarray,
+    is_last: bool,
+    nonspeculative_index: np.ndarray | None = None,
+) -> list[Pane]:
+    """:class:`Pane` tuples column by column (no per-pane Python call but tuple's): pane
+    i has values ``grouped_values[lo[i]:hi[i]]``, timestamp µs, pane index ``index[i]``
+    (also the non-speculative index unless given), ``is_first`` where that index is 0."""
+    slices = map(grouped_values.__getitem__, map(slice, lo.tolist(), hi.tolist()))
     values = map(tuple, map(np.ndarray.tolist, slices))
-    index = columns.pane_index.tolist()
+    idx = index.tolist()
     fields = zip(
         keys,
         windows,
         values,
-        columns.timestamp.tolist(),
-        map(_TIMING.__getitem__, columns.late),
-        index,
-        index,  # nonspeculative index: no pane is EARLY
-        (columns.pane_index == 0).tolist(),
-        repeat(isinstance(strategy.trigger, AfterWatermark)),  # is_last: the trigger finishes
+        timestamp.tolist(),
+        timing,
+        idx,
+        idx if nonspeculative_index is None else nonspeculative_index.tolist(),
+        (index == 0).tolist(),
+        repeat(is_last),
     )
     return list(map(_new_tuple, repeat(Pane), fields))

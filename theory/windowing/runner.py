@@ -10,6 +10,7 @@ is only a matter of speed. All times are µs.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
+from dataclasses import replace
 from itertools import chain
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -26,6 +27,7 @@ from theory.windowing.script import (
     ScriptResult,
     WatermarkEvent,
 )
+from theory.windowing.session_path import run_sessions
 from theory.windowing.strategy import WindowingStrategy
 from theory.windowing.triggers import REAL_TIME
 
@@ -44,18 +46,23 @@ def run_script(
     ``to_infinity`` ends the script with the watermark at ``MAX_TIMESTAMP`` (a TestStream
     always does; the final entry of the watermark arrays is that step).
 
-    With ``fast`` (default), scripts under DefaultTrigger or AfterWatermark() on
-    non-merging windows go through a vectorised path that gives the same result as the
-    incremental engine (tested); it falls back to the engine where it does not model the
-    script (:func:`theory.windowing.fast_path.run_fast` returns the
-    :class:`~theory.windowing.fast_path.Refusal` saying why).
+    With ``fast`` (default), scripts under DefaultTrigger or AfterWatermark() go through
+    a vectorised path that gives the same result as the incremental engine (tested):
+    :func:`theory.windowing.fast_path.run_fast` for non-merging windows,
+    :func:`theory.windowing.session_path.run_sessions` for sessions. It falls back to the
+    engine where it does not model the script; ``result.path`` says which ran and
+    ``result.refusal`` why the vectorised one did not (a
+    :class:`~theory.windowing.fast_path.Refusal`).
     """
     evs = events.events if isinstance(events, Script) else Script(list(events)).events
+    refusal: str | None = None
     if fast and to_infinity:
-        result = run_fast(evs, strategy)
+        merging = getattr(strategy.window_fn, "is_merging", False)
+        result = (run_sessions if merging else run_fast)(evs, strategy)
         if isinstance(result, ScriptResult):
-            return result
-    return _run_incremental(evs, strategy, to_infinity)
+            return replace(result, path="vectorised")
+        refusal = str(result)
+    return replace(_run_incremental(evs, strategy, to_infinity), refusal=refusal)
 
 
 class _Rows(NamedTuple):

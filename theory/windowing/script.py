@@ -119,3 +119,7 @@ class ScriptResult:
     stalled: bool = False
     #: Processing-time timers still set at the end (with ``stalled``, Beam never finishes).
     pending_processing_timers: int = 0
+    #: Which path ran the script: "vectorised" or "incremental" (see ``refusal``).
+    path: str = "incremental"
+    #: Why the vectorised path did not run it (a ``fast_path.Refusal`` text), if it did not.
+    refusal: str | None = None

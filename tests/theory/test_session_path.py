@@ -1,0 +1,149 @@
+"""The vectorised session path against the incremental engine: every pane (values as
+multisets), watermark series, drops and stall flags, on drawn and seeded scripts; and
+its refusals, each leaving the script to the engine. Times are µs."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from theory.windowing.fast_path import Refusal
+from theory.windowing.runner import run_script
+from theory.windowing.script import (
+    ElementEvent,
+    Event,
+    ProcessingTimeEvent,
+    Script,
+    WatermarkEvent,
+)
+from theory.windowing.session_path import run_sessions
+from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
+from theory.windowing.triggers import AfterCount, AfterWatermark, DefaultTrigger
+from theory.windowing.windows import Sessions
+
+
+def _canon(result):
+    return sorted(
+        (int(ev), repr(p.key), p.window.start, p.window.end, tuple(sorted(p.values)), p[3:])
+        for p, ev in zip(result.panes, result.pane_event, strict=True)
+    )
+
+
+def assert_same(fast, slow):
+    assert fast.path == "vectorised", fast.refusal
+    assert slow.path == "incremental"
+    assert _canon(fast) == _canon(slow)
+    for series in ("processing_time", "input_watermark", "output_watermark"):
+        assert np.array_equal(getattr(fast, series), getattr(slow, series)), series
+    assert (fast.dropped, fast.late_elements, fast.stalled, fast.pending_processing_timers) == (
+        slow.dropped,
+        slow.late_elements,
+        slow.stalled,
+        slow.pending_processing_timers,
+    )
+
+
+def _script(ops):
+    """Element batches drawn around the watermark (a negative offset is late data, which
+    the path refuses), watermark steps, processing-time steps."""
+    events: list[Event] = []
+    value = wm = 0
+    for op, arg in ops:
+        if op == "el":
+            events.append(ElementEvent([(k, value + i, wm + d) for i, (k, d) in enumerate(arg)]))
+            value += len(arg)
+        elif op == "wm":
+            wm += arg
+            events.append(WatermarkEvent(wm))
+        else:
+            events.append(ProcessingTimeEvent(arg))
+    return events
+
+
+def ops(late):
+    return st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("el"),
+                st.lists(
+                    st.tuples(st.sampled_from("abc"), st.integers(-8 if late else 0, 40)),
+                    min_size=1,
+                    max_size=5,
+                ),
+            ),
+            st.tuples(st.just("wm"), st.integers(0, 15)),
+            st.tuples(st.just("pt"), st.integers(1, 5)),
+        ),
+        max_size=30,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.booleans().flatmap(ops),
+    st.integers(1, 12),
+    st.sampled_from([DefaultTrigger(), AfterWatermark()]),
+    st.sampled_from(list(AccumulationMode)),
+    st.sampled_from(list(TimestampCombiner)),
+    st.integers(0, 20),
+)
+def test_session_path_equals_incremental_engine(ops, gap, trigger, mode, combiner, lateness):
+    strat = WindowingStrategy(
+        Sessions(gap), trigger, mode, lateness, combiner, allow_unsafe_triggers=True
+    )
+    events = _script(ops)
+    fast = run_script(events, strat)
+    slow = run_script(events, strat, fast=False)
+    if fast.path == "vectorised":
+        assert_same(fast, slow)
+    else:  # refused: late data, or a split batch under LATEST; the engine ran it
+        assert fast.refusal in (Refusal.LATE_SESSION_DATA, Refusal.SPLIT_SESSION_BATCH)
+        assert _canon(fast) == _canon(slow)
+
+
+def _seeded(n, seed, keys=20):
+    """Out-of-order arrivals of session-like bursts; the watermark is the smallest
+    timestamp still to come (perfect), so nothing is late."""
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.integers(0, n * 50, n))
+    arrival = ts + rng.exponential(200, n).astype(np.int64)
+    order = np.argsort(arrival, kind="stable")
+    ts, key = ts[order], rng.integers(0, keys, n)
+    pending_min = np.minimum.accumulate(ts[::-1])[::-1]
+    events: list[Event] = []
+    i = 0
+    while i < n:
+        j = min(n, i + int(rng.integers(1, 6)))
+        events.append(ElementEvent([(int(key[r]), r, int(ts[r])) for r in range(i, j)]))
+        if j < n:
+            events.append(WatermarkEvent(int(pending_min[j])))
+        i = j
+    return Script(events)
+
+
+@pytest.mark.parametrize("combiner", list(TimestampCombiner))
+@pytest.mark.parametrize("seed", [1, 2])
+def test_session_path_seeded_differential(seed, combiner):
+    strat = WindowingStrategy(Sessions(120), AfterWatermark(), timestamp_combiner=combiner)
+    script = _seeded(3000, seed)
+    fast = run_script(script, strat)
+    if combiner is TimestampCombiner.OUTPUT_AT_LATEST and fast.path != "vectorised":
+        assert fast.refusal == Refusal.SPLIT_SESSION_BATCH
+        return
+    assert_same(fast, run_script(script, strat, fast=False))
+    assert len(fast.panes) > 50  # many sessions, many merges
+
+
+def test_session_path_refusals_leave_the_script_to_the_engine():
+    late: list[Event] = [
+        ElementEvent([("a", 0, 100)]),
+        WatermarkEvent(150),
+        ElementEvent([("a", 1, 120)]),
+    ]
+    strat = WindowingStrategy(Sessions(50))
+    assert run_sessions(Script(late).events, strat) is Refusal.LATE_SESSION_DATA
+    got = run_script(late, strat)
+    assert got.path == "incremental" and got.refusal == Refusal.LATE_SESSION_DATA
+    assert _canon(got) == _canon(run_script(late, strat, fast=False))
+    counted = WindowingStrategy(Sessions(50), AfterCount(1), allow_unsafe_triggers=True)
+    assert run_sessions(Script(late).events, counted) is Refusal.TRIGGER

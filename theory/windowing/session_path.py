@@ -1,0 +1,289 @@
+"""The vectorised path for session windows: a whole script at once, for watermark-only
+triggers (DefaultTrigger, a bare AfterWatermark()) on :class:`Sessions` under one of
+Beam's output-timestamp policies. All times are µs.
+
+The engine merges session windows batch by batch; what it outputs is a function of the
+final sessions and of the order in which their parts arrived:
+
+- **Final sessions** per key: the kept (unexpired) rows sorted by timestamp, cut where
+  two neighbours are ``gap`` or more apart (Beam merges strictly overlapping windows).
+  A session ``[start, end)`` fires once, ON_TIME, at the first watermark event reaching
+  ``end``, with all its rows, when no part of it can fire before it is whole. That holds
+  when no kept row is late (timestamp below the input watermark at its arrival): every
+  part a row joins then ends after the row's timestamp, so after the watermark. A late
+  row is refused (:attr:`Refusal.LATE_SESSION_DATA`), and the engine runs the script.
+- **Holds.** A session's smallest hold is the smallest over its batches, kept until it
+  fires. Under END_OF_WINDOW a batch holds at the end of the part it lands in: the
+  smallest such end is that of a *fresh* part, a run of one event's rows that overlaps
+  no earlier row (a part that grows only ends later). Under EARLIEST each row holds at its
+  timestamp (none is late, so none is too late to hold). Under LATEST a batch holds at
+  its latest timestamp: the path refuses a batch split over two parts that may or may not
+  be joined yet (:attr:`Refusal.SPLIT_SESSION_BATCH`).
+
+The output watermark is then ``min(input, smallest live hold - 1 µs)`` after every
+event (:func:`theory.windowing.fast_path._interval_min`). Values of a pane are its rows
+in arrival order; the engine's order follows its merges (both are the same multiset,
+and Beam's bundles keep no order either).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable
+from itertools import count, repeat
+from typing import NamedTuple
+
+import numpy as np
+
+from theory.windowing.engine import Timing
+from theory.windowing.fast_path import (
+    _KEY,
+    _TS,
+    _VALUE,
+    Refusal,
+    _before,
+    _expired,
+    _interval_min,
+    _records,
+    _run_starts,
+    _Scan,
+    _scan,
+    build_panes,
+)
+from theory.windowing.script import Event, ScriptResult
+from theory.windowing.strategy import TimestampCombiner, WindowingStrategy
+from theory.windowing.triggers import AfterWatermark
+from theory.windowing.windows import Sessions, trusted_interval_window
+
+__all__ = ["run_sessions", "sessions_refusal"]
+
+
+def sessions_refusal(strategy: WindowingStrategy) -> Refusal | None:
+    """Why this path cannot model ``strategy`` at all, or None when it may."""
+    if not strategy.trigger.watermark_only():
+        return Refusal.TRIGGER
+    if type(strategy.window_fn) is not Sessions:
+        return Refusal.MERGING
+    if not isinstance(strategy.timestamp_combiner, TimestampCombiner):
+        return Refusal.ELEMENT_POLICY
+    return None
+
+
+def run_sessions(evs: tuple[Event, ...], strategy: WindowingStrategy) -> ScriptResult | Refusal:
+    """The result of ``evs`` (ended by a watermark at ``MAX_TIMESTAMP``) under a Sessions
+    ``strategy``, identical to the incremental engine's (values as multisets), or why this
+    path does not model it."""
+    refusal = sessions_refusal(strategy)
+    if refusal is not None:
+        return refusal
+    scan = _scan(evs)
+    if scan is None:
+        return Refusal.EVENT_TYPE
+    rows = _session_rows(scan, strategy)
+    scan = scan._replace(elements=[])  # (the tuples are in rows now: see fast_path)
+    if isinstance(rows, Refusal):
+        return rows
+    policy = strategy.timestamp_combiner
+    assert isinstance(policy, TimestampCombiner)  # (sessions_refusal checked it)
+    holds = _holds(rows, policy, strategy.window_fn.gap)  # type: ignore[attr-defined]
+    if isinstance(holds, Refusal):
+        return holds
+    lo, hi, value = holds
+    ow_after = np.minimum(scan.iw_after, _interval_min(scan.iw_after.size, lo, hi, value))
+    return _result(scan, rows, ow_after, strategy, policy)
+
+
+class _SessionRows(NamedTuple):
+    """The kept rows sorted by (key, timestamp, arrival), with their sessions."""
+
+    ts: np.ndarray  # per row: timestamp
+    event: np.ndarray  # per row: the event it arrived with
+    element: np.ndarray  # per row: the element's index (arrival order)
+    sess: np.ndarray  # per row: its session (sessions numbered in row order)
+    s_first: np.ndarray  # per session: its first row
+    s_start: np.ndarray  # per session: window bounds
+    s_end: np.ndarray
+    s_fire: np.ndarray  # per session: the watermark event at which it fires
+    s_key: np.ndarray  # per session: the key's code
+    keys: list[Hashable]
+    values: np.ndarray  # per element
+    n_expired: int
+
+
+def _session_rows(scan: _Scan, strategy: WindowingStrategy) -> _SessionRows | Refusal:
+    """Drop the expired rows, refuse late ones, and cut the rest into sessions."""
+    flat = scan.elements
+    n = len(flat)
+    ts_el = np.fromiter(map(_TS, flat), np.int64, n)
+    gap = strategy.window_fn.gap  # type: ignore[attr-defined]
+    try:
+        strategy.window_fn.assign_array(ts_el)  # type: ignore[attr-defined]  # (bounds)
+    except OverflowError:
+        return Refusal.OVERFLOW
+    index: defaultdict[Hashable, int] = defaultdict(count().__next__)
+    try:
+        key_el = np.fromiter(map(index.__getitem__, map(_KEY, flat)), np.int64, n)
+    except TypeError:
+        return Refusal.UNHASHABLE_KEY
+    values_el = np.fromiter(map(_VALUE, flat), object, n)
+    event_el = scan.element_event
+    iw_el = _before(scan.iw_after)[event_el]
+    expired = _expired(iw_el, ts_el + gap, strategy.allowed_lateness)
+    kept = np.flatnonzero(~expired)
+    if np.any(ts_el[kept] < iw_el[kept]):
+        return Refusal.LATE_SESSION_DATA
+    order = kept[np.lexsort((ts_el[kept], key_el[kept]))]  # stable: arrival order in ties
+    ts, key = ts_el[order], key_el[order]
+    new = _run_starts(key)
+    if ts.size:
+        new[1:] |= ts[1:] >= ts[:-1] + gap  # (no overflow: ts + gap fits, see assign_array)
+    s_first = np.flatnonzero(new)
+    s_last = _run_ends(s_first, ts.size) - 1
+    s_end = ts[s_last] + gap
+    s_fire = np.searchsorted(scan.iw_after, s_end, side="left")
+    if np.any(s_fire >= scan.iw_after.size):
+        return Refusal.NEVER_FIRES
+    return _SessionRows(
+        ts, event_el[order], order, np.cumsum(new) - 1, s_first, ts[s_first], s_end, s_fire,
+        key[s_first], list(index), values_el, int(expired.sum()),
+    )  # fmt: skip
+
+
+def _run_ends(first: np.ndarray, n: int) -> np.ndarray:
+    """One past the last row of each run, given each run's first row (of ``n`` rows)."""
+    return np.append(first[1:], n) if first.size else first
+
+
+# ----------------------------------------------------------------------------- holds
+
+
+def _holds(
+    rows: _SessionRows, policy: TimestampCombiner, gap: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | Refusal:
+    """The holds as event intervals ``[lo, hi]`` with their value (hold - 1 µs): each from
+    its batch's event until the event before its session fires."""
+    until = rows.s_fire[rows.sess] - 1
+    if policy is TimestampCombiner.OUTPUT_AT_EOW:
+        first, last, fresh = _fresh_parts(rows, gap)
+        hold = rows.ts[last][fresh] + (gap - 1)  # the part's max_timestamp
+        return rows.event[first][fresh], until[first][fresh], hold - 1
+    # in (session, arrival) order, so that a session's holds come by rising event
+    by_arrival = np.lexsort((rows.element, rows.sess))
+    sess, event, ts = rows.sess[by_arrival], rows.event[by_arrival], rows.ts[by_arrival]
+    if policy is TimestampCombiner.OUTPUT_AT_LATEST:
+        first, last, _ = _fresh_parts(rows, gap)
+        batch = _run_starts(sess, event)
+        if np.count_nonzero(batch) != first.size:
+            return Refusal.SPLIT_SESSION_BATCH  # a batch in two parts: one hold or two?
+        starts = np.flatnonzero(batch)
+        sess, event = sess[starts], event[starts]
+        ts = np.maximum.reduceat(ts, starts) if ts.size else ts
+    keep = _records(sess, ts)
+    return event[keep], rows.s_fire[sess[keep]] - 1, ts[keep] - 1
+
+
+def _fresh_parts(rows: _SessionRows, gap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The parts one event's rows form within a session (runs of them less than ``gap``
+    apart): each part's first and last row, and whether it is *fresh* (no earlier row's
+    window overlaps it, so it is a new window when it arrives)."""
+    by_event = np.lexsort((rows.ts, rows.event, rows.sess))
+    sess, event, ts = rows.sess[by_event], rows.event[by_event], rows.ts[by_event]
+    new = _run_starts(sess, event)
+    if ts.size:
+        new[1:] |= ts[1:] >= ts[:-1] + gap
+    starts = np.flatnonzero(new)
+    first = by_event[starts]
+    last = by_event[_run_ends(starts, ts.size) - 1]
+    # the rows whose windows overlap the part (start, end): timestamps in (start - gap, end)
+    part_sess = rows.sess[first]
+    lo = _search(rows.sess, rows.ts + gap, part_sess, rows.ts[first], "right")
+    hi = _search(rows.sess, rows.ts, part_sess, rows.ts[last] + gap, "left")
+    fresh = _range_min(rows.event, lo, hi) >= rows.event[first]
+    return first, last, fresh
+
+
+def _search(
+    seg: np.ndarray, vals: np.ndarray, q_seg: np.ndarray, q_vals: np.ndarray, side: str
+) -> np.ndarray:
+    """``np.searchsorted`` of ``(q_seg, q_vals)`` in the rows sorted by ``(seg, vals)``,
+    pairs compared in order (both columns ascending within a segment), as one lexsort."""
+    n, m = seg.size, q_seg.size
+    # on ties, "left" puts queries before rows, "right" after
+    kind = np.concatenate([np.ones(n, np.int8), np.zeros(m, np.int8)])
+    if side == "right":
+        kind = 1 - kind
+    order = np.lexsort((kind, np.concatenate([vals, q_vals]), np.concatenate([seg, q_seg])))
+    is_row = order < n
+    rows_before: np.ndarray = np.cumsum(is_row) - is_row
+    out = np.empty(m, np.int64)
+    out[order[~is_row] - n] = rows_before[~is_row]
+    return out
+
+
+def _range_min(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``min(a[lo[i]:hi[i]])`` for non-empty ranges: a sparse table built one level at a
+    time, each range answered at its level (two arrays alive at once)."""
+    out = np.empty(lo.size, a.dtype)
+    if lo.size == 0:
+        return out
+    level = np.frexp((hi - lo).astype(np.float64))[1] - 1  # floor(log2(length))
+    table = a
+    j = 0
+    while True:
+        at = np.flatnonzero(level == j)
+        if at.size:
+            out[at] = np.minimum(table[lo[at]], table[hi[at] - (1 << j)])
+        if not np.any(level > j):
+            return out
+        w = 1 << j
+        table = np.minimum(table[:-w], table[w:])
+        j += 1
+
+
+# ----------------------------------------------------------------------------- result
+
+
+def _result(
+    scan: _Scan,
+    rows: _SessionRows,
+    ow_after: np.ndarray,
+    strategy: WindowingStrategy,
+    policy: TimestampCombiner,
+) -> ScriptResult:
+    """One ON_TIME pane per session at its firing event, sessions in row order within an
+    event; the pane's values are its rows in arrival order."""
+    n_s = rows.s_first.size
+    if policy is TimestampCombiner.OUTPUT_AT_EARLIEST or (
+        policy is TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED
+    ):
+        stamp = rows.ts[rows.s_first]  # the session's smallest timestamp
+    elif policy is TimestampCombiner.OUTPUT_AT_LATEST:
+        stamp = rows.ts[_run_ends(rows.s_first, rows.ts.size) - 1]
+    else:
+        stamp = rows.s_end - 1
+    order = np.argsort(rows.s_fire, kind="stable")
+    by_arrival = rows.element[np.lexsort((rows.element, rows.sess))]
+    windows = map(trusted_interval_window, rows.s_start[order].tolist(), rows.s_end[order].tolist())
+    sizes = _run_ends(rows.s_first, rows.ts.size) - rows.s_first
+    panes = build_panes(
+        map(rows.keys.__getitem__, rows.s_key[order].tolist()),
+        windows,
+        rows.values[by_arrival],
+        rows.s_first[order],
+        rows.s_first[order] + sizes[order],
+        stamp[order],
+        repeat(Timing.ON_TIME, n_s),
+        np.zeros(n_s, np.int64),
+        isinstance(strategy.trigger, AfterWatermark),
+    )
+    return ScriptResult(
+        panes,
+        rows.s_fire[order],
+        scan.pt_after,
+        scan.iw_after,
+        ow_after,
+        {"expired": rows.n_expired, "closed": 0},
+        0,
+        False,
+        0,
+    )
