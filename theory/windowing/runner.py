@@ -17,8 +17,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import GroupByWindowEngine, Pane
-from theory.windowing.fast_path import run_fast
+from theory.windowing.fast_path import Refusal, ScriptColumns, run_fast_columns, script_columns
 from theory.windowing.script import (
     ElementEvent,
     Event,
@@ -27,11 +28,11 @@ from theory.windowing.script import (
     ScriptResult,
     WatermarkEvent,
 )
-from theory.windowing.session_path import run_sessions
+from theory.windowing.session_path import run_sessions_columns
 from theory.windowing.strategy import WindowingStrategy
 from theory.windowing.triggers import REAL_TIME
 
-__all__ = ["run_script"]
+__all__ = ["run_columns", "run_script"]
 
 
 def run_script(
@@ -57,12 +58,42 @@ def run_script(
     evs = events.events if isinstance(events, Script) else Script(list(events)).events
     refusal: str | None = None
     if fast and to_infinity:
-        merging = getattr(strategy.window_fn, "is_merging", False)
-        result = (run_sessions if merging else run_fast)(evs, strategy)
-        if isinstance(result, ScriptResult):
-            return replace(result, path="vectorised")
-        refusal = str(result)
+        columns = script_columns(evs)
+        if columns is None:
+            refusal = str(Refusal.EVENT_TYPE)
+        else:
+            result = _run_vectorised(columns, strategy)
+            if isinstance(result, ScriptResult):
+                return result
+            refusal = result
     return replace(_run_incremental(evs, strategy, to_infinity), refusal=refusal)
+
+
+def run_columns(
+    columns: ScriptColumns, strategy: WindowingStrategy, *, fast: bool = True
+) -> ScriptResult:
+    """:func:`run_script` on a script given as columns (the simulator's form: at each event
+    its elements arrive, then the watermark and processing time move; the last event's
+    watermark must be ``MAX_TIMESTAMP``). Timestamps must already be validated; a window
+    bound past int64 raises ``OverflowError``."""
+    if columns.iw_after.size == 0 or columns.iw_after[-1] != MAX_TIMESTAMP:
+        raise ValueError("columns: the last event's watermark must be MAX_TIMESTAMP")
+    refusal = None
+    if fast:
+        result = _run_vectorised(columns, strategy)
+        if isinstance(result, ScriptResult):
+            return result
+        refusal = result
+    return replace(_run_incremental_columns(columns, strategy), refusal=refusal)
+
+
+def _run_vectorised(columns: ScriptColumns, strategy: WindowingStrategy) -> ScriptResult | str:
+    """The vectorised path for the window fn (sessions or non-merging), or its refusal."""
+    merging = getattr(strategy.window_fn, "is_merging", False)
+    result = (run_sessions_columns if merging else run_fast_columns)(columns, strategy)
+    if isinstance(result, ScriptResult):
+        return replace(result, path="vectorised")
+    return str(result)
 
 
 class _Rows(NamedTuple):
@@ -115,6 +146,7 @@ class _Recorder:
         self.processing_time = np.empty(n_events, np.int64)
         self.input_watermark = np.empty(n_events, np.int64)
         self.output_watermark = np.empty(n_events, np.int64)
+        self.state_hold = np.empty(n_events, np.int64)
 
     def record(self, i: int, fired: list[Pane], engine: GroupByWindowEngine) -> None:
         self.panes.extend(fired)
@@ -122,6 +154,8 @@ class _Recorder:
         self.processing_time[i] = engine.processing_time
         self.input_watermark[i] = engine.input_watermark
         self.output_watermark[i] = engine.output_watermark
+        hold = engine.min_hold_value()
+        self.state_hold[i] = MAX_TIMESTAMP if hold is None else hold
 
     def result(self, engine: GroupByWindowEngine) -> ScriptResult:
         return ScriptResult(
@@ -134,6 +168,7 @@ class _Recorder:
             engine.late_elements,
             engine.stalled,
             engine.pending_timers()[REAL_TIME.value],
+            state_hold=self.state_hold,
         )
 
 
@@ -164,4 +199,33 @@ def _run_incremental(
         recorder.record(i, fired, engine)
     if to_infinity:
         recorder.record(len(evs), engine.advance_watermark_to_infinity(), engine)
+    return recorder.result(engine)
+
+
+def _run_incremental_columns(columns: ScriptColumns, strategy: WindowingStrategy) -> ScriptResult:
+    """The columns event by event on a :class:`GroupByWindowEngine`: each event's rows,
+    then its watermark, then its processing time."""
+    engine = GroupByWindowEngine(strategy)
+    n_ev = columns.iw_after.size
+    recorder = _Recorder(n_ev)
+    assigned = strategy.window_fn.assign_array(columns.ts)  # type: ignore[attr-defined]
+    first_element = np.searchsorted(columns.element_event, np.arange(n_ev + 1), side="left")
+    bounds = np.searchsorted(assigned.element, first_element, side="left").tolist()
+    rows = (
+        list(columns.key),
+        columns.value.tolist(),
+        columns.ts.tolist(),
+        assigned.element.tolist(),
+        assigned.start.tolist(),
+        assigned.end.tolist(),
+    )
+    iw_after, pt_after = columns.iw_after.tolist(), columns.pt_after.tolist()
+    for i in range(n_ev):
+        lo, hi = bounds[i], bounds[i + 1]
+        fired = engine.add_rows(*rows, lo, hi) if hi > lo else []
+        if iw_after[i] > engine.input_watermark:
+            fired += engine.advance_watermark_to(iw_after[i])
+        if pt_after[i] > engine.processing_time:
+            fired += engine.advance_processing_time(pt_after[i] - engine.processing_time)
+        recorder.record(i, fired, engine)
     return recorder.result(engine)

@@ -119,6 +119,9 @@ class ScriptResult:
     stalled: bool = False
     #: Processing-time timers still set at the end (with ``stalled``, Beam never finishes).
     pending_processing_timers: int = 0
+    #: The state hold after each event (µs): the smallest window hold - 1 µs, as the
+    #: runner holds the output watermark; ``MAX_TIMESTAMP`` without holds.
+    state_hold: np.ndarray | None = None
     #: Which path ran the script: "vectorised" or "incremental" (see ``refusal``).
     path: str = "incremental"
     #: Why the vectorised path did not run it (a ``fast_path.Refusal`` text), if it did not.

@@ -28,34 +28,31 @@ and Beam's bundles keep no order either).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Hashable
-from itertools import count, repeat
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
 
 from theory.windowing.engine import Timing
 from theory.windowing.fast_path import (
-    _KEY,
-    _TS,
-    _VALUE,
     Refusal,
+    ScriptColumns,
     _before,
     _expired,
     _interval_min,
     _records,
     _run_starts,
-    _Scan,
-    _scan,
     build_panes,
+    key_codes,
+    script_columns,
 )
 from theory.windowing.script import Event, ScriptResult
 from theory.windowing.strategy import TimestampCombiner, WindowingStrategy
 from theory.windowing.triggers import AfterWatermark
 from theory.windowing.windows import Sessions, trusted_interval_window
 
-__all__ = ["run_sessions", "sessions_refusal"]
+__all__ = ["run_sessions", "run_sessions_columns", "sessions_refusal"]
 
 
 def sessions_refusal(strategy: WindowingStrategy) -> Refusal | None:
@@ -76,11 +73,21 @@ def run_sessions(evs: tuple[Event, ...], strategy: WindowingStrategy) -> ScriptR
     refusal = sessions_refusal(strategy)
     if refusal is not None:
         return refusal
-    scan = _scan(evs)
+    scan = script_columns(evs)
     if scan is None:
         return Refusal.EVENT_TYPE
+    return run_sessions_columns(scan, strategy)
+
+
+def run_sessions_columns(
+    scan: ScriptColumns, strategy: WindowingStrategy
+) -> ScriptResult | Refusal:
+    """:func:`run_sessions` on a script given as columns (the last event's watermark must
+    be ``MAX_TIMESTAMP``)."""
+    refusal = sessions_refusal(strategy)
+    if refusal is not None:
+        return refusal
     rows = _session_rows(scan, strategy)
-    scan = scan._replace(elements=[])  # (the tuples are in rows now: see fast_path)
     if isinstance(rows, Refusal):
         return rows
     policy = strategy.timestamp_combiner
@@ -88,9 +95,8 @@ def run_sessions(evs: tuple[Event, ...], strategy: WindowingStrategy) -> ScriptR
     holds = _holds(rows, policy, strategy.window_fn.gap)  # type: ignore[attr-defined]
     if isinstance(holds, Refusal):
         return holds
-    lo, hi, value = holds
-    ow_after = np.minimum(scan.iw_after, _interval_min(scan.iw_after.size, lo, hi, value))
-    return _result(scan, rows, ow_after, strategy, policy)
+    hold = _interval_min(scan.iw_after.size, *holds)
+    return _result(scan, rows, hold, strategy, policy)
 
 
 class _SessionRows(NamedTuple):
@@ -110,22 +116,18 @@ class _SessionRows(NamedTuple):
     n_expired: int
 
 
-def _session_rows(scan: _Scan, strategy: WindowingStrategy) -> _SessionRows | Refusal:
+def _session_rows(scan: ScriptColumns, strategy: WindowingStrategy) -> _SessionRows | Refusal:
     """Drop the expired rows, refuse late ones, and cut the rest into sessions."""
-    flat = scan.elements
-    n = len(flat)
-    ts_el = np.fromiter(map(_TS, flat), np.int64, n)
+    ts_el = scan.ts
     gap = strategy.window_fn.gap  # type: ignore[attr-defined]
     try:
         strategy.window_fn.assign_array(ts_el)  # type: ignore[attr-defined]  # (bounds)
     except OverflowError:
         return Refusal.OVERFLOW
-    index: defaultdict[Hashable, int] = defaultdict(count().__next__)
-    try:
-        key_el = np.fromiter(map(index.__getitem__, map(_KEY, flat)), np.int64, n)
-    except TypeError:
+    coded = key_codes(scan.key)
+    if coded is None:
         return Refusal.UNHASHABLE_KEY
-    values_el = np.fromiter(map(_VALUE, flat), object, n)
+    key_el, keys = coded
     event_el = scan.element_event
     iw_el = _before(scan.iw_after)[event_el]
     expired = _expired(iw_el, ts_el + gap, strategy.allowed_lateness)
@@ -145,7 +147,7 @@ def _session_rows(scan: _Scan, strategy: WindowingStrategy) -> _SessionRows | Re
         return Refusal.NEVER_FIRES
     return _SessionRows(
         ts, event_el[order], order, np.cumsum(new) - 1, s_first, ts[s_first], s_end, s_fire,
-        key[s_first], list(index), values_el, int(expired.sum()),
+        key[s_first], keys, scan.value, int(expired.sum()),
     )  # fmt: skip
 
 
@@ -244,14 +246,15 @@ def _range_min(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def _result(
-    scan: _Scan,
+    scan: ScriptColumns,
     rows: _SessionRows,
-    ow_after: np.ndarray,
+    hold: np.ndarray,
     strategy: WindowingStrategy,
     policy: TimestampCombiner,
 ) -> ScriptResult:
     """One ON_TIME pane per session at its firing event, sessions in row order within an
-    event; the pane's values are its rows in arrival order."""
+    event; the pane's values are its rows in arrival order. ``hold``: the state hold after
+    each event (µs)."""
     n_s = rows.s_first.size
     if policy is TimestampCombiner.OUTPUT_AT_EARLIEST or (
         policy is TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED
@@ -281,9 +284,10 @@ def _result(
         rows.s_fire[order],
         scan.pt_after,
         scan.iw_after,
-        ow_after,
+        np.minimum(scan.iw_after, hold),
         {"expired": rows.n_expired, "closed": 0},
         0,
         False,
         0,
+        state_hold=hold,
     )
