@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from theory.arrays import sorted_union
 from theory.time import MIN_TIMESTAMP
 
 
@@ -113,10 +114,7 @@ class StepSeries:
 
 def union_times(series: Iterable[StepSeries]) -> np.ndarray:
     """The sorted union of the change times of ``series``."""
-    parts = [s.times for s in series]
-    if not parts:
-        return np.empty(0, dtype=np.int64)
-    return np.unique(np.concatenate(parts))
+    return sorted_union([s.times for s in series])
 
 
 def pointwise_min(series: list[StepSeries]) -> StepSeries:

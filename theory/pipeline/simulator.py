@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from theory.arrays import sorted_union
 from theory.columns import check_seed
 from theory.data.trace import Trace
 from theory.pipeline.graph import GraphError, hold_chain
@@ -267,7 +268,7 @@ def _run_group(
     spec: GroupByWindow, stream: Stream, iw: StepSeries, rng: np.random.Generator, fast: bool
 ) -> tuple[Stream, StageResult]:
     iw = iw.latched()
-    instants = np.union1d(stream.time, iw.times)
+    instants = sorted_union([stream.time, iw.times])
     columns = _script_columns(spec, stream, iw, instants)
     run = run_columns(columns, spec.strategy, fast=fast)
     panes, fire_times, state = _stage_outputs(run, instants, columns.key)

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from theory.arrays import range_min
 from theory.windowing.engine import Timing
 from theory.windowing.fast_path import (
     Refusal,
@@ -200,7 +201,7 @@ def _fresh_parts(rows: _SessionRows, gap: int) -> tuple[np.ndarray, np.ndarray, 
     part_sess = rows.sess[first]
     lo = _search(rows.sess, rows.ts + gap, part_sess, rows.ts[first], "right")
     hi = _search(rows.sess, rows.ts, part_sess, rows.ts[last] + gap, "left")
-    fresh = _range_min(rows.event, lo, hi) >= rows.event[first]
+    fresh = range_min(rows.event, lo, hi) >= rows.event[first]
     return first, last, fresh
 
 
@@ -220,26 +221,6 @@ def _search(
     out = np.empty(m, np.int64)
     out[order[~is_row] - n] = rows_before[~is_row]
     return out
-
-
-def _range_min(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """``min(a[lo[i]:hi[i]])`` for non-empty ranges: a sparse table built one level at a
-    time, each range answered at its level (two arrays alive at once)."""
-    out = np.empty(lo.size, a.dtype)
-    if lo.size == 0:
-        return out
-    level = np.frexp((hi - lo).astype(np.float64))[1] - 1  # floor(log2(length))
-    table = a
-    j = 0
-    while True:
-        at = np.flatnonzero(level == j)
-        if at.size:
-            out[at] = np.minimum(table[lo[at]], table[hi[at] - (1 << j)])
-        if not np.any(level > j):
-            return out
-        w = 1 << j
-        table = np.minimum(table[:-w], table[w:])
-        j += 1
 
 
 # ----------------------------------------------------------------------------- result
