@@ -134,6 +134,20 @@ def test_session_path_seeded_differential(seed, combiner):
     assert len(fast.panes) > 50  # many sessions, many merges
 
 
+def test_session_path_with_sessions_too_wide_for_one_int64_line():
+    """Sessions wider than int64 when laid end to end take the lexsort search."""
+    gap = 2**61
+    script = [
+        ElementEvent([("a", 0, -(2**62)), ("b", 1, 0), ("a", 2, -(2**62) + 2**60)]),
+        ElementEvent([("b", 3, 2**60), ("a", 4, 2**61)]),
+        WatermarkEvent(2**60),
+        ElementEvent([("b", 5, 2**61 + 2**60)]),
+    ]
+    for combiner in TimestampCombiner:
+        strat = WindowingStrategy(Sessions(gap), timestamp_combiner=combiner)
+        assert_same(run_script(script, strat), run_script(script, strat, fast=False))
+
+
 def test_session_path_refusals_leave_the_script_to_the_engine():
     late: list[Event] = [
         ElementEvent([("a", 0, 100)]),

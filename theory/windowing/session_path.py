@@ -34,13 +34,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from theory.arrays import range_min
+from theory.arrays import range_min, stable_argsort_int
 from theory.windowing.engine import Timing
 from theory.windowing.fast_path import (
     Refusal,
     ScriptColumns,
     _before,
     _expired,
+    _group_order,
     _interval_min,
     _records,
     _run_starts,
@@ -107,6 +108,8 @@ class _SessionRows(NamedTuple):
     event: np.ndarray  # per row: the event it arrived with
     element: np.ndarray  # per row: the element's index (arrival order)
     sess: np.ndarray  # per row: its session (sessions numbered in row order)
+    by_arrival: np.ndarray  # the rows by (session, arrival)
+    s_base: np.ndarray | None  # per session: see _session_offsets
     s_first: np.ndarray  # per session: its first row
     s_start: np.ndarray  # per session: window bounds
     s_end: np.ndarray
@@ -135,7 +138,8 @@ def _session_rows(scan: ScriptColumns, strategy: WindowingStrategy) -> _SessionR
     kept = np.flatnonzero(~expired)
     if np.any(ts_el[kept] < iw_el[kept]):
         return Refusal.LATE_SESSION_DATA
-    order = kept[np.lexsort((ts_el[kept], key_el[kept]))]  # stable: arrival order in ties
+    # by key, then timestamp, then arrival
+    order = kept[_group_order(key_el[kept], ts_el[kept], len(keys))]
     ts, key = ts_el[order], key_el[order]
     new = _run_starts(key)
     if ts.size:
@@ -146,10 +150,33 @@ def _session_rows(scan: ScriptColumns, strategy: WindowingStrategy) -> _SessionR
     s_fire = np.searchsorted(scan.iw_after, s_end, side="left")
     if np.any(s_fire >= scan.iw_after.size):
         return Refusal.NEVER_FIRES
+    sess = np.cumsum(new) - 1
+    # rows by (session, arrival): the sessions of the kept elements, in arrival order
+    rank = np.empty(n_el := ts_el.size, np.int64)
+    rank[order] = np.arange(order.size)
+    by_element = rank[kept]  # each kept element's row, elements ascending
+    by_arrival = by_element[stable_argsort_int(sess[by_element])]
     return _SessionRows(
-        ts, event_el[order], order, np.cumsum(new) - 1, s_first, ts[s_first], s_end, s_fire,
-        key[s_first], keys, scan.value, int(expired.sum()),
+        ts, event_el[order], order, sess, by_arrival, _session_offsets(ts, sess, s_first, gap),
+        s_first, ts[s_first], s_end, s_fire, key[s_first], keys, scan.value,
+        n_el - kept.size,
     )  # fmt: skip
+
+
+def _session_offsets(
+    ts: np.ndarray, sess: np.ndarray, s_first: np.ndarray, gap: int
+) -> np.ndarray | None:
+    """Per session, where it starts on one line on which sessions follow each other more
+    than ``gap`` apart (a row sits at its session's offset plus its time since the
+    session's start), so that one ``np.searchsorted`` finds ranges within a session;
+    None if that line would not fit in int64."""
+    span = ts[_run_ends(s_first, ts.size) - 1] - ts[s_first]
+    if float(span.astype(np.float64).sum()) + float(s_first.size) * (gap + 1) >= 2.0**62:
+        return None
+    base = np.zeros(s_first.size, np.int64)
+    if base.size > 1:
+        np.cumsum(span[:-1] + (gap + 1), out=base[1:])
+    return base
 
 
 def _run_ends(first: np.ndarray, n: int) -> np.ndarray:
@@ -171,7 +198,7 @@ def _holds(
         hold = rows.ts[last][fresh] + (gap - 1)  # the part's max_timestamp
         return rows.event[first][fresh], until[first][fresh], hold - 1
     # in (session, arrival) order, so that a session's holds come by rising event
-    by_arrival = np.lexsort((rows.element, rows.sess))
+    by_arrival = rows.by_arrival
     sess, event, ts = rows.sess[by_arrival], rows.event[by_arrival], rows.ts[by_arrival]
     if policy is TimestampCombiner.OUTPUT_AT_LATEST:
         first, last, _ = _fresh_parts(rows, gap)
@@ -189,7 +216,7 @@ def _fresh_parts(rows: _SessionRows, gap: int) -> tuple[np.ndarray, np.ndarray, 
     """The parts one event's rows form within a session (runs of them less than ``gap``
     apart): each part's first and last row, and whether it is *fresh* (no earlier row's
     window overlaps it, so it is a new window when it arrives)."""
-    by_event = np.lexsort((rows.ts, rows.event, rows.sess))
+    by_event = _by_session_event(rows)
     sess, event, ts = rows.sess[by_event], rows.event[by_event], rows.ts[by_event]
     new = _run_starts(sess, event)
     if ts.size:
@@ -199,10 +226,25 @@ def _fresh_parts(rows: _SessionRows, gap: int) -> tuple[np.ndarray, np.ndarray, 
     last = by_event[_run_ends(starts, ts.size) - 1]
     # the rows whose windows overlap the part (start, end): timestamps in (start - gap, end)
     part_sess = rows.sess[first]
-    lo = _search(rows.sess, rows.ts + gap, part_sess, rows.ts[first], "right")
-    hi = _search(rows.sess, rows.ts, part_sess, rows.ts[last] + gap, "left")
+    if rows.s_base is None:
+        lo = _search(rows.sess, rows.ts + gap, part_sess, rows.ts[first], "right")
+        hi = _search(rows.sess, rows.ts, part_sess, rows.ts[last] + gap, "left")
+    else:
+        line = rows.s_base[rows.sess] + (rows.ts - rows.s_start[rows.sess])  # ascending
+        base, start = rows.s_base[part_sess], rows.s_start[part_sess]
+        lo = np.searchsorted(line + gap, base + (rows.ts[first] - start), side="right")
+        hi = np.searchsorted(line, base + (rows.ts[last] - start) + gap, side="left")
     fresh = range_min(rows.event, lo, hi) >= rows.event[first]
     return first, last, fresh
+
+
+def _by_session_event(rows: _SessionRows) -> np.ndarray:
+    """The rows by (session, event, timestamp, arrival): a stable sort of the rows (by
+    session, timestamp, arrival) on (session, event), nearly sorted already."""
+    n_ev = int(rows.event.max()) + 1 if rows.event.size else 1
+    if (int(rows.sess[-1]) + 1 if rows.sess.size else 1) * n_ev >= 1 << 62:
+        return np.lexsort((rows.ts, rows.event, rows.sess))
+    return np.argsort(rows.sess * n_ev + rows.event, kind="stable")
 
 
 def _search(
@@ -246,7 +288,7 @@ def _result(
     else:
         stamp = rows.s_end - 1
     order = np.argsort(rows.s_fire, kind="stable")
-    by_arrival = rows.element[np.lexsort((rows.element, rows.sess))]
+    by_arrival = rows.element[rows.by_arrival]
     windows = map(trusted_interval_window, rows.s_start[order].tolist(), rows.s_end[order].tolist())
     sizes = _run_ends(rows.s_first, rows.ts.size) - rows.s_first
     panes = build_panes(
