@@ -53,7 +53,12 @@ def test_bench_pubsub_estimator() -> None:
 
 def test_bench_simulate_throughput() -> None:
     out = run("simulate_throughput.py", "--events", "2000", "--repeats", "1")
-    assert re.search(r"2,000 +perfect +[\d.]+ +[\d,]+ +mobile_in", out)
+    row = re.search(r"2,000 +[\d.]+ +[\d.]+ +[\d,]+ +[\d,]+ +[\d.]+ +[\d.]+x +\d+ +(\S+)", out)
+    assert row, out
+    assert row.group(1) == (
+        "mobile_sessions:vectorised,console_sessions:vectorised,"
+        "average_session_length:vectorised"
+    )
 
 
 def test_bench_valve() -> None:
