@@ -7,8 +7,12 @@ import pytest
 from theory.data.distributions import Delay
 from theory.pipeline import chapter3
 from theory.pipeline.processing import Processing
-from theory.pipeline.simulator import simulate
-from theory.windowing.strategy import TimestampCombiner
+from theory.pipeline.simulator import _combine, simulate
+from theory.pipeline.stages import COMBINERS, GroupByWindow
+from theory.windowing.engine import Pane, Timing
+from theory.windowing.pane_columns import PaneColumns
+from theory.windowing.strategy import TimestampCombiner, WindowingStrategy
+from theory.windowing.windows import FixedWindows, IntervalWindow
 
 
 def _series(s):
@@ -60,3 +64,32 @@ def test_simulation_paths_agree_on_chapter3(watermark, combiner, processing):
         paths = {s.path for s in fast.stages.values() if s.kind == "GroupByWindow"}
         assert paths == {"vectorised"}
     assert_same_simulation(fast, slow)
+
+
+@pytest.mark.parametrize("name", sorted(COMBINERS))
+def test_column_combiners_equal_the_pane_combiners(name):
+    rng = np.random.default_rng(7)
+    panes = [
+        Pane(
+            k,
+            IntervalWindow(int(s), int(s) + int(w)),
+            tuple(rng.normal(0, 1e6, int(c)).tolist()),
+            int(s),
+            Timing.ON_TIME,
+            0,
+            0,
+            True,
+            False,
+        )
+        for k, s, w, c in zip(
+            rng.integers(0, 5, 200),
+            rng.integers(0, 10**12, 200),
+            rng.integers(1, 10**9, 200),
+            rng.integers(0, 30, 200),
+            strict=True,
+        )
+    ]
+    spec = GroupByWindow("g", "in", WindowingStrategy(FixedWindows(10)), name)
+    got = _combine(spec, PaneColumns.from_panes(panes))
+    want = np.array([COMBINERS[name](p) for p in panes])
+    assert np.array_equal(got, want, equal_nan=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count
+from math import fsum
 from typing import Any
 
 import numpy as np
@@ -34,8 +35,9 @@ from theory.series import StepSeries, pointwise_min, union_times
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from theory.watermarks.holds import inflight_min
 from theory.watermarks.spec import make_source_watermark
-from theory.windowing.engine import STATE_HOLD, Pane
+from theory.windowing.engine import STATE_HOLD
 from theory.windowing.fast_path import ScriptColumns
+from theory.windowing.pane_columns import TIMINGS, PaneColumns
 from theory.windowing.runner import run_columns
 from theory.windowing.script import ScriptResult
 
@@ -270,7 +272,7 @@ def _run_group(
     iw = iw.latched()
     instants = sorted_union([stream.time, iw.times])
     columns = _script_columns(spec, stream, iw, instants)
-    run = run_columns(columns, spec.strategy, fast=fast)
+    run = run_columns(columns, spec.strategy, fast=fast, build=False)
     panes, fire_times, state = _stage_outputs(run, instants, columns.key)
     table, out = _pane_outputs(spec, panes, fire_times, rng)
     buffer = inflight_min(table.fire_time, table.emit_time, table.timestamp)
@@ -321,49 +323,76 @@ def _script_columns(
 
 def _stage_outputs(
     run: ScriptResult, instants: np.ndarray, keys: Sequence[Hashable]
-) -> tuple[list[Pane], np.ndarray, StepSeries]:
+) -> tuple[PaneColumns, np.ndarray, StepSeries]:
     """The panes fired before the final step in a canonical order (fire time, key in
     order of first arrival in ``keys``, window, pane index: the order within an instant
     is the runner's choice), their fire times (µs) and the state hold's step series
     (``MAX_TIMESTAMP`` when there is none)."""
     n = instants.size
+    panes = run.pane_columns if run.pane_columns is not None else PaneColumns.from_panes(run.panes)
     keep = np.flatnonzero(run.pane_event < n)
-    panes = [run.panes[i] for i in keep.tolist()]
     event = run.pane_event[keep]
-    m = len(panes)
     code = dict(zip(dict.fromkeys(keys), count(), strict=False))
-    order = np.lexsort(
-        (
-            np.fromiter((p.index for p in panes), np.int64, m),
-            np.fromiter((p.window.end for p in panes), np.int64, m),
-            np.fromiter((p.window.start for p in panes), np.int64, m),
-            np.fromiter(map(code.__getitem__, (p.key for p in panes)), np.int64, m),
-            event,
+    key_code = np.fromiter(map(code.__getitem__, panes.key), np.int64, panes.n_panes)[keep]
+    order = keep[
+        np.lexsort(
+            (
+                panes.pane_index[keep],
+                panes.end[keep],
+                panes.start[keep],
+                key_code,
+                event,
+            )
         )
-    )
-    panes = [panes[i] for i in order.tolist()]
+    ]
     assert run.state_hold is not None  # (both paths record it)
     hold = run.state_hold[:n]
     change = np.flatnonzero(np.diff(hold, prepend=MAX_TIMESTAMP) != 0)
     state = StepSeries(instants[change], hold[change], MAX_TIMESTAMP)
-    return panes, instants[event[order]], state
+    return panes.take(order), instants[run.pane_event[order]], state
+
+
+def _combine(spec: GroupByWindow, panes: PaneColumns) -> np.ndarray:
+    """Each pane's ``combine`` value: the named combiners on the columns, the same
+    numbers as :data:`theory.pipeline.stages.COMBINERS` give per pane (tested); a
+    user's function on the :class:`Pane` tuples."""
+    n = panes.n_panes
+    name = spec.combine if isinstance(spec.combine, str) else None
+    if name == "window_length":
+        return (panes.end - panes.start).astype(np.float64) / 1e6
+    if name == "count":
+        return (panes.hi - panes.lo).astype(np.float64)
+    if name in ("sum", "mean"):
+        sums = np.fromiter(map(fsum, panes.value_lists()), np.float64, n)
+        if name == "sum":
+            return sums
+        with np.errstate(invalid="ignore"):  # an empty pane's mean is NaN
+            return sums / (panes.hi - panes.lo)
+    return np.fromiter(map(spec.combine_fn, panes.panes()), np.float64, n)
 
 
 def _pane_outputs(
-    spec: GroupByWindow, panes: list[Pane], fire_time: np.ndarray, rng: np.random.Generator
+    spec: GroupByWindow, panes: PaneColumns, fire_time: np.ndarray, rng: np.random.Generator
 ) -> tuple[PaneTable, Stream]:
-    n = len(panes)
+    n = panes.n_panes
     key = np.empty(n, dtype=object)
-    key[:] = [p.key for p in panes]
-    start = np.fromiter((p.window.start for p in panes), np.int64, n)
-    end = np.fromiter((p.window.end for p in panes), np.int64, n)
-    ts = np.fromiter((p.timestamp for p in panes), np.int64, n)
-    timing = np.asarray([p.timing.value for p in panes], dtype=object)
-    index = np.fromiter((p.index for p in panes), np.int64, n)
-    count = np.fromiter((len(p.values) for p in panes), np.int64, n)
-    value = np.fromiter((spec.combine_fn(p) for p in panes), np.float64, n)
+    key[:] = panes.key
+    ts = panes.timestamp
+    timing = _TIMING_VALUES[panes.timing]
+    value = _combine(spec, panes)
     emit = spec.processing.departures(fire_time, rng)
-    table = PaneTable(key, start, end, ts, timing, index, count, value, fire_time, emit)
+    table = PaneTable(
+        key,
+        panes.start,
+        panes.end,
+        ts,
+        timing,
+        panes.pane_index,
+        panes.hi - panes.lo,
+        value,
+        fire_time,
+        emit,
+    )
     out_key: Any = key
     if n and all(isinstance(k, (int, np.integer)) for k in key[: min(n, 16)]):
         try:
@@ -371,6 +400,9 @@ def _pane_outputs(
         except (TypeError, ValueError):
             out_key = key
     return table, Stream(emit, ts, out_key, value)
+
+
+_TIMING_VALUES = np.array([t.value for t in TIMINGS], dtype=object)
 
 
 __all__ = [

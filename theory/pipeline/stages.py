@@ -32,6 +32,8 @@ def window_length_seconds(pane: Pane) -> float:
 def mean_value(pane: Pane) -> float:
     """The mean of the pane's values (Mean.globally per window), correctly rounded
     whatever their order (a pane's values are a multiset)."""
+    if not pane.values:
+        return math.nan  # (an empty pane, as np.mean gives)
     return math.fsum(map(float, pane.values)) / len(pane.values)
 
 

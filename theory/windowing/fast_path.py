@@ -25,16 +25,17 @@ expired rows, group by key and window), :func:`_batches` (late batches, closed w
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Sequence
 from enum import StrEnum
-from itertools import accumulate, chain, count, repeat
+from itertools import accumulate, chain, count
 from operator import attrgetter, itemgetter
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
-from theory.windowing.engine import Pane, Timing
+from theory.windowing.engine import Timing
+from theory.windowing.pane_columns import TIMINGS, PaneColumns, build_panes
 from theory.windowing.script import (
     ElementEvent,
     Event,
@@ -44,9 +45,17 @@ from theory.windowing.script import (
 )
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
 from theory.windowing.triggers import AfterWatermark
-from theory.windowing.windows import GLOBAL_WINDOW, GlobalWindows, trusted_interval_window
+from theory.windowing.windows import GlobalWindows
 
-__all__ = ["Refusal", "build_panes", "run_fast", "strategy_refusal"]
+__all__ = [
+    "Refusal",
+    "ScriptColumns",
+    "key_codes",
+    "run_fast",
+    "run_fast_columns",
+    "script_columns",
+    "strategy_refusal",
+]
 
 
 class Refusal(StrEnum):
@@ -89,9 +98,12 @@ def run_fast(evs: tuple[Event, ...], strategy: WindowingStrategy) -> ScriptResul
     return run_fast_columns(scan, strategy)
 
 
-def run_fast_columns(scan: ScriptColumns, strategy: WindowingStrategy) -> ScriptResult | Refusal:
+def run_fast_columns(
+    scan: ScriptColumns, strategy: WindowingStrategy, *, build: bool = True
+) -> ScriptResult | Refusal:
     """:func:`run_fast` on a script given as columns (the last event's watermark must be
-    ``MAX_TIMESTAMP``)."""
+    ``MAX_TIMESTAMP``); the panes are built as tuples only if ``build`` (they are always
+    in ``result.pane_columns``)."""
     refusal = strategy_refusal(strategy)
     if refusal is not None:
         return refusal
@@ -106,7 +118,7 @@ def run_fast_columns(scan: ScriptColumns, strategy: WindowingStrategy) -> Script
     refusal = _unmodelled(rows, batches, ow_after, policy)
     if refusal is not None:
         return refusal
-    return _panes(scan, rows, batches, ow_after, hold, strategy, policy)
+    return _panes(scan, rows, batches, ow_after, hold, strategy, policy, build)
 
 
 # ---------------------------------------------------------------------------- events
@@ -443,7 +455,7 @@ class _PaneColumns(NamedTuple):
     hi: np.ndarray
     timestamp: np.ndarray
     pane_index: np.ndarray
-    late: list[bool]
+    late: np.ndarray  # bool
 
 
 def _panes(
@@ -454,16 +466,18 @@ def _panes(
     hold: np.ndarray,
     strategy: WindowingStrategy,
     policy: TimestampCombiner,
+    build: bool,
 ) -> ScriptResult:
-    """The panes and the result (``hold``: the state hold after each event, µs). Every
+    """The panes (built as tuples if ``build``) and the result (``hold``: the state hold
+    after each event, µs). Every
     pane is non-speculative: the ON_TIME pane at the window's timer (index 0), then one
     LATE pane per firing late batch."""
     accumulating = strategy.accumulation_mode is AccumulationMode.ACCUMULATING
     columns = _pane_columns(rows, batches, policy, accumulating)
-    panes = _build_panes(rows, columns, strategy)
+    pane_columns = _build_panes(rows, columns, strategy)
     grouped = ~batches.closed
     return ScriptResult(
-        panes,
+        pane_columns.panes() if build else [],
         columns.event,
         scan.pt_after,
         scan.iw_after,
@@ -473,6 +487,7 @@ def _panes(
         False,
         0,
         state_hold=hold,
+        pane_columns=pane_columns,
     )
 
 
@@ -513,73 +528,26 @@ def _pane_columns(
         np.concatenate([rows.g_first[on] + rows.g_on[on], batches.last[lb]])[order],
         np.concatenate([_on_time_timestamps(rows, policy)[on], rows.g_end[lg] - 1])[order],
         np.concatenate([np.zeros(on.size, np.int64), late_index])[order],
-        (order >= on.size).tolist(),
+        order >= on.size,
     )
 
 
-def _pane_windows(rows: _Rows, group: np.ndarray, window_fn: object) -> Iterable[Any]:
-    """Each pane's window, one object per distinct window."""
-    if isinstance(window_fn, GlobalWindows):
-        return repeat(GLOBAL_WINDOW)
-    p_start = rows.start[rows.g_first][group]
-    w_start, first = np.unique(p_start, return_index=True)
-    w_start_list = w_start.tolist()
-    w_end_list = rows.g_end[group][first].tolist()
-    made = dict(
-        zip(w_start_list, map(trusted_interval_window, w_start_list, w_end_list), strict=True)
-    )
-    return map(made.__getitem__, p_start.tolist())
-
-
-_TIMING = (Timing.ON_TIME, Timing.LATE)
-
-
-def _build_panes(rows: _Rows, columns: _PaneColumns, strategy: WindowingStrategy) -> list[Pane]:
+def _build_panes(rows: _Rows, columns: _PaneColumns, strategy: WindowingStrategy) -> PaneColumns:
     """The panes of the non-merging path: every pane ON_TIME (index 0) or LATE."""
-    index = columns.pane_index
+    group = columns.group
     return build_panes(
-        map(rows.keys.__getitem__, rows.key[rows.g_first][columns.group].tolist()),
-        _pane_windows(rows, columns.group, strategy.window_fn),
+        list(map(rows.keys.__getitem__, rows.key[rows.g_first][group].tolist())),
+        rows.start[rows.g_first][group],
+        rows.g_end[group],
         rows.values[rows.element],
         columns.lo,
         columns.hi,
         columns.timestamp,
-        map(_TIMING.__getitem__, columns.late),
-        index,
+        np.where(columns.late, _LATE, _ON_TIME).astype(np.int8),
+        columns.pane_index,
         isinstance(strategy.trigger, AfterWatermark),  # is_last: the trigger finishes
-        index,  # nonspeculative index: no pane is EARLY
-    )
+        global_window=isinstance(strategy.window_fn, GlobalWindows),
+    )  # (the non-speculative index is the pane index: no pane is EARLY)
 
 
-def build_panes(
-    keys: Iterable[Hashable],
-    windows: Iterable[Any],
-    grouped_values: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
-    timestamp: np.ndarray,
-    timing: Iterable[Timing],
-    index: np.ndarray,
-    is_last: bool,
-    nonspeculative_index: np.ndarray | None = None,
-) -> list[Pane]:
-    """:class:`Pane` tuples column by column (no per-pane Python call but tuple's): pane
-    i has values ``grouped_values[lo[i]:hi[i]]``, timestamp µs, pane index ``index[i]``
-    (also the non-speculative index unless given), ``is_first`` where that index is 0."""
-    # slices of one list: far cheaper than slicing the array and converting each slice
-    values = map(
-        tuple, map(grouped_values.tolist().__getitem__, map(slice, lo.tolist(), hi.tolist()))
-    )
-    idx = index.tolist()
-    fields = zip(
-        keys,
-        windows,
-        values,
-        timestamp.tolist(),
-        timing,
-        idx,
-        idx if nonspeculative_index is None else nonspeculative_index.tolist(),
-        (index == 0).tolist(),
-        repeat(is_last),
-    )
-    return list(map(_new_tuple, repeat(Pane), fields))
+_ON_TIME, _LATE = TIMINGS.index(Timing.ON_TIME), TIMINGS.index(Timing.LATE)

@@ -70,27 +70,31 @@ def run_script(
 
 
 def run_columns(
-    columns: ScriptColumns, strategy: WindowingStrategy, *, fast: bool = True
+    columns: ScriptColumns, strategy: WindowingStrategy, *, fast: bool = True, build: bool = True
 ) -> ScriptResult:
     """:func:`run_script` on a script given as columns (the simulator's form: at each event
     its elements arrive, then the watermark and processing time move; the last event's
     watermark must be ``MAX_TIMESTAMP``). Timestamps must already be validated; a window
-    bound past int64 raises ``OverflowError``."""
+    bound past int64 raises ``OverflowError``. Without ``build``, a vectorised run leaves
+    ``panes`` empty and gives them only as ``pane_columns``."""
     if columns.iw_after.size == 0 or columns.iw_after[-1] != MAX_TIMESTAMP:
         raise ValueError("columns: the last event's watermark must be MAX_TIMESTAMP")
     refusal = None
     if fast:
-        result = _run_vectorised(columns, strategy)
+        result = _run_vectorised(columns, strategy, build)
         if isinstance(result, ScriptResult):
             return result
         refusal = result
     return replace(_run_incremental_columns(columns, strategy), refusal=refusal)
 
 
-def _run_vectorised(columns: ScriptColumns, strategy: WindowingStrategy) -> ScriptResult | str:
+def _run_vectorised(
+    columns: ScriptColumns, strategy: WindowingStrategy, build: bool = True
+) -> ScriptResult | str:
     """The vectorised path for the window fn (sessions or non-merging), or its refusal."""
     merging = getattr(strategy.window_fn, "is_merging", False)
-    result = (run_sessions_columns if merging else run_fast_columns)(columns, strategy)
+    run = run_sessions_columns if merging else run_fast_columns
+    result = run(columns, strategy, build=build)
     if isinstance(result, ScriptResult):
         return replace(result, path="vectorised")
     return str(result)

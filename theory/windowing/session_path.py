@@ -29,7 +29,6 @@ and Beam's bundles keep no order either).
 from __future__ import annotations
 
 from collections.abc import Hashable
-from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -45,14 +44,14 @@ from theory.windowing.fast_path import (
     _interval_min,
     _records,
     _run_starts,
-    build_panes,
     key_codes,
     script_columns,
 )
+from theory.windowing.pane_columns import TIMINGS, build_panes
 from theory.windowing.script import Event, ScriptResult
 from theory.windowing.strategy import TimestampCombiner, WindowingStrategy
 from theory.windowing.triggers import AfterWatermark
-from theory.windowing.windows import Sessions, trusted_interval_window
+from theory.windowing.windows import Sessions
 
 __all__ = ["run_sessions", "run_sessions_columns", "sessions_refusal"]
 
@@ -82,10 +81,11 @@ def run_sessions(evs: tuple[Event, ...], strategy: WindowingStrategy) -> ScriptR
 
 
 def run_sessions_columns(
-    scan: ScriptColumns, strategy: WindowingStrategy
+    scan: ScriptColumns, strategy: WindowingStrategy, *, build: bool = True
 ) -> ScriptResult | Refusal:
     """:func:`run_sessions` on a script given as columns (the last event's watermark must
-    be ``MAX_TIMESTAMP``)."""
+    be ``MAX_TIMESTAMP``); the panes are built as tuples only if ``build`` (they are
+    always in ``result.pane_columns``)."""
     refusal = sessions_refusal(strategy)
     if refusal is not None:
         return refusal
@@ -98,7 +98,7 @@ def run_sessions_columns(
     if isinstance(holds, Refusal):
         return holds
     hold = _interval_min(scan.iw_after.size, *holds)
-    return _result(scan, rows, hold, strategy, policy)
+    return _result(scan, rows, hold, strategy, policy, build)
 
 
 class _SessionRows(NamedTuple):
@@ -274,6 +274,7 @@ def _result(
     hold: np.ndarray,
     strategy: WindowingStrategy,
     policy: TimestampCombiner,
+    build: bool,
 ) -> ScriptResult:
     """One ON_TIME pane per session at its firing event, sessions in row order within an
     event; the pane's values are its rows in arrival order. ``hold``: the state hold after
@@ -289,21 +290,21 @@ def _result(
         stamp = rows.s_end - 1
     order = np.argsort(rows.s_fire, kind="stable")
     by_arrival = rows.element[rows.by_arrival]
-    windows = map(trusted_interval_window, rows.s_start[order].tolist(), rows.s_end[order].tolist())
     sizes = _run_ends(rows.s_first, rows.ts.size) - rows.s_first
-    panes = build_panes(
-        map(rows.keys.__getitem__, rows.s_key[order].tolist()),
-        windows,
+    pane_columns = build_panes(
+        list(map(rows.keys.__getitem__, rows.s_key[order].tolist())),
+        rows.s_start[order],
+        rows.s_end[order],
         rows.values[by_arrival],
         rows.s_first[order],
         rows.s_first[order] + sizes[order],
         stamp[order],
-        repeat(Timing.ON_TIME, n_s),
+        np.full(n_s, TIMINGS.index(Timing.ON_TIME), np.int8),
         np.zeros(n_s, np.int64),
         isinstance(strategy.trigger, AfterWatermark),
     )
     return ScriptResult(
-        panes,
+        pane_columns.panes() if build else [],
         rows.s_fire[order],
         scan.pt_after,
         scan.iw_after,
@@ -313,4 +314,5 @@ def _result(
         False,
         0,
         state_hold=hold,
+        pane_columns=pane_columns,
     )
