@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 
 import numpy as np
+from timing import median_time  # bench/timing.py (this script's folder)
 
 from beam_pipelines.differential import Case, differences, observe_beam
 from theory.windowing import triggers as tt
@@ -81,20 +80,6 @@ def make_script(
         wm += step
         events.append(WatermarkEvent(wm))
     return Script(events)
-
-
-def median_time(fn, repeats: int) -> tuple[float, float, object]:
-    """Median wall time (s), median CPU time of this process (s), and the last result.
-    (CPU time is less sensitive to other processes competing for the cores.)"""
-    wall = []
-    cpu = []
-    out = None
-    for _ in range(repeats):
-        c0, t0 = time.process_time(), time.perf_counter()
-        out = fn()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    return statistics.median(wall), statistics.median(cpu), out
 
 
 def main() -> None:

@@ -18,26 +18,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 import tracemalloc
 from functools import partial
 
+from timing import median_time  # bench/timing.py (this script's folder)
+
 from theory.pipeline import chapter3
-from theory.pipeline.simulator import SimulationResult, simulate
-
-
-def timed(fn, repeats: int) -> tuple[float, float, SimulationResult]:
-    """Median wall and CPU seconds of ``fn()`` over ``repeats`` runs, and the last result."""
-    wall, cpu = [], []
-    out = None
-    for _ in range(repeats):
-        c0, t0 = time.process_time(), time.perf_counter()
-        out = fn()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    assert out is not None
-    return statistics.median(wall), statistics.median(cpu), out
+from theory.pipeline.simulator import simulate
 
 
 def peak_bytes(fn) -> int:
@@ -70,13 +57,13 @@ def main() -> None:
     )
     for n in args.events:
         run = partial(simulate, chapter3.pipeline(args.watermark), chapter3.traces(n, seed=0))
-        wall, cpu, result = timed(run, args.repeats)
+        wall, cpu, result = median_time(run, args.repeats)
         paths = ",".join(
             f"{name}:{s.path}" for name, s in result.stages.items() if s.kind == "GroupByWindow"
         )
         slow = ratio = "-"
         if args.slow_repeats and n <= args.slow_max:
-            _, slow_cpu, _ = timed(partial(run, fast=False), args.slow_repeats)
+            _, slow_cpu, _ = median_time(partial(run, fast=False), args.slow_repeats)
             slow, ratio = f"{slow_cpu:.2f}", f"{slow_cpu / cpu:.1f}x"
         per_event = peak_bytes(run) / n
         print(

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory.windowing.fast_path import Refusal
+from theory.windowing.fast_path import Refusal, script_columns
 from theory.windowing.runner import run_script
 from theory.windowing.script import (
     ElementEvent,
@@ -16,7 +16,7 @@ from theory.windowing.script import (
     Script,
     WatermarkEvent,
 )
-from theory.windowing.session_path import run_sessions
+from theory.windowing.session_path import run_sessions_columns
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
 from theory.windowing.triggers import AfterCount, AfterWatermark, DefaultTrigger
 from theory.windowing.windows import Sessions
@@ -137,7 +137,7 @@ def test_session_path_seeded_differential(seed, combiner):
 def test_session_path_with_sessions_too_wide_for_one_int64_line():
     """Sessions wider than int64 when laid end to end take the lexsort search."""
     gap = 2**61
-    script = [
+    script: list[Event] = [
         ElementEvent([("a", 0, -(2**62)), ("b", 1, 0), ("a", 2, -(2**62) + 2**60)]),
         ElementEvent([("b", 3, 2**60), ("a", 4, 2**61)]),
         WatermarkEvent(2**60),
@@ -155,9 +155,11 @@ def test_session_path_refusals_leave_the_script_to_the_engine():
         ElementEvent([("a", 1, 120)]),
     ]
     strat = WindowingStrategy(Sessions(50))
-    assert run_sessions(Script(late).events, strat) is Refusal.LATE_SESSION_DATA
+    columns = script_columns(Script(late).events)
+    assert columns is not None
+    assert run_sessions_columns(columns, strat) is Refusal.LATE_SESSION_DATA
     got = run_script(late, strat)
     assert got.path == "incremental" and got.refusal == Refusal.LATE_SESSION_DATA
     assert _canon(got) == _canon(run_script(late, strat, fast=False))
     counted = WindowingStrategy(Sessions(50), AfterCount(1), allow_unsafe_triggers=True)
-    assert run_sessions(Script(late).events, counted) is Refusal.TRIGGER
+    assert run_sessions_columns(columns, counted) is Refusal.TRIGGER

@@ -29,7 +29,7 @@ from collections.abc import Hashable, Sequence
 from enum import StrEnum
 from itertools import accumulate, chain, count
 from operator import attrgetter, itemgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -232,14 +232,10 @@ class _Rows(NamedTuple):
 def _rows(scan: ScriptColumns, strategy: WindowingStrategy) -> _Rows | Refusal:
     """Assign windows, drop the expired rows, and group the rest by key and window."""
     ts_el = scan.ts
-    try:
-        assigned = strategy.window_fn.assign_array(ts_el)  # type: ignore[attr-defined]
-    except OverflowError:
-        return Refusal.OVERFLOW
-    coded = key_codes(scan.key)
-    if coded is None:
-        return Refusal.UNHASHABLE_KEY
-    key_el, keys = coded
+    prepared = assign_and_code(scan, strategy)
+    if isinstance(prepared, Refusal):
+        return prepared
+    assigned, key_el, keys = prepared
     values_el = scan.value
     el, start, end = assigned.element, assigned.start, assigned.end
     event = scan.element_event[el]
@@ -266,6 +262,21 @@ def _rows(scan: ScriptColumns, strategy: WindowingStrategy) -> _Rows | Refusal:
         el, start, end, event, iw, ts_el[el], key, ontime, gid, g_first, g_end, g_fire, g_on,
         keys, values_el, n_expired,
     )  # fmt: skip
+
+
+def assign_and_code(
+    scan: ScriptColumns, strategy: WindowingStrategy
+) -> tuple[Any, np.ndarray, list[Hashable]] | Refusal:
+    """The elements' windows (a ``WindowAssignment``), key codes and keys by code, or the
+    refusal: a window bound past int64, or an unhashable key."""
+    try:
+        assigned = strategy.window_fn.assign_array(scan.ts)  # type: ignore[attr-defined]
+    except OverflowError:
+        return Refusal.OVERFLOW
+    coded = key_codes(scan.key)
+    if coded is None:
+        return Refusal.UNHASHABLE_KEY
+    return (assigned, *coded)
 
 
 def _expired(iw: np.ndarray, end: np.ndarray, lateness: int) -> np.ndarray:

@@ -50,7 +50,7 @@ def run_script(
     With ``fast`` (default), scripts under DefaultTrigger or AfterWatermark() go through
     a vectorised path that gives the same result as the incremental engine (tested):
     :func:`theory.windowing.fast_path.run_fast` for non-merging windows,
-    :func:`theory.windowing.session_path.run_sessions` for sessions. It falls back to the
+    :func:`theory.windowing.session_path.run_sessions_columns` for sessions. It falls back to the
     engine where it does not model the script; ``result.path`` says which ran and
     ``result.refusal`` why the vectorised one did not (a
     :class:`~theory.windowing.fast_path.Refusal`).

@@ -44,16 +44,15 @@ from theory.windowing.fast_path import (
     _interval_min,
     _records,
     _run_starts,
-    key_codes,
-    script_columns,
+    assign_and_code,
 )
 from theory.windowing.pane_columns import TIMINGS, build_panes
-from theory.windowing.script import Event, ScriptResult
+from theory.windowing.script import ScriptResult
 from theory.windowing.strategy import TimestampCombiner, WindowingStrategy
 from theory.windowing.triggers import AfterWatermark
 from theory.windowing.windows import Sessions
 
-__all__ = ["run_sessions", "run_sessions_columns", "sessions_refusal"]
+__all__ = ["run_sessions_columns", "sessions_refusal"]
 
 
 def sessions_refusal(strategy: WindowingStrategy) -> Refusal | None:
@@ -67,25 +66,13 @@ def sessions_refusal(strategy: WindowingStrategy) -> Refusal | None:
     return None
 
 
-def run_sessions(evs: tuple[Event, ...], strategy: WindowingStrategy) -> ScriptResult | Refusal:
-    """The result of ``evs`` (ended by a watermark at ``MAX_TIMESTAMP``) under a Sessions
-    ``strategy``, identical to the incremental engine's (values as multisets), or why this
-    path does not model it."""
-    refusal = sessions_refusal(strategy)
-    if refusal is not None:
-        return refusal
-    scan = script_columns(evs)
-    if scan is None:
-        return Refusal.EVENT_TYPE
-    return run_sessions_columns(scan, strategy)
-
-
 def run_sessions_columns(
     scan: ScriptColumns, strategy: WindowingStrategy, *, build: bool = True
 ) -> ScriptResult | Refusal:
-    """:func:`run_sessions` on a script given as columns (the last event's watermark must
-    be ``MAX_TIMESTAMP``); the panes are built as tuples only if ``build`` (they are
-    always in ``result.pane_columns``)."""
+    """The result of a script given as columns (its last event's watermark at
+    ``MAX_TIMESTAMP``) under a Sessions ``strategy``, identical to the incremental
+    engine's (values as multisets), or why this path does not model it. The panes are
+    built as tuples only if ``build`` (they are always in ``result.pane_columns``)."""
     refusal = sessions_refusal(strategy)
     if refusal is not None:
         return refusal
@@ -124,14 +111,10 @@ def _session_rows(scan: ScriptColumns, strategy: WindowingStrategy) -> _SessionR
     """Drop the expired rows, refuse late ones, and cut the rest into sessions."""
     ts_el = scan.ts
     gap = strategy.window_fn.gap  # type: ignore[attr-defined]
-    try:
-        strategy.window_fn.assign_array(ts_el)  # type: ignore[attr-defined]  # (bounds)
-    except OverflowError:
-        return Refusal.OVERFLOW
-    coded = key_codes(scan.key)
-    if coded is None:
-        return Refusal.UNHASHABLE_KEY
-    key_el, keys = coded
+    prepared = assign_and_code(scan, strategy)  # (a session's window is [ts, ts + gap))
+    if isinstance(prepared, Refusal):
+        return prepared
+    _, key_el, keys = prepared
     event_el = scan.element_event
     iw_el = _before(scan.iw_after)[event_el]
     expired = _expired(iw_el, ts_el + gap, strategy.allowed_lateness)
