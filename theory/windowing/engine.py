@@ -261,6 +261,8 @@ class GroupByWindowEngine:
         self.output_watermark = MIN_TIMESTAMP
         #: Processing time (µs), from 0 as Beam's TestClock.
         self.processing_time = 0
+        #: A hold (µs) from state outside this engine (see :meth:`hold_externally`).
+        self.external_hold = MAX_TIMESTAMP
         self._keys: dict[Hashable, _KeyState] = {}
         self._seq = 0
         self._ranks = 0
@@ -637,7 +639,15 @@ class GroupByWindowEngine:
         """Recompute the output watermark: ``min(IW, smallest hold - 1 µs)``."""
         iw = self.input_watermark
         holds = self._holds
-        self.output_watermark = min(iw, holds.min() - 1) if holds else iw
+        ow = min(iw, holds.min() - 1) if holds else iw
+        self.output_watermark = min(ow, self.external_hold)
+
+    def hold_externally(self, hold: int) -> None:
+        """Hold the output watermark at ``hold`` µs (as :meth:`min_hold_value` gives a
+        hold) for state kept outside this engine, e.g. the sessions a vectorised path runs
+        beside it; ``MAX_TIMESTAMP`` for none."""
+        self.external_hold = hold
+        self._refresh()
 
     # -- windows ---------------------------------------------------------------------
 

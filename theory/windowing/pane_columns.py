@@ -99,6 +99,29 @@ class PaneColumns(NamedTuple):
         )
 
     @classmethod
+    def concat(cls, parts: Sequence[PaneColumns]) -> PaneColumns:
+        """The panes of ``parts`` one after the other (windows made from the bounds)."""
+        offsets = np.cumsum([0] + [p.grouped_values.size for p in parts]).tolist()
+
+        def joined(field: str) -> np.ndarray:
+            return np.concatenate([getattr(p, field) for p in parts])
+
+        return cls(
+            [k for p in parts for k in p.key],
+            joined("start"),
+            joined("end"),
+            joined("timestamp"),
+            joined("timing"),
+            joined("pane_index"),
+            joined("nonspeculative_index"),
+            joined("is_last"),
+            np.concatenate([p.lo + o for p, o in zip(parts, offsets, strict=False)]),
+            np.concatenate([p.hi + o for p, o in zip(parts, offsets, strict=False)]),
+            joined("grouped_values"),
+            all(p.global_window for p in parts),
+        )
+
+    @classmethod
     def from_panes(cls, panes: Sequence[Pane]) -> PaneColumns:
         """The columns of built panes (the incremental engine's)."""
         n = len(panes)

@@ -20,6 +20,7 @@ import numpy as np
 from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import GroupByWindowEngine, Pane
 from theory.windowing.fast_path import Refusal, ScriptColumns, run_fast_columns, script_columns
+from theory.windowing.pane_columns import PaneColumns
 from theory.windowing.script import (
     ElementEvent,
     Event,
@@ -28,7 +29,7 @@ from theory.windowing.script import (
     ScriptResult,
     WatermarkEvent,
 )
-from theory.windowing.session_path import run_sessions_columns
+from theory.windowing.session_path import late_session_elements, run_sessions_columns
 from theory.windowing.strategy import WindowingStrategy
 from theory.windowing.triggers import REAL_TIME
 
@@ -97,7 +98,50 @@ def _run_vectorised(
     result = run(columns, strategy, build=build)
     if isinstance(result, ScriptResult):
         return replace(result, path="vectorised")
+    if result is Refusal.LATE_SESSION_DATA:
+        return _run_mixed(columns, strategy, build)
     return str(result)
+
+
+def _run_mixed(
+    columns: ScriptColumns, strategy: WindowingStrategy, build: bool
+) -> ScriptResult | str:
+    """Sessions with late data on the engine, the others on the vectorised path, the
+    engine's output watermark held by theirs too. Exact: sessions never merge with each
+    other, and the vectorised ones (no late data) do not depend on the output watermark
+    (their elements are never too late to hold, their panes never late)."""
+    late = late_session_elements(columns, strategy)
+    simple = run_sessions_columns(_subset(columns, ~late), strategy, build=build)
+    if isinstance(simple, Refusal):
+        return str(simple)
+    assert simple.state_hold is not None and simple.pane_columns is not None
+    slow = _run_incremental_columns(_subset(columns, late), strategy, simple.state_hold)
+    event = np.concatenate([simple.pane_event, slow.pane_event])
+    order = np.argsort(event, kind="stable")
+    both = PaneColumns.concat([simple.pane_columns, PaneColumns.from_panes(slow.panes)])
+    panes = simple.panes + slow.panes if build else []
+    return replace(
+        slow,
+        panes=[panes[i] for i in order.tolist()] if build else [],
+        pane_event=event[order],
+        dropped={k: simple.dropped.get(k, 0) + v for k, v in slow.dropped.items()},
+        late_elements=simple.late_elements + slow.late_elements,
+        pane_columns=both.take(order),
+        path="mixed",
+        refusal=str(Refusal.LATE_SESSION_DATA),
+    )
+
+
+def _subset(columns: ScriptColumns, mask: np.ndarray) -> ScriptColumns:
+    """The script with only the elements of ``mask`` (the same events)."""
+    idx = np.flatnonzero(mask)
+    keys = columns.key
+    return columns._replace(
+        key=list(map(keys.__getitem__, idx.tolist())),
+        value=columns.value[idx],
+        ts=columns.ts[idx],
+        element_event=columns.element_event[idx],
+    )
 
 
 class _Rows(NamedTuple):
@@ -159,7 +203,7 @@ class _Recorder:
         self.input_watermark[i] = engine.input_watermark
         self.output_watermark[i] = engine.output_watermark
         hold = engine.min_hold_value()
-        self.state_hold[i] = MAX_TIMESTAMP if hold is None else hold
+        self.state_hold[i] = min(engine.external_hold, MAX_TIMESTAMP if hold is None else hold)
 
     def result(self, engine: GroupByWindowEngine) -> ScriptResult:
         return ScriptResult(
@@ -206,9 +250,13 @@ def _run_incremental(
     return recorder.result(engine)
 
 
-def _run_incremental_columns(columns: ScriptColumns, strategy: WindowingStrategy) -> ScriptResult:
+def _run_incremental_columns(
+    columns: ScriptColumns, strategy: WindowingStrategy, external: np.ndarray | None = None
+) -> ScriptResult:
     """The columns event by event on a :class:`GroupByWindowEngine`: each event's rows,
-    then its watermark, then its processing time."""
+    then its watermark, then its processing time; ``external``: a hold (µs) after each
+    event from state run beside the engine (:meth:`GroupByWindowEngine.hold_externally`),
+    counted in the recorded state hold."""
     engine = GroupByWindowEngine(strategy)
     n_ev = columns.iw_after.size
     recorder = _Recorder(n_ev)
@@ -231,5 +279,7 @@ def _run_incremental_columns(columns: ScriptColumns, strategy: WindowingStrategy
             fired += engine.advance_watermark_to(iw_after[i])
         if pt_after[i] > engine.processing_time:
             fired += engine.advance_processing_time(pt_after[i] - engine.processing_time)
+        if external is not None:
+            engine.hold_externally(int(external[i]))
         recorder.record(i, fired, engine)
     return recorder.result(engine)

@@ -125,7 +125,8 @@ class ScriptResult:
     state_hold: np.ndarray | None = None
     #: The panes as columns (the vectorised paths'; ``panes`` may then be left empty).
     pane_columns: PaneColumns | None = None
-    #: Which path ran the script: "vectorised" or "incremental" (see ``refusal``).
+    #: Which path ran the script: "vectorised", "incremental" (see ``refusal``), or
+    #: "mixed" (sessions with late data on the engine, the others vectorised).
     path: str = "incremental"
     #: Why the vectorised path did not run it (a ``fast_path.Refusal`` text), if it did not.
     refusal: str | None = None

@@ -11,7 +11,9 @@ final sessions and of the order in which their parts arrived:
   ``end``, with all its rows, when no part of it can fire before it is whole. That holds
   when no kept row is late (timestamp below the input watermark at its arrival): every
   part a row joins then ends after the row's timestamp, so after the watermark. A late
-  row is refused (:attr:`Refusal.LATE_SESSION_DATA`), and the engine runs the script.
+  row is refused (:attr:`Refusal.LATE_SESSION_DATA`): the runner then gives the
+  sessions with late data to the engine and the others to this path
+  (:func:`late_session_elements`; ``path == "mixed"``).
 - **Holds.** A session's smallest hold is the smallest over its batches, kept until it
   fires. Under END_OF_WINDOW a batch holds at the end of the part it lands in: the
   smallest such end is that of a *fresh* part, a run of one event's rows that overlaps
@@ -52,7 +54,7 @@ from theory.windowing.strategy import TimestampCombiner, WindowingStrategy
 from theory.windowing.triggers import AfterWatermark
 from theory.windowing.windows import Sessions
 
-__all__ = ["run_sessions_columns", "sessions_refusal"]
+__all__ = ["late_session_elements", "run_sessions_columns", "sessions_refusal"]
 
 
 def sessions_refusal(strategy: WindowingStrategy) -> Refusal | None:
@@ -107,26 +109,61 @@ class _SessionRows(NamedTuple):
     n_expired: int
 
 
-def _session_rows(scan: ScriptColumns, strategy: WindowingStrategy) -> _SessionRows | Refusal:
-    """Drop the expired rows, refuse late ones, and cut the rest into sessions."""
+class _Cut(NamedTuple):
+    """The kept rows sorted by (key, timestamp, arrival) and cut into sessions."""
+
+    kept: np.ndarray  # the kept elements, ascending
+    order: np.ndarray  # the kept elements by (key, timestamp, arrival): the rows
+    late: np.ndarray  # per row: timestamp below the input watermark at its arrival
+    new: np.ndarray  # per row: it starts a session
+    key: np.ndarray  # per row: key code
+    keys: list[Hashable]
+
+
+def _cut(scan: ScriptColumns, strategy: WindowingStrategy) -> _Cut | Refusal:
+    """Drop the expired rows and cut the rest into sessions."""
     ts_el = scan.ts
     gap = strategy.window_fn.gap  # type: ignore[attr-defined]
     prepared = assign_and_code(scan, strategy)  # (a session's window is [ts, ts + gap))
     if isinstance(prepared, Refusal):
         return prepared
     _, key_el, keys = prepared
-    event_el = scan.element_event
-    iw_el = _before(scan.iw_after)[event_el]
-    expired = _expired(iw_el, ts_el + gap, strategy.allowed_lateness)
-    kept = np.flatnonzero(~expired)
-    if np.any(ts_el[kept] < iw_el[kept]):
-        return Refusal.LATE_SESSION_DATA
+    iw_el = _before(scan.iw_after)[scan.element_event]
+    kept = np.flatnonzero(~_expired(iw_el, ts_el + gap, strategy.allowed_lateness))
     # by key, then timestamp, then arrival
     order = kept[_group_order(key_el[kept], ts_el[kept], len(keys))]
     ts, key = ts_el[order], key_el[order]
     new = _run_starts(key)
     if ts.size:
         new[1:] |= ts[1:] >= ts[:-1] + gap  # (no overflow: ts + gap fits, see assign_array)
+    return _Cut(kept, order, ts < iw_el[order], new, key, keys)
+
+
+def late_session_elements(scan: ScriptColumns, strategy: WindowingStrategy) -> np.ndarray:
+    """Per element: whether it is kept and in a session with late data (a kept row with
+    its timestamp below the input watermark at its arrival), which this path refuses;
+    all False where the path refuses the script for another reason."""
+    out = np.zeros(scan.ts.size, bool)
+    cut = _cut(scan, strategy)
+    if isinstance(cut, Refusal) or not cut.order.size:
+        return out
+    sess = np.cumsum(cut.new) - 1
+    late_sess = np.zeros(int(sess[-1]) + 1, bool)
+    late_sess[sess[cut.late]] = True
+    out[cut.order] = late_sess[sess]
+    return out
+
+
+def _session_rows(scan: ScriptColumns, strategy: WindowingStrategy) -> _SessionRows | Refusal:
+    """The sessions of the kept rows, or the refusal (late data among them)."""
+    cut = _cut(scan, strategy)
+    if isinstance(cut, Refusal):
+        return cut
+    if np.any(cut.late):
+        return Refusal.LATE_SESSION_DATA
+    gap = strategy.window_fn.gap  # type: ignore[attr-defined]
+    kept, order, new, key = cut.kept, cut.order, cut.new, cut.key
+    ts = scan.ts[order]
     s_first = np.flatnonzero(new)
     s_last = _run_ends(s_first, ts.size) - 1
     s_end = ts[s_last] + gap
@@ -135,14 +172,14 @@ def _session_rows(scan: ScriptColumns, strategy: WindowingStrategy) -> _SessionR
         return Refusal.NEVER_FIRES
     sess = np.cumsum(new) - 1
     # rows by (session, arrival): the sessions of the kept elements, in arrival order
-    rank = np.empty(n_el := ts_el.size, np.int64)
+    rank = np.empty(n_el := scan.ts.size, np.int64)
     rank[order] = np.arange(order.size)
     by_element = rank[kept]  # each kept element's row, elements ascending
     by_arrival = by_element[stable_argsort_int(sess[by_element])]
     return _SessionRows(
-        ts, event_el[order], order, sess, by_arrival, _session_offsets(ts, sess, s_first, gap),
-        s_first, ts[s_first], s_end, s_fire, key[s_first], keys, scan.value,
-        n_el - kept.size,
+        ts, scan.element_event[order], order, sess, by_arrival,
+        _session_offsets(ts, sess, s_first, gap), s_first, ts[s_first], s_end, s_fire,
+        key[s_first], cut.keys, scan.value, n_el - kept.size,
     )  # fmt: skip
 
 
