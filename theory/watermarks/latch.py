@@ -26,7 +26,8 @@ import numpy as np
 from theory.columns import check_timestamp
 from theory.time import MIN_TIMESTAMP
 
-__all__ = ["ArrivalClock", "Latch", "LatchedWatermark", "SourceWatermark", "latch_estimates"]
+__all__ = [
+    "ArrivalClock","Latch", "LatchedWatermark", "SourceWatermark", "latch_estimates"]
 
 
 class Latch:
@@ -64,7 +65,9 @@ class Latch:
         return self._value
 
 
-def latch_estimates(raw: np.ndarray, estimated: np.ndarray, initial: int) -> tuple[np.ndarray, int]:
+def latch_estimates(
+    raw: np.ndarray, estimated: np.ndarray, initial: int
+) -> tuple[np.ndarray, int]:
     """:meth:`Latch._latch_estimate` over a sequence of evaluations (µs): ``raw[i]`` is the
     estimate where ``estimated[i]`` (something was active), else the fallback. Returns the
     running maximum from ``initial`` and the regressions."""

@@ -96,7 +96,9 @@ def element_columns(
     bad = c < a
     if bool(np.any(bad)):
         i = int(np.argmax(bad))
-        raise ValueError(f"row {i}: completion={int(c[i])} µs is before activation={int(a[i])} µs")
+        raise ValueError(
+            f"row {i}: completion={int(c[i])} µs is before activation={int(a[i])} µs"
+        )
     return e, a, c
 
 

@@ -192,7 +192,8 @@ class SketchPercentileWatermark(Latch):
             e = check_timestamp(e, "event_time")
             if not -SKETCH_LIMIT <= e <= SKETCH_LIMIT:
                 raise ValueError(
-                    f"event_time={e} µs is outside ±2**53 µs, which the sketch cannot hold exactly"
+                    f"event_time={e} µs is outside ±2**53 µs, which the sketch cannot hold "
+                    "exactly"
                 )
         return e
 
@@ -321,7 +322,9 @@ class SketchPercentileWatermark(Latch):
         self._frozen.append(f)
         self._frozen_lo.append(b)
         self._frozen_active += f.active
-        self._next_freeze = self._freeze_time(next(iter(self._young))) if self._young else _NEVER
+        self._next_freeze = (
+            self._freeze_time(next(iter(self._young))) if self._young else _NEVER
+        )
         if len(self._frozen) > self._max_sketches:
             self._merge_smallest_pair()
 

@@ -246,7 +246,9 @@ def percentile_details(
     return _latched_curve(times, raw, active, fb.initial)
 
 
-def _live(e: np.ndarray, a: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _live(
+    e: np.ndarray, a: np.ndarray, c: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rows that are ever active (``completion > activation``); ``activation is
     event_time`` (source level) stays so."""
     live = c > a
@@ -385,3 +387,4 @@ def reference_percentile_values(
         act = e[(a <= t) & (t < c)]
         out[i] = int(np.quantile(act, q, method="lower")) if act.size else int(fb.at(t))
     return out
+
