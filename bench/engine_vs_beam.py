@@ -7,11 +7,15 @@ watermark, a few percent late and some droppable; whole milliseconds), under two
   output: what most pipelines run; the engine's vectorised path.
 - ``early-late``: FixedWindows(1 s), AfterWatermark(early=AfterCount(5),
   late=AfterCount(1)), accumulating, earliest output: the general trigger machinery.
+- ``sessions``: Sessions(100 ms), DefaultTrigger, 5 s allowed lateness, end-of-window
+  output, over 100 keys with no late data (a session with late data would go to the
+  incremental engine: a "mixed" run).
 
 For 1k/100 and 2k/200 it times ``run_script`` and Beam (and checks that panes, their order
 per window, stall flags and output watermarks are identical, as
-``beam_pipelines.differential`` compares them); for 100k/10k only the engine. Prints
-medians and the ratio. Usage::
+``beam_pipelines.differential`` compares them); for the ``--large`` scripts (100k/10k and
+1M/100k) only the engine, on the path ``run_script`` takes and on the incremental one
+(``fast=False``, CPU ratio). Prints medians and the ratios. Usage::
 
     python bench/engine_vs_beam.py [--repeats 5] [--beam-repeats 3] [--strategies default]
 """
@@ -19,18 +23,17 @@ medians and the ratio. Usage::
 from __future__ import annotations
 
 import os
-import statistics
-import time
 
 import numpy as np
 from bench_args import add_repeats, bench_parser
+from timing import median_time  # bench/timing.py (this script's folder)
 
 from beam_pipelines.differential import Case, differences, observe_beam
 from theory.windowing import triggers as tt
 from theory.windowing.runner import run_script
 from theory.windowing.script import ElementEvent, Script, WatermarkEvent
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
-from theory.windowing.windows import FixedWindows
+from theory.windowing.windows import FixedWindows, Sessions
 
 MS = 1000
 SEC = 1_000_000
@@ -44,11 +47,18 @@ STRATEGIES = {
         5 * SEC,
         TimestampCombiner.OUTPUT_AT_EARLIEST,
     ),
+    "sessions": WindowingStrategy(Sessions(100 * MS), allowed_lateness=5 * SEC),
 }
 
+#: Per strategy: (keys, fraction of late elements) of its scripts.
+SCRIPTS = {"default": (10, 0.03), "early-late": (10, 0.03), "sessions": (100, 0.0)}
 
-def make_script(elements: int, advances: int, seed: int = 0) -> Script:
-    """``advances`` watermark steps of 10 ms, each after a batch of elements (10 keys)."""
+
+def make_script(
+    elements: int, advances: int, seed: int = 0, keys: int = 10, late_fraction: float = 0.03
+) -> Script:
+    """``advances`` watermark steps of 10 ms, each after a batch of elements over ``keys``
+    keys, ``late_fraction`` of them late."""
     rng = np.random.default_rng(seed)
     per = np.diff(np.linspace(0, elements, advances + 1).round().astype(int))
     step = 10 * MS
@@ -57,16 +67,13 @@ def make_script(elements: int, advances: int, seed: int = 0) -> Script:
     wm = 0
     for n in per.tolist():
         ahead = rng.integers(0, 200, n) * MS  # up to 200 ms ahead of the watermark
-        late = rng.random(n) < 0.03
+        late = rng.random(n) < late_fraction
         behind = rng.integers(1, 8_000, n) * MS  # up to 8 s behind: some droppable
         ts = np.where(late, wm - behind, wm + ahead)
-        keys = rng.integers(0, 10, n)
+        key = rng.integers(0, keys, n)
         events.append(
             ElementEvent(
-                [
-                    (f"k{k}", value + i, int(t))
-                    for i, (k, t) in enumerate(zip(keys, ts, strict=True))
-                ]
+                [(f"k{k}", value + i, int(t)) for i, (k, t) in enumerate(zip(key, ts, strict=True))]
             )
         )
         value += n
@@ -75,26 +82,19 @@ def make_script(elements: int, advances: int, seed: int = 0) -> Script:
     return Script(events)
 
 
-def median_time(fn, repeats: int) -> tuple[float, float, object]:
-    """Median wall time (s), median CPU time of this process (s), and the last result.
-    (CPU time is less sensitive to other processes competing for the cores.)"""
-    wall = []
-    cpu = []
-    out = None
-    for _ in range(repeats):
-        c0, t0 = time.process_time(), time.perf_counter()
-        out = fn()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    return statistics.median(wall), statistics.median(cpu), out
-
-
 def main() -> None:
     parser = bench_parser(__doc__)
     add_repeats(parser, 5, "engine runs per script")
     parser.add_argument("--beam-repeats", type=int, default=3, help="Beam runs per script")
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=STRATEGIES)
+    parser.add_argument(
+        "--large",
+        nargs="*",
+        default=["100000:10000", "1000000:100000"],
+        help="elements:advances of the engine-only scripts",
+    )
     args = parser.parse_args()
+    large = [tuple(map(int, x.split(":"))) for x in args.large]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"medians; load average {load:.1f} on {os.cpu_count()} cores")
     print(
@@ -103,17 +103,24 @@ def main() -> None:
     )
     for name in args.strategies:
         strategy = STRATEGIES[name]
-        for elements, advances in ((1_000, 100), (2_000, 200), (100_000, 10_000)):
-            script = make_script(elements, advances)
+        keys, late_fraction = SCRIPTS[name]
+        for elements, advances in ((1_000, 100), (2_000, 200), *large):
+            script = make_script(elements, advances, keys=keys, late_fraction=late_fraction)
             ours_s, ours_cpu, ours = median_time(
                 lambda s=script, st=strategy: run_script(s, st), args.repeats
             )
             panes = ours.panes  # type: ignore[attr-defined]
+            path = ours.path  # type: ignore[attr-defined]
             label = f"{elements // 1000}k/{advances}"
             if elements > 2_000:
+                _, slow_cpu, _ = median_time(
+                    lambda s=script, st=strategy: run_script(s, st, fast=False), 1
+                )
                 print(
                     f"{name:>10} {label:>12} {ours_s:>9.4f} {elements / ours_s:>12,.0f} "
-                    f"{elements / ours_cpu:>12,.0f} {'-':>8} {'-':>8}  {len(panes)}"
+                    f"{elements / ours_cpu:>12,.0f} {'-':>8} {'-':>8}  {len(panes)} {path}, "
+                    f"{slow_cpu / ours_cpu:.1f}x the incremental path's CPU el/s",
+                    flush=True,
                 )
                 continue
             beam_s, _, beam = median_time(
@@ -124,10 +131,12 @@ def main() -> None:
             print(
                 f"{name:>10} {label:>12} {ours_s:>9.4f} {elements / ours_s:>12,.0f} "
                 f"{elements / ours_cpu:>12,.0f} {beam_s:>8.2f} {beam_s / ours_s:>7,.0f}x  "
-                f"{len(panes)} {'identical' if same else 'DIFFERENT'}"
+                f"{len(panes)} {path} {'identical' if same else 'DIFFERENT'}",
+                flush=True,
             )
             if not same:
                 raise SystemExit(f"{name} {label}: the engine differs from Beam:\n" + problems[0])
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

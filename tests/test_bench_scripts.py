@@ -58,7 +58,12 @@ def test_bench_pubsub_estimator() -> None:
 
 def test_bench_simulate_throughput() -> None:
     out = run("simulate_throughput.py", "--events", "2000", "--repeats", "1")
-    assert re.search(r"2,000 +perfect +[\d.]+ +[\d,]+ +mobile_in", out)
+    row = re.search(r"2,000 +[\d.]+ +[\d.]+ +[\d,]+ +[\d,]+ +[\d.]+ +[\d.]+x +\d+ +(\S+)", out)
+    assert row, out
+    assert row.group(1) == (
+        "mobile_sessions:vectorised,console_sessions:vectorised,"
+        "average_session_length:vectorised"
+    )
 
 
 def test_bench_valve() -> None:
@@ -69,11 +74,18 @@ def test_bench_valve() -> None:
 
 
 def test_bench_engine_vs_beam() -> None:
-    out = run("engine_vs_beam.py", "--repeats", "1", "--beam-repeats", "1")
-    compared = re.findall(r"^ *(default|early-late) +(\S+) .* (\d+) (identical|DIFFERENT)$",
-                          out, re.MULTILINE)
-    assert len(compared) == 4  # two scripts under each strategy, against Beam
-    assert all(verdict == "identical" and int(panes) > 0 for *_, panes, verdict in compared)
+    out = run("engine_vs_beam.py", "--repeats", "1", "--beam-repeats", "1", "--large", "5000:500")
+    compared = re.findall(
+        r"^ *(default|early-late|sessions) +(\S+) .* (\d+) (vectorised|incremental) "
+        r"(identical|DIFFERENT)$",
+        out,
+        re.MULTILINE,
+    )
+    assert len(compared) == 6  # two scripts under each strategy, against Beam
+    assert all(verdict == "identical" and int(panes) > 0 for *_, panes, _, verdict in compared)
+    paths = {name: path for name, _, _, path, _ in compared}
+    assert paths == {"default": "vectorised", "early-late": "incremental", "sessions": "vectorised"}
+    assert len(re.findall(r" 5k/500 .* the incremental path's CPU el/s", out)) == 3
 
 
 def test_bench_spark_analytics() -> None:

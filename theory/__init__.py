@@ -18,8 +18,9 @@ package, one idea a folder:
 ``theory.data``             traces: schema and rules, parsing, validation, I/O, the
                             generators' specs and numpy generators
 ``theory.windowing``        windows, ``WindowingStrategy``, triggers, scripts, the
-                            grouping engine (incremental), its vectorised fast path,
-                            and ``run_script``, which picks between them
+                            grouping engine (incremental), its vectorised paths
+                            (non-merging windows, sessions; panes as columns), and
+                            ``run_script``, which picks between them
 ``theory.watermarks``       source watermarks (perfect, heuristic), the spec grammar,
                             percentile watermarks (exact, sketch), hold series, the
                             per-bucket curves of an arrival-time-bucketed trace

@@ -11,6 +11,7 @@ bounds are within 808 µs of int64's, so a plain ``x - d`` can wrap).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
@@ -25,6 +26,8 @@ __all__ = [
     "group_last",
     "minus_clamped",
     "plus_clamped",
+    "range_min",
+    "sorted_union",
     "sorted_unique",
     "stable_argsort_int",
     "stable_order",
@@ -66,13 +69,47 @@ def stable_argsort_int(ids: np.ndarray) -> np.ndarray:
 def sorted_unique(x: np.ndarray) -> np.ndarray:
     """The distinct values of ``x``, ascending: a sort and a dedupe (``np.unique`` gives
     the same answer by a slower path)."""
-    s = np.sort(x)
+    return _dedupe_sorted(np.sort(x))
+
+
+def sorted_union(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """The distinct values of sorted arrays, ascending: their concatenation merged by a
+    stable sort (a merge of the sorted runs) and deduped. ``np.union1d`` and
+    ``np.unique`` give the same answer far more slowly (numpy 2's hash-based unique)."""
+    if not parts:
+        return np.empty(0, dtype=np.int64)
+    return _dedupe_sorted(np.sort(np.concatenate(parts), kind="stable"))
+
+
+def _dedupe_sorted(s: np.ndarray) -> np.ndarray:
+    """A sorted array without its repeats."""
     if s.size < 2:
         return s
     keep = np.empty(s.size, dtype=bool)
     keep[0] = True
     np.not_equal(s[1:], s[:-1], out=keep[1:])
     return s[keep]
+
+
+def range_min(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``min(a[lo[i]:hi[i]])`` for every i (all ranges non-empty): a sparse table built
+    one level at a time, each range answered at its level, so that only two levels are
+    alive at once (memory linear in ``a``, whatever the longest range)."""
+    out = np.empty(lo.size, a.dtype)
+    if lo.size == 0:
+        return out
+    level = np.frexp((hi - lo).astype(np.float64))[1] - 1  # floor(log2(length))
+    table = a
+    j = 0
+    while True:
+        at = np.flatnonzero(level == j)
+        if at.size:
+            out[at] = np.minimum(table[lo[at]], table[hi[at] - (1 << j)])
+        if not np.any(level > j):
+            return out
+        w = 1 << j
+        table = np.minimum(table[:-w], table[w:])
+        j += 1
 
 
 def group_last(sorted_values: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ from typing import Literal
 
 import numpy as np
 
+from theory.arrays import sorted_union
 from theory.time import MIN_TIMESTAMP
 
 
@@ -114,10 +115,7 @@ class StepSeries:
 
 def union_times(series: Iterable[StepSeries]) -> np.ndarray:
     """The sorted union of the change times of ``series``."""
-    parts = [s.times for s in series]
-    if not parts:
-        return np.empty(0, dtype=np.int64)
-    return np.unique(np.concatenate(parts))
+    return sorted_union([s.times for s in series])
 
 
 def pointwise_min(series: list[StepSeries]) -> StepSeries:

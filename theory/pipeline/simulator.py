@@ -18,12 +18,15 @@ Per stage, over processing time (all µs):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import count
+from math import fsum
 from typing import Any
 
 import numpy as np
 
+from theory.arrays import sorted_union
 from theory.columns import check_seed
 from theory.data.trace import Trace
 from theory.pipeline.graph import GraphError, hold_chain
@@ -32,7 +35,11 @@ from theory.series import StepSeries, pointwise_min, union_times
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from theory.watermarks.holds import inflight_min
 from theory.watermarks.spec import make_source_watermark
-from theory.windowing.engine import STATE_HOLD, GroupByWindowEngine, Pane
+from theory.windowing.engine import STATE_HOLD
+from theory.windowing.fast_path import ScriptColumns
+from theory.windowing.pane_columns import TIMINGS, PaneColumns
+from theory.windowing.runner import run_columns
+from theory.windowing.script import ScriptResult
 
 #: The hold component name for elements a stage has received but not yet emitted.
 BUFFER_HOLD = "buffer:output"
@@ -97,6 +104,9 @@ class StageResult:
     #: Late elements a grouping stage still grouped into a window (its engine's
     #: ``late_elements``); with the ``dropped`` ones they are the ``late`` ones.
     late_grouped: int = 0
+    #: For a grouping stage, which path of the engine ran it: "vectorised" or
+    #: "incremental" (see :func:`theory.windowing.runner.run_columns`); else "".
+    path: str = ""
 
     @property
     def late_count(self) -> int:
@@ -139,10 +149,14 @@ def simulate(
     *,
     seed: int = 0,
     on_stage: Callable[[str], None] | None = None,
+    fast: bool = True,
 ) -> SimulationResult:
     """Run ``pipeline`` over one trace per Source stage; deterministic for a given seed.
 
     ``on_stage(name)`` is called after each stage is simulated (for progress reporting).
+    Grouping stages run on the engine's vectorised path where it models them (``fast``,
+    the default; each stage's ``path`` says which ran), else event by event; the results
+    are the same.
     """
     _check_traces(pipeline, traces)
     check_seed(seed)
@@ -156,7 +170,7 @@ def simulate(
         else:
             stream, iw = _merged_input([outputs[u] for u in spec.inputs])
         if isinstance(spec, GroupByWindow):
-            out, result = _run_group(spec, stream, iw, stage_rng)
+            out, result = _run_group(spec, stream, iw, stage_rng, fast)
         else:
             out, result = _run_elementwise(spec, stream, iw, stage_rng)
         outputs[name] = (out, result.output_watermark)
@@ -253,11 +267,13 @@ def _run_elementwise(
 
 
 def _run_group(
-    spec: GroupByWindow, stream: Stream, iw: StepSeries, rng: np.random.Generator
+    spec: GroupByWindow, stream: Stream, iw: StepSeries, rng: np.random.Generator, fast: bool
 ) -> tuple[Stream, StageResult]:
     iw = iw.latched()
-    engine = GroupByWindowEngine(spec.strategy)
-    panes, fire_times, state = _drive_engine(engine, _window_rows(spec, stream), stream.time, iw)
+    instants = sorted_union([stream.time, iw.times])
+    columns = _script_columns(spec, stream, iw, instants)
+    run = run_columns(columns, spec.strategy, fast=fast, build=False)
+    panes, fire_times, state = _stage_outputs(run, instants, columns.key)
     table, out = _pane_outputs(spec, panes, fire_times, rng)
     buffer = inflight_min(table.fire_time, table.emit_time, table.timestamp)
     late = _lateness(stream, iw)
@@ -271,97 +287,112 @@ def _run_group(
         late,
         stream.timestamp[late],
         stream.time[late],
-        dict(engine.dropped),
+        dict(run.dropped),
         table,
         processing_hold=inflight_min(table.fire_time, table.emit_time, table.fire_time),
-        late_grouped=engine.late_elements,
+        late_grouped=run.late_elements,
+        path=run.path,
     )
     return out, result
 
 
-@dataclass(frozen=True)
-class _WindowRows:
-    """The engine's input as lists: per element its key, value and timestamp (µs); per
-    (element, window) row, grouped by element, the element and the window bounds (µs)."""
-
-    keys: list[Hashable]
-    values: list[Any]
-    stamps: list[int]
-    element: np.ndarray
-    starts: list[int]
-    ends: list[int]
-
-
-def _window_rows(spec: GroupByWindow, stream: Stream) -> _WindowRows:
-    rows = spec.strategy.window_fn.assign_array(stream.timestamp)  # type: ignore[attr-defined]
-    keys: list[Hashable] = [None] * len(stream) if spec.rekey == "global" else stream.key.tolist()
-    return _WindowRows(
+def _script_columns(
+    spec: GroupByWindow, stream: Stream, iw: StepSeries, instants: np.ndarray
+) -> ScriptColumns:
+    """The stage's input as a script in columns: one event per instant (µs: the elements
+    arriving then, then the watermark step at it, so they are not late for a watermark
+    that moves at their own instant), plus a final step to ``MAX_TIMESTAMP`` whose
+    firings :func:`_stage_outputs` leaves out (nothing before it depends on it)."""
+    n_ev = instants.size + 1
+    iw_after = np.full(n_ev, MIN_TIMESTAMP, np.int64)
+    iw_after[np.searchsorted(instants, iw.times)] = iw.values
+    np.maximum.accumulate(iw_after, out=iw_after)  # (iw is latched: this fills the gaps)
+    iw_after[-1] = MAX_TIMESTAMP
+    keys: Sequence[Hashable] = (
+        [None] * len(stream) if spec.rekey == "global" else stream.key.tolist()
+    )
+    return ScriptColumns(
+        iw_after,
+        np.zeros(n_ev, np.int64),
         keys,
-        stream.value.tolist(),
-        stream.timestamp.tolist(),
-        rows.element,
-        rows.start.tolist(),
-        rows.end.tolist(),
+        stream.value.astype(object),
+        stream.timestamp,
+        np.searchsorted(instants, stream.time),
     )
 
 
-def _drive_engine(
-    engine: GroupByWindowEngine, rows: _WindowRows, arrival: np.ndarray, iw: StepSeries
-) -> tuple[list[Pane], np.ndarray, StepSeries]:
-    """Feed ``engine`` in processing-time order: at each instant (µs) the rows of the
-    elements arriving then, then the watermark step at it (elements first: they are not
-    late for a watermark that moves at their own instant). Returns the fired panes, their
-    fire times and the state hold's step series: the engine keeps the holds, this records
-    the changes of their minimum (``MAX_TIMESTAMP`` when there is none)."""
-    wm_times, wm_values = iw.times.tolist(), iw.values.tolist()
-    instants = np.union1d(arrival, iw.times)
-    # rows of the elements arriving at or before each instant: rows are grouped by element
-    row_bounds = np.searchsorted(rows.element, np.searchsorted(arrival, instants, side="right"))
-    keys, values, stamps, starts, ends = rows.keys, rows.values, rows.stamps, rows.starts, rows.ends
-    element = rows.element.tolist()
-    panes: list[Pane] = []
-    fire_times: list[int] = []
-    hold_t: list[int] = []
-    hold_v: list[int] = []
-    last_hold = MAX_TIMESTAMP
-    lo = wi = 0
-    n_wm = len(wm_times)
-    for t, hi in zip(instants.tolist(), row_bounds.tolist(), strict=True):
-        fired: list[Pane] = []
-        if hi > lo:
-            fired.extend(engine.add_rows(keys, values, stamps, element, starts, ends, lo, hi))
-            lo = hi
-        if wi < n_wm and wm_times[wi] == t:
-            fired.extend(engine.advance_watermark_to(wm_values[wi]))
-            wi += 1
-        if fired:
-            panes.extend(fired)
-            fire_times.extend([t] * len(fired))
-        found = engine.min_hold_value()
-        h = MAX_TIMESTAMP if found is None else found
-        if h != last_hold:
-            hold_t.append(t)
-            hold_v.append(h)
-            last_hold = h
-    state = StepSeries(np.asarray(hold_t, np.int64), np.asarray(hold_v, np.int64), MAX_TIMESTAMP)
-    return panes, np.asarray(fire_times, np.int64), state
+def _stage_outputs(
+    run: ScriptResult, instants: np.ndarray, keys: Sequence[Hashable]
+) -> tuple[PaneColumns, np.ndarray, StepSeries]:
+    """The panes fired before the final step in a canonical order (fire time, key in
+    order of first arrival in ``keys``, window, pane index: the order within an instant
+    is the runner's choice), their fire times (µs) and the state hold's step series
+    (``MAX_TIMESTAMP`` when there is none)."""
+    n = instants.size
+    panes = run.pane_columns if run.pane_columns is not None else PaneColumns.from_panes(run.panes)
+    keep = np.flatnonzero(run.pane_event < n)
+    event = run.pane_event[keep]
+    code = dict(zip(dict.fromkeys(keys), count(), strict=False))
+    key_code = np.fromiter(map(code.__getitem__, panes.key), np.int64, panes.n_panes)[keep]
+    order = keep[
+        np.lexsort(
+            (
+                panes.pane_index[keep],
+                panes.end[keep],
+                panes.start[keep],
+                key_code,
+                event,
+            )
+        )
+    ]
+    assert run.state_hold is not None  # (both paths record it)
+    hold = run.state_hold[:n]
+    change = np.flatnonzero(np.diff(hold, prepend=MAX_TIMESTAMP) != 0)
+    state = StepSeries(instants[change], hold[change], MAX_TIMESTAMP)
+    return panes.take(order), instants[run.pane_event[order]], state
+
+
+def _combine(spec: GroupByWindow, panes: PaneColumns) -> np.ndarray:
+    """Each pane's ``combine`` value: the named combiners on the columns, the same
+    numbers as :data:`theory.pipeline.stages.COMBINERS` give per pane (tested); a
+    user's function on the :class:`Pane` tuples."""
+    n = panes.n_panes
+    name = spec.combine if isinstance(spec.combine, str) else None
+    if name == "window_length":
+        return (panes.end - panes.start).astype(np.float64) / 1e6
+    if name == "count":
+        return (panes.hi - panes.lo).astype(np.float64)
+    if name in ("sum", "mean"):
+        sums = np.fromiter(map(fsum, panes.value_lists()), np.float64, n)
+        if name == "sum":
+            return sums
+        with np.errstate(invalid="ignore"):  # an empty pane's mean is NaN
+            return sums / (panes.hi - panes.lo)
+    return np.fromiter(map(spec.combine_fn, panes.panes()), np.float64, n)
 
 
 def _pane_outputs(
-    spec: GroupByWindow, panes: list[Pane], fire_time: np.ndarray, rng: np.random.Generator
+    spec: GroupByWindow, panes: PaneColumns, fire_time: np.ndarray, rng: np.random.Generator
 ) -> tuple[PaneTable, Stream]:
-    n = len(panes)
+    n = panes.n_panes
     key = np.empty(n, dtype=object)
-    key[:] = [p.key for p in panes]
-    start = np.fromiter((p.window.start for p in panes), np.int64, n)
-    end = np.fromiter((p.window.end for p in panes), np.int64, n)
-    ts = np.fromiter((p.timestamp for p in panes), np.int64, n)
-    timing = np.asarray([p.timing.value for p in panes], dtype=object)
-    index = np.fromiter((p.index for p in panes), np.int64, n)
-    count = np.fromiter((len(p.values) for p in panes), np.int64, n)
-    value = np.fromiter((spec.combine_fn(p) for p in panes), np.float64, n)
+    key[:] = panes.key
+    ts = panes.timestamp
+    timing = _TIMING_VALUES[panes.timing]
+    value = _combine(spec, panes)
     emit = spec.processing.departures(fire_time, rng)
-    table = PaneTable(key, start, end, ts, timing, index, count, value, fire_time, emit)
+    table = PaneTable(
+        key,
+        panes.start,
+        panes.end,
+        ts,
+        timing,
+        panes.pane_index,
+        panes.hi - panes.lo,
+        value,
+        fire_time,
+        emit,
+    )
     out_key: Any = key
     if n and all(isinstance(k, (int, np.integer)) for k in key[: min(n, 16)]):
         try:
@@ -369,6 +400,9 @@ def _pane_outputs(
         except (TypeError, ValueError):
             out_key = key
     return table, Stream(emit, ts, out_key, value)
+
+
+_TIMING_VALUES = np.array([t.value for t in TIMINGS], dtype=object)
 
 
 __all__ = [

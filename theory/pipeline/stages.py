@@ -12,6 +12,7 @@ Every stage has a :class:`~theory.pipeline.processing.Processing` model for its 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -29,13 +30,16 @@ def window_length_seconds(pane: Pane) -> float:
 
 
 def mean_value(pane: Pane) -> float:
-    """The mean of the pane's values (Mean.globally per window)."""
-    return float(np.mean(np.asarray(pane.values, dtype=np.float64)))
+    """The mean of the pane's values (Mean.globally per window), correctly rounded
+    whatever their order (a pane's values are a multiset)."""
+    if not pane.values:
+        return math.nan  # (an empty pane, as np.mean gives)
+    return math.fsum(map(float, pane.values)) / len(pane.values)
 
 
 def sum_value(pane: Pane) -> float:
-    """The sum of the pane's values."""
-    return float(np.sum(np.asarray(pane.values, dtype=np.float64)))
+    """The sum of the pane's values, correctly rounded whatever their order."""
+    return math.fsum(map(float, pane.values))
 
 
 def count_value(pane: Pane) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from theory.arrays import sorted_unique
+from theory.arrays import range_min, sorted_union
 from theory.columns import int_column, same_length
 from theory.series import StepSeries
 from theory.structures import Frontier
@@ -38,7 +38,7 @@ def inflight_min(arrive: ArrayLike, depart: ArrayLike, timestamp: ArrayLike) -> 
     a, d, ts = a[keep], d[keep], ts[keep]
     order = np.argsort(a, kind="stable")
     a, d, ts = a[order], d[order], ts[order]
-    times = sorted_unique(np.concatenate((a, d)))
+    times = sorted_union((a, d))
     if d.size > 1 and bool(np.any(d[1:] < d[:-1])):
         values = _frontier_sweep(times, a, d, ts)
     else:
@@ -53,33 +53,11 @@ def _fifo_values(times: np.ndarray, a: np.ndarray, d: np.ndarray, ts: np.ndarray
     values = np.full(times.size, MAX_TIMESTAMP, dtype=np.int64)
     nonempty = lo < hi
     if bool(np.any(nonempty)):
-        values[nonempty] = _range_min(ts, lo[nonempty], hi[nonempty])
+        values[nonempty] = range_min(ts, lo[nonempty], hi[nonempty])
     return values
 
 
-def _range_min(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """min(x[lo[i]:hi[i]]) for every i (all ranges non-empty), by a sparse table."""
-    length = hi - lo
-    levels = int(np.max(length)).bit_length()
-    table = [x]
-    for k in range(1, levels):
-        prev = table[-1]
-        half = 1 << (k - 1)
-        table.append(np.minimum(prev[:-half], prev[half:]))
-    k = np.floor(np.log2(length)).astype(np.int64)
-    out = np.empty(lo.size, dtype=np.int64)
-    for level in np.unique(k):
-        sel = k == level
-        row = table[int(level)]
-        l_sel = lo[sel]
-        r_sel = hi[sel] - (1 << int(level))
-        out[sel] = np.minimum(row[l_sel], row[r_sel])
-    return out
-
-
-def _frontier_sweep(
-    times: np.ndarray, a: np.ndarray, d: np.ndarray, ts: np.ndarray
-) -> np.ndarray:
+def _frontier_sweep(times: np.ndarray, a: np.ndarray, d: np.ndarray, ts: np.ndarray) -> np.ndarray:
     """The general (non-FIFO) case: at each of ``times`` take the holds of the items that
     arrived and release those of the items that left, then read the frontier.
 

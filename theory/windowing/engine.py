@@ -261,6 +261,8 @@ class GroupByWindowEngine:
         self.output_watermark = MIN_TIMESTAMP
         #: Processing time (µs), from 0 as Beam's TestClock.
         self.processing_time = 0
+        #: A hold (µs) from state outside this engine (see :meth:`hold_externally`).
+        self.external_hold = MAX_TIMESTAMP
         self._keys: dict[Hashable, _KeyState] = {}
         self._seq = 0
         self._ranks = 0
@@ -325,8 +327,12 @@ class GroupByWindowEngine:
         """
         panes: list[Pane] = []
         iw, ow = self.input_watermark, self.output_watermark  # as the batch finds them
-        for key, rows in _rows_by_key(keys, element, lo, hi).items():
-            self._process_key(key, rows, values, stamps, element, starts, ends, iw, ow, panes)
+        by_key, expired = _group_rows(keys, element, starts, ends, lo, hi, iw - self._lateness)
+        if expired:
+            self.dropped["expired"] += expired
+        for key, by_window in by_key.items():
+            if by_window:
+                self._process_key(key, by_window, values, stamps, iw, ow, panes)
         self._refresh()
         panes.extend(self._fire_timers())
         return panes
@@ -411,12 +417,9 @@ class GroupByWindowEngine:
     def _process_key(
         self,
         key: Hashable,
-        rows: list[int],
+        by_window: dict[Win, list[int]],
         values: Sequence[Any],
         stamps: Sequence[int],
-        element: Sequence[int],
-        starts: Sequence[int],
-        ends: Sequence[int],
         iw: int,
         ow: int,
         panes: list[Pane],
@@ -424,10 +427,8 @@ class GroupByWindowEngine:
         """Beam's ``GeneralTriggerDriver.process_elements`` for one key's batch: group by
         window, merge, then add each window's hold and elements and run its trigger with IW
         as the watermark. Watermark-only triggers skip the trigger calls: their one timer,
-        at the window's end, is set here, or, when already due, the window fires at once."""
-        by_window = self._unexpired_by_window(rows, element, starts, ends, iw)
-        if not by_window:
-            return
+        at the window's end, is set here, or, when already due, the window fires at once.
+        ``by_window``: the key's unexpired element indexes per window, in arrival order."""
         ks = self._keys.get(key)
         if ks is None:
             self._ranks += 1
@@ -461,35 +462,6 @@ class GroupByWindowEngine:
                 heapq.heappush(self._simple_timers, (window[1], ws.timer, ws))
             if ws.reach <= iw:
                 self._maybe_free(ws)
-
-    def _unexpired_by_window(
-        self,
-        rows: list[int],
-        element: Sequence[int],
-        starts: Sequence[int],
-        ends: Sequence[int],
-        iw: int,
-    ) -> dict[Win, list[int]]:
-        """The batch's element indexes per window, in arrival order, without the expired
-        rows (``IW > window.end + allowed_lateness``, see the module docstring), which are
-        counted in ``dropped["expired"]``."""
-        lateness = self._lateness
-        by_window: dict[Win, list[int]] = {}
-        expired = 0
-        for r in rows:
-            end = ends[r]
-            if iw > end + lateness:
-                expired += 1
-                continue
-            w = (starts[r], end)
-            lst = by_window.get(w)
-            if lst is None:
-                by_window[w] = [element[r]]
-            else:
-                lst.append(element[r])
-        if expired:
-            self.dropped["expired"] += expired
-        return by_window
 
     def _batch_hold(
         self, window: Win, idx: list[int], stamps: Sequence[int], ow: int
@@ -667,7 +639,15 @@ class GroupByWindowEngine:
         """Recompute the output watermark: ``min(IW, smallest hold - 1 µs)``."""
         iw = self.input_watermark
         holds = self._holds
-        self.output_watermark = min(iw, holds.min() - 1) if holds else iw
+        ow = min(iw, holds.min() - 1) if holds else iw
+        self.output_watermark = min(ow, self.external_hold)
+
+    def hold_externally(self, hold: int) -> None:
+        """Hold the output watermark at ``hold`` µs (as :meth:`min_hold_value` gives a
+        hold) for state kept outside this engine, e.g. the sessions a vectorised path runs
+        beside it; ``MAX_TIMESTAMP`` for none."""
+        self.external_hold = hold
+        self._refresh()
 
     # -- windows ---------------------------------------------------------------------
 
@@ -825,19 +805,39 @@ class GroupByWindowEngine:
         target.hold_comb = self._combine(target.hold_comb, comb)
 
 
-def _rows_by_key(
-    keys: Sequence[Hashable], element: Sequence[int], lo: int, hi: int
-) -> dict[Hashable, list[int]]:
-    """Rows ``lo..hi`` per key, keys in order of first appearance (Beam's keyed bundles)."""
-    by_key: dict[Hashable, list[int]] = {}
+def _group_rows(
+    keys: Sequence[Hashable],
+    element: Sequence[int],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    lo: int,
+    hi: int,
+    horizon: int,
+) -> tuple[dict[Hashable, dict[Win, list[int]]], int]:
+    """Rows ``lo..hi`` grouped in one pass by key (in order of first row, Beam's keyed
+    bundles), then window (in order of first kept row), as element indexes in arrival
+    order; without the expired rows (``IW > window.end + allowed_lateness``, i.e.
+    ``window.end < horizon`` with ``horizon = IW - allowed_lateness``; see the module
+    docstring), whose count is returned with the groups."""
+    by_key: dict[Hashable, dict[Win, list[int]]] = {}
+    expired = 0
     for r in range(lo, hi):
-        k = keys[element[r]]
-        rows = by_key.get(k)
-        if rows is None:
-            by_key[k] = [r]
+        e = element[r]
+        k = keys[e]
+        by_window = by_key.get(k)
+        if by_window is None:
+            by_window = by_key[k] = {}  # (a key whose rows all expired stays empty)
+        end = ends[r]
+        if end < horizon:
+            expired += 1
+            continue
+        w = (starts[r], end)
+        lst = by_window.get(w)
+        if lst is None:
+            by_window[w] = [e]
         else:
-            rows.append(r)
-    return by_key
+            lst.append(e)
+    return by_key, expired
 
 
 def _session_merges(

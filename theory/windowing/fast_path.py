@@ -18,23 +18,24 @@ events) and checks that every such case falls on the simple side; where one does
 refuses, and the caller runs the incremental engine. The steps, one function each:
 :func:`strategy_refusal` (eligibility, checked first), :func:`_rows` (assign windows, drop
 expired rows, group by key and window), :func:`_batches` (late batches, closed windows),
-:func:`_output_watermark` (the holds), :func:`_unmodelled` (the two cases above) and
+:func:`_hold_intervals` (the holds), :func:`_unmodelled` (the two cases above) and
 :func:`_panes`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Sequence
 from enum import StrEnum
-from itertools import accumulate, chain, count, repeat
+from itertools import accumulate, chain, count
 from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
-from theory.windowing.engine import Pane, Timing
+from theory.windowing.engine import Timing
+from theory.windowing.pane_columns import TIMINGS, PaneColumns, build_panes
 from theory.windowing.script import (
     ElementEvent,
     Event,
@@ -44,9 +45,17 @@ from theory.windowing.script import (
 )
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
 from theory.windowing.triggers import AfterWatermark
-from theory.windowing.windows import GLOBAL_WINDOW, GlobalWindows, trusted_interval_window
+from theory.windowing.windows import GlobalWindows
 
-__all__ = ["Refusal", "run_fast", "strategy_refusal"]
+__all__ = [
+    "Refusal",
+    "ScriptColumns",
+    "key_codes",
+    "run_fast",
+    "run_fast_columns",
+    "script_columns",
+    "strategy_refusal",
+]
 
 
 class Refusal(StrEnum):
@@ -61,6 +70,8 @@ class Refusal(StrEnum):
     NEVER_FIRES = "a window ending past MAX_TIMESTAMP never fires"
     HELD_LATE_PANE = "a late pane while the output watermark is held at or before its window"
     OLD_ELEMENT_HOLDS = "an element older than the input watermark still adds a hold"
+    LATE_SESSION_DATA = "late data for a session (a part of it may have fired already)"
+    SPLIT_SESSION_BATCH = "under OUTPUT_AT_LATEST, a batch over parts of a session not yet joined"
 
 
 def strategy_refusal(strategy: WindowingStrategy) -> Refusal | None:
@@ -81,20 +92,33 @@ def run_fast(evs: tuple[Event, ...], strategy: WindowingStrategy) -> ScriptResul
     refusal = strategy_refusal(strategy)
     if refusal is not None:
         return refusal
-    scan = _scan(evs)
+    scan = script_columns(evs)
     if scan is None:
         return Refusal.EVENT_TYPE
+    return run_fast_columns(scan, strategy)
+
+
+def run_fast_columns(
+    scan: ScriptColumns, strategy: WindowingStrategy, *, build: bool = True
+) -> ScriptResult | Refusal:
+    """:func:`run_fast` on a script given as columns (the last event's watermark must be
+    ``MAX_TIMESTAMP``); the panes are built as tuples only if ``build`` (they are always
+    in ``result.pane_columns``)."""
+    refusal = strategy_refusal(strategy)
+    if refusal is not None:
+        return refusal
     rows = _rows(scan, strategy)
     if isinstance(rows, Refusal):
         return rows
     batches = _batches(rows, isinstance(strategy.trigger, AfterWatermark))
     policy = strategy.timestamp_combiner
     assert isinstance(policy, TimestampCombiner)  # (strategy_refusal checked it)
-    ow_after = _output_watermark(scan.iw_after, rows, batches, policy)
+    hold = _interval_min(scan.iw_after.size, *_hold_intervals(rows, batches, policy))
+    ow_after = np.minimum(scan.iw_after, hold)
     refusal = _unmodelled(rows, batches, ow_after, policy)
     if refusal is not None:
         return refusal
-    return _panes(scan, rows, batches, ow_after, strategy, policy)
+    return _panes(scan, rows, batches, ow_after, hold, strategy, policy, build)
 
 
 # ---------------------------------------------------------------------------- events
@@ -108,18 +132,24 @@ _KEY, _VALUE, _TS = itemgetter(0), itemgetter(1), itemgetter(2)
 _new_tuple = tuple.__new__
 
 
-class _Scan(NamedTuple):
-    """A script's event series: one entry per event plus the final ``MAX_TIMESTAMP`` step."""
+class ScriptColumns(NamedTuple):
+    """A script as columns: one entry per event (for a script, plus the final
+    ``MAX_TIMESTAMP`` step), and per element, in arrival order, its key, value, timestamp
+    (µs) and event. At an event its elements arrive first, then the watermark and
+    processing time move to their values after it."""
 
     iw_after: np.ndarray  # the input watermark after each event
     pt_after: np.ndarray  # processing time after each event
-    elements: list[tuple[Hashable, Any, int]]  # every element, in order
+    key: Sequence[Hashable]
+    value: np.ndarray  # an object array (the garbage collector need not walk it)
+    ts: np.ndarray
     element_event: np.ndarray  # each element's event index
 
 
-def _scan(evs: tuple[Event, ...]) -> _Scan | None:
-    """The script's event series, without a per-event Python loop; None for an event that
-    is not exactly one of the three script types."""
+def script_columns(evs: tuple[Event, ...]) -> ScriptColumns | None:
+    """The script's columns, without a per-event Python loop, ended by the
+    ``MAX_TIMESTAMP`` step; None for an event that is not exactly one of the three script
+    types."""
     n_ev = len(evs) + 1
     try:
         kinds = np.fromiter(map(_KIND.__getitem__, map(type, evs)), np.int8, n_ev - 1)
@@ -141,7 +171,29 @@ def _scan(evs: tuple[Event, ...]) -> _Scan | None:
     pos = np.flatnonzero(kinds == 0)
     chunks = list(map(_ELEMENTS, map(get, pos.tolist())))
     counts = np.fromiter(map(len, chunks), np.int64, len(chunks))
-    return _Scan(iw_after, pt_after, list(chain.from_iterable(chunks)), np.repeat(pos, counts))
+    # the element tuples become columns at once: no list of them stays alive for the
+    # garbage collector to walk at every full collection while panes are built
+    flat = list(chain.from_iterable(chunks))
+    n = len(flat)
+    return ScriptColumns(
+        iw_after,
+        pt_after,
+        list(map(_KEY, flat)),
+        np.fromiter(map(_VALUE, flat), object, n),
+        np.fromiter(map(_TS, flat), np.int64, n),
+        np.repeat(pos, counts),
+    )
+
+
+def key_codes(keys: Sequence[Hashable]) -> tuple[np.ndarray, list[Hashable]] | None:
+    """Each key's code (keys numbered in order of first appearance) and the keys by code;
+    None for an unhashable key."""
+    index: defaultdict[Hashable, int] = defaultdict(count().__next__)
+    try:
+        codes = np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
+    except TypeError:
+        return None
+    return codes, list(index)
 
 
 def _before(after: np.ndarray) -> np.ndarray:
@@ -177,22 +229,14 @@ class _Rows(NamedTuple):
     n_expired: int
 
 
-def _rows(scan: _Scan, strategy: WindowingStrategy) -> _Rows | Refusal:
+def _rows(scan: ScriptColumns, strategy: WindowingStrategy) -> _Rows | Refusal:
     """Assign windows, drop the expired rows, and group the rest by key and window."""
-    flat = scan.elements
-    n = len(flat)
-    ts_el = np.fromiter(map(_TS, flat), np.int64, n)
-    try:
-        assigned = strategy.window_fn.assign_array(ts_el)  # type: ignore[attr-defined]
-    except OverflowError:
-        return Refusal.OVERFLOW
-    # key codes in one pass: a new key gets the next code, in order of first appearance
-    index: defaultdict[Hashable, int] = defaultdict(count().__next__)
-    try:
-        key_el = np.fromiter(map(index.__getitem__, map(_KEY, flat)), np.int64, n)
-    except TypeError:
-        return Refusal.UNHASHABLE_KEY
-    values_el = np.fromiter(map(_VALUE, flat), object, n)
+    ts_el = scan.ts
+    prepared = assign_and_code(scan, strategy)
+    if isinstance(prepared, Refusal):
+        return prepared
+    assigned, key_el, keys = prepared
+    values_el = scan.value
     el, start, end = assigned.element, assigned.start, assigned.end
     event = scan.element_event[el]
     iw = _before(scan.iw_after)[event]
@@ -200,9 +244,9 @@ def _rows(scan: _Scan, strategy: WindowingStrategy) -> _Rows | Refusal:
     n_expired = int(np.count_nonzero(expired))
     if n_expired:
         kept = np.flatnonzero(~expired)
-        order = kept[_group_order(key_el[el[kept]], start[kept], len(index))]
+        order = kept[_group_order(key_el[el[kept]], start[kept], len(keys))]
     else:
-        order = _group_order(key_el[el], start, len(index))
+        order = _group_order(key_el[el], start, len(keys))
     el, start, end, event, iw = el[order], start[order], end[order], event[order], iw[order]
     key = key_el[el]
     new_group = _run_starts(key, start)
@@ -216,8 +260,23 @@ def _rows(scan: _Scan, strategy: WindowingStrategy) -> _Rows | Refusal:
     gid = np.cumsum(new_group) - 1
     return _Rows(
         el, start, end, event, iw, ts_el[el], key, ontime, gid, g_first, g_end, g_fire, g_on,
-        list(index), values_el, n_expired,
+        keys, values_el, n_expired,
     )  # fmt: skip
+
+
+def assign_and_code(
+    scan: ScriptColumns, strategy: WindowingStrategy
+) -> tuple[Any, np.ndarray, list[Hashable]] | Refusal:
+    """The elements' windows (a ``WindowAssignment``), key codes and keys by code, or the
+    refusal: a window bound past int64, or an unhashable key."""
+    try:
+        assigned = strategy.window_fn.assign_array(scan.ts)  # type: ignore[attr-defined]
+    except OverflowError:
+        return Refusal.OVERFLOW
+    coded = key_codes(scan.key)
+    if coded is None:
+        return Refusal.UNHASHABLE_KEY
+    return (assigned, *coded)
 
 
 def _expired(iw: np.ndarray, end: np.ndarray, lateness: int) -> np.ndarray:
@@ -297,20 +356,6 @@ def _batches(rows: _Rows, finishes: bool) -> _Batches:
 # ----------------------------------------------------------------------------- holds
 
 
-def _output_watermark(
-    iw_after: np.ndarray, rows: _Rows, batches: _Batches, policy: TimestampCombiner
-) -> np.ndarray:
-    """The output watermark after each event: ``min(input, smallest hold - 1 µs)``.
-
-    A non-late batch's hold lasts from its event until its window's timer fires. Late
-    batches add none that outlasts their event: their pane fires at once and, the output
-    watermark being past the window (checked by :func:`_unmodelled`), releases it; their
-    elements are below the output watermark, so "too late to hold".
-    """
-    lo, hi, value = _hold_intervals(rows, batches, policy)
-    return np.minimum(iw_after, _interval_min(iw_after.size, lo, hi, value))
-
-
 def _passing(rows: _Rows, policy: TimestampCombiner) -> np.ndarray:
     """Rows that add a hold: on-time rows, and under EARLIEST/LATEST only those not older
     than the input watermark (older ones hold nothing, checked by :func:`_unmodelled`)."""
@@ -324,7 +369,12 @@ def _hold_intervals(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The holds as event intervals ``[lo, hi]`` with their value (hold - 1 µs), keeping
     only those below every earlier hold of their window (all end together, so the others
-    never matter)."""
+    never matter). The output watermark is then ``min(input, smallest hold - 1 µs)``.
+
+    A non-late batch's hold lasts from its event until its window's timer fires. Late
+    batches add none that outlasts their event: their pane fires at once and, the output
+    watermark being past the window (checked by :func:`_unmodelled`), releases it; their
+    elements are below the output watermark, so "too late to hold"."""
     passing = _passing(rows, policy)
     if policy is TimestampCombiner.OUTPUT_AT_LATEST and rows.element.size:
         # one hold per batch: the batch's latest passing timestamp
@@ -416,25 +466,29 @@ class _PaneColumns(NamedTuple):
     hi: np.ndarray
     timestamp: np.ndarray
     pane_index: np.ndarray
-    late: list[bool]
+    late: np.ndarray  # bool
 
 
 def _panes(
-    scan: _Scan,
+    scan: ScriptColumns,
     rows: _Rows,
     batches: _Batches,
     ow_after: np.ndarray,
+    hold: np.ndarray,
     strategy: WindowingStrategy,
     policy: TimestampCombiner,
+    build: bool,
 ) -> ScriptResult:
-    """The panes and the result. Every pane is non-speculative: the ON_TIME pane at the
-    window's timer (index 0), then one LATE pane per firing late batch."""
+    """The panes (built as tuples if ``build``) and the result (``hold``: the state hold
+    after each event, µs). Every
+    pane is non-speculative: the ON_TIME pane at the window's timer (index 0), then one
+    LATE pane per firing late batch."""
     accumulating = strategy.accumulation_mode is AccumulationMode.ACCUMULATING
     columns = _pane_columns(rows, batches, policy, accumulating)
-    panes = _build_panes(rows, columns, strategy)
+    pane_columns = _build_panes(rows, columns, strategy)
     grouped = ~batches.closed
     return ScriptResult(
-        panes,
+        pane_columns.panes() if build else [],
         columns.event,
         scan.pt_after,
         scan.iw_after,
@@ -443,6 +497,8 @@ def _panes(
         int(np.count_nonzero(grouped & (rows.ts < rows.iw))),
         False,
         0,
+        state_hold=hold,
+        pane_columns=pane_columns,
     )
 
 
@@ -483,44 +539,26 @@ def _pane_columns(
         np.concatenate([rows.g_first[on] + rows.g_on[on], batches.last[lb]])[order],
         np.concatenate([_on_time_timestamps(rows, policy)[on], rows.g_end[lg] - 1])[order],
         np.concatenate([np.zeros(on.size, np.int64), late_index])[order],
-        (order >= on.size).tolist(),
+        order >= on.size,
     )
 
 
-def _pane_windows(rows: _Rows, group: np.ndarray, window_fn: object) -> Iterable[Any]:
-    """Each pane's window, one object per distinct window."""
-    if isinstance(window_fn, GlobalWindows):
-        return repeat(GLOBAL_WINDOW)
-    p_start = rows.start[rows.g_first][group]
-    w_start, first = np.unique(p_start, return_index=True)
-    w_start_list = w_start.tolist()
-    w_end_list = rows.g_end[group][first].tolist()
-    made = dict(
-        zip(w_start_list, map(trusted_interval_window, w_start_list, w_end_list), strict=True)
-    )
-    return map(made.__getitem__, p_start.tolist())
+def _build_panes(rows: _Rows, columns: _PaneColumns, strategy: WindowingStrategy) -> PaneColumns:
+    """The panes of the non-merging path: every pane ON_TIME (index 0) or LATE."""
+    group = columns.group
+    return build_panes(
+        list(map(rows.keys.__getitem__, rows.key[rows.g_first][group].tolist())),
+        rows.start[rows.g_first][group],
+        rows.g_end[group],
+        rows.values[rows.element],
+        columns.lo,
+        columns.hi,
+        columns.timestamp,
+        np.where(columns.late, _LATE, _ON_TIME).astype(np.int8),
+        columns.pane_index,
+        isinstance(strategy.trigger, AfterWatermark),  # is_last: the trigger finishes
+        global_window=isinstance(strategy.window_fn, GlobalWindows),
+    )  # (the non-speculative index is the pane index: no pane is EARLY)
 
 
-_TIMING = (Timing.ON_TIME, Timing.LATE)
-
-
-def _build_panes(rows: _Rows, columns: _PaneColumns, strategy: WindowingStrategy) -> list[Pane]:
-    """The :class:`Pane` tuples, column by column (no per-pane Python call but tuple's)."""
-    keys = map(rows.keys.__getitem__, rows.key[rows.g_first][columns.group].tolist())
-    windows = _pane_windows(rows, columns.group, strategy.window_fn)
-    grouped_values = rows.values[rows.element]  # each pane's values: a slice of these
-    slices = map(grouped_values.__getitem__, map(slice, columns.lo.tolist(), columns.hi.tolist()))
-    values = map(tuple, map(np.ndarray.tolist, slices))
-    index = columns.pane_index.tolist()
-    fields = zip(
-        keys,
-        windows,
-        values,
-        columns.timestamp.tolist(),
-        map(_TIMING.__getitem__, columns.late),
-        index,
-        index,  # nonspeculative index: no pane is EARLY
-        (columns.pane_index == 0).tolist(),
-        repeat(isinstance(strategy.trigger, AfterWatermark)),  # is_last: the trigger finishes
-    )
-    return list(map(_new_tuple, repeat(Pane), fields))
+_ON_TIME, _LATE = TIMINGS.index(Timing.ON_TIME), TIMINGS.index(Timing.LATE)

@@ -10,14 +10,17 @@ is only a matter of speed. All times are µs.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
+from dataclasses import replace
 from itertools import chain
 from operator import itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import GroupByWindowEngine, Pane
-from theory.windowing.fast_path import run_fast
+from theory.windowing.fast_path import Refusal, ScriptColumns, run_fast_columns, script_columns
+from theory.windowing.pane_columns import PaneColumns
 from theory.windowing.script import (
     ElementEvent,
     Event,
@@ -26,10 +29,11 @@ from theory.windowing.script import (
     ScriptResult,
     WatermarkEvent,
 )
+from theory.windowing.session_path import late_session_elements, run_sessions_columns
 from theory.windowing.strategy import WindowingStrategy
 from theory.windowing.triggers import REAL_TIME
 
-__all__ = ["run_script"]
+__all__ = ["run_columns", "run_script"]
 
 
 def run_script(
@@ -44,18 +48,100 @@ def run_script(
     ``to_infinity`` ends the script with the watermark at ``MAX_TIMESTAMP`` (a TestStream
     always does; the final entry of the watermark arrays is that step).
 
-    With ``fast`` (default), scripts under DefaultTrigger or AfterWatermark() on
-    non-merging windows go through a vectorised path that gives the same result as the
-    incremental engine (tested); it falls back to the engine where it does not model the
-    script (:func:`theory.windowing.fast_path.run_fast` returns the
-    :class:`~theory.windowing.fast_path.Refusal` saying why).
+    With ``fast`` (default), scripts under DefaultTrigger or AfterWatermark() go through
+    a vectorised path that gives the same result as the incremental engine (tested):
+    :func:`theory.windowing.fast_path.run_fast` for non-merging windows,
+    :func:`theory.windowing.session_path.run_sessions_columns` for sessions. It falls back to the
+    engine where it does not model the script; ``result.path`` says which ran and
+    ``result.refusal`` why the vectorised one did not (a
+    :class:`~theory.windowing.fast_path.Refusal`).
     """
     evs = events.events if isinstance(events, Script) else Script(list(events)).events
+    refusal: str | None = None
     if fast and to_infinity:
-        result = run_fast(evs, strategy)
+        columns = script_columns(evs)
+        if columns is None:
+            refusal = str(Refusal.EVENT_TYPE)
+        else:
+            result = _run_vectorised(columns, strategy)
+            if isinstance(result, ScriptResult):
+                return result
+            refusal = result
+    return replace(_run_incremental(evs, strategy, to_infinity), refusal=refusal)
+
+
+def run_columns(
+    columns: ScriptColumns, strategy: WindowingStrategy, *, fast: bool = True, build: bool = True
+) -> ScriptResult:
+    """:func:`run_script` on a script given as columns (the simulator's form: at each event
+    its elements arrive, then the watermark and processing time move; the last event's
+    watermark must be ``MAX_TIMESTAMP``). Timestamps must already be validated; a window
+    bound past int64 raises ``OverflowError``. Without ``build``, a vectorised run leaves
+    ``panes`` empty and gives them only as ``pane_columns``."""
+    if columns.iw_after.size == 0 or columns.iw_after[-1] != MAX_TIMESTAMP:
+        raise ValueError("columns: the last event's watermark must be MAX_TIMESTAMP")
+    refusal = None
+    if fast:
+        result = _run_vectorised(columns, strategy, build)
         if isinstance(result, ScriptResult):
             return result
-    return _run_incremental(evs, strategy, to_infinity)
+        refusal = result
+    return replace(_run_incremental_columns(columns, strategy), refusal=refusal)
+
+
+def _run_vectorised(
+    columns: ScriptColumns, strategy: WindowingStrategy, build: bool = True
+) -> ScriptResult | str:
+    """The vectorised path for the window fn (sessions or non-merging), or its refusal."""
+    merging = getattr(strategy.window_fn, "is_merging", False)
+    run = run_sessions_columns if merging else run_fast_columns
+    result = run(columns, strategy, build=build)
+    if isinstance(result, ScriptResult):
+        return replace(result, path="vectorised")
+    if result is Refusal.LATE_SESSION_DATA:
+        return _run_mixed(columns, strategy, build)
+    return str(result)
+
+
+def _run_mixed(
+    columns: ScriptColumns, strategy: WindowingStrategy, build: bool
+) -> ScriptResult | str:
+    """Sessions with late data on the engine, the others on the vectorised path, the
+    engine's output watermark held by theirs too. Exact: sessions never merge with each
+    other, and the vectorised ones (no late data) do not depend on the output watermark
+    (their elements are never too late to hold, their panes never late)."""
+    late = late_session_elements(columns, strategy)
+    simple = run_sessions_columns(_subset(columns, ~late), strategy, build=build)
+    if isinstance(simple, Refusal):
+        return str(simple)
+    assert simple.state_hold is not None and simple.pane_columns is not None
+    slow = _run_incremental_columns(_subset(columns, late), strategy, simple.state_hold)
+    event = np.concatenate([simple.pane_event, slow.pane_event])
+    order = np.argsort(event, kind="stable")
+    both = PaneColumns.concat([simple.pane_columns, PaneColumns.from_panes(slow.panes)])
+    panes = simple.panes + slow.panes if build else []
+    return replace(
+        slow,
+        panes=[panes[i] for i in order.tolist()] if build else [],
+        pane_event=event[order],
+        dropped={k: simple.dropped.get(k, 0) + v for k, v in slow.dropped.items()},
+        late_elements=simple.late_elements + slow.late_elements,
+        pane_columns=both.take(order),
+        path="mixed",
+        refusal=str(Refusal.LATE_SESSION_DATA),
+    )
+
+
+def _subset(columns: ScriptColumns, mask: np.ndarray) -> ScriptColumns:
+    """The script with only the elements of ``mask`` (the same events)."""
+    idx = np.flatnonzero(mask)
+    keys = columns.key
+    return columns._replace(
+        key=list(map(keys.__getitem__, idx.tolist())),
+        value=columns.value[idx],
+        ts=columns.ts[idx],
+        element_event=columns.element_event[idx],
+    )
 
 
 class _Rows(NamedTuple):
@@ -108,6 +194,7 @@ class _Recorder:
         self.processing_time = np.empty(n_events, np.int64)
         self.input_watermark = np.empty(n_events, np.int64)
         self.output_watermark = np.empty(n_events, np.int64)
+        self.state_hold = np.empty(n_events, np.int64)
 
     def record(self, i: int, fired: list[Pane], engine: GroupByWindowEngine) -> None:
         self.panes.extend(fired)
@@ -115,6 +202,8 @@ class _Recorder:
         self.processing_time[i] = engine.processing_time
         self.input_watermark[i] = engine.input_watermark
         self.output_watermark[i] = engine.output_watermark
+        hold = engine.min_hold_value()
+        self.state_hold[i] = min(engine.external_hold, MAX_TIMESTAMP if hold is None else hold)
 
     def result(self, engine: GroupByWindowEngine) -> ScriptResult:
         return ScriptResult(
@@ -127,6 +216,7 @@ class _Recorder:
             engine.late_elements,
             engine.stalled,
             engine.pending_timers()[REAL_TIME.value],
+            state_hold=self.state_hold,
         )
 
 
@@ -157,4 +247,39 @@ def _run_incremental(
         recorder.record(i, fired, engine)
     if to_infinity:
         recorder.record(len(evs), engine.advance_watermark_to_infinity(), engine)
+    return recorder.result(engine)
+
+
+def _run_incremental_columns(
+    columns: ScriptColumns, strategy: WindowingStrategy, external: np.ndarray | None = None
+) -> ScriptResult:
+    """The columns event by event on a :class:`GroupByWindowEngine`: each event's rows,
+    then its watermark, then its processing time; ``external``: a hold (µs) after each
+    event from state run beside the engine (:meth:`GroupByWindowEngine.hold_externally`),
+    counted in the recorded state hold."""
+    engine = GroupByWindowEngine(strategy)
+    n_ev = columns.iw_after.size
+    recorder = _Recorder(n_ev)
+    assigned = strategy.window_fn.assign_array(columns.ts)  # type: ignore[attr-defined]
+    first_element = np.searchsorted(columns.element_event, np.arange(n_ev + 1), side="left")
+    bounds = np.searchsorted(assigned.element, first_element, side="left").tolist()
+    rows = (
+        list(columns.key),
+        columns.value.tolist(),
+        columns.ts.tolist(),
+        assigned.element.tolist(),
+        assigned.start.tolist(),
+        assigned.end.tolist(),
+    )
+    iw_after, pt_after = columns.iw_after.tolist(), columns.pt_after.tolist()
+    for i in range(n_ev):
+        lo, hi = bounds[i], bounds[i + 1]
+        fired = engine.add_rows(*rows, lo, hi) if hi > lo else []
+        if iw_after[i] > engine.input_watermark:
+            fired += engine.advance_watermark_to(iw_after[i])
+        if pt_after[i] > engine.processing_time:
+            fired += engine.advance_processing_time(pt_after[i] - engine.processing_time)
+        if external is not None:
+            engine.hold_externally(int(external[i]))
+        recorder.record(i, fired, engine)
     return recorder.result(engine)

@@ -20,6 +20,7 @@ from theory.time import MAX_TIMESTAMP
 
 if TYPE_CHECKING:  # the engine imports this module
     from theory.windowing.engine import Pane
+    from theory.windowing.pane_columns import PaneColumns
 
 __all__ = [
     "ElementEvent",
@@ -119,3 +120,13 @@ class ScriptResult:
     stalled: bool = False
     #: Processing-time timers still set at the end (with ``stalled``, Beam never finishes).
     pending_processing_timers: int = 0
+    #: The state hold after each event (µs): the smallest window hold - 1 µs, as the
+    #: runner holds the output watermark; ``MAX_TIMESTAMP`` without holds.
+    state_hold: np.ndarray | None = None
+    #: The panes as columns (the vectorised paths'; ``panes`` may then be left empty).
+    pane_columns: PaneColumns | None = None
+    #: Which path ran the script: "vectorised", "incremental" (see ``refusal``), or
+    #: "mixed" (sessions with late data on the engine, the others vectorised).
+    path: str = "incremental"
+    #: Why the vectorised path did not run it (a ``fast_path.Refusal`` text), if it did not.
+    refusal: str | None = None

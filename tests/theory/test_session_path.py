@@ -1,0 +1,189 @@
+"""The vectorised session path against the incremental engine: every pane (values as
+multisets), watermark series, drops and stall flags, on drawn and seeded scripts; and
+its refusals, each leaving the script to the engine. Times are µs."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from theory.windowing.fast_path import Refusal, script_columns
+from theory.windowing.runner import run_script
+from theory.windowing.script import (
+    ElementEvent,
+    Event,
+    ProcessingTimeEvent,
+    Script,
+    WatermarkEvent,
+)
+from theory.windowing.session_path import run_sessions_columns
+from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
+from theory.windowing.triggers import AfterCount, AfterWatermark, DefaultTrigger
+from theory.windowing.windows import Sessions
+
+
+def _canon(result):
+    return sorted(
+        (int(ev), repr(p.key), p.window.start, p.window.end, tuple(sorted(p.values)), p[3:])
+        for p, ev in zip(result.panes, result.pane_event, strict=True)
+    )
+
+
+def assert_same(fast, slow, path="vectorised"):
+    assert fast.path == path, fast.refusal
+    assert slow.path == "incremental"
+    assert _canon(fast) == _canon(slow)
+    for series in ("processing_time", "input_watermark", "output_watermark"):
+        assert np.array_equal(getattr(fast, series), getattr(slow, series)), series
+    assert (fast.dropped, fast.late_elements, fast.stalled, fast.pending_processing_timers) == (
+        slow.dropped,
+        slow.late_elements,
+        slow.stalled,
+        slow.pending_processing_timers,
+    )
+
+
+def _script(ops):
+    """Element batches drawn around the watermark (a negative offset is late data, which
+    the path refuses), watermark steps, processing-time steps."""
+    events: list[Event] = []
+    value = wm = 0
+    for op, arg in ops:
+        if op == "el":
+            events.append(ElementEvent([(k, value + i, wm + d) for i, (k, d) in enumerate(arg)]))
+            value += len(arg)
+        elif op == "wm":
+            wm += arg
+            events.append(WatermarkEvent(wm))
+        else:
+            events.append(ProcessingTimeEvent(arg))
+    return events
+
+
+def ops(late):
+    return st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("el"),
+                st.lists(
+                    st.tuples(st.sampled_from("abc"), st.integers(-8 if late else 0, 40)),
+                    min_size=1,
+                    max_size=5,
+                ),
+            ),
+            st.tuples(st.just("wm"), st.integers(0, 15)),
+            st.tuples(st.just("pt"), st.integers(1, 5)),
+        ),
+        max_size=30,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.booleans().flatmap(ops),
+    st.integers(1, 12),
+    st.sampled_from([DefaultTrigger(), AfterWatermark()]),
+    st.sampled_from(list(AccumulationMode)),
+    st.sampled_from(list(TimestampCombiner)),
+    st.integers(0, 20),
+)
+def test_session_path_equals_incremental_engine(ops, gap, trigger, mode, combiner, lateness):
+    strat = WindowingStrategy(
+        Sessions(gap), trigger, mode, lateness, combiner, allow_unsafe_triggers=True
+    )
+    events = _script(ops)
+    fast = run_script(events, strat)
+    slow = run_script(events, strat, fast=False)
+    if fast.path == "incremental":  # refused: a split batch under LATEST
+        assert fast.refusal == Refusal.SPLIT_SESSION_BATCH
+    # sessions with late data go to the engine beside the vectorised others ("mixed")
+    assert_same(fast, slow, fast.path)
+
+
+def _seeded(n, seed, keys=20, bound=None):
+    """Out-of-order arrivals of session-like bursts; the watermark is the smallest
+    timestamp still to come (perfect: nothing is late), or with ``bound`` the largest
+    seen minus ``bound`` (some late data)."""
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.integers(0, n * 50, n))
+    arrival = ts + rng.exponential(200, n).astype(np.int64)
+    order = np.argsort(arrival, kind="stable")
+    ts, key = ts[order], rng.integers(0, keys, n)
+    pending_min = np.minimum.accumulate(ts[::-1])[::-1]
+    events: list[Event] = []
+    i = wm = 0
+    while i < n:
+        j = min(n, i + int(rng.integers(1, 6)))
+        events.append(ElementEvent([(int(key[r]), r, int(ts[r])) for r in range(i, j)]))
+        if j < n:
+            mark = pending_min[j] if bound is None else max(0, int(ts[:j].max()) - bound)
+            events.append(WatermarkEvent(int(max(mark, wm))))
+            wm = int(max(mark, wm))
+        i = j
+    return Script(events)
+
+
+@pytest.mark.parametrize("combiner", list(TimestampCombiner))
+@pytest.mark.parametrize("seed", [1, 2])
+def test_session_path_seeded_differential(seed, combiner):
+    strat = WindowingStrategy(Sessions(120), AfterWatermark(), timestamp_combiner=combiner)
+    script = _seeded(3000, seed)
+    fast = run_script(script, strat)
+    if combiner is TimestampCombiner.OUTPUT_AT_LATEST and fast.path != "vectorised":
+        assert fast.refusal == Refusal.SPLIT_SESSION_BATCH
+        return
+    assert_same(fast, run_script(script, strat, fast=False))
+    assert len(fast.panes) > 50  # many sessions, many merges
+
+
+@pytest.mark.parametrize("combiner", list(TimestampCombiner))
+def test_mixed_run_seeded_differential(combiner):
+    """Some sessions late (a bounded watermark): those on the engine, the others
+    vectorised, the engine's output watermark held by their holds."""
+    strat = WindowingStrategy(
+        Sessions(120),
+        AfterWatermark(),
+        allowed_lateness=300,
+        timestamp_combiner=combiner,
+        allow_unsafe_triggers=True,  # (AfterWatermark() with lateness may drop data)
+    )
+    script = _seeded(3000, 3, bound=150)
+    fast, slow = run_script(script, strat), run_script(script, strat, fast=False)
+    if fast.path == "incremental":
+        assert combiner is TimestampCombiner.OUTPUT_AT_LATEST
+        assert fast.refusal == Refusal.SPLIT_SESSION_BATCH
+        return
+    assert_same(fast, slow, "mixed")
+    assert slow.late_elements > 0 and slow.dropped["closed"] > 0
+    assert (slow.output_watermark < slow.input_watermark).any()
+
+
+def test_session_path_with_sessions_too_wide_for_one_int64_line():
+    """Sessions wider than int64 when laid end to end take the lexsort search."""
+    gap = 2**61
+    script: list[Event] = [
+        ElementEvent([("a", 0, -(2**62)), ("b", 1, 0), ("a", 2, -(2**62) + 2**60)]),
+        ElementEvent([("b", 3, 2**60), ("a", 4, 2**61)]),
+        WatermarkEvent(2**60),
+        ElementEvent([("b", 5, 2**61 + 2**60)]),
+    ]
+    for combiner in TimestampCombiner:
+        strat = WindowingStrategy(Sessions(gap), timestamp_combiner=combiner)
+        assert_same(run_script(script, strat), run_script(script, strat, fast=False))
+
+
+def test_session_path_refusals_leave_the_script_to_the_engine():
+    late: list[Event] = [
+        ElementEvent([("a", 0, 100)]),
+        WatermarkEvent(150),
+        ElementEvent([("a", 1, 120)]),
+    ]
+    strat = WindowingStrategy(Sessions(50))
+    columns = script_columns(Script(late).events)
+    assert columns is not None
+    assert run_sessions_columns(columns, strat) is Refusal.LATE_SESSION_DATA
+    got = run_script(late, strat)
+    assert got.path == "mixed" and got.refusal == Refusal.LATE_SESSION_DATA
+    assert_same(got, run_script(late, strat, fast=False), "mixed")
+    counted = WindowingStrategy(Sessions(50), AfterCount(1), allow_unsafe_triggers=True)
+    assert run_sessions_columns(columns, counted) is Refusal.TRIGGER

@@ -1,0 +1,179 @@
+"""Panes as columns: what the vectorised paths compute, from which :class:`Pane` tuples
+are built only when asked (:meth:`PaneColumns.panes`). All times are µs."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Sequence
+from itertools import repeat
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from theory.windowing.engine import Pane, Timing
+from theory.windowing.windows import GLOBAL_WINDOW, GlobalWindow, trusted_interval_window
+
+__all__ = ["TIMINGS", "PaneColumns", "build_panes"]
+
+#: A pane's timing by its code in :attr:`PaneColumns.timing`.
+TIMINGS = (Timing.EARLY, Timing.ON_TIME, Timing.LATE, Timing.UNKNOWN)
+_TIMING_CODE = {t: i for i, t in enumerate(TIMINGS)}
+_new_tuple = tuple.__new__
+
+
+class PaneColumns(NamedTuple):
+    """Panes in firing order, one entry per pane; pane i's values are
+    ``grouped_values[lo[i]:hi[i]]``. ``windows`` holds the window objects when known
+    (else they are made from ``start``/``end``, or are the global window)."""
+
+    key: Sequence[Hashable]
+    start: np.ndarray
+    end: np.ndarray
+    timestamp: np.ndarray
+    timing: np.ndarray  # int8 codes into TIMINGS
+    pane_index: np.ndarray
+    nonspeculative_index: np.ndarray
+    is_last: np.ndarray  # bool
+    lo: np.ndarray
+    hi: np.ndarray
+    grouped_values: np.ndarray  # object array
+    global_window: bool = False
+    windows: Sequence[Any] | None = None
+
+    @property
+    def n_panes(self) -> int:
+        """How many panes (``len`` is the tuple's: its fields)."""
+        return int(self.timestamp.size)
+
+    def window_objects(self) -> Iterable[Any]:
+        """Each pane's window: the global window, or one interval window per distinct
+        (start, end)."""
+        if self.windows is not None:
+            return self.windows
+        if self.global_window:
+            return repeat(GLOBAL_WINDOW, self.n_panes)
+        made: dict[tuple[int, int], Any] = {}
+        out = []
+        for bounds in zip(self.start.tolist(), self.end.tolist(), strict=True):
+            w = made.get(bounds)
+            if w is None:
+                w = made[bounds] = trusted_interval_window(*bounds)
+            out.append(w)
+        return out
+
+    def value_lists(self) -> Iterable[list[Any]]:
+        """Each pane's values, as lists (slices of one list)."""
+        values = self.grouped_values.tolist()
+        return map(values.__getitem__, map(slice, self.lo.tolist(), self.hi.tolist()))
+
+    def panes(self) -> list[Pane]:
+        """The :class:`Pane` tuples (no per-pane Python call but tuple's)."""
+        fields = zip(
+            self.key,
+            self.window_objects(),
+            map(tuple, self.value_lists()),
+            self.timestamp.tolist(),
+            map(TIMINGS.__getitem__, self.timing.tolist()),
+            self.pane_index.tolist(),
+            self.nonspeculative_index.tolist(),
+            (self.pane_index == 0).tolist(),
+            self.is_last.tolist(),
+            strict=True,
+        )
+        return list(map(_new_tuple, repeat(Pane), fields))
+
+    def take(self, order: np.ndarray) -> PaneColumns:
+        """The panes in ``order`` (indexes), values shared."""
+        keys = self.key
+        return self._replace(
+            key=list(map(keys.__getitem__, order.tolist())),
+            start=self.start[order],
+            end=self.end[order],
+            timestamp=self.timestamp[order],
+            timing=self.timing[order],
+            pane_index=self.pane_index[order],
+            nonspeculative_index=self.nonspeculative_index[order],
+            is_last=self.is_last[order],
+            lo=self.lo[order],
+            hi=self.hi[order],
+            windows=None if self.windows is None else [self.windows[i] for i in order.tolist()],
+        )
+
+    @classmethod
+    def concat(cls, parts: Sequence[PaneColumns]) -> PaneColumns:
+        """The panes of ``parts`` one after the other (windows made from the bounds)."""
+        offsets = np.cumsum([0] + [p.grouped_values.size for p in parts]).tolist()
+
+        def joined(field: str) -> np.ndarray:
+            return np.concatenate([getattr(p, field) for p in parts])
+
+        return cls(
+            [k for p in parts for k in p.key],
+            joined("start"),
+            joined("end"),
+            joined("timestamp"),
+            joined("timing"),
+            joined("pane_index"),
+            joined("nonspeculative_index"),
+            joined("is_last"),
+            np.concatenate([p.lo + o for p, o in zip(parts, offsets, strict=False)]),
+            np.concatenate([p.hi + o for p, o in zip(parts, offsets, strict=False)]),
+            joined("grouped_values"),
+            all(p.global_window for p in parts),
+        )
+
+    @classmethod
+    def from_panes(cls, panes: Sequence[Pane]) -> PaneColumns:
+        """The columns of built panes (the incremental engine's)."""
+        n = len(panes)
+        sizes = np.fromiter(map(len, (p.values for p in panes)), np.int64, n)
+        hi = np.cumsum(sizes)
+        grouped = np.empty(int(hi[-1]) if n else 0, object)
+        grouped[:] = [v for p in panes for v in p.values]
+        return cls(
+            [p.key for p in panes],
+            np.fromiter((p.window.start for p in panes), np.int64, n),
+            np.fromiter((p.window.end for p in panes), np.int64, n),
+            np.fromiter((p.timestamp for p in panes), np.int64, n),
+            np.fromiter((_TIMING_CODE[p.timing] for p in panes), np.int8, n),
+            np.fromiter((p.index for p in panes), np.int64, n),
+            np.fromiter((p.nonspeculative_index for p in panes), np.int64, n),
+            np.fromiter((p.is_last for p in panes), bool, n),
+            hi - sizes,
+            hi,
+            grouped,
+            bool(n) and all(isinstance(p.window, GlobalWindow) for p in panes),
+            [p.window for p in panes],
+        )
+
+
+def build_panes(
+    keys: Sequence[Hashable],
+    start: np.ndarray,
+    end: np.ndarray,
+    grouped_values: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    timestamp: np.ndarray,
+    timing: np.ndarray,
+    index: np.ndarray,
+    is_last: bool,
+    *,
+    global_window: bool = False,
+    nonspeculative_index: np.ndarray | None = None,
+) -> PaneColumns:
+    """The columns of panes the vectorised paths fire (``timing``: codes into
+    :data:`TIMINGS`; the non-speculative index is ``index`` unless given)."""
+    return PaneColumns(
+        keys,
+        start,
+        end,
+        timestamp,
+        timing,
+        index,
+        index if nonspeculative_index is None else nonspeculative_index,
+        np.full(index.size, is_last),
+        lo,
+        hi,
+        grouped_values,
+        global_window,
+    )

@@ -1,0 +1,338 @@
+"""The vectorised path for session windows: a whole script at once, for watermark-only
+triggers (DefaultTrigger, a bare AfterWatermark()) on :class:`Sessions` under one of
+Beam's output-timestamp policies. All times are µs.
+
+The engine merges session windows batch by batch; what it outputs is a function of the
+final sessions and of the order in which their parts arrived:
+
+- **Final sessions** per key: the kept (unexpired) rows sorted by timestamp, cut where
+  two neighbours are ``gap`` or more apart (Beam merges strictly overlapping windows).
+  A session ``[start, end)`` fires once, ON_TIME, at the first watermark event reaching
+  ``end``, with all its rows, when no part of it can fire before it is whole. That holds
+  when no kept row is late (timestamp below the input watermark at its arrival): every
+  part a row joins then ends after the row's timestamp, so after the watermark. A late
+  row is refused (:attr:`Refusal.LATE_SESSION_DATA`): the runner then gives the
+  sessions with late data to the engine and the others to this path
+  (:func:`late_session_elements`; ``path == "mixed"``).
+- **Holds.** A session's smallest hold is the smallest over its batches, kept until it
+  fires. Under END_OF_WINDOW a batch holds at the end of the part it lands in: the
+  smallest such end is that of a *fresh* part, a run of one event's rows that overlaps
+  no earlier row (a part that grows only ends later). Under EARLIEST each row holds at its
+  timestamp (none is late, so none is too late to hold). Under LATEST a batch holds at
+  its latest timestamp: the path refuses a batch split over two parts that may or may not
+  be joined yet (:attr:`Refusal.SPLIT_SESSION_BATCH`).
+
+The output watermark is then ``min(input, smallest live hold - 1 µs)`` after every
+event (:func:`theory.windowing.fast_path._interval_min`). Values of a pane are its rows
+in arrival order; the engine's order follows its merges (both are the same multiset,
+and Beam's bundles keep no order either).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import NamedTuple
+
+import numpy as np
+
+from theory.arrays import range_min, stable_argsort_int
+from theory.windowing.engine import Timing
+from theory.windowing.fast_path import (
+    Refusal,
+    ScriptColumns,
+    _before,
+    _expired,
+    _group_order,
+    _interval_min,
+    _records,
+    _run_starts,
+    assign_and_code,
+)
+from theory.windowing.pane_columns import TIMINGS, build_panes
+from theory.windowing.script import ScriptResult
+from theory.windowing.strategy import TimestampCombiner, WindowingStrategy
+from theory.windowing.triggers import AfterWatermark
+from theory.windowing.windows import Sessions
+
+__all__ = ["late_session_elements", "run_sessions_columns", "sessions_refusal"]
+
+
+def sessions_refusal(strategy: WindowingStrategy) -> Refusal | None:
+    """Why this path cannot model ``strategy`` at all, or None when it may."""
+    if not strategy.trigger.watermark_only():
+        return Refusal.TRIGGER
+    if type(strategy.window_fn) is not Sessions:
+        return Refusal.MERGING
+    if not isinstance(strategy.timestamp_combiner, TimestampCombiner):
+        return Refusal.ELEMENT_POLICY
+    return None
+
+
+def run_sessions_columns(
+    scan: ScriptColumns, strategy: WindowingStrategy, *, build: bool = True
+) -> ScriptResult | Refusal:
+    """The result of a script given as columns (its last event's watermark at
+    ``MAX_TIMESTAMP``) under a Sessions ``strategy``, identical to the incremental
+    engine's (values as multisets), or why this path does not model it. The panes are
+    built as tuples only if ``build`` (they are always in ``result.pane_columns``)."""
+    refusal = sessions_refusal(strategy)
+    if refusal is not None:
+        return refusal
+    rows = _session_rows(scan, strategy)
+    if isinstance(rows, Refusal):
+        return rows
+    policy = strategy.timestamp_combiner
+    assert isinstance(policy, TimestampCombiner)  # (sessions_refusal checked it)
+    holds = _holds(rows, policy, strategy.window_fn.gap)  # type: ignore[attr-defined]
+    if isinstance(holds, Refusal):
+        return holds
+    hold = _interval_min(scan.iw_after.size, *holds)
+    return _result(scan, rows, hold, strategy, policy, build)
+
+
+class _SessionRows(NamedTuple):
+    """The kept rows sorted by (key, timestamp, arrival), with their sessions."""
+
+    ts: np.ndarray  # per row: timestamp
+    event: np.ndarray  # per row: the event it arrived with
+    element: np.ndarray  # per row: the element's index (arrival order)
+    sess: np.ndarray  # per row: its session (sessions numbered in row order)
+    by_arrival: np.ndarray  # the rows by (session, arrival)
+    s_base: np.ndarray | None  # per session: see _session_offsets
+    s_first: np.ndarray  # per session: its first row
+    s_start: np.ndarray  # per session: window bounds
+    s_end: np.ndarray
+    s_fire: np.ndarray  # per session: the watermark event at which it fires
+    s_key: np.ndarray  # per session: the key's code
+    keys: list[Hashable]
+    values: np.ndarray  # per element
+    n_expired: int
+
+
+class _Cut(NamedTuple):
+    """The kept rows sorted by (key, timestamp, arrival) and cut into sessions."""
+
+    kept: np.ndarray  # the kept elements, ascending
+    order: np.ndarray  # the kept elements by (key, timestamp, arrival): the rows
+    late: np.ndarray  # per row: timestamp below the input watermark at its arrival
+    new: np.ndarray  # per row: it starts a session
+    key: np.ndarray  # per row: key code
+    keys: list[Hashable]
+
+
+def _cut(scan: ScriptColumns, strategy: WindowingStrategy) -> _Cut | Refusal:
+    """Drop the expired rows and cut the rest into sessions."""
+    ts_el = scan.ts
+    gap = strategy.window_fn.gap  # type: ignore[attr-defined]
+    prepared = assign_and_code(scan, strategy)  # (a session's window is [ts, ts + gap))
+    if isinstance(prepared, Refusal):
+        return prepared
+    _, key_el, keys = prepared
+    iw_el = _before(scan.iw_after)[scan.element_event]
+    kept = np.flatnonzero(~_expired(iw_el, ts_el + gap, strategy.allowed_lateness))
+    # by key, then timestamp, then arrival
+    order = kept[_group_order(key_el[kept], ts_el[kept], len(keys))]
+    ts, key = ts_el[order], key_el[order]
+    new = _run_starts(key)
+    if ts.size:
+        new[1:] |= ts[1:] >= ts[:-1] + gap  # (no overflow: ts + gap fits, see assign_array)
+    return _Cut(kept, order, ts < iw_el[order], new, key, keys)
+
+
+def late_session_elements(scan: ScriptColumns, strategy: WindowingStrategy) -> np.ndarray:
+    """Per element: whether it is kept and in a session with late data (a kept row with
+    its timestamp below the input watermark at its arrival), which this path refuses;
+    all False where the path refuses the script for another reason."""
+    out = np.zeros(scan.ts.size, bool)
+    cut = _cut(scan, strategy)
+    if isinstance(cut, Refusal) or not cut.order.size:
+        return out
+    sess = np.cumsum(cut.new) - 1
+    late_sess = np.zeros(int(sess[-1]) + 1, bool)
+    late_sess[sess[cut.late]] = True
+    out[cut.order] = late_sess[sess]
+    return out
+
+
+def _session_rows(scan: ScriptColumns, strategy: WindowingStrategy) -> _SessionRows | Refusal:
+    """The sessions of the kept rows, or the refusal (late data among them)."""
+    cut = _cut(scan, strategy)
+    if isinstance(cut, Refusal):
+        return cut
+    if np.any(cut.late):
+        return Refusal.LATE_SESSION_DATA
+    gap = strategy.window_fn.gap  # type: ignore[attr-defined]
+    kept, order, new, key = cut.kept, cut.order, cut.new, cut.key
+    ts = scan.ts[order]
+    s_first = np.flatnonzero(new)
+    s_last = _run_ends(s_first, ts.size) - 1
+    s_end = ts[s_last] + gap
+    s_fire = np.searchsorted(scan.iw_after, s_end, side="left")
+    if np.any(s_fire >= scan.iw_after.size):
+        return Refusal.NEVER_FIRES
+    sess = np.cumsum(new) - 1
+    # rows by (session, arrival): the sessions of the kept elements, in arrival order
+    rank = np.empty(n_el := scan.ts.size, np.int64)
+    rank[order] = np.arange(order.size)
+    by_element = rank[kept]  # each kept element's row, elements ascending
+    by_arrival = by_element[stable_argsort_int(sess[by_element])]
+    return _SessionRows(
+        ts, scan.element_event[order], order, sess, by_arrival,
+        _session_offsets(ts, sess, s_first, gap), s_first, ts[s_first], s_end, s_fire,
+        key[s_first], cut.keys, scan.value, n_el - kept.size,
+    )  # fmt: skip
+
+
+def _session_offsets(
+    ts: np.ndarray, sess: np.ndarray, s_first: np.ndarray, gap: int
+) -> np.ndarray | None:
+    """Per session, where it starts on one line on which sessions follow each other more
+    than ``gap`` apart (a row sits at its session's offset plus its time since the
+    session's start), so that one ``np.searchsorted`` finds ranges within a session;
+    None if that line would not fit in int64."""
+    span = ts[_run_ends(s_first, ts.size) - 1] - ts[s_first]
+    if float(span.astype(np.float64).sum()) + float(s_first.size) * (gap + 1) >= 2.0**62:
+        return None
+    base = np.zeros(s_first.size, np.int64)
+    if base.size > 1:
+        np.cumsum(span[:-1] + (gap + 1), out=base[1:])
+    return base
+
+
+def _run_ends(first: np.ndarray, n: int) -> np.ndarray:
+    """One past the last row of each run, given each run's first row (of ``n`` rows)."""
+    return np.append(first[1:], n) if first.size else first
+
+
+# ----------------------------------------------------------------------------- holds
+
+
+def _holds(
+    rows: _SessionRows, policy: TimestampCombiner, gap: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | Refusal:
+    """The holds as event intervals ``[lo, hi]`` with their value (hold - 1 µs): each from
+    its batch's event until the event before its session fires."""
+    until = rows.s_fire[rows.sess] - 1
+    if policy is TimestampCombiner.OUTPUT_AT_EOW:
+        first, last, fresh = _fresh_parts(rows, gap)
+        hold = rows.ts[last][fresh] + (gap - 1)  # the part's max_timestamp
+        return rows.event[first][fresh], until[first][fresh], hold - 1
+    # in (session, arrival) order, so that a session's holds come by rising event
+    by_arrival = rows.by_arrival
+    sess, event, ts = rows.sess[by_arrival], rows.event[by_arrival], rows.ts[by_arrival]
+    if policy is TimestampCombiner.OUTPUT_AT_LATEST:
+        first, last, _ = _fresh_parts(rows, gap)
+        batch = _run_starts(sess, event)
+        if np.count_nonzero(batch) != first.size:
+            return Refusal.SPLIT_SESSION_BATCH  # a batch in two parts: one hold or two?
+        starts = np.flatnonzero(batch)
+        sess, event = sess[starts], event[starts]
+        ts = np.maximum.reduceat(ts, starts) if ts.size else ts
+    keep = _records(sess, ts)
+    return event[keep], rows.s_fire[sess[keep]] - 1, ts[keep] - 1
+
+
+def _fresh_parts(rows: _SessionRows, gap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The parts one event's rows form within a session (runs of them less than ``gap``
+    apart): each part's first and last row, and whether it is *fresh* (no earlier row's
+    window overlaps it, so it is a new window when it arrives)."""
+    by_event = _by_session_event(rows)
+    sess, event, ts = rows.sess[by_event], rows.event[by_event], rows.ts[by_event]
+    new = _run_starts(sess, event)
+    if ts.size:
+        new[1:] |= ts[1:] >= ts[:-1] + gap
+    starts = np.flatnonzero(new)
+    first = by_event[starts]
+    last = by_event[_run_ends(starts, ts.size) - 1]
+    # the rows whose windows overlap the part (start, end): timestamps in (start - gap, end)
+    part_sess = rows.sess[first]
+    if rows.s_base is None:
+        lo = _search(rows.sess, rows.ts + gap, part_sess, rows.ts[first], "right")
+        hi = _search(rows.sess, rows.ts, part_sess, rows.ts[last] + gap, "left")
+    else:
+        line = rows.s_base[rows.sess] + (rows.ts - rows.s_start[rows.sess])  # ascending
+        base, start = rows.s_base[part_sess], rows.s_start[part_sess]
+        lo = np.searchsorted(line + gap, base + (rows.ts[first] - start), side="right")
+        hi = np.searchsorted(line, base + (rows.ts[last] - start) + gap, side="left")
+    fresh = range_min(rows.event, lo, hi) >= rows.event[first]
+    return first, last, fresh
+
+
+def _by_session_event(rows: _SessionRows) -> np.ndarray:
+    """The rows by (session, event, timestamp, arrival): a stable sort of the rows (by
+    session, timestamp, arrival) on (session, event), nearly sorted already."""
+    n_ev = int(rows.event.max()) + 1 if rows.event.size else 1
+    if (int(rows.sess[-1]) + 1 if rows.sess.size else 1) * n_ev >= 1 << 62:
+        return np.lexsort((rows.ts, rows.event, rows.sess))
+    return np.argsort(rows.sess * n_ev + rows.event, kind="stable")
+
+
+def _search(
+    seg: np.ndarray, vals: np.ndarray, q_seg: np.ndarray, q_vals: np.ndarray, side: str
+) -> np.ndarray:
+    """``np.searchsorted`` of ``(q_seg, q_vals)`` in the rows sorted by ``(seg, vals)``,
+    pairs compared in order (both columns ascending within a segment), as one lexsort."""
+    n, m = seg.size, q_seg.size
+    # on ties, "left" puts queries before rows, "right" after
+    kind = np.concatenate([np.ones(n, np.int8), np.zeros(m, np.int8)])
+    if side == "right":
+        kind = 1 - kind
+    order = np.lexsort((kind, np.concatenate([vals, q_vals]), np.concatenate([seg, q_seg])))
+    is_row = order < n
+    rows_before: np.ndarray = np.cumsum(is_row) - is_row
+    out = np.empty(m, np.int64)
+    out[order[~is_row] - n] = rows_before[~is_row]
+    return out
+
+
+# ----------------------------------------------------------------------------- result
+
+
+def _result(
+    scan: ScriptColumns,
+    rows: _SessionRows,
+    hold: np.ndarray,
+    strategy: WindowingStrategy,
+    policy: TimestampCombiner,
+    build: bool,
+) -> ScriptResult:
+    """One ON_TIME pane per session at its firing event, sessions in row order within an
+    event; the pane's values are its rows in arrival order. ``hold``: the state hold after
+    each event (µs)."""
+    n_s = rows.s_first.size
+    if policy is TimestampCombiner.OUTPUT_AT_EARLIEST or (
+        policy is TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED
+    ):
+        stamp = rows.ts[rows.s_first]  # the session's smallest timestamp
+    elif policy is TimestampCombiner.OUTPUT_AT_LATEST:
+        stamp = rows.ts[_run_ends(rows.s_first, rows.ts.size) - 1]
+    else:
+        stamp = rows.s_end - 1
+    order = np.argsort(rows.s_fire, kind="stable")
+    by_arrival = rows.element[rows.by_arrival]
+    sizes = _run_ends(rows.s_first, rows.ts.size) - rows.s_first
+    pane_columns = build_panes(
+        list(map(rows.keys.__getitem__, rows.s_key[order].tolist())),
+        rows.s_start[order],
+        rows.s_end[order],
+        rows.values[by_arrival],
+        rows.s_first[order],
+        rows.s_first[order] + sizes[order],
+        stamp[order],
+        np.full(n_s, TIMINGS.index(Timing.ON_TIME), np.int8),
+        np.zeros(n_s, np.int64),
+        isinstance(strategy.trigger, AfterWatermark),
+    )
+    return ScriptResult(
+        pane_columns.panes() if build else [],
+        rows.s_fire[order],
+        scan.pt_after,
+        scan.iw_after,
+        np.minimum(scan.iw_after, hold),
+        {"expired": rows.n_expired, "closed": 0},
+        0,
+        False,
+        0,
+        state_hold=hold,
+        pane_columns=pane_columns,
+    )
