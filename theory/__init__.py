@@ -27,6 +27,9 @@ package, one idea a folder:
                             (processing-time watermarks), the chapter-3 pipeline
 ``theory.flink``            the flink profile: conventions, periodic generation and
                             idleness, alignment, window operators, the valve
+``theory.spark``            the spark profile: micro-batch watermarks, late rows and
+                            emission (``run_microbatches``), state-API timers, the
+                            whole-trace profile
 ``theory.dataflow``         the dataflow profile: central aggregator, Pub/Sub estimator
                             and its simulation
 ``theory.experiments``      trade-off, propagation, cross-system comparison
@@ -107,6 +110,7 @@ _EXPORTS: dict[str, str] = {
     "generate_trace": "theory.data.generators",
     # profiles
     **dict.fromkeys(("StatusWatermarkValve", "StreamStatus"), "theory.flink.valve"),
+    **dict.fromkeys(("MicroBatch", "run_microbatches"), "theory.spark.microbatch"),
     "TrackingEstimator": "theory.dataflow.pubsub",
     "CentralAggregator": "theory.dataflow.aggregator",
 }
@@ -137,6 +141,7 @@ __all__ = [
     "GroupByWindow",
     "GroupByWindowEngine",
     "IntervalWindow",
+    "MicroBatch",
     "Never",
     "OrFinally",
     "Pane",
@@ -166,6 +171,7 @@ __all__ = [
     "make_source_watermark",
     "parse_duration",
     "read_trace",
+    "run_microbatches",
     "run_script",
     "simulate",
     "stage_metrics",
@@ -201,6 +207,7 @@ if TYPE_CHECKING:  # static checkers see the eager imports; runtime stays lazy
     from theory.pipeline.simulator import simulate
     from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Pipeline, Source
     from theory.series import StepSeries
+    from theory.spark.microbatch import MicroBatch, run_microbatches
     from theory.time import (
         DAY,
         END_OF_GLOBAL_WINDOW,
