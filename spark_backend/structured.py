@@ -31,7 +31,15 @@ from theory.spark.conventions import check_output_mode, check_policy, check_wind
 from theory.spark.microbatch import Emitted, Row, check_inputs, sort_emitted
 from theory.windowing.windows import FixedWindows, Sessions
 
-__all__ = ["Observed", "StructuredCase", "run_structured", "run_structured_many"]
+__all__ = [
+    "Observed",
+    "StructuredCase",
+    "key_type",
+    "progress_watermark",
+    "run_structured",
+    "run_structured_many",
+    "write_batches",
+]
 
 #: What Spark reports of one batch: ``(batch_id, watermark_µs, dropped, emitted)``, the
 #: same shape as :meth:`theory.spark.MicroBatch.observed`.
@@ -53,7 +61,8 @@ class StructuredCase:
     extra_conf: dict[str, str] = field(default_factory=dict)
 
 
-def _key_type(inputs: list[list[list[Row]]]) -> str:
+def key_type(inputs: list[list[list[Row]]]) -> str:
+    """The Spark type of the keys: ``STRING`` or ``LONG`` (``TypeError`` for a mix)."""
     keys = {type(k) for batches in inputs for rows in batches for k, _ in rows}
     if keys <= {str}:
         return "STRING"
@@ -64,7 +73,7 @@ def _key_type(inputs: list[list[list[Row]]]) -> str:
     )
 
 
-def _write_input(directory: str, batches: list[list[Row]], base: float) -> None:
+def write_batches(directory: str, batches: list[list[Row]], base: float) -> None:
     """One JSON-lines file per batch, modification times one second apart from ``base``."""
     os.makedirs(directory)
     for i, rows in enumerate(batches):
@@ -90,7 +99,8 @@ def _window_column(F: Any, window: Any) -> Any:
     )
 
 
-def _watermark_micros(progress: Any) -> int:
+def progress_watermark(progress: Any) -> int:
+    """The watermark (µs) a batch's ``StreamingQueryProgress`` reports; 0 if none."""
     text = (progress.eventTime or {}).get("watermark")
     if text is None:
         return 0
@@ -111,7 +121,7 @@ class _Query:
         policy = check_policy(case.multiple_watermark_policy)
         window = check_window(case.window, "append")  # Spark itself refuses the rest
         data = check_inputs(case.inputs)
-        key_type = _key_type(data)
+        kind = key_type(data)
         session = spark.newSession()
         conf = {
             "spark.sql.shuffle.partitions": "1",
@@ -125,9 +135,9 @@ class _Query:
         frames = []
         for j, batches in enumerate(data):
             directory = os.path.join(workdir, f"input-{j}")
-            _write_input(directory, batches, base)
+            write_batches(directory, batches, base)
             frames.append(
-                session.readStream.schema(f"key {key_type}, ts LONG")
+                session.readStream.schema(f"key {kind}, ts LONG")
                 .option("maxFilesPerTrigger", 1)
                 .json(directory)
                 .withColumn("event_time", F.timestamp_micros("ts"))
@@ -164,7 +174,7 @@ class _Query:
         for p in self.query.recentProgress:
             dropped = sum(int(s.numRowsDroppedByWatermark) for s in p.stateOperators)
             emitted = sort_emitted(self.rows.get(int(p.batchId), []))
-            out.append((int(p.batchId), _watermark_micros(p), dropped, emitted))
+            out.append((int(p.batchId), progress_watermark(p), dropped, emitted))
         return out
 
 

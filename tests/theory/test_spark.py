@@ -184,3 +184,73 @@ def test_run_timers_fires_each_timer_once():
     assert apws[4] == (("a", 20 * S),)
     with pytest.raises(ValueError, match="timeout must be >= 0"):
         run_timers(inputs, delay=0, timeout=-1, api="transformWithState")
+
+
+# ------------------------------------------------------------------ whole trace
+
+trace_st = st.lists(
+    st.tuples(st.sampled_from([1, 2, 3]), st.integers(0, 60 * S), st.integers(0, 30 * S)),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=60)
+@given(
+    trace_st,
+    st.sampled_from(
+        [FixedWindows(10 * S), FixedWindows(6 * S, 1 * S), SlidingWindows(8 * S, 3 * S)]
+    ),
+    st.integers(0, 15 * S),
+    st.sampled_from([1 * S, 4 * S, 2_500_000]),
+    st.sampled_from([0, 700_000, 6 * S]),
+)
+def test_whole_trace_profile_agrees_with_run_microbatches(rows, window, delay, interval, duration):
+    """Each batch of the whole-trace profile, fed to run_microbatches as one batch (a
+    no-data batch as an empty one), gives the same watermarks, drops and emissions."""
+    import numpy as np
+
+    from theory.spark.trace import spark_trace_profile
+
+    key = np.array([r[0] for r in rows])
+    et = np.array([r[1] for r in rows])
+    arrival = et + np.array([r[2] for r in rows])  # arrival after the event: delays 0-30 s
+    res = spark_trace_profile(
+        et,
+        arrival,
+        key,
+        window=window,
+        delay=delay,
+        trigger_interval=interval,
+        batch_duration=duration,
+    )
+    nb = res.batch_start.size
+    order = np.argsort(arrival, kind="stable")
+    batches: list[list[tuple[int, int]]] = [[] for _ in range(nb)]
+    for i in order:
+        batches[int(res.row_batch[i])].append((int(key[i]), int(et[i])))
+    assert all(batches[b] for b in range(nb) if res.batch_has_data[b])
+    model = run_microbatches([batches], delay=delay, window=window)
+    assert len(model) == nb  # no batch after the profile's last
+    assert [m.watermark for m in model] == res.batch_watermark.tolist()
+    assert [m.late_watermark for m in model] == res.batch_late_watermark.tolist()
+    dropped_per_batch = np.bincount(res.row_batch[res.row_dropped], minlength=nb)
+    assert [len(m.dropped_rows) for m in model] == dropped_per_batch.tolist()
+    for b, m in enumerate(model):
+        mask = res.emit_batch == b
+        got = sorted(
+            zip(
+                res.window_start[mask].tolist(),
+                res.window_end[mask].tolist(),
+                res.window_key[mask].tolist(),
+                res.window_count[mask].tolist(),
+                strict=True,
+            )
+        )
+        assert got == sorted(m.emitted)
+    # batches start on trigger multiples unless the previous one overran
+    starts = res.batch_start
+    assert all(
+        starts[i] % interval == 0 or starts[i] == starts[i - 1] + duration for i in range(nb)
+    )
+    assert (res.latency >= 0).all()

@@ -18,9 +18,11 @@ and the stateful aggregation operators (checked against real Spark by
   is computed at the end of a batch and used by the **next** one.
 - **Late rows.** A batch filters late rows against the **previous** batch's watermark:
   a row's window is dropped when its end is ``<= that watermark``. Spark counts
-  (``numRowsDroppedByWatermark``) the *partially aggregated* rows it drops: each input's
-  batch is one partition, aggregated per (window, key) before the state store (for
-  sessions per (key, ``[t, t + gap)``), so 4 late rows in 2 groups count as 2.
+  (``numRowsDroppedByWatermark``) the *aggregated* rows it drops: the state store's
+  operator filters after the shuffle and the partial merge, so it sees one row per
+  (window, key) of the whole batch, every input included (for sessions one per (key,
+  ``[t, t + gap)``)): 4 late rows in 2 groups count as 2, and a group late in two inputs
+  counts once (measured: the issue's "one partition per input" does not hold).
 - **Emission.** Append mode emits (and evicts) each window whose end is ``<= the batch's
   watermark``, with its final count. Update mode emits every window that took rows in the
   batch, with its running count, then evicts the windows whose end is ``<= the batch's
@@ -66,7 +68,7 @@ class MicroBatch:
 
     ``watermark`` (µs) is the one the batch uses for eviction, as its progress reports it;
     ``late_watermark`` the previous batch's, against which its rows were filtered.
-    ``dropped`` is Spark's ``numRowsDroppedByWatermark`` (partially aggregated rows);
+    ``dropped`` is Spark's ``numRowsDroppedByWatermark`` (late (window, key) groups);
     ``dropped_rows`` the input rows with at least one window dropped, in input order;
     ``emitted`` the sink rows in (start, end, key) order; ``has_data`` is False for a
     no-data batch."""
@@ -188,8 +190,8 @@ def _merge_sessions(
 
 
 def _partial(rows: list[Row], window: object) -> dict[tuple[Hashable, int, int], list[int]]:
-    """One input's batch partially aggregated, as one partition: (key, start, end) -> the
-    indexes of its rows (sessions: per row ``[t, t + gap)``)."""
+    """A batch's rows (all inputs) aggregated as the state operator sees them: (key,
+    start, end) -> the indexes of its rows (sessions: per row ``[t, t + gap)``)."""
     groups: dict[tuple[Hashable, int, int], list[int]] = {}
     for i, (key, t) in enumerate(rows):
         if isinstance(window, Sessions):
@@ -279,20 +281,17 @@ def run_microbatches(
     for clock in clocks:
         i, wm = clock.batch_id, clock.watermark
         dropped = 0
-        rows_dropped: list[Row] = []
-        updated: set[tuple[Hashable, int, int]] = set()
-        for batches in data:
-            rows = batches[i] if i < len(batches) else []
-            live: dict[tuple[Hashable, int, int], int] = {}
-            late: set[int] = set()
-            for (key, s, e), idx in _partial(rows, win).items():
-                if e <= clock.late_watermark:
-                    dropped += 1
-                    late.update(idx)
-                else:
-                    live[(key, s, e)] = len(idx)
-            rows_dropped += [rows[r] for r in sorted(late)]
-            updated |= state.add(live)
+        rows = [r for batches in data if i < len(batches) for r in batches[i]]
+        live: dict[tuple[Hashable, int, int], int] = {}
+        late: set[int] = set()
+        for (key, s, e), idx in _partial(rows, win).items():
+            if e <= clock.late_watermark:
+                dropped += 1
+                late.update(idx)
+            else:
+                live[(key, s, e)] = len(idx)
+        rows_dropped = [rows[r] for r in sorted(late)]
+        updated = state.add(live)
         if mode == "update":
             emitted = [(s, e, k, state.counts[(k, s, e)]) for k, s, e in updated]
             state.evict(wm)
