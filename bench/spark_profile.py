@@ -28,10 +28,11 @@ import argparse  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
+from functools import partial  # noqa: E402
 
-from theory import FixedWindows, generate_trace, parse_duration, simulate  # noqa: E402
+from theory import FixedWindows, Trace, generate_trace, parse_duration, simulate  # noqa: E402
 from theory.experiments.tradeoff import Strategy  # noqa: E402
-from theory.spark.trace import spark_trace_profile  # noqa: E402
+from theory.spark.trace import SparkTraceResult, spark_trace_profile  # noqa: E402
 
 
 def median_time(fn: Callable[[], object], repeats: int) -> float:
@@ -41,6 +42,17 @@ def median_time(fn: Callable[[], object], repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def run_spark(trace: Trace, window: int, delay: int, trigger: int) -> SparkTraceResult:
+    return spark_trace_profile(
+        trace.event_time,
+        trace.arrival_time,
+        trace.key,
+        window=FixedWindows(window),
+        delay=delay,
+        trigger_interval=trigger,
+    )
 
 
 def main() -> None:
@@ -64,25 +76,8 @@ def main() -> None:
     print(f"{'events':>12} {'profile':>8} {'median s':>9} {'events/s':>14}  detail")
     for n in args.events:
         trace = generate_trace(n, seed=0)
-        result = spark_trace_profile(
-            trace.event_time,
-            trace.arrival_time,
-            trace.key,
-            window=FixedWindows(window),
-            delay=delay,
-            trigger_interval=trigger,
-        )
-        spark_s = median_time(
-            lambda t=trace: spark_trace_profile(
-                t.event_time,
-                t.arrival_time,
-                t.key,
-                window=FixedWindows(window),
-                delay=delay,
-                trigger_interval=trigger,
-            ),
-            args.repeats,
-        )
+        result = run_spark(trace, window, delay, trigger)
+        spark_s = median_time(partial(run_spark, trace, window, delay, trigger), args.repeats)
         detail = (
             f"{result.batch_start.size:,} batches, {int(result.emitted.sum()):,} "
             f"windows emitted, {result.dropped_count:,} rows dropped"
@@ -91,7 +86,7 @@ def main() -> None:
         m = min(n, args.beam_events or n)
         beam_trace = trace.take(range(m)) if m < n else trace
         pipeline = Strategy("bounded", f"bounded:{delay}us").pipeline(window)
-        beam_s = median_time(lambda: simulate(pipeline, {"in": beam_trace}, seed=0), args.repeats)
+        beam_s = median_time(partial(simulate, pipeline, {"in": beam_trace}, seed=0), args.repeats)
         print(
             f"{m:>12,} {'beam':>8} {beam_s:>9.2f} {m / beam_s:>14,.0f}  "
             f"spark/beam rate ratio {(n / spark_s) / (m / beam_s):.1f}x"

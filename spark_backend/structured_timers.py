@@ -19,10 +19,10 @@ import time
 from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, Final
 
+from spark_backend.structured import key_type, progress_watermark, write_batches
+from theory.columns import check_duration
 from theory.spark.microbatch import Row, check_inputs
 from theory.spark.timers import STATE_APIS
-from theory.columns import check_duration
-from spark_backend.structured import key_type, progress_watermark, write_batches
 
 __all__ = ["ROCKSDB_PROVIDER", "TimerObserved", "run_structured_timers"]
 
@@ -50,7 +50,9 @@ def _apply_in_pandas(timeout_ms: int) -> Any:
         timer = latest + timeout_ms
         state.update((timer,))
         state.setTimeoutTimestamp(timer)
-        yield pd.DataFrame({"key": pd.Series([], dtype=object), "timer": pd.Series([], dtype="int64")})
+        yield pd.DataFrame(
+            {"key": pd.Series([], dtype=object), "timer": pd.Series([], dtype="int64")}
+        )
 
     return fn
 
@@ -72,8 +74,10 @@ def _processor(timeout_ms: int) -> Any:
             self.handle.registerTimer(latest + timeout_ms)
             yield from ()
 
-        def handleExpiredTimer(self, key: Any, timerValues: Any, info: Any) -> Iterator[Any]:
-            yield SparkRow(key=key[0], timer=int(info.getExpiryTimeInMs()))
+        def handleExpiredTimer(
+            self, key: Any, timerValues: Any, expiredTimerInfo: Any
+        ) -> Iterator[Any]:
+            yield SparkRow(key=key[0], timer=int(expiredTimerInfo.getExpiryTimeInMs()))
 
         def close(self) -> None:
             pass

@@ -78,3 +78,9 @@ def test_bench_spark_analytics() -> None:
     row = re.search(r"^ +20,000 +[\d.]+ +[\d.]+ +[\d,]+ +[\d,]+ +[\d.]+ +(\w+)", out,
                     re.MULTILINE)
     assert row is not None and row.group(1) == "True"  # Spark's curves == numpy's
+
+
+def test_bench_spark_profile() -> None:
+    out = run("spark_profile.py", "--events", "20000", "--beam-events", "2000", "--repeats", "1")
+    assert re.search(r"20,000 +spark +[\d.]+ +[\d,]+  \d+ batches", out)
+    assert re.search(r"2,000 +beam +[\d.]+ +[\d,]+  spark/beam rate ratio [\d.]+x", out)

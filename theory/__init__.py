@@ -111,6 +111,8 @@ _EXPORTS: dict[str, str] = {
     # profiles
     **dict.fromkeys(("StatusWatermarkValve", "StreamStatus"), "theory.flink.valve"),
     **dict.fromkeys(("MicroBatch", "run_microbatches"), "theory.spark.microbatch"),
+    "spark_trace_profile": "theory.spark.trace",
+    "compare_systems": "theory.experiments.systems",
     "TrackingEstimator": "theory.dataflow.pubsub",
     "CentralAggregator": "theory.dataflow.aggregator",
 }
@@ -166,6 +168,7 @@ __all__ = [
     "WatermarkEvent",
     "WindowingStrategy",
     "chapter3",
+    "compare_systems",
     "diagnose",
     "generate_trace",
     "make_source_watermark",
@@ -174,6 +177,7 @@ __all__ = [
     "run_microbatches",
     "run_script",
     "simulate",
+    "spark_trace_profile",
     "stage_metrics",
 ]
 
@@ -199,6 +203,7 @@ if TYPE_CHECKING:  # static checkers see the eager imports; runtime stays lazy
     from theory.data.trace import Trace
     from theory.dataflow.aggregator import CentralAggregator
     from theory.dataflow.pubsub import TrackingEstimator
+    from theory.experiments.systems import compare_systems
     from theory.flink.valve import StatusWatermarkValve, StreamStatus
     from theory.pipeline import chapter3
     from theory.pipeline.diagnosis import diagnose
@@ -208,6 +213,7 @@ if TYPE_CHECKING:  # static checkers see the eager imports; runtime stays lazy
     from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Pipeline, Source
     from theory.series import StepSeries
     from theory.spark.microbatch import MicroBatch, run_microbatches
+    from theory.spark.trace import spark_trace_profile
     from theory.time import (
         DAY,
         END_OF_GLOBAL_WINDOW,

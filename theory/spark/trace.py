@@ -216,7 +216,7 @@ def batch_profile(
     late_previous: bool = True,
 ) -> SparkTraceResult:
     """:func:`spark_trace_profile` on checked columns, with two of Spark's conventions as
-    switches (for :mod:`theory.experiments.compare_systems`): ``unit`` 1000 truncates event
+    switches (for :mod:`theory.experiments.systems`): ``unit`` 1000 truncates event
     times and the delay to ms (Spark), 1 keeps µs; ``late_previous`` filters late rows
     against the previous batch's watermark (Spark), else against the batch's own."""
     n = et.size
