@@ -145,6 +145,17 @@ def test_every_difference_is_attributed_to_a_named_convention(trace):
     assert all(n > 0 for n in table["windows_fired"])
 
 
+def test_a_subset_of_systems_and_bad_names(trace):
+    cmp = compare_systems(trace, bound=BOUND, window_size=WINDOW, systems="spark,beam")
+    assert list(cmp.outcomes) == ["spark", "beam"]
+    assert {(s.source, s.target) for s in cmp.steps} == {("spark", "beam")}
+    assert cmp.steps[-1].windows_left == cmp.steps[-1].rows_left == 0
+    with pytest.raises(ValueError, match="unknown system 'storm'"):
+        compare_systems(trace, bound=BOUND, window_size=WINDOW, systems=["beam", "storm"])
+    with pytest.raises(ValueError, match="repeats"):
+        compare_systems(trace, bound=BOUND, window_size=WINDOW, systems=["beam", "beam"])
+
+
 def test_conventions_refuse_what_no_system_does():
     with pytest.raises(ValueError, match="needs timing='batch'"):
         Conventions("element", late_filter="previous-batch")

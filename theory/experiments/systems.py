@@ -30,6 +30,7 @@ profile (``theory.simulate``, ``theory.flink.run_flink_windows``,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -43,10 +44,12 @@ from theory.windowing.windows import FixedWindows
 
 __all__ = [
     "SWITCH_ORDER",
+    "SYSTEMS",
     "Comparison",
     "Conventions",
     "Outcome",
     "Step",
+    "check_systems",
     "compare_systems",
     "differences",
     "profile_under",
@@ -82,6 +85,26 @@ class Conventions:
             raise ValueError("late_filter='previous-batch' needs timing='batch'")
         check_duration(self.interval, "interval", allow_zero=self.timing == "element")
         check_duration(self.batch_duration, "batch_duration")
+
+
+#: The systems compared, in their default order.
+SYSTEMS: Final[tuple[str, ...]] = ("beam", "flink", "spark")
+
+
+def check_systems(systems: object) -> list[str]:
+    """``systems`` as a list of distinct names of :data:`SYSTEMS` (``ValueError`` naming an
+    unknown or repeated one; a comma-separated string is accepted)."""
+    if isinstance(systems, str):
+        systems = [s.strip() for s in systems.split(",") if s.strip()]
+    if not isinstance(systems, Sequence) or not systems:
+        raise ValueError(f"systems must name at least one of {SYSTEMS}, got {systems!r}")
+    names = [str(s) for s in systems]
+    for n in names:
+        if n not in SYSTEMS:
+            raise ValueError(f"unknown system {n!r}: expected some of {SYSTEMS}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"systems repeats a name: {names}")
+    return names
 
 
 def system_conventions(
@@ -294,17 +317,21 @@ def compare_systems(
     flink_interval: int = 200 * MILLISECOND,
     spark_trigger: int = 1 * SECOND,
     spark_batch_duration: int = 0,
-    pairs: tuple[tuple[str, str], ...] = (("beam", "flink"), ("beam", "spark"), ("flink", "spark")),
+    systems: Sequence[str] = SYSTEMS,
 ) -> Comparison:
-    """``trace`` (one input) through the beam, flink and spark conventions with one
-    ``bound`` (µs) and ``window_size`` (µs) fixed windows; for each pair, the conventions
-    switched one at a time (:data:`SWITCH_ORDER`) from the first system's to the second's,
-    with the differences left after each switch (0 after the last)."""
-    convs = system_conventions(
+    """``trace`` (one input) through the ``systems``' conventions (beam, flink, spark)
+    with one ``bound`` (µs) and ``window_size`` (µs) fixed windows; for each pair, in the
+    order given, the conventions switched one at a time (:data:`SWITCH_ORDER`) from the
+    first system's to the second's, with the differences left after each switch (0 after
+    the last)."""
+    every = system_conventions(
         flink_interval=flink_interval,
         spark_trigger=spark_trigger,
         spark_batch_duration=spark_batch_duration,
     )
+    names = check_systems(systems)
+    convs = {n: every[n] for n in names}
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
 
     def run(c: Conventions) -> Outcome:
         return profile_under(
