@@ -85,6 +85,12 @@ def _processor(timeout_ms: int) -> Any:
     return KeyTimer()
 
 
+#: Spark starts ``transformWithState``'s Python worker as a simple worker that must connect
+#: back within a hard-coded 10 s; on a loaded machine it can miss that, so a query that
+#: failed for that reason alone is run again from scratch (at most this many times).
+CONNECT_BACK_ATTEMPTS: Final[int] = 3
+
+
 def run_structured_timers(
     spark: Any,
     inputs: Sequence[Sequence[Sequence[Row]]],
@@ -95,6 +101,24 @@ def run_structured_timers(
     workdir: str | None = None,
 ) -> list[TimerObserved]:
     """One query per the module docstring; per batch, what Spark reported and fired."""
+    for attempt in range(1, CONNECT_BACK_ATTEMPTS + 1):
+        try:
+            return _run_once(spark, inputs, delay=delay, timeout=timeout, api=api, workdir=workdir)
+        except Exception as exc:  # pyspark's StreamingQueryException
+            if "failed to connect back" not in str(exc) or attempt == CONNECT_BACK_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _run_once(
+    spark: Any,
+    inputs: Sequence[Sequence[Sequence[Row]]],
+    *,
+    delay: int,
+    timeout: int,
+    api: str,
+    workdir: str | None,
+) -> list[TimerObserved]:
     from pyspark.sql import functions as F
 
     if api not in STATE_APIS:

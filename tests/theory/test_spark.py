@@ -208,6 +208,17 @@ trace_st = st.lists(
 def test_whole_trace_profile_agrees_with_run_microbatches(rows, window, delay, interval, duration):
     """Each batch of the whole-trace profile, fed to run_microbatches as one batch (a
     no-data batch as an empty one), gives the same watermarks, drops and emissions."""
+    assert_agrees(rows, window, delay, interval, duration)
+
+
+def test_whole_trace_profile_agrees_on_sparse_windows():
+    """Windows far apart (more than 4 per row): the path that sorts instead of counting."""
+    rows = [(1, 0, 0), (2, 10**13, 5 * S), (1, 10**13 + 3, 1), (1, 5 * 10**12, 10**13)]
+    assert_agrees(rows, FixedWindows(S), 0, S, 0)
+    assert_agrees(rows, SlidingWindows(2 * S, S), 0, S, 0)
+
+
+def assert_agrees(rows, window, delay, interval, duration):
     import numpy as np
 
     from theory.spark.trace import spark_trace_profile

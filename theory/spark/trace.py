@@ -125,41 +125,46 @@ def trigger_schedule(
     return starts, cuts, wms, lates, data
 
 
-def _assign(
+def _window_index(
     win: FixedWindows | SlidingWindows, et: np.ndarray
-) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
-    """(element or None for one window per row, start, end) of each row's windows."""
+) -> tuple[np.ndarray | None, np.ndarray, int]:
+    """(element, or None for one window per row; each window's index ``(start - offset)
+    // step``; the step) of each row's windows."""
     if isinstance(win, FixedWindows):
-        start = et - (et - win.offset) % win.size  # event times >= 0: no overflow
-        return None, start, start + win.size
+        return None, (et - win.offset) // win.size, win.size  # event times >= 0
     a = win.assign_array(et)
-    return a.element, a.start, a.end
+    return a.element, (a.start - win.offset) // win.period, win.period
 
 
 def _key_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct keys, code of each row): small int ranges without sorting."""
+    """(key of each code, code of each row): an int key's offset from the least when the
+    range is small (no sort; some codes may be unused), else the rank among the distinct
+    keys."""
     if keys.dtype.kind in "iu" and keys.size:
         lo, hi = int(keys.min()), int(keys.max())
         if hi - lo <= 4 * keys.size + 1024:
-            codes = (keys - lo).astype(np.int64)
-            present = np.bincount(codes, minlength=hi - lo + 1) > 0
-            remap = np.cumsum(present) - 1
-            return np.flatnonzero(present) + lo, remap[codes]
+            return np.arange(lo, hi + 1, dtype=keys.dtype), (keys - lo).astype(np.int64)
     distinct, inverse = np.unique(keys, return_inverse=True)
     return distinct, inverse.reshape(-1).astype(np.int64)
 
 
-def _first_and_count(group: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per group present (in group order): the index of its first entry and its number of
-    entries. Entries are in arrival order, so the first is in the group's earliest batch."""
-    if n_groups <= 4 * group.size + 1024:
-        counts = np.bincount(group, minlength=n_groups)
+def _first_and_count(
+    group: np.ndarray, late: np.ndarray, n_groups: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per group with a live (not late) entry, in group order: the index of its first live
+    entry and its number of live entries. Entries are in arrival order, so the first is in
+    the group's earliest batch."""
+    if n_groups <= 4 * group.size + 1024:  # dense: late entries go to an extra group
+        g = group.copy()
+        g[late] = n_groups
+        counts = np.bincount(g, minlength=n_groups + 1)[:n_groups]
         present = np.flatnonzero(counts)
-        first = np.empty(n_groups, dtype=np.int64)
+        first = np.empty(n_groups + 1, dtype=np.int64)
         # assigned in reverse, so that each group keeps its first occurrence
-        first[group[::-1]] = np.arange(group.size - 1, -1, -1, dtype=np.int64)
+        first[g[::-1]] = np.arange(g.size - 1, -1, -1, dtype=np.int64)
         return first[present], counts[present]
-    srt = np.argsort(group, kind="stable")
+    live = np.flatnonzero(~late)
+    srt = live[np.argsort(group[live], kind="stable")]
     g_sorted = group[srt]
     head = np.ones(g_sorted.size, dtype=bool)
     head[1:] = g_sorted[1:] != g_sorted[:-1]
@@ -234,23 +239,21 @@ def batch_profile(
     # batch b reads the rows cuts[b-1]:cuts[b]
     row_batch = np.repeat(np.arange(len(cuts), dtype=np.int64), np.diff(cuts, prepend=0))
 
-    el, w_start_all, w_end_all = _assign(win, et)
+    el, w_index, step = _window_index(win, et)
+    w_start_all = w_index * step + win.offset
+    w_end_all = w_start_all + win.size
     a_batch = row_batch if el is None else row_batch[el]
     late = w_end_all <= (b_late if late_previous else b_wm)[a_batch]
     row_dropped = np.zeros(n, dtype=bool)
     row_dropped[late if el is None else el[late]] = True
 
-    live = ~late
-    codes_of_key, key_codes = _key_codes(keys)
+    key_of_code, key_codes = _key_codes(keys)
     k = key_codes if el is None else key_codes[el]
-    k, s, e, b = k[live], w_start_all[live], w_end_all[live], a_batch[live]
-    step = win.size if isinstance(win, FixedWindows) else win.period
-    w_index = (s - win.offset) // step
     low = int(w_index.min()) if w_index.size else 0
     span = int(w_index.max()) - low + 1 if w_index.size else 1
     group = k * span + (w_index - low)
-    heads, counts = _first_and_count(group, codes_of_key.size * span)
-    w_start, w_end, w_first = s[heads], e[heads], b[heads]
+    heads, counts = _first_and_count(group, late, key_of_code.size * span)
+    w_start, w_end, w_first = w_start_all[heads], w_end_all[heads], a_batch[heads]
     emit = np.maximum(w_first, np.searchsorted(b_wm, w_end, side="left"))
     never = emit >= b_wm.size
     emit[never] = -1
@@ -267,7 +270,7 @@ def batch_profile(
         batch_has_data=np.asarray(data, dtype=bool),
         row_batch=row_batch,
         row_dropped=row_dropped,
-        window_key=codes_of_key[k[heads]],
+        window_key=key_of_code[k[heads]],
         window_start=w_start,
         window_end=w_end,
         window_count=np.asarray(counts, dtype=np.int64),
