@@ -82,5 +82,5 @@ def test_bench_spark_analytics() -> None:
 
 def test_bench_spark_profile() -> None:
     out = run("spark_profile.py", "--events", "20000", "--beam-events", "2000", "--repeats", "1")
-    assert re.search(r"20,000 +spark +[\d.]+ +[\d,]+  \d+ batches", out)
-    assert re.search(r"2,000 +beam +[\d.]+ +[\d,]+  spark/beam rate ratio [\d.]+x", out)
+    assert re.search(r"20,000 +spark +[\d.]+ +[\d,]+ +[\d.]+ +[\d,]+  \d+ batches", out)
+    assert re.search(r"2,000 +beam( +[\d.,]+){4}  spark/beam rate ratio [\d.]+x \(cpu", out)

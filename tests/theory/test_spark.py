@@ -265,3 +265,24 @@ def assert_agrees(rows, window, delay, interval, duration):
         starts[i] % interval == 0 or starts[i] == starts[i - 1] + duration for i in range(nb)
     )
     assert (res.latency >= 0).all()
+
+
+@settings(max_examples=80)
+@given(
+    st.lists(st.tuples(st.integers(0, 50 * S), st.integers(0, 40 * S)), max_size=30),
+    st.sampled_from([S, 3 * S, 2_500_000]),
+    st.integers(0, 3 * S),
+    st.integers(0, 8 * S),
+    st.booleans(),
+)
+def test_vectorised_trigger_schedule_equals_the_loop(rows, interval, duration, delay, no_data):
+    """Batches that end before the next trigger: the vectorised schedule is the loop's."""
+    import numpy as np
+
+    from theory.spark.trace import _schedule_loop, trigger_schedule
+
+    duration = min(duration, interval)
+    arrival = np.sort(np.array([a for a, _ in rows], dtype=np.int64))
+    prefix = np.maximum.accumulate(np.array([e for _, e in rows], dtype=np.int64) // 1000)
+    args = (arrival, prefix, interval, duration, delay // 1000, no_data, 1000)
+    assert trigger_schedule(*args) == _schedule_loop(*args)

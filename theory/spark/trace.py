@@ -90,7 +90,48 @@ def trigger_schedule(
     start (µs), rows read so far (a cut), watermark, late watermark (µs), has data.
     ``prefix_max`` is the running max of the event times and ``delay`` the delay, both in
     ``unit`` µs (1000: Spark's ms; 1: µs); the watermark starts at 0 and is
-    ``(max - delay) * unit``. One Python step per batch, each O(log n)."""
+    ``(max - delay) * unit``. Vectorised when batches end before the next trigger
+    (``duration <= interval``); else one Python step per batch (:func:`_schedule_loop`)."""
+    if duration > interval:
+        return _schedule_loop(arrival, prefix_max, interval, duration, delay, no_data_batches, unit)
+    n = arrival.size
+    if n == 0:
+        return [], [], [], [], []
+    boundary = -(-arrival // interval) * interval  # the trigger that reads each row
+    new = np.ones(n, dtype=bool)
+    new[1:] = boundary[1:] != boundary[:-1]
+    d_start = boundary[new]
+    d_cut = np.append(np.flatnonzero(new)[1:], n)
+    g = np.maximum(prefix_max[d_cut - 1] - delay, 0) * unit  # the watermark after batch k
+    d_wm = np.concatenate(([0], g[:-1]))
+    # a no-data batch one interval after a data batch that moved the watermark, unless
+    # data arrives by then
+    gap = np.append(d_start[1:] > d_start[:-1] + interval, True)
+    nd = (g > d_wm) & gap if no_data_batches else np.zeros(d_start.size, dtype=bool)
+    m = d_start.size + int(nd.sum())
+    pos = np.arange(d_start.size) + np.concatenate(([0], np.cumsum(nd)[:-1]))
+    starts = np.empty(m, dtype=np.int64)
+    cuts = np.empty(m, dtype=np.int64)
+    wms = np.empty(m, dtype=np.int64)
+    data = np.zeros(m, dtype=bool)
+    starts[pos], cuts[pos], wms[pos], data[pos] = d_start, d_cut, d_wm, True
+    nd_pos = pos[nd] + 1
+    starts[nd_pos], cuts[nd_pos], wms[nd_pos] = d_start[nd] + interval, d_cut[nd], g[nd]
+    lates = np.concatenate(([0], wms[:-1]))
+    return starts.tolist(), cuts.tolist(), wms.tolist(), lates.tolist(), data.tolist()
+
+
+def _schedule_loop(
+    arrival: np.ndarray,
+    prefix_max: np.ndarray,
+    interval: int,
+    duration: int,
+    delay: int,
+    no_data_batches: bool = True,
+    unit: int = 1000,
+) -> tuple[list[int], list[int], list[int], list[int], list[bool]]:
+    """:func:`trigger_schedule` one batch at a time, for any batch duration: a batch that
+    runs past the next trigger delays it to its end. Each step is O(log n)."""
     n = arrival.size
     starts: list[int] = []
     cuts: list[int] = []
