@@ -38,6 +38,7 @@ __all__ = [
     "progress_watermark",
     "run_structured",
     "run_structured_many",
+    "watermarked_union",
     "write_batches",
 ]
 
@@ -84,6 +85,31 @@ def write_batches(directory: str, batches: list[list[Row]], base: float) -> None
         os.utime(path, (base + i, base + i))
 
 
+def watermarked_union(session: Any, data: list[list[list[Row]]], delay: int, workdir: str) -> Any:
+    """Each input written as files under ``workdir`` and read as a stream (one file per
+    trigger) with ``event_time`` (from the µs ``ts``) and ``withWatermark(delay)``; the
+    inputs unioned. Columns: ``key``, ``ts``, ``event_time``."""
+    from pyspark.sql import functions as F
+
+    kind = key_type(data)
+    base = time.time() - 3600
+    frames = []
+    for j, batches in enumerate(data):
+        directory = os.path.join(workdir, f"input-{j}")
+        write_batches(directory, batches, base)
+        frames.append(
+            session.readStream.schema(f"key {kind}, ts LONG")
+            .option("maxFilesPerTrigger", 1)
+            .json(directory)
+            .withColumn("event_time", F.timestamp_micros("ts"))
+            .withWatermark("event_time", f"{delay} microseconds")
+        )
+    union = frames[0]
+    for other in frames[1:]:
+        union = union.unionByName(other)
+    return union
+
+
 def _window_column(F: Any, window: Any) -> Any:
     if isinstance(window, Sessions):
         return F.session_window("event_time", f"{window.gap} microseconds")
@@ -121,7 +147,6 @@ class _Query:
         policy = check_policy(case.multiple_watermark_policy)
         window = check_window(case.window, "append")  # Spark itself refuses the rest
         data = check_inputs(case.inputs)
-        kind = key_type(data)
         session = spark.newSession()
         conf = {
             "spark.sql.shuffle.partitions": "1",
@@ -131,21 +156,7 @@ class _Query:
         }
         for k, v in conf.items():
             session.conf.set(k, v)
-        base = time.time() - 3600
-        frames = []
-        for j, batches in enumerate(data):
-            directory = os.path.join(workdir, f"input-{j}")
-            write_batches(directory, batches, base)
-            frames.append(
-                session.readStream.schema(f"key {kind}, ts LONG")
-                .option("maxFilesPerTrigger", 1)
-                .json(directory)
-                .withColumn("event_time", F.timestamp_micros("ts"))
-                .withWatermark("event_time", f"{case.delay} microseconds")
-            )
-        union = frames[0]
-        for other in frames[1:]:
-            union = union.unionByName(other)
+        union = watermarked_union(session, data, case.delay, workdir)
         counts = union.groupBy(_window_column(F, window).alias("w"), "key").count()
         out = counts.select(
             F.unix_micros("w.start").alias("start"),

@@ -15,11 +15,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, Final
 
-from spark_backend.structured import key_type, progress_watermark, write_batches
+from spark_backend.structured import key_type, progress_watermark, watermarked_union
 from theory.columns import check_duration
 from theory.spark.microbatch import Row, check_inputs
 from theory.spark.timers import STATE_APIS
@@ -88,7 +87,7 @@ def _processor(timeout_ms: int) -> Any:
 #: Spark starts ``transformWithState``'s Python worker as a simple worker that must connect
 #: back within a hard-coded 10 s; on a loaded machine it can miss that, so a query that
 #: failed for that reason alone is run again from scratch (at most this many times).
-CONNECT_BACK_ATTEMPTS: Final[int] = 3
+CONNECT_BACK_ATTEMPTS: Final[int] = 5
 
 
 def run_structured_timers(
@@ -119,7 +118,6 @@ def _run_once(
     api: str,
     workdir: str | None,
 ) -> list[TimerObserved]:
-    from pyspark.sql import functions as F
 
     if api not in STATE_APIS:
         raise ValueError(f"unknown state api {api!r}: expected one of {STATE_APIS}")
@@ -132,21 +130,7 @@ def _run_once(
         session.conf.set("spark.sql.shuffle.partitions", "1")
         if api == "transformWithState":
             session.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-        base = time.time() - 3600
-        frames = []
-        for j, batches in enumerate(data):
-            directory = os.path.join(root, f"input-{j}")
-            write_batches(directory, batches, base)
-            frames.append(
-                session.readStream.schema(f"key {kind}, ts LONG")
-                .option("maxFilesPerTrigger", 1)
-                .json(directory)
-                .withColumn("event_time", F.timestamp_micros("ts"))
-                .withWatermark("event_time", f"{delay} microseconds")
-            )
-        union = frames[0]
-        for other in frames[1:]:
-            union = union.unionByName(other)
+        union = watermarked_union(session, data, delay, root)
         grouped = union.groupBy("key")
         schema = f"key {kind}, timer LONG"
         if api == "applyInPandasWithState":
