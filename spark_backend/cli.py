@@ -114,6 +114,16 @@ def _strategies(text: str | None) -> tuple[str, ...]:
     return specs
 
 
+def _systems(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    from theory.experiments.systems import check_systems
+
+    if text is None:
+        return default
+    if text.strip().lower() == "none":
+        return ()
+    return tuple(check_systems(text))
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on the embedded default: strategies compared on Spark, report written."""
     from spark_backend.jobs import run_demo
@@ -126,6 +136,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         parse_duration(args.window),
         strategies=_strategies(args.strategies),
         spark=_spark_options(args),  # type: ignore[arg-type]
+        systems=_systems(args.systems, ("beam", "flink", "spark")),
     )
     print(f"report: {result.index}")
     return 0
@@ -144,6 +155,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         on_bad_rows=args.on_bad_rows,
         seed=args.seed,
         spark=_spark_options(args),  # type: ignore[arg-type]
+        systems=_systems(args.systems, ()),
     )
     print(f"report: {result.index}")
     return 0
@@ -157,6 +169,13 @@ def _add_spark_options(p: argparse.ArgumentParser) -> None:
         "(default: perfect, bounded 10s/1m/5m, percentile 0.5/0.9/0.99/1)",
     )
     p.add_argument("--window", default="2m", help="fixed window size, e.g. 2m")
+    p.add_argument(
+        "--systems",
+        default=None,
+        help="compare the trace under these systems' watermark conventions, e.g. "
+        "beam,flink,spark (bound from the first bounded: strategy; demo: all three by "
+        "default, 'none' for none; analyze: none by default)",
+    )
     p.add_argument("--master", default=None, help="Spark master URL (default local[*])")
     p.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"

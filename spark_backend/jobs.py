@@ -22,11 +22,14 @@ from spark_backend.comparison import DEFAULT_STRATEGIES, Comparison, check_reque
 from spark_backend.progress import Progress
 from spark_backend.report import Report, percent, record_columns, seconds
 from spark_backend.session import get_session
+from spark_backend.systems import bound_of, systems_section, trace_of
 from spark_backend.traces.generate import chapter3_trace_df
 from spark_backend.traces.read import read_trace_df
 from theory.data.report import BadRowReport
 from theory.data.schema import OnBadRows
+from theory.data.trace import Trace
 from theory.experiments.propagation import propagation
+from theory.experiments.systems import check_systems
 from theory.pipeline import chapter3
 from theory.pipeline.diagnosis import diagnose, lag_series
 from theory.pipeline.metrics import stage_metrics
@@ -287,14 +290,18 @@ def run_demo(
     *,
     strategies: Sequence[str] = DEFAULT_STRATEGIES,
     spark: SparkOptions = SparkOptions(),
+    systems: Sequence[str] = ("beam", "flink", "spark"),
 ) -> JobResult:
     """The main job on the embedded default: the chapter-3 game traces generated on
     Spark, the strategies compared on Spark, the chapter-3 pipeline simulated in theory,
-    the report written."""
+    ``systems`` compared on its traces (none if empty), the report written."""
     if events < 2:
         raise ValueError(f"--events must be >= 2, got {events}")
     check_request(strategies, window_size)
-    bar = Progress(5 + _COMPARE_STEPS)
+    if systems:  # refused before any work
+        check_systems(systems)
+        bound_of(strategies)
+    bar = Progress(6 + _COMPARE_STEPS)
     session = _start_spark(spark, bar)
     LOG.info("generating the chapter-3 game traces on Spark: %d events, seed %d", events, seed)
     df = chapter3_trace_df(session, events, seed=seed).persist()
@@ -318,6 +325,12 @@ def run_demo(
     LOG.info("comparing in-band and out-of-band propagation")
     propagation_section(report, seed)
     bar.step("propagation compared")
+    if systems:
+        n = min(events, 200_000)
+        trace = Trace.concat(chapter3.traces(n, seed=seed).values()).sorted_by_arrival()
+        note = f"the chapter-3 mobile and console traces as one input, {n:,} events"
+        systems_section(report, trace, systems, bound_of(strategies), window_size, note)
+    bar.step("systems compared")
     index = _write(report, out, bar)
     return JobResult(index, comparison, simulation)
 
@@ -331,11 +344,16 @@ def run_analyze(
     on_bad_rows: OnBadRows = "fail",
     seed: int = 0,
     spark: SparkOptions = SparkOptions(),
+    systems: Sequence[str] = (),
 ) -> JobResult:
     """A user's trace (Parquet, CSV or a directory of them): validated, the strategies
-    compared on Spark, the report written. Bad input raises before anything is written."""
+    compared on Spark, ``systems`` compared on it (none if empty), the report written.
+    Bad input raises before anything is written."""
     check_request(strategies, window_size)
-    bar = Progress(4 + _COMPARE_STEPS)
+    if systems:
+        check_systems(systems)
+        bound_of(strategies)
+    bar = Progress(4 + _COMPARE_STEPS + bool(systems))
     session = _start_spark(spark, bar)
     LOG.info("reading and validating %s (--on-bad-rows %s)", trace, on_bad_rows)
     df, bad = read_trace_df(session, trace, on_bad_rows=on_bad_rows)
@@ -350,9 +368,14 @@ def run_analyze(
         bar.step("trace described")
         LOG.info("comparing %d watermark strategies on Spark", len(strategies))
         comparison = compare(df, strategies, window_size, seed=seed, step=bar.step)
+        if systems:
+            trace_rows, note = trace_of(df, rows)
     finally:
         df.unpersist()
     strategies_section(report, comparison, seed)
+    if systems:
+        systems_section(report, trace_rows, systems, bound_of(strategies), window_size, note)
+        bar.step("systems compared")
     if bad.total:
         bad_rows_section(report, bad)
     index = _write(report, out, bar)

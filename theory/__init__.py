@@ -28,6 +28,9 @@ package, one idea a folder:
                             (processing-time watermarks), the chapter-3 pipeline
 ``theory.flink``            the flink profile: conventions, periodic generation and
                             idleness, alignment, window operators, the valve
+``theory.spark``            the spark profile: micro-batch watermarks, late rows and
+                            emission (``run_microbatches``), state-API timers, the
+                            whole-trace profile
 ``theory.dataflow``         the dataflow profile: central aggregator, Pub/Sub estimator
                             and its simulation
 ``theory.experiments``      trade-off, propagation
@@ -108,6 +111,9 @@ _EXPORTS: dict[str, str] = {
     "generate_trace": "theory.data.generators",
     # profiles
     **dict.fromkeys(("StatusWatermarkValve", "StreamStatus"), "theory.flink.valve"),
+    **dict.fromkeys(("MicroBatch", "run_microbatches"), "theory.spark.microbatch"),
+    "spark_trace_profile": "theory.spark.trace",
+    "compare_systems": "theory.experiments.systems",
     "TrackingEstimator": "theory.dataflow.pubsub",
     "CentralAggregator": "theory.dataflow.aggregator",
 }
@@ -138,6 +144,7 @@ __all__ = [
     "GroupByWindow",
     "GroupByWindowEngine",
     "IntervalWindow",
+    "MicroBatch",
     "Never",
     "OrFinally",
     "Pane",
@@ -162,13 +169,16 @@ __all__ = [
     "WatermarkEvent",
     "WindowingStrategy",
     "chapter3",
+    "compare_systems",
     "diagnose",
     "generate_trace",
     "make_source_watermark",
     "parse_duration",
     "read_trace",
+    "run_microbatches",
     "run_script",
     "simulate",
+    "spark_trace_profile",
     "stage_metrics",
 ]
 
@@ -194,6 +204,7 @@ if TYPE_CHECKING:  # static checkers see the eager imports; runtime stays lazy
     from theory.data.trace import Trace
     from theory.dataflow.aggregator import CentralAggregator
     from theory.dataflow.pubsub import TrackingEstimator
+    from theory.experiments.systems import compare_systems
     from theory.flink.valve import StatusWatermarkValve, StreamStatus
     from theory.pipeline import chapter3
     from theory.pipeline.diagnosis import diagnose
@@ -202,6 +213,8 @@ if TYPE_CHECKING:  # static checkers see the eager imports; runtime stays lazy
     from theory.pipeline.simulator import simulate
     from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Pipeline, Source
     from theory.series import StepSeries
+    from theory.spark.microbatch import MicroBatch, run_microbatches
+    from theory.spark.trace import spark_trace_profile
     from theory.time import (
         DAY,
         END_OF_GLOBAL_WINDOW,

@@ -66,6 +66,9 @@ def test_every_file_is_written(demo):
         "chapter3_stalls.csv",
         "propagation.csv",
         "propagation.png",
+        "systems.csv",
+        "systems_attribution.csv",
+        "systems.png",
     }
     for png in out.glob("*.png"):
         image = mpimg.imread(png)
@@ -179,7 +182,8 @@ def test_index_renders_with_images_in_chromium(demo):
         )
     title = re.search(r"<title>(.*?)</title>", proc.stdout)
     assert title is not None, proc.stderr[-2000:]
-    assert title.group(1) == "loaded 6 of 6"
+    n = len(list(out.glob("*.png")))  # every figure of the report is an <img>
+    assert n >= 7 and title.group(1) == f"loaded {n} of {n}"
 
 
 def test_failed_report_leaves_nothing(tmp_path):

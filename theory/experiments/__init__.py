@@ -5,9 +5,20 @@
                             trace (``tradeoff``)
 ``propagation``             in-band (Flink) against out-of-band (Dataflow) watermark
                             propagation on one workload
+``systems``                 one trace through the beam, flink and spark profiles, each
+                            difference attributed to a convention (``compare_systems``)
 ==========================  ===========================================================
 """
 
+from theory.experiments.systems import Comparison, Conventions, compare_systems
 from theory.experiments.tradeoff import DEFAULT_STRATEGIES, Strategy, TradeoffResult, tradeoff
 
-__all__ = ["DEFAULT_STRATEGIES", "Strategy", "TradeoffResult", "tradeoff"]
+__all__ = [
+    "DEFAULT_STRATEGIES",
+    "Comparison",
+    "Conventions",
+    "Strategy",
+    "TradeoffResult",
+    "compare_systems",
+    "tradeoff",
+]

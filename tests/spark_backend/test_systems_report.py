@@ -1,0 +1,93 @@
+"""The report's cross-system section and ``analyze --systems``: tables and figure written,
+every difference explained, bad requests refused before any Spark work."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_backend import cli, systems
+from spark_backend.report import Report
+from spark_backend.traces.collect import to_trace
+from spark_backend.traces.generate import generate_trace_df
+from theory import SECOND, Trace, chapter3
+from theory.data.io import write_trace
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_section_tables_figure_and_attribution(tmp_path: Path) -> None:
+    trace = Trace.concat(chapter3.traces(1500, seed=3).values()).sorted_by_arrival()
+    report = Report("t")
+    systems.systems_section(
+        report, trace, ["beam", "flink", "spark"], 10 * SECOND, 120 * SECOND, "n"
+    )
+    report.write(tmp_path / "r")
+    table = _rows(tmp_path / "r" / "systems.csv")
+    assert [r["system"] for r in table] == ["beam", "flink", "spark"]
+    att = _rows(tmp_path / "r" / "systems_attribution.csv")
+    last = {}
+    for r in att:
+        last[(r["from"], r["to"])] = (int(r["windows left"]), int(r["rows left"]))
+    assert last == {p: (0, 0) for p in [("beam", "flink"), ("beam", "spark"), ("flink", "spark")]}
+    assert (tmp_path / "r" / "systems.png").stat().st_size > 0
+
+
+def test_bound_comes_from_the_first_bounded_strategy() -> None:
+    assert systems.bound_of(["perfect", "bounded:30s", "bounded:1m"]) == 30 * SECOND
+    with pytest.raises(ValueError, match="needs a bounded:<duration> strategy"):
+        systems.bound_of(["perfect", "percentile:0.9"])
+
+
+def test_trace_of_collects_columns_and_caps_rows(spark: Any, monkeypatch) -> None:
+    rows = [(300 - i, 1000 * i, i % 7) for i in range(300)]  # arrival order reversed
+    df = spark.createDataFrame(rows, "event_time LONG, arrival_time LONG, key LONG")
+    trace, note = systems.trace_of(df, 300)
+    assert note == "all 300 rows"
+    got = sorted(
+        zip(trace.arrival_time.tolist(), trace.event_time.tolist(), trace.key.tolist(), strict=True)
+    )
+    assert got == sorted((a, e, k) for e, a, k in rows)
+    monkeypatch.setattr(systems, "MAX_ROWS", 100)
+    capped, note = systems.trace_of(df, 300)
+    assert note == "the first 100 of 300 rows by arrival"
+    assert sorted(capped.arrival_time.tolist()) == [1000 * i for i in range(100)]
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--systems", "beam,storm"], "unknown system 'storm'"),
+        (["--systems", "beam,spark", "--strategies", "perfect"], "needs a bounded:<duration>"),
+    ],
+)
+def test_bad_systems_requests_fail_before_spark(tmp_path: Path, capsys, extra, needle) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("event_time,arrival_time\n1,2\n")
+    assert cli.main(["analyze", str(trace), "--out", str(tmp_path / "o"), *extra]) == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_analyze_with_systems_writes_the_section(spark: Any, tmp_path: Path) -> None:
+    write_trace(to_trace(generate_trace_df(spark, 2_000, seed=4)), tmp_path / "t.csv")
+    out = tmp_path / "o"
+    argv = [
+        "analyze",
+        str(tmp_path / "t.csv"),
+        "--strategies",
+        "bounded:5s",
+        "--systems",
+        "spark,beam",
+        "--out",
+        str(out),
+    ]
+    assert cli.main(argv) == 0
+    assert [r["system"] for r in _rows(out / "systems.csv")] == ["spark", "beam"]
+    assert "One trace through spark, beam" in (out / "index.html").read_text()

@@ -1,0 +1,366 @@
+"""One trace through the beam, flink and spark profiles, and which convention causes
+each difference (all times µs).
+
+Every system here runs the same job: one input, a bounded out-of-orderness watermark
+(``bound``: Beam's ``max seen - bound``, Flink's ``BoundedOutOfOrdernessWatermarks``,
+Spark's ``withWatermark(delay)``), a count per key in fixed windows fired once at the
+watermark, late rows dropped (no allowed lateness). Once each watermark is converted to
+the core convention (no more ``ts < W``; Flink's ``<= W`` is converted at the edge, see
+:mod:`theory.flink.conventions`) the three fire a window at the same test, ``W >= end``,
+and drop a row at the same test, ``end <= W``. What differs are :class:`Conventions`:
+
+- ``timing``: when the watermark moves: after every arrival instant (``element``, Beam),
+  at periodic timers (``periodic``, Flink's ``autoWatermarkInterval``), or at the end of
+  each micro-batch of a ``ProcessingTime`` trigger, used from the next batch (``batch``,
+  Spark; a window is emitted at the end of the batch that evicts it);
+- ``late_filter``: late rows are tested against the watermark in force when they are read
+  (``current``) or against the previous batch's (``previous-batch``, Spark);
+- ``millis``: the watermark is whole milliseconds (Spark truncates event times and the
+  delay) or µs.
+
+:func:`profile_under` runs the job under any conventions (vectorised);
+:func:`compare_systems` runs the three systems' conventions, tabulates them, and for each
+pair switches the conventions one at a time from the first system's to the second's,
+counting the differences (windows fired at another time or with another count, rows
+dropped by one and not the other) left after each switch. The last switch leaves 0.
+``tests/theory/test_compare_systems.py`` checks each system's conventions against its own
+profile (``theory.simulate``, ``theory.flink.run_flink_windows``,
+``theory.spark.trace.spark_trace_profile``) on the chapter-3 trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Final
+
+import numpy as np
+
+from theory.columns import check_duration, same_length, time_column
+from theory.data.trace import Trace
+from theory.spark.trace import batch_profile
+from theory.time import MILLISECOND, SECOND
+from theory.windowing.windows import FixedWindows
+
+__all__ = [
+    "SWITCH_ORDER",
+    "SYSTEMS",
+    "Comparison",
+    "Conventions",
+    "Outcome",
+    "Step",
+    "check_systems",
+    "compare_systems",
+    "differences",
+    "profile_under",
+    "system_conventions",
+]
+
+TIMINGS: Final[tuple[str, ...]] = ("element", "periodic", "batch")
+LATE_FILTERS: Final[tuple[str, ...]] = ("current", "previous-batch")
+#: The order in which :func:`compare_systems` switches conventions.
+SWITCH_ORDER: Final[tuple[str, ...]] = ("timing", "late_filter", "millis")
+
+
+@dataclass(frozen=True)
+class Conventions:
+    """How a system computes and applies its watermark (see the module docstring).
+    ``interval`` is the periodic interval or the trigger interval (µs, unused for
+    ``element``); ``batch_duration`` how long a micro-batch runs (µs)."""
+
+    timing: str
+    interval: int = 0
+    batch_duration: int = 0
+    late_filter: str = "current"
+    millis: bool = False
+
+    def __post_init__(self) -> None:
+        if self.timing not in TIMINGS:
+            raise ValueError(f"unknown timing {self.timing!r}: expected one of {TIMINGS}")
+        if self.late_filter not in LATE_FILTERS:
+            raise ValueError(
+                f"unknown late_filter {self.late_filter!r}: expected one of {LATE_FILTERS}"
+            )
+        if self.late_filter == "previous-batch" and self.timing != "batch":
+            raise ValueError("late_filter='previous-batch' needs timing='batch'")
+        check_duration(self.interval, "interval", allow_zero=self.timing == "element")
+        check_duration(self.batch_duration, "batch_duration")
+
+
+#: The systems compared, in their default order.
+SYSTEMS: Final[tuple[str, ...]] = ("beam", "flink", "spark")
+
+
+def check_systems(systems: object) -> list[str]:
+    """``systems`` as a list of distinct names of :data:`SYSTEMS` (``ValueError`` naming an
+    unknown or repeated one; a comma-separated string is accepted)."""
+    if isinstance(systems, str):
+        systems = [s.strip() for s in systems.split(",") if s.strip()]
+    if not isinstance(systems, Sequence) or not systems:
+        raise ValueError(f"systems must name at least one of {SYSTEMS}, got {systems!r}")
+    names = [str(s) for s in systems]
+    for n in names:
+        if n not in SYSTEMS:
+            raise ValueError(f"unknown system {n!r}: expected some of {SYSTEMS}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"systems repeats a name: {names}")
+    return names
+
+
+def system_conventions(
+    *,
+    flink_interval: int = 200 * MILLISECOND,
+    spark_trigger: int = 1 * SECOND,
+    spark_batch_duration: int = 0,
+) -> dict[str, Conventions]:
+    """The conventions of ``beam``, ``flink`` and ``spark`` with these settings."""
+    return {
+        "beam": Conventions("element"),
+        "flink": Conventions("periodic", flink_interval),
+        "spark": Conventions(
+            "batch", spark_trigger, spark_batch_duration, "previous-batch", millis=True
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The job's result under some conventions: per window that took a non-late row
+    (sorted by key, start) its ``count`` and ``fire_time`` (-1 if it never fired), and per
+    row of the trace whether it was ``dropped`` late."""
+
+    key: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    count: np.ndarray
+    fire_time: np.ndarray
+    dropped: np.ndarray
+
+    @property
+    def latency(self) -> np.ndarray:
+        """``fire_time - end`` (µs) of the windows that fired."""
+        fired = self.fire_time >= 0
+        return self.fire_time[fired] - self.end[fired]
+
+
+def _windows(
+    key: np.ndarray, start: np.ndarray, size: int, live: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(key, start, count, first row) per distinct (key, start) of the live rows, sorted;
+    rows are in arrival order, so the first row is the earliest."""
+    idx = np.flatnonzero(live)
+    if idx.size == 0:
+        e = np.zeros(0, np.int64)
+        return key[:0], e, e, e
+    order = np.lexsort((idx, start[idx], key[idx]))
+    k, s = key[idx][order], start[idx][order]
+    head = np.ones(k.size, dtype=bool)
+    head[1:] = (k[1:] != k[:-1]) | (s[1:] != s[:-1])
+    first = idx[order][head]
+    counts = np.diff(np.append(np.flatnonzero(head), k.size))
+    return k[head], s[head], counts.astype(np.int64), first
+
+
+def profile_under(
+    event_time: np.ndarray,
+    arrival_time: np.ndarray,
+    key: np.ndarray,
+    conventions: Conventions,
+    *,
+    bound: int,
+    window_size: int,
+) -> Outcome:
+    """The job of the module docstring under ``conventions``: ``bound`` and
+    ``window_size`` in µs, event times ``>= 0``."""
+    et = time_column(event_time, "event_time")
+    at = time_column(arrival_time, "arrival_time")
+    keys = np.asarray(key)
+    same_length("event_time", et.size, arrival_time=at, key=keys)
+    if et.size and int(et.min()) < 0:
+        raise ValueError("event_time: the comparison takes event times >= 0")
+    b = check_duration(bound, "bound")
+    size = check_duration(window_size, "window_size", allow_zero=False)
+    c = conventions
+    if c.timing == "batch":
+        r = batch_profile(
+            et,
+            at,
+            keys,
+            FixedWindows(size),
+            b,
+            c.interval,
+            c.batch_duration,
+            unit=1000 if c.millis else 1,
+            late_previous=c.late_filter == "previous-batch",
+        )
+        return Outcome(
+            r.window_key, r.window_start, r.window_end, r.window_count, r.emit_time, r.row_dropped
+        )
+    order = np.argsort(at, kind="stable")
+    e_s, a_s = et[order], at[order]
+    unit = 1000 if c.millis else 1
+    seen = np.maximum.accumulate(e_s // unit) if et.size else e_s
+    # the instants at which the watermark moves, and its value there
+    if c.timing == "element":
+        instants = np.unique(a_s)
+    else:
+        instants = np.unique(-(-a_s // c.interval) * c.interval)  # timers after arrivals
+    last_read = np.searchsorted(a_s, instants, side="right") - 1
+    values = (seen[last_read] - b // unit) * unit
+    # a row is tested against the watermark of the last instant strictly before it
+    before = np.searchsorted(instants, a_s, side="left") - 1
+    start = e_s - e_s % size
+    end = start + size
+    w_before = np.where(before >= 0, values[np.maximum(before, 0)], np.iinfo(np.int64).min)
+    late = end <= w_before
+    k_w, s_w, counts, _ = _windows(keys[order], start, size, ~late)
+    e_w = s_w + size
+    fire_at = np.searchsorted(values, e_w, side="left")
+    fire_time = np.where(
+        fire_at < instants.size, instants[np.minimum(fire_at, instants.size - 1)], -1
+    )
+    dropped = np.empty(et.size, dtype=bool)
+    dropped[order] = late
+    return Outcome(k_w, s_w, e_w, counts, fire_time.astype(np.int64), dropped)
+
+
+def _by_window(o: Outcome) -> dict[tuple[object, int], tuple[int, int]]:
+    keys = zip(o.key.tolist(), o.start.tolist(), strict=True)
+    return dict(zip(keys, zip(o.fire_time.tolist(), o.count.tolist(), strict=True), strict=True))
+
+
+def differences(a: Outcome, b: Outcome) -> tuple[int, int]:
+    """(windows, rows) that differ: a window fired in one and not the other, at another
+    time or with another count; a row dropped by one and not the other."""
+    ka, kb = _by_window(a), _by_window(b)
+    windows = sum(1 for w in set(ka) | set(kb) if ka.get(w) != kb.get(w))
+    rows = int(np.count_nonzero(a.dropped != b.dropped))
+    return windows, rows
+
+
+@dataclass(frozen=True)
+class Step:
+    """One switch on the way from system ``source`` to ``target``: the convention
+    switched, its new value, and the differences with ``target`` left after it."""
+
+    source: str
+    target: str
+    convention: str
+    value: object
+    windows_left: int
+    rows_left: int
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The systems' outcomes, a summary table, and the attribution steps."""
+
+    outcomes: dict[str, Outcome]
+    conventions: dict[str, Conventions]
+    steps: list[Step]
+
+    def table(self) -> dict[str, list[object]]:
+        """Per system: windows fired, rows dropped, latency p50/p90 (s)."""
+        t: dict[str, list[object]] = {
+            "system": [],
+            "windows_fired": [],
+            "rows_dropped": [],
+            "latency_p50_s": [],
+            "latency_p90_s": [],
+        }
+        for name, o in self.outcomes.items():
+            lat = o.latency / SECOND
+            t["system"].append(name)
+            t["windows_fired"].append(int(np.count_nonzero(o.fire_time >= 0)))
+            t["rows_dropped"].append(int(o.dropped.sum()))
+            t["latency_p50_s"].append(float(np.median(lat)) if lat.size else float("nan"))
+            t["latency_p90_s"].append(float(np.quantile(lat, 0.9)) if lat.size else float("nan"))
+        return t
+
+    def attribution(self) -> dict[str, list[object]]:
+        """The steps as a column table: for each pair, the differences each switch
+        removed (``removed_windows``, ``removed_rows``) and those left after it."""
+        t: dict[str, list[object]] = {
+            k: []
+            for k in (
+                "source",
+                "target",
+                "convention",
+                "value",
+                "removed_windows",
+                "removed_rows",
+                "windows_left",
+                "rows_left",
+            )
+        }
+        prev: dict[tuple[str, str], tuple[int, int]] = {}
+        for s in self.steps:
+            pair = (s.source, s.target)
+            w0, r0 = prev.get(pair, differences(self.outcomes[s.source], self.outcomes[s.target]))
+            t["source"].append(s.source)
+            t["target"].append(s.target)
+            t["convention"].append(s.convention)
+            t["value"].append(s.value)
+            t["removed_windows"].append(w0 - s.windows_left)
+            t["removed_rows"].append(r0 - s.rows_left)
+            t["windows_left"].append(s.windows_left)
+            t["rows_left"].append(s.rows_left)
+            prev[pair] = (s.windows_left, s.rows_left)
+        return t
+
+
+def compare_systems(
+    trace: Trace,
+    *,
+    bound: int,
+    window_size: int,
+    flink_interval: int = 200 * MILLISECOND,
+    spark_trigger: int = 1 * SECOND,
+    spark_batch_duration: int = 0,
+    systems: Sequence[str] = SYSTEMS,
+) -> Comparison:
+    """``trace`` (one input) through the ``systems``' conventions (beam, flink, spark)
+    with one ``bound`` (µs) and ``window_size`` (µs) fixed windows; for each pair, in the
+    order given, the conventions switched one at a time (:data:`SWITCH_ORDER`) from the
+    first system's to the second's, with the differences left after each switch (0 after
+    the last)."""
+    every = system_conventions(
+        flink_interval=flink_interval,
+        spark_trigger=spark_trigger,
+        spark_batch_duration=spark_batch_duration,
+    )
+    names = check_systems(systems)
+    convs = {n: every[n] for n in names}
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
+
+    def run(c: Conventions) -> Outcome:
+        return profile_under(
+            trace.event_time, trace.arrival_time, trace.key, c, bound=bound, window_size=window_size
+        )
+
+    outcomes = {name: run(c) for name, c in convs.items()}
+    steps: list[Step] = []
+    for source, target in pairs:
+        current = convs[source]
+        goal = convs[target]
+        for name in SWITCH_ORDER:
+            if name == "timing":
+                new = replace(
+                    current,
+                    timing=goal.timing,
+                    interval=goal.interval,
+                    batch_duration=goal.batch_duration,
+                    late_filter="current" if goal.timing != "batch" else current.late_filter,
+                )
+                value: object = f"{goal.timing}" + (
+                    f" every {goal.interval} µs" if goal.interval else ""
+                )
+            else:
+                new = replace(current, **{name: getattr(goal, name)})
+                value = getattr(goal, name)
+            if new == current:
+                continue
+            current = new
+            w, r = differences(run(current), outcomes[target])
+            steps.append(Step(source, target, name, value, w, r))
+    return Comparison(outcomes, convs, steps)
