@@ -56,6 +56,8 @@ __all__ = [
     "beam_window_fn",
     "beam_windowing",
     "canonical_panes",
+    "quiet",
+    "run_and_wait",
     "run_beam",
     "run_beam_packed",
     "skeleton",
@@ -170,7 +172,8 @@ class BeamRun:
 
 
 @contextmanager
-def _quiet() -> Iterator[None]:
+def quiet() -> Iterator[None]:
+    """Beam's loggers at ERROR only inside the block."""
     log = logging.getLogger("apache_beam")
     level = log.level
     log.setLevel(logging.ERROR)
@@ -186,6 +189,35 @@ def _is_stall(exc: BaseException) -> bool:
     return "pipeline stall" in text or (
         isinstance(exc, TypeError) and "must derive from BaseException" in text
     )
+
+
+def run_and_wait(pipeline: beam.Pipeline, *, timeout: float, test_runner_api: bool = True) -> bool:
+    """Run ``pipeline`` and wait at most ``timeout`` s (``TimeoutError`` after, the run
+    cancelled); whether the runner reported a pipeline stall (some output watermark never
+    reached infinity). Any other failure of the pipeline is raised."""
+    result = pipeline.run(test_runner_api=test_runner_api)
+    box: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            result.wait_until_finish()
+        except BaseException as e:
+            box.append(e)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+    if waiter.is_alive():
+        result.cancel()
+        raise TimeoutError(
+            f"Beam did not finish within {timeout} s (a hold and a pending "
+            "processing-time timer keep the direct runner waiting forever)"
+        )
+    if box:
+        if not _is_stall(box[0]):
+            raise box[0]
+        return True
+    return False
 
 
 def run_beam_packed(
@@ -213,8 +245,7 @@ def run_beam_packed(
         st.timestamp_combiner is TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED for _, st in cases
     )
     t0 = time.perf_counter()
-    stalled = False
-    with _quiet():
+    with quiet():
         pipeline = beam.Pipeline(runner=BundleBasedDirectRunner(), options=opts)
         source = pipeline | "events" >> to_test_stream(merged)
         for i, (_, strategy) in enumerate(cases):
@@ -228,28 +259,7 @@ def run_beam_packed(
                 | f"collect{i}" >> beam.ParDo(_Collect(run_id, i))
             )
         try:
-            result = pipeline.run(test_runner_api=test_runner_api)
-            box: list[BaseException] = []
-
-            def wait() -> None:
-                try:
-                    result.wait_until_finish()
-                except BaseException as e:
-                    box.append(e)
-
-            waiter = threading.Thread(target=wait, daemon=True)
-            waiter.start()
-            waiter.join(timeout)
-            if waiter.is_alive():
-                result.cancel()
-                raise TimeoutError(
-                    f"Beam did not finish within {timeout} s (a hold and a pending "
-                    "processing-time timer keep the direct runner waiting forever)"
-                )
-            if box:
-                if not _is_stall(box[0]):
-                    raise box[0]
-                stalled = True
+            stalled = run_and_wait(pipeline, timeout=timeout, test_runner_api=test_runner_api)
         finally:
             collected = _SINK.pop(run_id, [])
     seconds = time.perf_counter() - t0

@@ -1,3 +1,55 @@
-"""The Beam author's test kit: assertions against theory's model, and Hypothesis strategies
-(:mod:`beam_pipelines.testing.strategies`). The pytest fixtures come from the
-``dataflow_watermarks`` pytest plugin (:mod:`beam_pipelines.pytest_plugin`)."""
+"""The Beam author's test kit.
+
+- :func:`assert_panes` runs your PTransform on a TestStream and compares each pane with
+  theory's engine (imports Beam on first use);
+- :func:`assert_watermark_monotonic`, :func:`assert_no_late_data`, :func:`assert_fires_at`
+  (theory only);
+- :class:`TestStreamBuilder`, what the ``test_stream`` fixture returns;
+- :mod:`beam_pipelines.testing.strategies`: Hypothesis strategies (traces, scripts,
+  windowing strategies).
+
+The fixtures (``pubsub_emulator``, ``test_stream``, and ``spark`` from spark_backend's
+plugin) come from the pytest plugins the package installs. Names load lazily, so
+``import beam_pipelines.testing`` does not import Beam.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from beam_pipelines.testing.builder import TestStreamBuilder
+    from beam_pipelines.testing.panes import PaneRow, assert_panes
+    from beam_pipelines.testing.watermarks import (
+        assert_fires_at,
+        assert_no_late_data,
+        assert_watermark_monotonic,
+    )
+
+__all__ = [
+    "PaneRow",
+    "TestStreamBuilder",
+    "assert_fires_at",
+    "assert_no_late_data",
+    "assert_panes",
+    "assert_watermark_monotonic",
+]
+
+_EXPORTS = {
+    "PaneRow": "beam_pipelines.testing.panes",
+    "assert_panes": "beam_pipelines.testing.panes",
+    "TestStreamBuilder": "beam_pipelines.testing.builder",
+    "assert_fires_at": "beam_pipelines.testing.watermarks",
+    "assert_no_late_data": "beam_pipelines.testing.watermarks",
+    "assert_watermark_monotonic": "beam_pipelines.testing.watermarks",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'beam_pipelines.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
