@@ -18,7 +18,7 @@ each with its own watermark computed from its own rows.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -128,6 +128,10 @@ def from_test_stream(stream: ts.TestStream | Iterable[ts.Event]) -> Script:
 # ------------------------------------------------------------------------ traces
 
 
+#: A source-watermark spec (``"bounded:5s"``), or one per tag.
+WatermarkSpecs = str | SourceWatermarkSpec | Mapping[Any, str | SourceWatermarkSpec]
+
+
 def _spec(source_watermark: str | SourceWatermarkSpec) -> SourceWatermarkSpec:
     if isinstance(source_watermark, SourceWatermarkSpec):
         return source_watermark
@@ -136,7 +140,7 @@ def _spec(source_watermark: str | SourceWatermarkSpec) -> SourceWatermarkSpec:
 
 def trace_events(
     trace: Trace,
-    source_watermark: str | SourceWatermarkSpec | dict[Hashable, str | SourceWatermarkSpec],
+    source_watermark: WatermarkSpecs,
     tags: Sequence[Hashable] | np.ndarray | None = None,
 ) -> list[tuple[Hashable, Event]]:
     """``(tag, event)`` pairs replaying ``trace`` by arrival time (µs, processing time
@@ -171,7 +175,9 @@ def trace_events(
     for tag in dict.fromkeys(row_tags.tolist()):
         rows = np.flatnonzero(row_tags == tag) if tag is not None else np.arange(n)
         rows = rows[np.argsort(trace.arrival_time[rows], kind="stable")]
-        spec = source_watermark.get(tag) if isinstance(source_watermark, dict) else source_watermark
+        spec = (
+            source_watermark.get(tag) if isinstance(source_watermark, Mapping) else source_watermark
+        )
         if spec is None:
             raise ValueError(f"source_watermark has no spec for tag {tag!r}")
         sub = trace.take(rows)
@@ -215,7 +221,7 @@ def trace_script(trace: Trace, source_watermark: str | SourceWatermarkSpec) -> S
 
 def from_trace(
     trace: Trace,
-    source_watermark: str | SourceWatermarkSpec | dict[Hashable, str | SourceWatermarkSpec],
+    source_watermark: WatermarkSpecs,
     tags: Sequence[Hashable] | np.ndarray | None = None,
 ) -> ts.TestStream:
     """A ``TestStream`` replaying ``trace`` (elements ``(key, value)`` at their event

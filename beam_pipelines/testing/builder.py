@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from apache_beam.testing import test_stream as ts
 
-from beam_pipelines.teststream import from_trace, to_test_stream, trace_script
+from beam_pipelines.teststream import WatermarkSpecs, from_trace, to_test_stream, trace_script
 from theory.columns import DurationLike, as_duration, as_offset
 from theory.data.trace import Trace
 from theory.watermarks.spec import SourceWatermarkSpec
@@ -71,7 +71,7 @@ class TestStreamBuilder:
     @staticmethod
     def from_trace(
         trace: Trace,
-        source_watermark: str | SourceWatermarkSpec | dict[Hashable, Any] = "perfect",
+        source_watermark: WatermarkSpecs = "perfect",
         tags: Sequence[Hashable] | np.ndarray | None = None,
     ) -> ts.TestStream:
         """The TestStream replaying ``trace`` (see :func:`beam_pipelines.teststream.from_trace`)."""

@@ -174,7 +174,7 @@ def _beam_rows(
 ) -> tuple[list[PaneRow], bool]:
     run_id = uuid.uuid4().hex
     _SINK[run_id] = []
-    options = PipelineOptions(allow_unsafe_triggers=strategy.allow_unsafe_triggers)
+    options = PipelineOptions([], allow_unsafe_triggers=strategy.allow_unsafe_triggers)
     options.view_as(StandardOptions).streaming = True
     if runner is None:
         runner = BundleBasedDirectRunner()
@@ -253,12 +253,12 @@ def assert_panes(
         )
         matched = [r for r in model if r not in only_model]
         ordered = sorted(
-            [("  ", r) for r in matched]
-            + [("- model ", r) for r in only_model]
-            + [("+ beam  ", r) for r in only_beam],
-            key=lambda x: (x[1].where(), x[1].index, x[0]),
+            [(0, "  ", r) for r in matched]
+            + [(1, "- model ", r) for r in only_model]
+            + [(2, "+ beam  ", r) for r in only_beam],
+            key=lambda x: (x[2].where(), x[2].index, x[0]),
         )
-        lines += [f"  {mark}{row.line()}" for mark, row in ordered]
+        lines += [f"  {mark}{row.line()}" for _, mark, row in ordered]
     else:
         a, b = _order(model), _order(actual)
         wrong = [w for w in a if a[w] != b.get(w)]
