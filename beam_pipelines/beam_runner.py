@@ -56,6 +56,7 @@ __all__ = [
     "beam_window_fn",
     "beam_windowing",
     "canonical_panes",
+    "group_by_window_label",
     "quiet",
     "run_and_wait",
     "run_beam",
@@ -72,6 +73,12 @@ _TIMING = {
 
 
 # ------------------------------------------------------------------------ running
+
+
+def group_by_window_label(branch: int = 0) -> str:
+    """The full label of a branch's GroupByWindow step, as the streaming direct runner
+    expands the GroupByKey (for :mod:`beam_pipelines.tracing`)."""
+    return f"group{branch}/GroupByWindow"
 
 
 def skeleton(script: Script | Iterable[Event]) -> tuple[Event, ...]:

@@ -24,7 +24,7 @@ from beam_pipelines.testing.strategies import scripts, traces, windowing_strateg
 from beam_pipelines.teststream import from_test_stream, from_trace, trace_events, trace_script
 from theory import AfterCount, AfterWatermark, FixedWindows, StepSeries, WindowingStrategy
 from theory.data.trace import Trace
-from theory.time import MICROS_PER_MILLI, SECOND
+from theory.time import MAX_TIMESTAMP, MICROS_PER_MILLI, MIN_TIMESTAMP, SECOND
 from theory.watermarks.spec import make_source_watermark
 from theory.windowing.runner import run_script
 from theory.windowing.script import (
@@ -216,6 +216,8 @@ def test_watermark_assertions_can_fail() -> None:
     assert_watermark_monotonic(StepSeries(np.array([1, 2]), np.array([5, 5])))
     with pytest.raises(AssertionError, match=r"\[1\] at processing time"):
         assert_watermark_monotonic(StepSeries(np.array([1, 2]), np.array([5, 4])))
+    # no overflow from -inf to a time (np.diff would wrap around)
+    assert_watermark_monotonic([MIN_TIMESTAMP, 13_000, MAX_TIMESTAMP])
     late: list[Event] = [WatermarkEvent(10 * SECOND), ElementEvent([("k", 1, 9 * SECOND)])]
     with pytest.raises(AssertionError, match=r"events\[1\] elements\[0\] key='k'"):
         assert_no_late_data(late)
