@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -64,13 +65,28 @@ def test_example_watermark_assertions_and_their_failure_messages(
     assert "key='k' ON_TIME index=1 at 15000000 µs" in out
 
 
-def test_example_pubsub_on_the_plugins_emulator(
+def _readme_tests() -> dict[str, str]:
+    """The README's pytest files: its ``py`` blocks that start with ``# test_<name>.py``."""
+    blocks = re.findall(r"```py\n(# (test_\w+)\.py.*?)```", (ROOT / "README.md").read_text(), re.S)
+    return {name: text for text, name in blocks}
+
+
+def test_readme_examples_and_the_example_pubsub_test_pass(
     pytester: pytest.Pytester, pubsub_emulator: Emulator
 ) -> None:
-    """The example's own session starts its own emulator (on another free port)."""
+    """The README's two pytest files and the example project's Pub/Sub test, with no
+    project-internal imports, pass under the plugins (their session starts its own
+    emulator, on another free port)."""
+    readme = _readme_tests()
+    assert set(readme) == {"test_scores", "test_pubsub_scores"}
+    for name, text in readme.items():
+        imports = re.findall(r"^(?:from|import) ([\w.]+)", text, re.M)
+        ours = [m for m in imports if m.split(".")[0] in ("beam_pipelines", "theory")]
+        assert set(ours) <= {"beam_pipelines", "beam_pipelines.testing"}, (name, ours)
     _copy_example(pytester, "test_my_pubsub.py")
+    pytester.makepyfile(**readme)
     result = pytester.runpytest_inprocess(*PLUGINS, "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=3)
     # the outer session's emulator and environment are untouched
     assert os.environ["PUBSUB_EMULATOR_HOST"] == pubsub_emulator.host
 
