@@ -66,7 +66,7 @@ from beam_pipelines.pubsub import (
     system_clock,
 )
 from theory.columns import check_duration
-from theory.time import MIN_TIMESTAMP, MINUTE, SECOND
+from theory.time import MIN_TIMESTAMP, SECOND
 
 __all__ = [
     "DEAD_LETTER",
@@ -155,7 +155,8 @@ class ReadWithTrackingWatermarkFn(
 ):
     """Reads :class:`PubsubReadSpec` elements; see the module docstring.
 
-    Estimator parameters (µs) as :class:`~theory.dataflow.pubsub.TrackingEstimator`; ``clock``
+    ``estimator_params`` are :class:`~theory.dataflow.pubsub.TrackingEstimator`'s (``band``,
+    ``idle_advance_after``, ``idle_lag``, ``bucket_width``, ``cap_at_idle_lag``; µs); ``clock``
     gives processing time (µs); ``records_per_bundle`` records are emitted before the
     DoFn checkpoints itself (``defer_remainder``).
     """
@@ -163,11 +164,6 @@ class ReadWithTrackingWatermarkFn(
     def __init__(
         self,
         *,
-        band: int = 10 * SECOND,
-        idle_advance_after: int = 2 * MINUTE,
-        idle_lag: int = 10 * SECOND,
-        bucket_width: int = SECOND // 10,
-        cap_at_idle_lag: bool = True,
         clock: Clock = system_clock,
         lease_grace: int = 10 * SECOND,
         records_per_bundle: int = 100,
@@ -175,16 +171,10 @@ class ReadWithTrackingWatermarkFn(
         stop_after_idle: float | None = None,
         backlog_factory: Callable[[PubsubReadSpec], BaseBacklog] | None = None,
         dead_letter: bool = False,
+        **estimator_params: Any,
     ) -> None:
         beam.DoFn.__init__(self)
-        TrackingWatermarkEstimatorProvider.__init__(
-            self,
-            band,
-            idle_advance_after,
-            idle_lag,
-            bucket_width,
-            cap_at_idle_lag=cap_at_idle_lag,
-        )
+        TrackingWatermarkEstimatorProvider.__init__(self, **estimator_params)
         self.clock = clock
         self.lease_grace = check_duration(lease_grace, "lease_grace")
         self.records_per_bundle = check_duration(
