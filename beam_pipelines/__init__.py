@@ -24,8 +24,9 @@ pytest plugin :mod:`beam_pipelines.pytest_plugin` (fixtures).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from theory import lazy_getattr
 
 if TYPE_CHECKING:
     from beam_pipelines.convert import to_beam, to_theory
@@ -72,10 +73,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'beam_pipelines' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("beam_pipelines", _EXPORTS, globals())

@@ -15,8 +15,9 @@ plugin) come from the pytest plugins the package installs. Names load lazily, so
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from theory import lazy_getattr
 
 if TYPE_CHECKING:
     from beam_pipelines.testing.builder import TestStreamBuilder
@@ -46,10 +47,4 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'beam_pipelines.testing' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("beam_pipelines.testing", _EXPORTS, globals())

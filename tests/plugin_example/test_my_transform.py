@@ -7,14 +7,19 @@ from apache_beam.transforms import trigger, window
 
 from beam_pipelines.testing import assert_panes
 
-WINDOWING = beam.WindowInto(
-    window.FixedWindows(60),
-    trigger=trigger.AfterWatermark(
-        early=trigger.AfterProcessingTime(10), late=trigger.AfterCount(1)
-    ),
-    accumulation_mode=trigger.AccumulationMode.ACCUMULATING,
-    allowed_lateness=60,
-)
+
+def windowing(mode=trigger.AccumulationMode.ACCUMULATING):
+    return beam.WindowInto(
+        window.FixedWindows(60),
+        trigger=trigger.AfterWatermark(
+            early=trigger.AfterProcessingTime(10), late=trigger.AfterCount(1)
+        ),
+        accumulation_mode=mode,
+        allowed_lateness=60,
+    )
+
+
+WINDOWING = windowing()
 
 
 class ScorePerUser(beam.PTransform):
@@ -47,14 +52,7 @@ def test_score_panes_match_the_model(test_stream):
 
 
 def test_fails_when_the_transform_discards(test_stream):
-    discarding = beam.WindowInto(
-        window.FixedWindows(60),
-        trigger=trigger.AfterWatermark(
-            early=trigger.AfterProcessingTime(10), late=trigger.AfterCount(1)
-        ),
-        accumulation_mode=trigger.AccumulationMode.DISCARDING,
-        allowed_lateness=60,
-    )
+    discarding = windowing(trigger.AccumulationMode.DISCARDING)
     assert_panes(ScorePerUser(discarding), script(test_stream), WINDOWING, combine=sum)
 
 
