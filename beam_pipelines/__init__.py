@@ -16,6 +16,8 @@ google-cloud-pubsub; the pytest plugin relies on it):
 ``PercentileEstimatorProvider``
 ``ReadFromPubSubWithTrackingWatermark``    Pub/Sub read with the base/tracking watermark
                                            (:mod:`beam_pipelines.pubsub_sdf`)
+``query_metrics``                          a result's metrics past FnApiRunner's
+                                           recursion limit (:mod:`beam_pipelines.metrics`)
 =========================================  ===============================================
 
 The test kit is :mod:`beam_pipelines.testing` (assertions, Hypothesis strategies) and the
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
         PercentileEstimatorProvider,
         ProcessingTimeLagEstimatorProvider,
     )
+    from beam_pipelines.metrics import query_metrics
     from beam_pipelines.pubsub_sdf import ReadFromPubSubWithTrackingWatermark
     from beam_pipelines.teststream import (
         from_test_stream,
@@ -52,6 +55,7 @@ _EXPORTS: dict[str, str] = {
     "to_test_stream": "beam_pipelines.teststream",
     "from_test_stream": "beam_pipelines.teststream",
     "trace_watermarks": "beam_pipelines.tracing",
+    "query_metrics": "beam_pipelines.metrics",
     "BoundedOutOfOrdernessEstimatorProvider": "beam_pipelines.estimators",
     "ProcessingTimeLagEstimatorProvider": "beam_pipelines.estimators",
     "PercentileEstimatorProvider": "beam_pipelines.estimators",
@@ -65,6 +69,7 @@ __all__ = [
     "ReadFromPubSubWithTrackingWatermark",
     "from_test_stream",
     "from_trace",
+    "query_metrics",
     "to_beam",
     "to_test_stream",
     "to_theory",

@@ -4,16 +4,21 @@ naming a missing subscription or one of another topic."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import apache_beam as beam
 import pytest
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipelines.emulator import Emulator
+from beam_pipelines.metrics import query_metrics
 from beam_pipelines.pubsub_sdf import (
     DEAD_LETTER,
+    METRICS_NAMESPACE,
     ReadFromPubSubWithTrackingWatermark,
     ReadWithTrackingWatermarkFn,
 )
@@ -69,6 +74,34 @@ def test_records_are_stamped_and_bad_attributes_go_to_the_dead_letter_output(
         )
 
 
+def test_an_idle_subscription_is_read_in_few_large_bundles(pubsub_emulator: Emulator) -> None:
+    """With nothing to read for 3 s, the reader polls within a bundle for ``idle_poll``
+    (1 s) before it checkpoints: a few checkpoints, not one per empty pull (20 a second
+    before, which took FnApiRunner's metrics past its recursion limit within a minute)."""
+    topic, base, tracking = _topic_and_subscriptions(pubsub_emulator)
+
+    def publish_later() -> None:
+        time.sleep(3.0)
+        pubsub_emulator.publish(topic, [{"ts": "1000"}, {"ts": "2000"}])
+
+    thread = threading.Thread(target=publish_later, daemon=True)
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    _ = pipeline | ReadFromPubSubWithTrackingWatermark(
+        topic, base, tracking, max_records=2, idle_poll=1.0, stop_after_idle=30.0, **FAST
+    )
+    t0 = time.monotonic()
+    thread.start()
+    result = pipeline.run()
+    result.wait_until_finish()
+    elapsed = time.monotonic() - t0
+    thread.join(timeout=10)
+    got = query_metrics(
+        result, MetricsFilter().with_namespace(METRICS_NAMESPACE).with_name("checkpoints")
+    )
+    checkpoints = sum(c.committed for c in got["counters"])
+    assert 1 <= checkpoints <= elapsed / 1.0 + 1, (checkpoints, elapsed)
+
+
 def test_a_missing_subscription_fails_the_pipeline_naming_it(pubsub_emulator: Emulator) -> None:
     topic, _, tracking = _topic_and_subscriptions(pubsub_emulator)
     missing = pubsub_emulator.subscription_path("no-such-subscription")
@@ -97,5 +130,7 @@ def test_the_read_is_unbounded_unless_asked_and_arguments_are_checked() -> None:
         ReadFromPubSubWithTrackingWatermark(None, "base", sub + "t")
     with pytest.raises(ValueError, match="must differ"):
         ReadFromPubSubWithTrackingWatermark(None, sub + "a", sub + "a")
+    with pytest.raises(ValueError, match="idle_poll must be >= 0 s"):
+        ReadFromPubSubWithTrackingWatermark(None, sub + "a", sub + "b", idle_poll=-1)
     with pytest.raises(ValueError, match="stop_after_idle must be > 0 s or None"):
         ReadFromPubSubWithTrackingWatermark(None, sub + "a", sub + "b", stop_after_idle=0)
