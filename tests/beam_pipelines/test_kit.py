@@ -99,6 +99,21 @@ def test_assert_panes_names_output_that_is_not_key_value() -> None:
         assert_panes(Values(), [ElementEvent([("a", 1, 0)])], strategy)
 
 
+@settings(max_examples=25)
+@given(
+    traces(min_size=1, max_disorder="3s", straggler_fraction=0.3, straggler_delay="1m"),
+    traces(min_size=1, max_disorder="3s", straggler_fraction=0.0),
+)
+def test_drawn_traces_have_bounded_disorder_and_stragglers(
+    with_stragglers: Trace, without: Trace
+) -> None:
+    for trace, bound in ((with_stragglers, 60 * SECOND), (without, 3 * SECOND)):
+        lag = trace.arrival_time - trace.event_time
+        assert (lag >= 0).all() and (lag <= bound).all()
+        assert (np.diff(trace.arrival_time) >= 0).all()  # in arrival order
+        assert not (trace.event_time % MICROS_PER_MILLI).any()  # Beam's whole ms
+
+
 def test_builder_accepts_durations_and_round_trips() -> None:
     b = TestStreamBuilder().elements([("k", "v", "1.5s")]).advance("2s").watermark("1m")
     assert b.script() == Script(
