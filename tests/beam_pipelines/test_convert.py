@@ -31,6 +31,13 @@ def test_theory_to_beam_to_theory(strategy: WindowingStrategy) -> None:
     assert to_theory(to_beam(strategy), allow_unsafe_triggers=True) == strategy
 
 
+@settings(max_examples=30)
+@given(windowing_strategies("1s", allow_unsafe_triggers=False))
+def test_safe_strategies_round_trip_without_the_flag(strategy: WindowingStrategy) -> None:
+    """Strategies Beam accepts without --allow_unsafe_triggers convert without it."""
+    assert to_theory(to_beam(strategy)) == strategy
+
+
 @settings(max_examples=40)
 @given(windowing_strategies("1s"))
 def test_round_trip_through_the_runner_api_proto(strategy: WindowingStrategy) -> None:
