@@ -39,25 +39,16 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
-from apache_beam.transforms import trigger as bt
 from apache_beam.transforms import window as bw
-from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import PaneInfoTiming
 
+from beam_pipelines.convert import beam_trigger, beam_window_fn, beam_windowing
 from beam_pipelines.teststream import to_test_stream
-from theory.time import MICROS_PER_MILLI, MICROS_PER_SECOND, MIN_TIMESTAMP
-from theory.windowing import triggers as tt
+from theory.time import MIN_TIMESTAMP
 from theory.windowing.engine import Pane, Timing
 from theory.windowing.script import ElementEvent, Event, ProcessingTimeEvent, Script, WatermarkEvent
-from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
-from theory.windowing.windows import (
-    GLOBAL_WINDOW,
-    FixedWindows,
-    GlobalWindows,
-    IntervalWindow,
-    Sessions,
-    SlidingWindows,
-)
+from theory.windowing.strategy import TimestampCombiner, WindowingStrategy
+from theory.windowing.windows import GLOBAL_WINDOW, IntervalWindow
 
 __all__ = [
     "BeamRun",
@@ -65,6 +56,9 @@ __all__ = [
     "beam_window_fn",
     "beam_windowing",
     "canonical_panes",
+    "group_by_window_label",
+    "quiet",
+    "run_and_wait",
     "run_beam",
     "run_beam_packed",
     "skeleton",
@@ -76,89 +70,15 @@ _TIMING = {
     PaneInfoTiming.LATE: Timing.LATE,
     PaneInfoTiming.UNKNOWN: Timing.UNKNOWN,
 }
-_COMBINER = {
-    TimestampCombiner.OUTPUT_AT_EOW: bw.TimestampCombiner.OUTPUT_AT_EOW,
-    TimestampCombiner.OUTPUT_AT_EARLIEST: bw.TimestampCombiner.OUTPUT_AT_EARLIEST,
-    TimestampCombiner.OUTPUT_AT_LATEST: bw.TimestampCombiner.OUTPUT_AT_LATEST,
-    TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED: (
-        bw.TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED
-    ),
-}
 
 
-# ------------------------------------------------------------------- conversions
+# ------------------------------------------------------------------------ running
 
 
-def beam_window_fn(fn: object) -> bw.WindowFn:
-    """The Beam window fn of a :mod:`theory.windowing.windows` window fn."""
-    if isinstance(fn, FixedWindows):
-        return bw.FixedWindows(Duration(micros=fn.size), Timestamp(micros=fn.offset))
-    if isinstance(fn, SlidingWindows):
-        return bw.SlidingWindows(
-            Duration(micros=fn.size), Duration(micros=fn.period), Timestamp(micros=fn.offset)
-        )
-    if isinstance(fn, Sessions):
-        return bw.Sessions(Duration(micros=fn.gap))
-    if isinstance(fn, GlobalWindows):
-        return bw.GlobalWindows()
-    raise TypeError(f"no Beam window fn for {fn!r}")
-
-
-def beam_trigger(trigger: tt.Trigger) -> bt.TriggerFn:
-    """The Beam trigger of a :mod:`theory.windowing.triggers` trigger."""
-    if isinstance(trigger, tt.DefaultTrigger):
-        return bt.DefaultTrigger()
-    if isinstance(trigger, tt.AfterWatermark):
-        return bt.AfterWatermark(
-            early=None if trigger.early is None else beam_trigger(trigger.early),
-            late=None if trigger.late is None else beam_trigger(trigger.late),
-        )
-    if isinstance(trigger, tt.AfterProcessingTime):
-        if trigger.delay % MICROS_PER_SECOND:
-            raise ValueError(
-                f"Beam Python's AfterProcessingTime takes whole seconds, got {trigger.delay} µs"
-            )
-        return bt.AfterProcessingTime(trigger.delay // MICROS_PER_SECOND)
-    if isinstance(trigger, tt.AfterCount):
-        return bt.AfterCount(trigger.count)
-    if isinstance(trigger, tt.Repeatedly):
-        return bt.Repeatedly(beam_trigger(trigger.underlying))
-    if isinstance(trigger, tt.OrFinally):
-        return bt.OrFinally(*(beam_trigger(t) for t in trigger.triggers))
-    if isinstance(trigger, tt.AfterAny):
-        return bt.AfterAny(*(beam_trigger(t) for t in trigger.triggers))
-    if isinstance(trigger, tt.AfterAll):
-        return bt.AfterAll(*(beam_trigger(t) for t in trigger.triggers))
-    if isinstance(trigger, tt.AfterEach):
-        return bt.AfterEach(*(beam_trigger(t) for t in trigger.triggers))
-    if isinstance(trigger, tt.Never):
-        return bt._Never()
-    if isinstance(trigger, tt.Always):
-        return bt.Always()
-    raise TypeError(f"no Beam trigger for {trigger!r}")
-
-
-def beam_windowing(strategy: WindowingStrategy) -> dict[str, Any]:
-    """Keyword arguments for ``beam.WindowInto`` equivalent to ``strategy``."""
-    if strategy.allowed_lateness % MICROS_PER_MILLI:
-        raise ValueError(
-            "allowed_lateness must be whole milliseconds for Beam, got "
-            f"{strategy.allowed_lateness} µs"
-        )
-    combiner = strategy.timestamp_combiner
-    if not isinstance(combiner, TimestampCombiner):
-        raise ValueError(f"Beam has no user-chosen output policy like {combiner!r}")
-    return {
-        "windowfn": beam_window_fn(strategy.window_fn),
-        "trigger": beam_trigger(strategy.trigger),
-        "accumulation_mode": (
-            bt.AccumulationMode.ACCUMULATING
-            if strategy.accumulation_mode is AccumulationMode.ACCUMULATING
-            else bt.AccumulationMode.DISCARDING
-        ),
-        "timestamp_combiner": _COMBINER[combiner],
-        "allowed_lateness": Duration(micros=strategy.allowed_lateness),
-    }
+def group_by_window_label(branch: int = 0) -> str:
+    """The full label of a branch's GroupByWindow step, as the streaming direct runner
+    expands the GroupByKey (for :mod:`beam_pipelines.tracing`)."""
+    return f"group{branch}/GroupByWindow"
 
 
 def skeleton(script: Script | Iterable[Event]) -> tuple[Event, ...]:
@@ -259,7 +179,8 @@ class BeamRun:
 
 
 @contextmanager
-def _quiet() -> Iterator[None]:
+def quiet() -> Iterator[None]:
+    """Beam's loggers at ERROR only inside the block."""
     log = logging.getLogger("apache_beam")
     level = log.level
     log.setLevel(logging.ERROR)
@@ -275,6 +196,35 @@ def _is_stall(exc: BaseException) -> bool:
     return "pipeline stall" in text or (
         isinstance(exc, TypeError) and "must derive from BaseException" in text
     )
+
+
+def run_and_wait(pipeline: beam.Pipeline, *, timeout: float, test_runner_api: bool = True) -> bool:
+    """Run ``pipeline`` and wait at most ``timeout`` s (``TimeoutError`` after, the run
+    cancelled); whether the runner reported a pipeline stall (some output watermark never
+    reached infinity). Any other failure of the pipeline is raised."""
+    result = pipeline.run(test_runner_api=test_runner_api)
+    box: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            result.wait_until_finish()
+        except BaseException as e:
+            box.append(e)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+    if waiter.is_alive():
+        result.cancel()
+        raise TimeoutError(
+            f"Beam did not finish within {timeout} s (a hold and a pending "
+            "processing-time timer keep the direct runner waiting forever)"
+        )
+    if box:
+        if not _is_stall(box[0]):
+            raise box[0]
+        return True
+    return False
 
 
 def run_beam_packed(
@@ -302,8 +252,7 @@ def run_beam_packed(
         st.timestamp_combiner is TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED for _, st in cases
     )
     t0 = time.perf_counter()
-    stalled = False
-    with _quiet():
+    with quiet():
         pipeline = beam.Pipeline(runner=BundleBasedDirectRunner(), options=opts)
         source = pipeline | "events" >> to_test_stream(merged)
         for i, (_, strategy) in enumerate(cases):
@@ -317,28 +266,7 @@ def run_beam_packed(
                 | f"collect{i}" >> beam.ParDo(_Collect(run_id, i))
             )
         try:
-            result = pipeline.run(test_runner_api=test_runner_api)
-            box: list[BaseException] = []
-
-            def wait() -> None:
-                try:
-                    result.wait_until_finish()
-                except BaseException as e:
-                    box.append(e)
-
-            waiter = threading.Thread(target=wait, daemon=True)
-            waiter.start()
-            waiter.join(timeout)
-            if waiter.is_alive():
-                result.cancel()
-                raise TimeoutError(
-                    f"Beam did not finish within {timeout} s (a hold and a pending "
-                    "processing-time timer keep the direct runner waiting forever)"
-                )
-            if box:
-                if not _is_stall(box[0]):
-                    raise box[0]
-                stalled = True
+            stalled = run_and_wait(pipeline, timeout=timeout, test_runner_api=test_runner_api)
         finally:
             collected = _SINK.pop(run_id, [])
     seconds = time.perf_counter() - t0

@@ -20,9 +20,10 @@ Beam and returns the differences, empty when these agree:
   does not carry it: a downstream stage sees it only through its own latched input
   watermark, held back by the panes still in flight, and Beam Python has no watermark
   parameter for a DoFn. So it is read from the direct runner's watermark manager each time
-  the TestStream reads its next event, which the runner schedules only when no other work
-  is pending (``_add_work_if_necessary``): then the previous event and every timer it made
-  due have been processed, which is what the engine's "after the event" means. The final
+  the TestStream reads its next event (:mod:`beam_pipelines.tracing`), which the runner
+  schedules only when no other work is pending (``_add_work_if_necessary``): then the
+  previous event and every timer it made due have been processed, which is what the
+  engine's "after the event" means. The final
   step to infinity is compared through the stall flag only: Beam's TestStream tears down
   through watermarks of its own (``MAX_TIMESTAMP - 1 µs``) that a script does not have.
 
@@ -32,16 +33,13 @@ than one pipeline each.)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from apache_beam.runners.direct import transform_evaluator
-from apache_beam.runners.direct.direct_runner import _StreamingGroupAlsoByWindow
 
-from beam_pipelines.beam_runner import BeamRun, canonical_panes, run_beam
+from beam_pipelines.beam_runner import BeamRun, canonical_panes, group_by_window_label, run_beam
+from beam_pipelines.tracing import trace_watermarks
 from theory.time import MICROS_PER_MILLI, MICROS_PER_SECOND, MIN_TIMESTAMP
 from theory.windowing import triggers as tt
 from theory.windowing.engine import Pane
@@ -226,12 +224,10 @@ def observe_beam(
     script: Script, strategy: WindowingStrategy, *, timeout: float = 120.0
 ) -> BeamObservation:
     """Run ``script`` through Beam (one pipeline), watching its output watermark."""
-    with _watching_output_watermarks() as snapshots:
+    with trace_watermarks() as trace:
         run: BeamRun = run_beam(script, strategy, timeout=timeout)
-    n_events = len(beam_events(script))
-    return BeamObservation(
-        run.panes[0], run.stalled, _after_each_event(snapshots, n_events), run.seconds
-    )
+    after = trace.after_each_event(group_by_window_label(), len(beam_events(script)))
+    return BeamObservation(run.panes[0], run.stalled, [out for _, out in after], run.seconds)
 
 
 def beam_events(script: Script) -> list[int]:
@@ -251,52 +247,6 @@ def beam_events(script: Script) -> list[int]:
         elif ev.delta > 0:
             kept.append(i)
     return kept
-
-
-class _Snapshots(list[dict[str, int]]):
-    """Output watermarks (µs) by GroupByWindow label, one dict before each TestStream read;
-    ``set_up``: how many of the TestStream's own set-up events come before the script's."""
-
-    set_up = 0
-
-
-@contextmanager
-def _watching_output_watermarks() -> Iterator[_Snapshots]:
-    """While active, snapshot every GroupByWindow's output watermark each time a TestStream
-    reads its next event (the direct runner runs in this process)."""
-    snapshots = _Snapshots()
-    evaluator = transform_evaluator._TestStreamEvaluator
-    original: Callable[[Any, Any], Any] = evaluator.process_element
-
-    def process_element(self: Any, element: Any) -> Any:
-        if not snapshots:
-            stream = self.test_stream
-            snapshots.set_up = len(stream._set_up(stream.output_tags))
-        manager = self._evaluation_context._watermark_manager
-        snapshots.append(
-            {
-                applied.full_label: int(marks.output_watermark.micros)
-                for applied, marks in manager._transform_to_watermarks.items()
-                if isinstance(applied.transform, _StreamingGroupAlsoByWindow)
-            }
-        )
-        return original(self, element)
-
-    evaluator.process_element = process_element  # type: ignore[method-assign]
-    try:
-        yield snapshots
-    finally:
-        evaluator.process_element = original  # type: ignore[method-assign]
-
-
-def _after_each_event(snapshots: _Snapshots, n_events: int) -> list[int]:
-    """The output watermark after each of the script's ``n_events`` TestStream events: the
-    snapshot taken before the TestStream reads the event after it."""
-    out = []
-    for u in range(n_events):
-        (value,) = snapshots[snapshots.set_up + u + 1].values()  # one GroupByKey
-        out.append(value)
-    return out
 
 
 def differences(case: Case, beam: BeamObservation, ours: ScriptResult | None = None) -> list[str]:

@@ -851,25 +851,12 @@ class TrackingWatermarkEstimator(WatermarkEstimator):
 
 
 class TrackingWatermarkEstimatorProvider(WatermarkEstimatorProvider):
-    """Makes :class:`TrackingWatermarkEstimator` s with these estimator parameters (µs,
-    as :class:`theory.dataflow.pubsub.TrackingEstimator`)."""
+    """Makes :class:`TrackingWatermarkEstimator` s with these estimator parameters:
+    :class:`theory.dataflow.pubsub.TrackingEstimator`'s (``band``, ``idle_advance_after``,
+    ``idle_lag``, ``bucket_width``, ``cap_at_idle_lag``; µs), whose defaults apply."""
 
-    def __init__(
-        self,
-        band: int = 10 * SECOND,
-        idle_advance_after: int = 2 * MINUTE,
-        idle_lag: int = 10 * SECOND,
-        bucket_width: int = SECOND // 10,
-        *,
-        cap_at_idle_lag: bool = True,
-    ) -> None:
-        self.estimator_params: dict[str, Any] = {
-            "band": band,
-            "idle_advance_after": idle_advance_after,
-            "idle_lag": idle_lag,
-            "bucket_width": bucket_width,
-            "cap_at_idle_lag": cap_at_idle_lag,
-        }
+    def __init__(self, **estimator_params: Any) -> None:
+        self.estimator_params: dict[str, Any] = dict(estimator_params)
         TrackingEstimator(**self.estimator_params)  # validate now, not on a worker
 
     def initial_estimator_state(self, element: Any, restriction: Any) -> dict[str, Any]:

@@ -21,8 +21,19 @@ waits out the leases a dead attempt may hold.
 which is exact only while one worker reads the subscription (the DirectRunner, tests).
 
 The restriction is ``OffsetRange(0, spec.max_records)``, one position per emitted record,
-so a finite ``max_records`` makes a bounded read (tests); ``stop_after_idle`` (seconds of
-real time without a base record) ends the read early, so a test can never hang.
+so a finite ``max_records`` makes a bounded read (tests). The read is unbounded otherwise:
+only an explicit ``stop_after_idle`` (seconds of real time without a base record) ends it
+early, so a test can never hang.
+
+Failing loudly: a subscription that does not exist or may not be read (``NotFound``,
+``PermissionDenied``), checked when the read starts and on every pull, fails the pipeline
+with :class:`SubscriptionError` naming it; so does a subscription of another topic than
+``spec.topic``. Other RPC errors are transient: counted (``rpc_errors`` metrics) and
+retried. A message whose event-time attribute is missing or bad goes to the
+:data:`DEAD_LETTER` output (a ``PubsubRecord`` with its ``error``, stamped with its publish
+time) when ``dead_letter`` is on, and is acked either way.
+
+:class:`ReadFromPubSubWithTrackingWatermark` wraps it all as a ``PTransform``.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
+from google.api_core import exceptions as gexc
 
 from beam_pipelines.pubsub import (
     REASON_LEASE_GRACE,
@@ -54,12 +66,31 @@ from beam_pipelines.pubsub import (
     system_clock,
 )
 from theory.columns import check_duration
-from theory.time import MIN_TIMESTAMP, MINUTE, SECOND
+from theory.time import MIN_TIMESTAMP, SECOND
 
-__all__ = ["METRICS_NAMESPACE", "PubsubReadSpec", "ReadWithTrackingWatermarkFn", "shared_ledger"]
+__all__ = [
+    "DEAD_LETTER",
+    "METRICS_NAMESPACE",
+    "PubsubReadSpec",
+    "ReadFromPubSubWithTrackingWatermark",
+    "ReadWithTrackingWatermarkFn",
+    "SubscriptionError",
+    "shared_ledger",
+]
 
 #: The namespace of the DoFn's Beam metrics.
 METRICS_NAMESPACE = "pubsub_tracking"
+#: Seconds between pulls while a bundle polls an empty subscription.
+_IDLE_SLEEP_S = 0.05
+#: The tag of the dead-letter output (messages with a bad event-time attribute).
+DEAD_LETTER = "dead_letter"
+#: RPC errors that no retry will cure: the pipeline fails naming the subscription.
+_FATAL_RPC = ("NotFound", "PermissionDenied", "Forbidden", "Unauthenticated")
+
+
+class SubscriptionError(RuntimeError):
+    """A subscription cannot be read: missing, not allowed, or of another topic."""
+
 
 _LOCK = threading.Lock()
 _LEDGERS: dict[str, AckLedger] = {}
@@ -68,6 +99,17 @@ _MAX_TOKENS = 10_000
 # The DoFn is its own restriction and watermark-estimator provider.
 _SELF_RESTRICTION = beam.DoFn.RestrictionParam()
 _SELF_WATERMARK = beam.DoFn.WatermarkEstimatorParam()
+
+
+def _fail_if_fatal(puller: Any) -> None:
+    """:class:`SubscriptionError` naming the subscription if a pull failed for good."""
+    for what in puller.rpc_errors:
+        rpc, _, name = what.partition(": ")
+        if rpc == "pull" and name in _FATAL_RPC:
+            raise SubscriptionError(
+                f"subscription {puller.subscription}: pull failed with {name} (does it "
+                "exist, and may this pipeline's credentials pull from it?)"
+            )
 
 
 def shared_ledger(base_subscription: str) -> AckLedger:
@@ -106,6 +148,8 @@ class PubsubReadSpec:
     timestamp_attribute: str
     id_label: str | None = None
     max_records: int = 2**62
+    #: The topic both subscriptions must be attached to (checked at start), if given.
+    topic: str | None = None
 
 
 class ReadWithTrackingWatermarkFn(
@@ -113,7 +157,11 @@ class ReadWithTrackingWatermarkFn(
 ):
     """Reads :class:`PubsubReadSpec` elements; see the module docstring.
 
-    Estimator parameters (µs) as :class:`~theory.dataflow.pubsub.TrackingEstimator`; ``clock``
+    While the base subscription is empty, a bundle keeps polling for ``idle_poll`` seconds
+    before it checkpoints: fewer, larger checkpoints (FnApiRunner's ``result.metrics()``
+    fails past about a thousand bundles of a stage, see :mod:`beam_pipelines.metrics`).
+    ``estimator_params`` are :class:`~theory.dataflow.pubsub.TrackingEstimator`'s (``band``,
+    ``idle_advance_after``, ``idle_lag``, ``bucket_width``, ``cap_at_idle_lag``; µs); ``clock``
     gives processing time (µs); ``records_per_bundle`` records are emitted before the
     DoFn checkpoints itself (``defer_remainder``).
     """
@@ -121,39 +169,35 @@ class ReadWithTrackingWatermarkFn(
     def __init__(
         self,
         *,
-        band: int = 10 * SECOND,
-        idle_advance_after: int = 2 * MINUTE,
-        idle_lag: int = 10 * SECOND,
-        bucket_width: int = SECOND // 10,
-        cap_at_idle_lag: bool = True,
         clock: Clock = system_clock,
         lease_grace: int = 10 * SECOND,
         records_per_bundle: int = 100,
         max_messages: int = 100,
-        stop_after_idle: float = 30.0,
+        stop_after_idle: float | None = None,
         backlog_factory: Callable[[PubsubReadSpec], BaseBacklog] | None = None,
+        dead_letter: bool = False,
+        idle_poll: float = 1.0,
+        **estimator_params: Any,
     ) -> None:
         beam.DoFn.__init__(self)
-        TrackingWatermarkEstimatorProvider.__init__(
-            self,
-            band,
-            idle_advance_after,
-            idle_lag,
-            bucket_width,
-            cap_at_idle_lag=cap_at_idle_lag,
-        )
+        TrackingWatermarkEstimatorProvider.__init__(self, **estimator_params)
         self.clock = clock
         self.lease_grace = check_duration(lease_grace, "lease_grace")
         self.records_per_bundle = check_duration(
             records_per_bundle, "records_per_bundle", allow_zero=False
         )
         self.max_messages = check_duration(max_messages, "max_messages", allow_zero=False)
-        if stop_after_idle <= 0:
-            raise ValueError(f"stop_after_idle must be > 0 s, got {stop_after_idle}")
-        self.stop_after_idle = float(stop_after_idle)
+        if stop_after_idle is not None and not stop_after_idle > 0:
+            raise ValueError(f"stop_after_idle must be > 0 s or None, got {stop_after_idle}")
+        self.stop_after_idle = None if stop_after_idle is None else float(stop_after_idle)
+        self.dead_letter = bool(dead_letter)
+        if not idle_poll >= 0:
+            raise ValueError(f"idle_poll must be >= 0 s, got {idle_poll}")
+        self.idle_poll = float(idle_poll)
         self.backlog_factory = backlog_factory
         self._subscriber: Any = None
         self._last_record: dict[str, float] = {}
+        self._checked: set[PubsubReadSpec] = set()
 
     # ------------------------------------------------------------------ restriction
 
@@ -178,22 +222,48 @@ class ReadWithTrackingWatermarkFn(
             self._subscriber.close()
             self._subscriber = None
 
+    def _check_subscriptions(self, spec: PubsubReadSpec) -> None:
+        """:class:`SubscriptionError` unless both subscriptions exist, may be read, and
+        belong to ``spec.topic`` (when given)."""
+        for role, path in (
+            ("base", spec.base_subscription),
+            ("tracking", spec.tracking_subscription),
+        ):
+            try:
+                sub = self._subscriber.get_subscription(
+                    request={"subscription": path}, timeout=30, retry=None
+                )
+            except gexc.GoogleAPIError as err:
+                if type(err).__name__ in _FATAL_RPC:
+                    raise SubscriptionError(
+                        f"{role} subscription {path}: {type(err).__name__}: {err}"
+                    ) from err
+                continue  # transient: the pulls will tell
+            if spec.topic is not None and sub.topic != spec.topic:
+                raise SubscriptionError(
+                    f"{role} subscription {path} is attached to {sub.topic}, not {spec.topic}"
+                )
+
     def process(
         self,
         spec: PubsubReadSpec,
         finalizer: Any = beam.DoFn.BundleFinalizerParam,
         tracker: Any = _SELF_RESTRICTION,
         watermark: Any = _SELF_WATERMARK,
-    ) -> Iterator[TimestampedValue]:
+    ) -> Iterator[TimestampedValue | beam.pvalue.TaggedOutput]:
         # ``finalizer`` must come before the restriction and estimator parameters (Beam
         # fills them by keyword; a later positional parameter collides with them).
         # ``watermark`` is our TrackingWatermarkEstimator behind Beam's thread-safe
         # wrapper: only its methods are reachable, each under the wrapper's lock.
         wm: TrackingWatermarkEstimator = watermark
         ns = METRICS_NAMESPACE
+        if spec not in self._checked:
+            self._check_subscriptions(spec)
+            self._checked.add(spec)
         resumed_from, token = wm.tokens()
         if not _take_clean(resumed_from):
             wm.hold_until_at_least(self.clock() + self.lease_grace)
+            Metrics.counter(METRICS_NAMESPACE, "lease_grace_armed").inc()
         finalizer.register(partial(_mark_finalized, token))
         ledger = shared_ledger(spec.base_subscription)
         backlog = self.backlog_factory(spec) if self.backlog_factory else ledger
@@ -208,6 +278,7 @@ class ReadWithTrackingWatermarkFn(
         )
         base = BaseConsumer(self._subscriber, spec.base_subscription, ledger=ledger, **common)
         last = self._last_record.setdefault(spec.base_subscription, time.monotonic())
+        started = time.monotonic()
         pos = tracker.current_restriction().start
         stop = tracker.current_restriction().stop
         if pos >= stop:
@@ -217,6 +288,7 @@ class ReadWithTrackingWatermarkFn(
             while emitted < self.records_per_bundle:
                 for _ in range(tracking.max_pulls):  # drain the tracking subscription
                     batch = tracking.pull()
+                    _fail_if_fatal(tracking)
                     if not batch:
                         break
                     wm.record(batch)
@@ -226,9 +298,14 @@ class ReadWithTrackingWatermarkFn(
                     # Acked once the runner has committed the estimator state.
                     finalizer.register(partial(tracking.ack, batch))
                 records = base.pull() or []
+                _fail_if_fatal(base)
                 bad = [r for r in records if r.event_time is None]
                 good = [r for r in records if r.event_time is not None]
-                finalizer.register(partial(base.ack, bad))  # dead-lettered: counted only
+                if self.dead_letter:
+                    for rec in bad:
+                        out = TimestampedValue(rec, Timestamp(micros=rec.publish_time))
+                        yield beam.pvalue.TaggedOutput(DEAD_LETTER, out)
+                finalizer.register(partial(base.ack, bad))  # counted, and dead-lettered if on
                 for i, rec in enumerate(good):
                     if not tracker.try_claim(pos):
                         base.nack(good[i:])
@@ -251,11 +328,16 @@ class ReadWithTrackingWatermarkFn(
                     Metrics.counter(ns, "lease_grace_holds").inc()
                 if records:
                     last = self._last_record[spec.base_subscription] = time.monotonic()
-                elif time.monotonic() - last > self.stop_after_idle:
+                elif (
+                    self.stop_after_idle is not None
+                    and time.monotonic() - last > self.stop_after_idle
+                ):
                     tracker.try_claim(stop)  # nothing for too long: end the read
                     return
+                elif time.monotonic() - started < self.idle_poll:
+                    time.sleep(_IDLE_SLEEP_S)  # nothing yet: poll again in this bundle
                 else:
-                    break  # nothing to read now: checkpoint and resume shortly
+                    break  # nothing to read for a while: checkpoint and resume shortly
         finally:
             Metrics.counter(ns, "emitted").inc(emitted)
             # Distributions, not gauges: the runner's gauge merge across bundles is not
@@ -271,3 +353,66 @@ class ReadWithTrackingWatermarkFn(
                     Metrics.counter(ns, f"{side} rpc_errors: {what}").inc(n)
         Metrics.counter(ns, "checkpoints").inc()
         tracker.defer_remainder(Duration(seconds=0 if emitted else 0.05))
+
+
+class ReadFromPubSubWithTrackingWatermark(beam.PTransform):
+    """Read ``base_subscription`` of ``topic`` with the tracking watermark of
+    ``tracking_subscription`` (full paths): a ``PCollection`` of ``PubsubRecord`` stamped
+    with their event time (``timestamp_attribute``: milliseconds or RFC 3339), unbounded
+    unless ``max_records`` or ``stop_after_idle`` (seconds without data) is given.
+
+    With ``dead_letter=True`` the result is a dict: ``"records"`` and ``"dead_letter"``
+    (the messages whose event-time attribute is missing or bad, stamped with their
+    publish time). A missing or unreadable subscription fails the pipeline naming it.
+    The other keyword arguments go to :class:`ReadWithTrackingWatermarkFn` (estimator
+    parameters in µs, ``lease_grace``, ``records_per_bundle``, ...).
+    """
+
+    def __init__(
+        self,
+        topic: str | None,
+        base_subscription: str,
+        tracking_subscription: str,
+        *,
+        timestamp_attribute: str = "ts",
+        id_label: str | None = None,
+        max_records: int = 2**62,
+        dead_letter: bool = False,
+        **reader: Any,
+    ) -> None:
+        super().__init__()
+        for name, path in (
+            ("base_subscription", base_subscription),
+            ("tracking_subscription", tracking_subscription),
+        ):
+            if (
+                not isinstance(path, str)
+                or not path.startswith("projects/")
+                or ("/subscriptions/" not in path)
+            ):
+                raise ValueError(
+                    f"{name} must be a path projects/<project>/subscriptions/<name>, got {path!r}"
+                )
+        if base_subscription == tracking_subscription:
+            raise ValueError("the base and tracking subscriptions must differ")
+        if topic is not None and (not isinstance(topic, str) or "/topics/" not in topic):
+            raise ValueError(
+                f"topic must be a path projects/<project>/topics/<name>, got {topic!r}"
+            )
+        self.spec = PubsubReadSpec(
+            base_subscription,
+            tracking_subscription,
+            timestamp_attribute,
+            id_label=id_label,
+            max_records=check_duration(max_records, "max_records", allow_zero=False),
+            topic=topic,
+        )
+        self.dead_letter = dead_letter
+        self.fn = ReadWithTrackingWatermarkFn(dead_letter=dead_letter, **reader)
+
+    def expand(self, pbegin: Any) -> Any:
+        specs = pbegin | "Spec" >> beam.Create([self.spec])
+        if not self.dead_letter:
+            return specs | "Read" >> beam.ParDo(self.fn)
+        outputs = specs | "Read" >> beam.ParDo(self.fn).with_outputs(DEAD_LETTER, main="records")
+        return {"records": outputs.records, DEAD_LETTER: outputs[DEAD_LETTER]}

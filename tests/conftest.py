@@ -10,3 +10,6 @@ from hypothesis import settings
 
 settings.register_profile("dataflow-watermarks", deadline=None)
 settings.load_profile("dataflow-watermarks")
+
+# a Beam author's project, run by tests/beam_pipelines/test_plugin.py through pytester
+collect_ignore = ["plugin_example"]

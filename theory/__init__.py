@@ -40,6 +40,7 @@ package, one idea a folder:
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 # name -> module that defines it (a module itself where the name is the module's last part)
@@ -183,15 +184,28 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Resolve a public name on first use (PEP 562), then cache it in the module."""
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'theory' has no attribute {name!r}")
-    module = importlib.import_module(module_name)
-    value = module if module_name.rpartition(".")[2] == name else getattr(module, name)
-    globals()[name] = value
-    return value
+def lazy_getattr(
+    package: str, exports: Mapping[str, str], namespace: dict[str, Any]
+) -> Callable[[str], Any]:
+    """A package's ``__getattr__`` (PEP 562) resolving ``exports`` (public name -> the
+    module defining it; a module itself where the name is the module's last part) on first
+    use and caching the value in ``namespace`` (the package's ``globals()``). Shared by
+    the packages whose ``__init__`` must load nothing else; not part of the API."""
+
+    def __getattr__(name: str) -> Any:
+        module_name = exports.get(name)
+        if module_name is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module = importlib.import_module(module_name)
+        value = module if module_name.rpartition(".")[2] == name else getattr(module, name)
+        namespace[name] = value
+        return value
+
+    return __getattr__
+
+
+#: Resolve a public name on first use, then cache it in the module.
+__getattr__ = lazy_getattr("theory", _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

@@ -14,18 +14,22 @@ offending element, so the caller can find it. Times and durations are µs.
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 from typing import Final
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, parse_duration
 
 __all__ = [
     "INT64_MAX",
     "INT64_MIN",
+    "DurationLike",
+    "as_duration",
     "as_int",
+    "as_offset",
     "bool_column",
     "check_bool",
     "check_count",
@@ -41,6 +45,9 @@ __all__ = [
 
 INT64_MIN: Final[int] = -(2**63)
 INT64_MAX: Final[int] = 2**63 - 1
+
+#: What :func:`as_duration` accepts: µs as an int, a ``timedelta``, or ``"60s"``-style text.
+DurationLike = int | np.integer | _dt.timedelta | str
 
 
 # --------------------------------------------------------------------------- scalars
@@ -84,6 +91,37 @@ def check_duration(
             raise ValueError(f"{name} must fit in int64 microseconds, got {v}")
         raise ValueError(f"{name} must be <= {maximum} µs, got {v}")
     return v
+
+
+def _duration_micros(value: object, name: str) -> object:
+    """``value`` in µs if it is a ``datetime.timedelta`` (exact) or a duration string
+    (:func:`theory.time.parse_duration`, ``ValueError`` naming ``name``); else unchanged."""
+    if isinstance(value, _dt.timedelta):
+        return value // _dt.timedelta(microseconds=1)
+    if isinstance(value, str):
+        try:
+            return parse_duration(value)
+        except ValueError as e:
+            raise ValueError(f"{name}: {e}") from None
+    return value
+
+
+def as_duration(
+    value: object, name: str, *, allow_zero: bool = True, maximum: int = INT64_MAX
+) -> int:
+    """:func:`check_duration` of a duration given as an int of µs (a bare int is always
+    µs), a ``datetime.timedelta`` or a duration string such as ``"60s"`` or ``"1.5m"``."""
+    return check_duration(
+        _duration_micros(value, name), name, allow_zero=allow_zero, maximum=maximum
+    )
+
+
+def as_offset(value: object, name: str) -> int:
+    """A signed offset in µs: an int (µs), a ``datetime.timedelta``, or a duration string
+    with an optional leading ``-`` (``"-15m"``)."""
+    if isinstance(value, str) and value.strip().startswith("-"):
+        return -as_int(_duration_micros(value.strip()[1:], name), name)
+    return as_int(_duration_micros(value, name), name)
 
 
 def check_count(value: object, name: str, *, minimum: int = 0) -> int:

@@ -1,8 +1,8 @@
 """Fixtures for the tests against the real Pub/Sub emulator (all named ``pubsub_*``).
 
-- ``pubsub_emulator`` (session): the emulator on a free loopback port, with
-  ``PUBSUB_EMULATOR_HOST`` set for the session (and restored after), stopped at the end
-  by killing its process group.
+- ``pubsub_emulator`` (session) is the package's pytest plugin fixture
+  (:mod:`beam_pipelines.pytest_plugin`): the emulator on a free loopback port, with
+  ``PUBSUB_EMULATOR_HOST`` set for the session (and restored after).
 - ``pubsub_env`` (function): clients plus a fresh topic with a base and a tracking
   subscription, deleted after the test.
 - ``pubsub_private_emulator`` / ``pubsub_private_env``: the same on an emulator of the
@@ -17,13 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
-import shutil
 import signal
-import socket
-import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,132 +25,11 @@ from typing import Any
 
 import pytest
 
-PROJECT = "dataflow-watermarks-test"
-HOST = "127.0.0.1"
-DEB_LAUNCHER = "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator"
-READY_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 10.0
-_INSTALL_HINT = (
-    "the Google Cloud Pub/Sub emulator is needed: run `bash scripts/system_deps.sh` (it "
-    "installs the Debian package google-cloud-cli-pubsub-emulator; `make test` runs it)"
-)
+from beam_pipelines.emulator import DEFAULT_PROJECT, Emulator, emulator_host_env
+from beam_pipelines.pytest_plugin import start_emulator
+
+PROJECT = DEFAULT_PROJECT
 _names = itertools.count()
-
-
-def _launcher() -> list[str]:
-    override = os.environ.get("PUBSUB_EMULATOR_LAUNCHER")
-    if override:
-        if not os.access(override, os.X_OK):
-            pytest.fail(
-                f"PUBSUB_EMULATOR_LAUNCHER={override} is not an executable; {_INSTALL_HINT}",
-                pytrace=False,
-            )
-        return [override]
-    found = shutil.which("cloud-pubsub-emulator")
-    if found:
-        return [found]
-    if os.access(DEB_LAUNCHER, os.X_OK):
-        return [DEB_LAUNCHER]
-    pytest.fail(
-        f"no cloud-pubsub-emulator launcher (looked on PATH and at {DEB_LAUNCHER}): "
-        f"{_INSTALL_HINT}",
-        pytrace=False,
-    )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-class Emulator:
-    """One emulator process (its own process group) on ``HOST:port``."""
-
-    def __init__(self, log_path: Path, port: int | None = None) -> None:
-        self.command = _launcher()
-        if shutil.which("java") is None:
-            pytest.fail(f"java is not on PATH; {_INSTALL_HINT}", pytrace=False)
-        self.port = port if port is not None else _free_port()
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-        #: Seconds each start took to answer (the emulator's startup time).
-        self.startup_seconds: list[float] = []
-
-    @property
-    def host(self) -> str:
-        return f"{HOST}:{self.port}"
-
-    def start(self) -> None:
-        assert self.proc is None, "already running"
-        t0 = time.monotonic()
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [*self.command, f"--host={HOST}", f"--port={self.port}"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        deadline = t0 + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.proc = None
-                pytest.fail(
-                    f"the Pub/Sub emulator exited at start-up:\n{self._log_tail()}", pytrace=False
-                )
-            with contextlib.suppress(OSError):
-                url = f"http://{self.host}/"
-                with urllib.request.urlopen(url, timeout=1) as resp:
-                    if resp.read().strip() == b"Ok":
-                        self.startup_seconds.append(time.monotonic() - t0)
-                        return
-            time.sleep(0.05)
-        self.stop()
-        pytest.fail(
-            f"the Pub/Sub emulator was not ready after {READY_TIMEOUT_S:.0f} s:\n"
-            f"{self._log_tail()}",
-            pytrace=False,
-        )
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        """Signal the process group; SIGKILL it if it is still there after a while."""
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=STOP_TIMEOUT_S)
-
-    def restart(self, sig: int = signal.SIGKILL) -> None:
-        """Kill (by default hard) and start again on the same port. The emulator keeps
-        nothing: topics, subscriptions and messages are gone afterwards."""
-        self.stop(sig)
-        self.start()
-
-    def _log_tail(self, n: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return "(no log)"
-
-
-@contextlib.contextmanager
-def _emulator_host_env(host: str) -> Iterator[None]:
-    old = os.environ.get("PUBSUB_EMULATOR_HOST")
-    os.environ["PUBSUB_EMULATOR_HOST"] = host
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("PUBSUB_EMULATOR_HOST", None)
-        else:
-            os.environ["PUBSUB_EMULATOR_HOST"] = old
 
 
 @dataclass
@@ -173,7 +46,7 @@ class PubsubEnv:
     def __post_init__(self) -> None:
         from google.cloud import pubsub_v1
 
-        with _emulator_host_env(self.emulator.host):
+        with emulator_host_env(self.emulator.host):
             self.publisher = pubsub_v1.PublisherClient()
             self.subscriber = pubsub_v1.SubscriberClient()
         self.topic = self.publisher.topic_path(PROJECT, f"topic-{self.name}")
@@ -213,18 +86,6 @@ class PubsubEnv:
         self.publisher.stop()
 
 
-@pytest.fixture(scope="session")
-def pubsub_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
-    """The session's emulator, with ``PUBSUB_EMULATOR_HOST`` pointing at it."""
-    emu = Emulator(tmp_path_factory.mktemp("pubsub-emulator") / "emulator.log")
-    emu.start()
-    try:
-        with _emulator_host_env(emu.host):
-            yield emu
-    finally:
-        emu.stop()
-
-
 @pytest.fixture
 def pubsub_env(pubsub_emulator: Emulator) -> Iterator[PubsubEnv]:
     """A fresh topic with base and tracking subscriptions (ack deadlines 10 s)."""
@@ -241,10 +102,9 @@ def pubsub_env(pubsub_emulator: Emulator) -> Iterator[PubsubEnv]:
 def pubsub_private_emulator(tmp_path: Path) -> Iterator[Emulator]:
     """An emulator for this test alone (it may restart it); ``PUBSUB_EMULATOR_HOST``
     points at it during the test."""
-    emu = Emulator(tmp_path / "emulator.log")
-    emu.start()
+    emu = start_emulator(tmp_path / "emulator.log")
     try:
-        with _emulator_host_env(emu.host):
+        with emulator_host_env(emu.host):
             yield emu
     finally:
         emu.stop(signal.SIGKILL)

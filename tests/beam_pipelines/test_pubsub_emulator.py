@@ -652,6 +652,9 @@ def test_splittable_dofn_reads_the_emulator_with_the_tracking_watermark(pubsub_e
     assert _metric(result, "late_emitted") == 0
     assert _metric(result, "checkpoints") >= 5
     assert _metric(result, "lease_grace_holds") >= 1  # the first start waits out leases
+    # one arming for the whole read: clean resumes (finalized here) never re-arm it, and
+    # lease_grace_holds counts the updates held during that one grace, not new graces
+    assert _metric(result, "lease_grace_armed") == 1
     wm = _metric(result, "watermark_us", "max")
     # ... but clean resumes do not re-arm it: the watermark got going within the read.
     assert ets[len(ets) // 2] <= wm <= max(ets)

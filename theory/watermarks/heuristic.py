@@ -9,6 +9,8 @@ that give the same answers (package docstring).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
+from typing import Self
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -22,7 +24,7 @@ from theory.arrays import (
     sorted_unique,
     stable_argsort_int,
 )
-from theory.columns import check_duration, check_timestamp
+from theory.columns import check_count, check_duration, check_timestamp
 from theory.series import StepSeries
 from theory.structures import Frontier
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
@@ -96,6 +98,46 @@ class BoundedOutOfOrderness(LatchedWatermark):
         self._check_arrival(arrival_time)
         self._max_seen = e if self._max_seen is None else max(self._max_seen, e)
         self._latch(max(MIN_TIMESTAMP, self._max_seen - self.bound - self._EXTRA))
+
+    @property
+    def max_seen(self) -> int | None:
+        """The largest event time observed (µs), None before any element."""
+        return self._max_seen
+
+    def state(self) -> dict[str, int | None]:
+        """Everything needed to resume (µs): bound, max seen, latched watermark,
+        regressions, and the processing clock (last arrival, sealed time)."""
+        return {
+            "bound": self.bound,
+            "max_seen": self._max_seen,
+            "watermark": self._value,
+            "regressions": self.regressions,
+            "last_arrival": self._clock.last_arrival,
+            "sealed": self._clock.sealed,
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, int | None]) -> Self:
+        """The generator :meth:`state` was taken from (``ValueError`` naming a missing or
+        bad key)."""
+        missing = [k for k in _BOUNDED_KEYS if k not in state]
+        if missing:
+            raise ValueError(f"BoundedOutOfOrderness state: missing key {missing[0]!r}")
+        gen = cls(check_duration(state["bound"], "state['bound']"))
+        for key, attr in (("max_seen", "_max_seen"), ("last_arrival", None), ("sealed", None)):
+            value = state[key]
+            if value is not None:
+                value = check_timestamp(value, f"state[{key!r}]")
+            if attr is not None:
+                setattr(gen, attr, value)
+            else:
+                setattr(gen._clock, key, value)
+        gen._value = check_timestamp(state["watermark"], "state['watermark']")
+        gen.regressions = check_count(state["regressions"], "state['regressions']")
+        return gen
+
+
+_BOUNDED_KEYS = ("bound", "max_seen", "watermark", "regressions", "last_arrival", "sealed")
 
 
 # --------------------------------------------------------------------------- dynamic partitions

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
-from theory.columns import check_duration
+from theory.columns import DurationLike, as_duration
 from theory.windowing.triggers import DefaultTrigger, Trigger
 from theory.windowing.windows import GlobalWindows, IntervalWindow, SlidingWindows
 
@@ -123,9 +123,12 @@ class ClosingBehavior(Enum):
     FIRE_ALWAYS = "fire_always"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class WindowingStrategy:
     """Window fn, trigger, accumulation mode, allowed lateness (µs) and output policy.
+
+    ``allowed_lateness`` may also be given as a ``timedelta`` or a string (``"1m"``); it is
+    stored as µs.
 
     Rejected as Beam rejects them at ``GroupByKey`` (``ValueError``), unless
     ``allow_unsafe_triggers`` (Beam's ``--allow_unsafe_triggers``):
@@ -143,12 +146,29 @@ class WindowingStrategy:
     closing_behavior: ClosingBehavior = ClosingBehavior.FIRE_IF_NON_EMPTY
     allow_unsafe_triggers: bool = False
 
-    def __post_init__(self) -> None:
-        check_duration(self.allowed_lateness, "allowed_lateness")
+    def __init__(
+        self,
+        window_fn: object,
+        trigger: Trigger | None = None,
+        accumulation_mode: AccumulationMode = AccumulationMode.DISCARDING,
+        allowed_lateness: DurationLike = 0,
+        timestamp_combiner: OutputPolicy = TimestampCombiner.OUTPUT_AT_EOW,
+        closing_behavior: ClosingBehavior = ClosingBehavior.FIRE_IF_NON_EMPTY,
+        allow_unsafe_triggers: bool = False,
+    ) -> None:
+        set_ = object.__setattr__
+        set_(self, "window_fn", window_fn)
+        set_(self, "trigger", DefaultTrigger() if trigger is None else trigger)
+        set_(self, "accumulation_mode", accumulation_mode)
+        set_(self, "allowed_lateness", as_duration(allowed_lateness, "allowed_lateness"))
+        set_(self, "timestamp_combiner", timestamp_combiner)
+        set_(self, "closing_behavior", closing_behavior)
+        set_(self, "allow_unsafe_triggers", allow_unsafe_triggers)
+        self._check()
+
+    def _check(self) -> None:
         if not hasattr(self.window_fn, "assign_array"):
             raise TypeError(f"window_fn must be a WindowFn, got {self.window_fn!r}")
-        if self.trigger is None:
-            object.__setattr__(self, "trigger", DefaultTrigger())
         if not isinstance(self.trigger, Trigger):
             raise TypeError(
                 f"trigger must be a theory.windowing.triggers trigger, got {self.trigger!r}"

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from theory.columns import check_count, check_duration
+from theory.columns import DurationLike, as_duration, check_count
 
 #: A window inside the engine and the triggers: ``(start, end)`` in µs.
 Win = tuple[int, int]
@@ -163,7 +163,7 @@ class DefaultTrigger(Trigger):
         return True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class AfterProcessingTime(Trigger):
     """Fire once, ``delay`` µs of processing time after the window's first element.
 
@@ -173,8 +173,9 @@ class AfterProcessingTime(Trigger):
 
     delay: int = 0
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "delay", check_duration(self.delay, "AfterProcessingTime delay"))
+    def __init__(self, delay: DurationLike = 0) -> None:
+        """``delay``: µs as an int, a ``timedelta``, or a string like ``"10s"``."""
+        object.__setattr__(self, "delay", as_duration(delay, "AfterProcessingTime delay"))
 
     def on_element(self, window: Win, ctx: TriggerContext, n: int = 1) -> None:
         if not ctx.get("has_timer"):

@@ -22,8 +22,10 @@ import numpy as np
 from theory.columns import (
     INT64_MAX,
     INT64_MIN,
+    DurationLike,
+    as_duration,
     as_int,
-    check_duration,
+    as_offset,
     check_timestamp,
     time_column,
 )
@@ -241,7 +243,7 @@ class GlobalWindows(WindowFn):
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class FixedWindows(WindowFn):
     """Windows ``[N*size + offset, (N+1)*size + offset)``; ``size`` > 0 µs.
 
@@ -251,11 +253,11 @@ class FixedWindows(WindowFn):
     size: int
     offset: int = 0
 
-    def __post_init__(self) -> None:
-        size = check_duration(self.size, "size", allow_zero=False)
-        offset = as_int(self.offset, "offset") % size
-        object.__setattr__(self, "size", size)
-        object.__setattr__(self, "offset", offset)
+    def __init__(self, size: DurationLike, offset: DurationLike = 0) -> None:
+        """``size`` and ``offset``: µs as ints, ``timedelta``s, or strings like ``"60s"``."""
+        size_us = as_duration(size, "size", allow_zero=False)
+        object.__setattr__(self, "size", size_us)
+        object.__setattr__(self, "offset", as_offset(offset, "offset") % size_us)
 
     def assign(self, ts: int) -> tuple[IntervalWindow]:
         t = check_timestamp(ts)
@@ -271,7 +273,7 @@ class FixedWindows(WindowFn):
         return WindowAssignment(np.arange(t.shape[0], dtype=np.int64), start, start + self.size)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class SlidingWindows(WindowFn):
     """Windows ``[N*period + offset, N*period + offset + size)``; ``size``, ``period`` > 0 µs.
 
@@ -284,13 +286,12 @@ class SlidingWindows(WindowFn):
     period: int
     offset: int = 0
 
-    def __post_init__(self) -> None:
-        size = check_duration(self.size, "size", allow_zero=False)
-        period = check_duration(self.period, "period", allow_zero=False)
-        offset = as_int(self.offset, "offset") % period
-        object.__setattr__(self, "size", size)
-        object.__setattr__(self, "period", period)
-        object.__setattr__(self, "offset", offset)
+    def __init__(self, size: DurationLike, period: DurationLike, offset: DurationLike = 0) -> None:
+        """Durations: µs as ints, ``timedelta``s, or strings like ``"60s"``."""
+        period_us = as_duration(period, "period", allow_zero=False)
+        object.__setattr__(self, "size", as_duration(size, "size", allow_zero=False))
+        object.__setattr__(self, "period", period_us)
+        object.__setattr__(self, "offset", as_offset(offset, "offset") % period_us)
 
     def assign(self, ts: int) -> tuple[IntervalWindow, ...]:
         t = check_timestamp(ts)
@@ -318,7 +319,7 @@ class SlidingWindows(WindowFn):
         return WindowAssignment(element, start, start + size)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Sessions(WindowFn):
     """Session windows: each element gets ``[ts, ts + gap)``; overlapping windows merge.
 
@@ -328,8 +329,9 @@ class Sessions(WindowFn):
 
     gap: int
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "gap", check_duration(self.gap, "gap", allow_zero=False))
+    def __init__(self, gap: DurationLike) -> None:
+        """``gap``: µs as an int, a ``timedelta``, or a string like ``"10m"``."""
+        object.__setattr__(self, "gap", as_duration(gap, "gap", allow_zero=False))
 
     @property
     def is_merging(self) -> bool:

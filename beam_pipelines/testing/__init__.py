@@ -1,0 +1,50 @@
+"""The Beam author's test kit.
+
+- :func:`assert_panes` runs your PTransform on a TestStream and compares each pane with
+  theory's engine (imports Beam on first use);
+- :func:`assert_watermark_monotonic`, :func:`assert_no_late_data`, :func:`assert_fires_at`
+  (theory only);
+- :class:`TestStreamBuilder`, what the ``test_stream`` fixture returns;
+- :mod:`beam_pipelines.testing.strategies`: Hypothesis strategies (traces, scripts,
+  windowing strategies).
+
+The fixtures (``pubsub_emulator``, ``test_stream``, and ``spark`` from spark_backend's
+plugin) come from the pytest plugins the package installs. Names load lazily, so
+``import beam_pipelines.testing`` does not import Beam.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from theory import lazy_getattr
+
+if TYPE_CHECKING:
+    from beam_pipelines.testing.builder import TestStreamBuilder
+    from beam_pipelines.testing.panes import PaneRow, assert_panes
+    from beam_pipelines.testing.watermarks import (
+        assert_fires_at,
+        assert_no_late_data,
+        assert_watermark_monotonic,
+    )
+
+__all__ = [
+    "PaneRow",
+    "TestStreamBuilder",
+    "assert_fires_at",
+    "assert_no_late_data",
+    "assert_panes",
+    "assert_watermark_monotonic",
+]
+
+_EXPORTS = {
+    "PaneRow": "beam_pipelines.testing.panes",
+    "assert_panes": "beam_pipelines.testing.panes",
+    "TestStreamBuilder": "beam_pipelines.testing.builder",
+    "assert_fires_at": "beam_pipelines.testing.watermarks",
+    "assert_no_late_data": "beam_pipelines.testing.watermarks",
+    "assert_watermark_monotonic": "beam_pipelines.testing.watermarks",
+}
+
+
+__getattr__ = lazy_getattr("beam_pipelines.testing", _EXPORTS, globals())
