@@ -15,9 +15,10 @@ and one action computes it; the metrics come back as records of that output, so 
 retried or recomputed task's metrics are committed once (accumulators would count
 every attempt). The same records give each buffer's size in bytes, and Beam's element
 counts give each PCollection's size in elements; a shuffle gets the context's default
-parallelism, but no more than one partition per :data:`MIN_ELEMENTS_PER_PARTITION`
-elements (a task's fixed cost would outweigh its work) nor fewer than one per
-:data:`BYTES_PER_PARTITION`. A GroupByKey whose plan says :data:`THEORY_ENGINE` is
+parallelism, but never more partitions than elements (an empty task is pure cost) nor
+fewer than one per :data:`BYTES_PER_PARTITION` (fewer partitions for few elements was
+tried and lost: one element may expand into millions, as a Create of shards does, and
+its stage then ran as one task). A GroupByKey whose plan says :data:`THEORY_ENGINE` is
 partitioned by key (no per-key lists) and grouped by theory's engine, a whole partition
 at once; otherwise by Spark's ``groupByKey`` and Beam's batch trigger driver.
 """
@@ -50,14 +51,10 @@ from spark_backend.runner.schedule import run_stages
 from spark_backend.runner.spark_errors import python_error_message
 from spark_backend.runner.task_context import coder
 
-__all__ = ["BYTES_PER_PARTITION", "MIN_ELEMENTS_PER_PARTITION", "StageExecutor"]
+__all__ = ["BYTES_PER_PARTITION", "StageExecutor"]
 
 #: The encoded bytes a shuffle partition should hold (one task's share).
 BYTES_PER_PARTITION: Final[int] = 4 << 20
-
-#: A shuffle gets no more partitions than one per this many elements: below it a
-#: task's fixed cost (a Python worker, Beam's bundle processor) outweighs its work.
-MIN_ELEMENTS_PER_PARTITION: Final[int] = 2_000
 
 
 class StageExecutor:
@@ -196,9 +193,7 @@ class StageExecutor:
         partition per BYTES_PER_PARTITION of the ``buffers``."""
         with self._lock:
             size = sum(self._sizes.get(b, 0) for b in buffers)
-        wanted = self._partitions
-        if elements is not None:
-            wanted = min(wanted, -(-elements // MIN_ELEMENTS_PER_PARTITION))
+        wanted = self._partitions if elements is None else min(self._partitions, elements)
         return max(1, wanted, -(-size // BYTES_PER_PARTITION))
 
     def _grouped(self, group: GroupSpec, buffer: bytes) -> Any:
