@@ -168,12 +168,12 @@ def rdd_windowed_combine(spark: Any, n: int) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1e5", help="comma-separated element counts")
     parser.add_argument("--fnapi-max", type=float, default=1e6, help="largest n FnApiRunner runs")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sizes = [int(float(s)) for s in args.sizes.split(",")]
 
     start = time.perf_counter()

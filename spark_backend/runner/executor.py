@@ -1,4 +1,5 @@
-"""Driver side: run a :class:`Plan`'s stages on Spark, one Spark job per fused stage.
+"""Driver side: run a :class:`Plan`'s stages on Spark, one Spark job per fused stage;
+stages that share no data run at the same time (:mod:`spark_backend.runner.schedule`).
 
 Each buffer is a list of RDDs of encoded chunks (a PCollection written by several
 stages, as a flattened one is, has several). A stage's input RDD is the union of its
@@ -15,13 +16,18 @@ retried or recomputed task's metrics are committed once (accumulators would coun
 every attempt). The same records give each buffer's size in bytes, and Beam's element
 counts give each PCollection's size in elements; a shuffle gets the context's default
 parallelism, but never more partitions than elements (an empty task is pure cost) nor
-fewer than one per :data:`BYTES_PER_PARTITION`.
+fewer than one per :data:`BYTES_PER_PARTITION` (fewer partitions for few elements was
+tried and lost: one element may expand into millions, as a Create of shards does, and
+its stage then ran as one task). A GroupByKey whose plan says :data:`THEORY_ENGINE` is
+partitioned by key (no per-key lists) and grouped by theory's engine, a whole partition
+at once; otherwise by Spark's ``groupByKey`` and Beam's batch trigger driver.
 """
 
 from __future__ import annotations
 
 import functools
 import pickle
+import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
@@ -33,8 +39,15 @@ from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPU
 
 from spark_backend.runner.bundles import METRICS, run_partition
 from spark_backend.runner.errors import PipelineFailedError
-from spark_backend.runner.grouping import group_partition, key_hash, keyed_elements, split_elements
-from spark_backend.runner.plan import IMPULSE, GroupSpec, Plan, StageSpec
+from spark_backend.runner.grouping import (
+    engine_partition,
+    group_partition,
+    key_hash,
+    keyed_elements,
+    split_elements,
+)
+from spark_backend.runner.plan import IMPULSE, THEORY_ENGINE, GroupSpec, Plan, StageSpec
+from spark_backend.runner.schedule import run_stages
 from spark_backend.runner.spark_errors import python_error_message
 from spark_backend.runner.task_context import coder
 
@@ -45,12 +58,19 @@ BYTES_PER_PARTITION: Final[int] = 4 << 20
 
 
 class StageExecutor:
-    """Runs a plan's stages in order on ``spark_context``; collects their metrics."""
+    """Runs a plan's stages on ``spark_context``, each once the stages it reads from are
+    done, independent ones at the same time (:mod:`.schedule`; their Spark jobs carry
+    the job group ``job_group``); collects their metrics."""
 
-    def __init__(self, spark_context: Any, plan: Plan, partitions: int) -> None:
+    def __init__(
+        self, spark_context: Any, plan: Plan, partitions: int, job_group: str | None = None
+    ) -> None:
         self._sc = spark_context
         self._plan = plan
         self._partitions = max(1, partitions)
+        self._job_group = job_group or f"beam-{plan.job_id}"
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()  # guards the bookkeeping below across stage threads
         self._buffers: dict[bytes, list[Any]] = defaultdict(list)
         self._sizes: dict[bytes, int] = defaultdict(int)
         self._elements: dict[str, int] = defaultdict(int)
@@ -62,14 +82,22 @@ class StageExecutor:
     def run(self) -> None:
         """Run every stage; raise PipelineFailedError naming the stage that failed."""
         try:
-            for spec in self._plan.stages:
-                self._run_stage(spec)
+            run_stages(self._plan.stages, self._run_stage, on_thread=self._in_job_group)
         finally:
             self._release()
 
+    def cancel(self) -> None:
+        """Cancel the running Spark jobs; no further stage starts."""
+        self._cancelled.set()
+        self._sc.cancelJobGroup(self._job_group)
+
+    def _in_job_group(self) -> None:
+        self._sc.setJobGroup(self._job_group, "Beam pipeline on PySparkRunner", True)
+
     def _broadcast(self, value: Any) -> Any:
         handle = self._sc.broadcast(value)
-        self._broadcasts.append(handle)
+        with self._lock:
+            self._broadcasts.append(handle)
         return handle
 
     def _release(self) -> None:
@@ -81,27 +109,33 @@ class StageExecutor:
         self._broadcasts.clear()
 
     def _run_stage(self, spec: StageSpec) -> None:
+        if self._cancelled.is_set():
+            raise PipelineFailedError(spec.label, "the pipeline was cancelled")
         task = functools.partial(
             _stage_task, spec, self._plan.job_id, self._components, self._side_data(spec)
         )
         output = self._input_rdd(spec).mapPartitions(task).persist()
-        self._persisted.append(output)
+        with self._lock:
+            self._persisted.append(output)
         try:
             metrics = output.filter(_is_metrics).values().collect()
         except Exception as err:
             raise PipelineFailedError(spec.label, python_error_message(err)) from None
         summaries = [pickle.loads(m) for m in metrics]
         responses = [beam_fn_api_pb2.ProcessBundleResponse.FromString(s.metrics) for s in summaries]
-        infos = [i for r in responses for i in r.monitoring_infos]
-        self.monitoring_infos[spec.name] = list(consolidate(infos))
-        self._count_elements(self.monitoring_infos[spec.name])
-        for summary in summaries:
-            for buffer, size in summary.sizes.items():
-                self._sizes[buffer] += size
-        for buffer in set(spec.outputs.values()):
-            self._buffers[buffer].append(
-                output.filter(functools.partial(_is_buffer, buffer)).values()
-            )
+        infos = list(consolidate(i for r in responses for i in r.monitoring_infos))
+        outputs = {
+            buffer: output.filter(functools.partial(_is_buffer, buffer)).values()
+            for buffer in set(spec.outputs.values())
+        }
+        with self._lock:
+            self.monitoring_infos[spec.name] = infos
+            self._count_elements(infos)
+            for summary in summaries:
+                for buffer, size in summary.sizes.items():
+                    self._sizes[buffer] += size
+            for buffer, rdd in outputs.items():
+                self._buffers[buffer].append(rdd)
 
     def _count_elements(self, infos: Iterable[Any]) -> None:
         for info in infos:
@@ -117,7 +151,8 @@ class StageExecutor:
         return self._broadcast(data)
 
     def _chunks(self, buffer: bytes) -> Any:
-        rdds = self._buffers.get(buffer, [])
+        with self._lock:
+            rdds = list(self._buffers.get(buffer, []))
         if not rdds:
             return self._sc.emptyRDD()
         return rdds[0] if len(rdds) == 1 else self._sc.union(rdds)
@@ -141,7 +176,8 @@ class StageExecutor:
         """The elements of ``chunks`` one per record, over as many partitions as there
         are elements (at most the default parallelism)."""
         _, pcoll = buffer.decode().split(":", 1)
-        elements = self._elements.get(pcoll, self._partitions)
+        with self._lock:
+            elements = self._elements.get(pcoll, self._partitions)
         one_each = functools.partial(_each_element, coder_id, self._plan.job_id, self._components)
         return chunks.flatMap(one_each).repartition(max(1, min(self._partitions, elements)))
 
@@ -155,15 +191,21 @@ class StageExecutor:
     def _partitions_for(self, buffers: Iterable[bytes], elements: int | None) -> int:
         """Default parallelism, at most ``elements`` (when known), at least one
         partition per BYTES_PER_PARTITION of the ``buffers``."""
-        size = sum(self._sizes[b] for b in buffers)
+        with self._lock:
+            size = sum(self._sizes.get(b, 0) for b in buffers)
         wanted = self._partitions if elements is None else min(self._partitions, elements)
         return max(1, wanted, -(-size // BYTES_PER_PARTITION))
 
     def _grouped(self, group: GroupSpec, buffer: bytes) -> Any:
         job, components = self._plan.job_id, self._components
         pairs = self._chunks(buffer).flatMap(functools.partial(_keyed, group, job, components))
-        elements = self._elements.get(group.input_pcollection)
-        grouped = pairs.groupByKey(self._partitions_for([buffer], elements), key_hash)
+        with self._lock:
+            elements = self._elements.get(group.input_pcollection)
+        partitions = self._partitions_for([buffer], elements)
+        if group.path == THEORY_ENGINE:  # the engine groups a whole partition by itself
+            by_key = pairs.partitionBy(partitions, key_hash)
+            return by_key.mapPartitions(functools.partial(_engine, group, job, components))
+        grouped = pairs.groupByKey(partitions, key_hash)
         return grouped.mapPartitions(functools.partial(_group, group, job, components))
 
     def _by_key(self, spec: StageSpec, rdd: Any) -> Any:
@@ -201,6 +243,10 @@ def _keyed(group: GroupSpec, job_id: str, components: Any, chunk: bytes) -> Any:
 
 def _group(group: GroupSpec, job_id: str, components: Any, groups: Any) -> Any:
     return group_partition(groups, group, job_id, components.value)
+
+
+def _engine(group: GroupSpec, job_id: str, components: Any, pairs: Any) -> Any:
+    return engine_partition(pairs, group, job_id, components.value)
 
 
 def _each_element(coder_id: str, job_id: str, components: Any, chunk: bytes) -> Iterator[bytes]:

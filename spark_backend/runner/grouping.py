@@ -20,10 +20,11 @@ from apache_beam.transforms import trigger
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils import windowed_value
 
+from spark_backend.runner.engine_grouping import engine_panes, engine_strategy
 from spark_backend.runner.plan import GroupSpec
 from spark_backend.runner.task_context import coder, coder_impl, windowing
 
-__all__ = ["CHUNK_BYTES", "group_partition", "key_hash", "keyed_elements"]
+__all__ = ["CHUNK_BYTES", "engine_partition", "group_partition", "key_hash", "keyed_elements"]
 
 #: Output chunks are cut at about this many bytes (one Spark record each).
 CHUNK_BYTES: Final[int] = 1 << 20
@@ -67,12 +68,33 @@ def group_partition(
     output_impl = coder_impl(job_id, components, group.output_coder_id)
     strategy = windowing(job_id, components, group.windowing_strategy_id)
     panes = _global_pane if strategy.is_default() else _trigger_panes(strategy)
+    grouped = (
+        pane
+        for encoded_key, encoded in groups
+        for pane in panes(key_impl.decode(encoded_key), [input_impl.decode(e) for e in encoded])
+    )
+    return encode_chunks(grouped, output_impl)
+
+
+def engine_partition(
+    pairs: Iterable[tuple[bytes, bytes]], group: GroupSpec, job_id: str, components: bytes
+) -> Iterator[bytes]:
+    """The grouped output chunks of one partition's ``(encoded key, encoded element)``
+    pairs, grouped by theory's engine (:mod:`spark_backend.runner.engine_grouping`)."""
+    input_impl = coder_impl(job_id, components, group.input_coder_id)
+    output_impl = coder_impl(job_id, components, group.output_coder_id)
+    strategy = engine_strategy(windowing(job_id, components, group.windowing_strategy_id))
+    if isinstance(strategy, str):  # the plan chose this path: it cannot happen
+        raise RuntimeError(f"{group.label}: theory's engine cannot group it: {strategy}")
+    elements = ((key, input_impl.decode(e)) for key, e in pairs)
+    return encode_chunks(engine_panes(strategy, elements), output_impl)
+
+
+def encode_chunks(values: Iterable[Any], impl: Any) -> Iterator[bytes]:
+    """``values`` encoded with ``impl``, cut into chunks of about CHUNK_BYTES."""
     out = create_OutputStream()
-    for encoded_key, encoded_elements in groups:
-        key = key_impl.decode(encoded_key)
-        elements = [input_impl.decode(e) for e in encoded_elements]
-        for grouped in panes(key, elements):
-            output_impl.encode_to_stream(grouped, out, True)
+    for value in values:
+        impl.encode_to_stream(value, out, True)
         if out.size() >= CHUNK_BYTES:
             yield out.get()
             out = create_OutputStream()

@@ -14,6 +14,7 @@ a PCollection crossing stages, ``b"group:<gbk>"`` for a GroupByKey's input.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,7 +35,20 @@ from apache_beam.runners.portability.fn_api_runner.worker_handlers import (
 from apache_beam.runners.worker import bundle_processor
 from apache_beam.utils import proto_utils
 
-__all__ = ["IMPULSE", "GroupSpec", "Plan", "SideInputSpec", "StageSpec", "plan_pipeline"]
+from spark_backend.runner.engine_grouping import engine_strategy
+from spark_backend.runner.task_context import windowing
+
+__all__ = [
+    "GLOBAL_PANE",
+    "IMPULSE",
+    "THEORY_ENGINE",
+    "TRIGGER_DRIVER",
+    "GroupSpec",
+    "Plan",
+    "SideInputSpec",
+    "StageSpec",
+    "plan_pipeline",
+]
 
 IMPULSE = translations.IMPULSE_BUFFER
 
@@ -88,15 +102,25 @@ class StageSpec:
         return self.name if len(self.name) <= 200 else self.name[:197] + "..."
 
 
+#: How a GroupByKey assigns windows, timestamps and panes after its shuffle.
+GLOBAL_PANE = "global-pane"  # default windowing: one pane in the global window
+THEORY_ENGINE = "theory-engine"  # theory's GroupByWindowEngine (the fast path)
+TRIGGER_DRIVER = "beam-trigger-driver"  # Beam's batch trigger driver (the reference)
+
+
 @dataclass(frozen=True)
 class GroupSpec:
-    """A GroupByKey the runner executes: coders on each side and the windowing."""
+    """A GroupByKey the runner executes: coders on each side, the windowing, and the
+    path that groups it (:data:`GLOBAL_PANE`, :data:`THEORY_ENGINE` or
+    :data:`TRIGGER_DRIVER`, with the reason when the engine was not chosen)."""
 
     label: str
     input_pcollection: str  # the PCollection grouped (for its element count)
     input_coder_id: str  # windowed KV<K, V>
     output_coder_id: str  # windowed KV<K, Iterable<V>>
     windowing_strategy_id: str
+    path: str = TRIGGER_DRIVER
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -108,9 +132,15 @@ class Plan:
     stages: tuple[StageSpec, ...]
     groups: dict[bytes, GroupSpec]
 
+    @property
+    def paths(self) -> dict[str, str]:
+        """Which path runs each GroupByKey, by its label (tests assert fast paths ran)."""
+        return {g.label: g.path for g in self.groups.values()}
 
-def plan_pipeline(pipeline: pb.Pipeline) -> Plan:
-    """Beam's fused stages of ``pipeline`` (a proto already checked), in run order."""
+
+def plan_pipeline(pipeline: pb.Pipeline, fast_paths: bool = True) -> Plan:
+    """Beam's fused stages of ``pipeline`` (a proto already checked), in run order;
+    ``fast_paths=False`` keeps every GroupByKey on Beam's trigger driver (the reference)."""
     validate_pipeline_graph(pipeline)
     pipeline = merge_common_environments(merge_superset_dep_environments(pipeline))
     context, stages = translations.create_and_optimize_stages(
@@ -138,8 +168,13 @@ def plan_pipeline(pipeline: pb.Pipeline) -> Plan:
         specs = tuple(_stage_spec(runner_context, s, *buffers[s.name], context) for s in stages)
     finally:
         manager.close_all()
-    groups = {b: _group_spec(context, b) for b in _group_buffers(specs)}
-    return Plan(uuid.uuid4().hex, context.components.SerializeToString(), specs, groups)
+    job_id = uuid.uuid4().hex
+    components = context.components.SerializeToString()
+    groups = {
+        b: _choose_path(_group_spec(context, b), job_id, components, fast_paths)
+        for b in _group_buffers(specs)
+    }
+    return Plan(job_id, components, specs, groups)
 
 
 def _stage_buffers(stage: translations.Stage) -> tuple[dict[str, bytes], dict[str, bytes]]:
@@ -258,3 +293,15 @@ def _group_spec(context: translations.TransformContext, buffer: bytes) -> GroupS
         output_coder_id=context.data_channel_coders[target],
         windowing_strategy_id=components.pcollections[source].windowing_strategy_id,
     )
+
+
+def _choose_path(group: GroupSpec, job_id: str, components: bytes, fast: bool) -> GroupSpec:
+    strategy = windowing(job_id, components, group.windowing_strategy_id)
+    if strategy.is_default():
+        return dataclasses.replace(group, path=GLOBAL_PANE)
+    if not fast:
+        return dataclasses.replace(group, reason="fast paths are off")
+    chosen = engine_strategy(strategy)
+    if isinstance(chosen, str):
+        return dataclasses.replace(group, reason=chosen)
+    return dataclasses.replace(group, path=THEORY_ENGINE)

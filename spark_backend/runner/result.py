@@ -29,6 +29,8 @@ class PySparkPipelineResult(PipelineResult):
         self._error: BaseException | None = None
         self._infos: Mapping[str, list[Any]] = {}
         self._lock = threading.Lock()
+        #: Which path grouped each GroupByKey, by label (see ``Plan.paths``).
+        self.paths: dict[str, str] = {}
         self._thread = threading.Thread(target=self._run, name="PySparkRunner", daemon=True)
         self._thread.start()
 

@@ -26,7 +26,14 @@ __all__ = ["PySparkRunner"]
 
 
 class PySparkRunner(PipelineRunner):
-    """Runs a Beam pipeline on Spark with Beam's own bundle processing (batch only)."""
+    """Runs a Beam pipeline on Spark with Beam's own bundle processing (batch only).
+
+    ``fast_paths=False`` runs everything on the generic path (Beam's trigger driver
+    for every GroupByKey), the reference the fast paths are tested against."""
+
+    def __init__(self, fast_paths: bool = True) -> None:
+        super().__init__()
+        self.fast_paths = fast_paths
 
     def run_pipeline(
         self, pipeline: Any, options: pipeline_options.PipelineOptions
@@ -44,8 +51,10 @@ class PySparkRunner(PipelineRunner):
             default_environment=environments.EmbeddedPythonEnvironment.default()
         )
         check_pipeline(proto)
-        plan = plan_pipeline(proto)
-        return _start(plan, target)
+        plan = plan_pipeline(proto, self.fast_paths)
+        result = _start(plan, target)
+        result.paths = plan.paths
+        return result
 
 
 def _with_fn_api_experiment(options: pipeline_options.PipelineOptions) -> None:
@@ -78,12 +87,11 @@ def _start(plan: Plan, target: SparkTarget) -> PySparkPipelineResult:
     _check_running_conf(target.conf)
     session = get_session(target.master, target.conf, app_name="beam-pyspark-runner")
     spark_context = session.sparkContext
-    group = f"beam-{plan.job_id}"
+    parallelism = spark_context.defaultParallelism
+    executor = StageExecutor(spark_context, plan, parallelism, job_group=f"beam-{plan.job_id}")
 
     def work() -> dict[str, list[Any]]:
-        spark_context.setJobGroup(group, "Beam pipeline on PySparkRunner", True)
-        executor = StageExecutor(spark_context, plan, spark_context.defaultParallelism)
         executor.run()
         return executor.monitoring_infos
 
-    return PySparkPipelineResult(work, lambda: spark_context.cancelJobGroup(group))
+    return PySparkPipelineResult(work, executor.cancel)

@@ -114,3 +114,32 @@ def test_a_conf_the_running_context_cannot_take_is_refused(spark: Any) -> None:
     wanted = "2" if current != "2" else "3"
     with pytest.raises(ValueError, match=r"spark_conf spark\.task\.cpus='?\d"):
         run(small, "--spark_conf", f"spark.task.cpus={wanted}")
+
+
+def test_without_java_the_error_says_what_to_install(tmp_path: Any) -> None:
+    """A fresh process with no Java on PATH and no JAVA_HOME: running a pipeline fails
+    before any JVM starts, naming the Java to install."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    bin_dir = tmp_path / "bin"  # only this Python on PATH: no java
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "SPARK_HOME")}
+    env.update(PATH=str(bin_dir), PYTHONPATH=str(root))
+    script = (
+        "import apache_beam as beam\n"
+        "from spark_backend.runner import PySparkRunner\n"
+        "p = beam.Pipeline(runner=PySparkRunner())\n"
+        "p | beam.Create([1]) | beam.Map(str)\n"
+        "p.run()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    assert "JavaNotFoundError: Spark needs Java 17+ and no 'java' was found" in done.stderr
+    assert "openjdk-17-jre-headless" in done.stderr

@@ -1,12 +1,15 @@
 """PySparkRunner off the shared session: Spark task retries and a standalone cluster.
 
-Each case runs ``cluster_pipeline.py`` in its own process, since a process holds one
-SparkContext and these need their own master:
+One process (``cluster_pipeline.py``) runs the pipeline on each master in turn, since a
+process holds one SparkContext and these need their own masters; the JVM starts once:
 
 - ``local[2,2]`` (plain ``local[N]`` never retries): a DoFn fails once and Spark
   retries the task; the output has every element once, the counter counts once;
 - a standalone master and worker on loopback (``spark-class``, the pip package has no
-  start scripts), reached with ``--spark_master spark://127.0.0.1:PORT``.
+  start scripts), reached with ``--spark_master spark://127.0.0.1:PORT``: the same
+  output, and the same retry (a standalone cluster retries a failed task too).
+
+The cluster starts while the ``local[2,2]`` run goes on.
 """
 
 from __future__ import annotations
@@ -27,12 +30,13 @@ pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).with_name("cluster_pipeline.py")
 ROOT = Path(__file__).resolve().parents[3]
+RETRYING_LOCAL = "local[2,2]"
 
 
-def _run(master: str, marker: Path) -> dict[str, Any]:
+def _run(marker_dir: Path, *masters: str) -> dict[str, dict[str, Any]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1"}
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), master, str(marker)],
+        [sys.executable, str(SCRIPT), str(marker_dir), *masters],
         capture_output=True,
         text=True,
         timeout=900,
@@ -40,15 +44,8 @@ def _run(master: str, marker: Path) -> dict[str, Any]:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def test_a_task_retried_by_spark_gives_the_same_output_and_counts_once(tmp_path: Path) -> None:
-    marker = tmp_path / "failed-once"
-    report = _run("local[2,2]", marker)
-    assert marker.exists(), "the DoFn never failed: the retry was not exercised"
-    assert report["state"] == "DONE"
-    assert report["seen"] == [60]
+    reports = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return {r["master"]: r for r in reports}
 
 
 def _free_port() -> int:
@@ -67,11 +64,12 @@ def _wait_for_port(port: int, seconds: float) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {seconds} s")
 
 
-@pytest.fixture
-def standalone(tmp_path: Path) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Spark standalone master and one worker on loopback; yields the master URL."""
     import pyspark
 
+    tmp_path = tmp_path_factory.mktemp("standalone")
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
     port = _free_port()
     env = {
@@ -121,9 +119,26 @@ def standalone(tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
-def test_a_standalone_cluster_gives_the_same_output(standalone: str, tmp_path: Path) -> None:
-    marker = tmp_path / "failed-once"
-    marker.touch()  # no failure here: this case checks the cluster path only
-    report = _run(standalone, marker)
+@pytest.fixture(scope="module")
+def reports(standalone: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The pipeline's report on local[2,2] and on the standalone cluster, one process."""
+    markers = tmp_path_factory.mktemp("markers")
+    found = _run(markers, RETRYING_LOCAL, standalone)
+    assert sorted(found) == sorted([RETRYING_LOCAL, standalone]), found
+    return {"local": found[RETRYING_LOCAL], "standalone": found[standalone]}
+
+
+def test_a_task_retried_by_spark_gives_the_same_output_and_counts_once(
+    reports: dict[str, Any],
+) -> None:
+    report = reports["local"]
+    assert report["failed_once"], "the DoFn never failed: the retry was not exercised"
+    assert report["state"] == "DONE"
+    assert report["seen"] == [60]
+
+
+def test_a_standalone_cluster_gives_the_same_output(reports: dict[str, Any]) -> None:
+    report = reports["standalone"]
+    assert report["failed_once"], "the DoFn never failed on the cluster"
     assert report["state"] == "DONE"
     assert report["seen"] == [60]

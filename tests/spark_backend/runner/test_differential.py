@@ -29,6 +29,7 @@ from apache_beam.transforms.userstate import (
 from apache_beam.utils.timestamp import Timestamp
 
 from spark_backend.runner import PipelineFailedError
+from spark_backend.runner.plan import THEORY_ENGINE, TRIGGER_DRIVER
 
 pytestmark = pytest.mark.slow
 
@@ -66,38 +67,71 @@ def random_window_fn(seed: int) -> Any:
     return window.Sessions(rng.randint(5, 60))
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_group_by_key_and_combine_in_random_windows(differential: Any, seed: int) -> None:
+def _grouped_in_random_windows(p: beam.Pipeline, seeds: list[int]) -> dict[str, Any]:
+    out = {}
+    for seed in seeds:
+        windowed = (
+            p
+            | f"Events{seed}" >> Events(seed)
+            | f"W{seed}" >> beam.WindowInto(random_window_fn(seed))
+        )
+        out.update(
+            {
+                f"gbk{seed}": windowed | f"Group{seed}" >> beam.GroupByKey(),
+                f"sum{seed}": windowed | f"Sum{seed}" >> beam.CombinePerKey(sum),
+                f"mean{seed}": windowed | f"Mean{seed}" >> beam.combiners.Mean.PerKey(),
+                f"count{seed}": windowed
+                | f"Count{seed}" >> beam.combiners.Count.Globally().without_defaults(),
+            }
+        )
+    return out
+
+
+SEEDS = [5, 7, 1]  # sessions, sliding with an offset, fixed with an offset (as drawn)
+
+
+def test_group_by_key_and_combine_in_random_windows(differential: Any) -> None:
+    """Each seed's four outputs are compared separately (one pipeline runs them all);
+    every GroupByKey and lifted Combine is grouped by theory's engine."""
+    assert [type(random_window_fn(s)).__name__ for s in SEEDS] == [
+        "Sessions",
+        "SlidingWindows",
+        "FixedWindows",
+    ]
+    result = differential(lambda p: _grouped_in_random_windows(p, SEEDS))
+    for seed in SEEDS:
+        assert result.paths[f"Group{seed}"] == THEORY_ENGINE
+        assert result.paths[f"Sum{seed}/Group"] == THEORY_ENGINE
+
+
+def test_the_generic_path_gives_the_same_output(differential: Any) -> None:
+    """With fast paths off every GroupByKey runs on Beam's trigger driver: the reference
+    the engine path is compared with, itself compared with FnApiRunner here."""
+    from spark_backend.runner import PySparkRunner
+
+    result = differential(lambda p: _grouped_in_random_windows(p, [5]), on=PySparkRunner(False))
+    assert result.paths["Group5"] == TRIGGER_DRIVER  # sessions: merging on Beam's driver
+    assert result.paths["Sum5/Group"] == TRIGGER_DRIVER
+
+
+def test_timestamp_combiners(differential: Any) -> None:
+    combiners = {
+        "eow": window.TimestampCombiner.OUTPUT_AT_EOW,
+        "earliest": window.TimestampCombiner.OUTPUT_AT_EARLIEST,
+        "latest": window.TimestampCombiner.OUTPUT_AT_LATEST,
+    }
+
     def build(p: beam.Pipeline) -> dict[str, Any]:
-        windowed = p | Events(seed) | beam.WindowInto(random_window_fn(seed))
+        events = p | Events(7, n=120)
         return {
-            "gbk": windowed | "Group" >> beam.GroupByKey(),
-            "sum": windowed | "Sum" >> beam.CombinePerKey(sum),
-            "mean": windowed | "Mean" >> beam.combiners.Mean.PerKey(),
-            "count": windowed | "Count" >> beam.combiners.Count.Globally().without_defaults(),
+            name: events
+            | f"W {name}" >> beam.WindowInto(window.Sessions(30), timestamp_combiner=combiner)
+            | f"G {name}" >> beam.GroupByKey()
+            for name, combiner in combiners.items()
         }
 
-    differential(build)
-
-
-@pytest.mark.parametrize(
-    "combiner",
-    [
-        window.TimestampCombiner.OUTPUT_AT_EOW,
-        window.TimestampCombiner.OUTPUT_AT_EARLIEST,
-        window.TimestampCombiner.OUTPUT_AT_LATEST,
-    ],
-)
-def test_timestamp_combiners(differential: Any, combiner: Any) -> None:
-    def build(p: beam.Pipeline) -> Any:
-        return (
-            p
-            | Events(7, n=120)
-            | beam.WindowInto(window.Sessions(30), timestamp_combiner=combiner)
-            | beam.GroupByKey()
-        )
-
-    differential(build)
+    result = differential(build)
+    assert {result.paths[f"G {name}"] for name in combiners} == {THEORY_ENGINE}
 
 
 def test_pardo_params_tagged_outputs_flatten_partition(differential: Any) -> None:
@@ -277,14 +311,17 @@ class _EvenOddWindows(window.NonMergingWindowFn):
 
 
 def test_custom_window_fn(differential: Any) -> None:
+    """A WindowFn the engine does not know stays on Beam's trigger driver."""
+
     def build(p: beam.Pipeline) -> dict[str, Any]:
         windowed = p | Events(31, n=120) | beam.WindowInto(_EvenOddWindows())
         return {
-            "gbk": windowed | beam.GroupByKey(),
-            "sum": windowed | beam.CombinePerKey(sum),
+            "gbk": windowed | "Group" >> beam.GroupByKey(),
+            "sum": windowed | "Sum" >> beam.CombinePerKey(sum),
         }
 
-    differential(build)
+    result = differential(build)
+    assert result.paths["Group"] == result.paths["Sum/Group"] == TRIGGER_DRIVER
 
 
 def test_the_harness_fails_on_a_different_window(differential: Any) -> None:

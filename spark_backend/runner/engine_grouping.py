@@ -1,0 +1,146 @@
+"""GroupByKey's windows, timestamps and panes by theory's engine (the fast grouping path).
+
+In batch, Beam's ``GeneralTriggerDriver.process_entire_key`` adds all of a key's
+elements at the input watermark ``MIN_TIMESTAMP`` and then fires every timer: exactly a
+:class:`theory.GroupByWindowEngine` fed one batch and advanced to ``MAX_TIMESTAMP``. The
+engine models that driver pane for pane (merging sessions, TimestampCombiner, pane
+info; ``tests/theory`` checks it against Beam), and groups a whole partition in one
+call, where Beam's driver costs about a millisecond per (key, window).
+
+:func:`engine_strategy` maps a Beam ``Windowing`` onto a theory
+:class:`~theory.WindowingStrategy` when the engine models it, else says why not (the
+runner then keeps Beam's driver: custom WindowFns, triggers other than the default
+trigger or a bare ``AfterWatermark()``). The elements keep the windows they carry (they
+crossed a coder that rounds timestamps and windows to milliseconds, and Beam's driver
+groups those windows, not re-assigned ones). All times are int64 µs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+from apache_beam.transforms import trigger as beam_trigger
+from apache_beam.transforms import window as beam_window
+from apache_beam.utils import windowed_value
+from apache_beam.utils.timestamp import Timestamp
+
+from theory import (
+    MAX_TIMESTAMP,
+    AccumulationMode,
+    AfterWatermark,
+    DefaultTrigger,
+    FixedWindows,
+    GroupByWindowEngine,
+    Pane,
+    Sessions,
+    SlidingWindows,
+    TimestampCombiner,
+    WindowingStrategy,
+)
+
+__all__ = ["engine_panes", "engine_strategy"]
+
+_COMBINERS: Final[dict[Any, TimestampCombiner]] = {
+    beam_window.TimestampCombiner.OUTPUT_AT_EOW: TimestampCombiner.OUTPUT_AT_EOW,
+    beam_window.TimestampCombiner.OUTPUT_AT_EARLIEST: TimestampCombiner.OUTPUT_AT_EARLIEST,
+    beam_window.TimestampCombiner.OUTPUT_AT_LATEST: TimestampCombiner.OUTPUT_AT_LATEST,
+}
+
+_TIMINGS: Final[dict[str, Any]] = {
+    t: getattr(windowed_value.PaneInfoTiming, t) for t in ("EARLY", "ON_TIME", "LATE", "UNKNOWN")
+}
+
+
+def _window_fn(fn: Any) -> Any:
+    """theory's window fn for Beam's ``fn`` (exact built-in types only), else None."""
+    kind = type(fn)
+    if kind is beam_window.FixedWindows:
+        return FixedWindows(fn.size.micros, fn.offset.micros)
+    if kind is beam_window.SlidingWindows:
+        return SlidingWindows(fn.size.micros, fn.period.micros, fn.offset.micros)
+    if kind is beam_window.Sessions:
+        return Sessions(fn.gap_size.micros)
+    return None
+
+
+def _trigger(trigger: Any) -> Any:
+    """theory's trigger for Beam's default trigger or a bare AfterWatermark, else None."""
+    if type(trigger) is beam_trigger.DefaultTrigger:
+        return DefaultTrigger()
+    if (
+        type(trigger) is beam_trigger.AfterWatermark
+        and trigger.early is None
+        and trigger.late is None
+    ):
+        return AfterWatermark()
+    return None
+
+
+def engine_strategy(windowing: Any) -> WindowingStrategy | str:
+    """The theory strategy for Beam's ``windowing`` (a ``core.Windowing``), or a sentence
+    saying why the engine does not model it."""
+    window_fn = _window_fn(windowing.windowfn)
+    if window_fn is None:
+        return f"window fn {type(windowing.windowfn).__name__} is not Fixed, Sliding or Sessions"
+    trigger = _trigger(windowing.triggerfn)
+    if trigger is None:
+        return f"trigger {windowing.triggerfn!r} is not the default or a bare AfterWatermark()"
+    combiner = _COMBINERS.get(windowing.timestamp_combiner)
+    if combiner is None:
+        return f"timestamp combiner {windowing.timestamp_combiner!r}"
+    accumulating = windowing.accumulation_mode == beam_trigger.AccumulationMode.ACCUMULATING
+    return WindowingStrategy(
+        window_fn,
+        trigger,
+        AccumulationMode.ACCUMULATING if accumulating else AccumulationMode.DISCARDING,
+        int(windowing.allowed_lateness.micros),
+        combiner,
+        allow_unsafe_triggers=True,  # Beam checked the pipeline; batch fires everything
+    )
+
+
+def engine_panes(strategy: WindowingStrategy, elements: Iterable[tuple[Any, Any]]) -> Iterator[Any]:
+    """The grouped output of ``elements`` (``(key, WindowedValue of KV)``, several keys):
+    Beam ``WindowedValue``\\ s of ``(key, [values])``, one per pane. Keys must be hashable
+    (the runner passes the encoded key bytes) and are returned as the KV's own key."""
+    keys: list[Any] = []
+    values: list[Any] = []
+    stamps: list[int] = []
+    element: list[int] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    names: dict[Any, Any] = {}
+    for i, (key, wv) in enumerate(elements):
+        names.setdefault(key, wv.value[0])
+        keys.append(key)
+        values.append(wv.value[1])
+        stamps.append(wv.timestamp.micros)
+        for w in wv.windows:
+            element.append(i)
+            starts.append(w.start.micros)
+            ends.append(w.end.micros)
+    engine = GroupByWindowEngine(strategy)
+    panes = engine.add_rows(keys, values, stamps, element, starts, ends, 0, len(element))
+    panes += engine.advance_watermark_to(MAX_TIMESTAMP)
+    windows: dict[Any, Any] = {}
+    for pane in panes:
+        yield _beam_value(pane, names[pane.key], windows)
+
+
+def _beam_value(pane: Pane, key: Any, windows: dict[Any, Any]) -> Any:
+    window = windows.get(pane.window)
+    if window is None:
+        window = windows[pane.window] = beam_window.IntervalWindow(
+            Timestamp(micros=pane.window.start), Timestamp(micros=pane.window.end)
+        )
+    info = windowed_value.PaneInfo(
+        pane.is_first,
+        pane.is_last,
+        _TIMINGS[pane.timing.value],
+        pane.index,
+        pane.nonspeculative_index,
+    )
+    return windowed_value.WindowedValue(
+        (key, list(pane.values)), Timestamp(micros=pane.timestamp), (window,), info
+    )
