@@ -19,7 +19,13 @@ from apache_beam.options.pipeline_options import PipelineOptions, SparkRunnerOpt
 
 from spark_backend.session import parse_conf
 
-__all__ = ["DEFAULT_MASTER", "PySparkRunnerOptions", "SparkTarget", "spark_target"]
+__all__ = [
+    "DEFAULT_MASTER",
+    "PySparkRunnerOptions",
+    "SparkTarget",
+    "max_batches",
+    "spark_target",
+]
 
 #: The master used when neither --spark_master nor --spark_master_url is given.
 DEFAULT_MASTER: Final[str] = "local[*]"
@@ -39,7 +45,8 @@ _MASTER_FORMS: Final[tuple[re.Pattern[str], ...]] = tuple(
 
 
 class PySparkRunnerOptions(PipelineOptions):
-    """``--spark_master`` and repeatable ``--spark_conf KEY=VALUE``."""
+    """``--spark_master``, repeatable ``--spark_conf KEY=VALUE``, and (with Beam's
+    ``--streaming``) ``--max_batches N``."""
 
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
@@ -55,6 +62,12 @@ class PySparkRunnerOptions(PipelineOptions):
             action="append",
             default=None,
             help="A Spark setting KEY=VALUE; repeat for more.",
+        )
+        parser.add_argument(
+            "--max_batches",
+            type=int,
+            default=None,
+            help="With --streaming: stop after this many micro-batches (N >= 1).",
         )
 
 
@@ -113,3 +126,15 @@ def spark_target(options: PipelineOptions) -> SparkTarget:
     except ValueError as err:
         raise ValueError(f"spark_conf: {err}".replace("--conf", "--spark_conf")) from None
     return SparkTarget(master, conf)
+
+
+def max_batches(options: PipelineOptions) -> int | None:
+    """``--max_batches`` checked: None, or an int >= 1 (ValueError names a bad one)."""
+    value = options.view_as(PySparkRunnerOptions).max_batches
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_batches must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"max_batches must be >= 1, got {value}")
+    return value

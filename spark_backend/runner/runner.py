@@ -16,9 +16,10 @@ from apache_beam.runners.runner import PipelineRunner
 from apache_beam.transforms import environments
 
 from spark_backend.runner.executor import StageExecutor
-from spark_backend.runner.options import SparkTarget, spark_target
+from spark_backend.runner.options import SparkTarget, max_batches, spark_target
 from spark_backend.runner.plan import Plan, plan_pipeline
 from spark_backend.runner.result import PySparkPipelineResult
+from spark_backend.runner.streaming.run import start_streaming
 from spark_backend.runner.validate import check_pipeline
 from spark_backend.session import get_session
 
@@ -26,7 +27,8 @@ __all__ = ["PySparkRunner"]
 
 
 class PySparkRunner(PipelineRunner):
-    """Runs a Beam pipeline on Spark with Beam's own bundle processing (batch only)."""
+    """Runs a Beam pipeline on Spark with Beam's own bundle processing; in micro-batches
+    with ``--streaming`` (:mod:`spark_backend.runner.streaming`)."""
 
     def run_pipeline(
         self, pipeline: Any, options: pipeline_options.PipelineOptions
@@ -34,6 +36,10 @@ class PySparkRunner(PipelineRunner):
         """Check ``pipeline`` and ``options``, then start it on Spark; the result's
         ``wait_until_finish`` blocks until it ends (``with Pipeline()`` calls it)."""
         target = spark_target(options)
+        streaming = bool(options.view_as(pipeline_options.StandardOptions).streaming)
+        batches = max_batches(options)
+        if batches is not None and not streaming:
+            raise ValueError("--max_batches needs --streaming (a batch run has no micro-batches)")
         RuntimeValueProvider.set_runtime_options({})
         _with_fn_api_experiment(options)
         type_options = options.view_as(pipeline_options.TypeOptions)
@@ -43,7 +49,9 @@ class PySparkRunner(PipelineRunner):
         proto = pipeline.to_runner_api(
             default_environment=environments.EmbeddedPythonEnvironment.default()
         )
-        check_pipeline(proto)
+        check_pipeline(proto, streaming)
+        if streaming:
+            return start_streaming(proto, _spark_context(target), batches)
         plan = plan_pipeline(proto)
         return _start(plan, target)
 
@@ -74,10 +82,13 @@ def _check_running_conf(conf: dict[str, str]) -> None:
             )
 
 
-def _start(plan: Plan, target: SparkTarget) -> PySparkPipelineResult:
+def _spark_context(target: SparkTarget) -> Any:
     _check_running_conf(target.conf)
-    session = get_session(target.master, target.conf, app_name="beam-pyspark-runner")
-    spark_context = session.sparkContext
+    return get_session(target.master, target.conf, app_name="beam-pyspark-runner").sparkContext
+
+
+def _start(plan: Plan, target: SparkTarget) -> PySparkPipelineResult:
+    spark_context = _spark_context(target)
     group = f"beam-{plan.job_id}"
 
     def work() -> dict[str, list[Any]]:

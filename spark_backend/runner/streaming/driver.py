@@ -1,0 +1,409 @@
+"""Driver side: run a streaming plan as micro-batches on Spark.
+
+Each batch (:class:`Batch`) is what the sources send: under TestStream, one event of one
+TestStream (the streams take turns), and the test clock moves only by the
+TestStream's processing-time events; a source that sends nothing in a batch keeps its
+watermark. Impulses (``beam.Create``) emit in the first batch and then stand at
+infinity. When every TestStream has run out, a last batch puts their watermarks at
+``MAX_TIMESTAMP``, as a TestStream ends.
+
+In a batch the fused stages run in Beam's order, each as one Spark job over the batch's
+input (a stage whose inputs are all empty is skipped). A GroupByKey's step
+(:mod:`.grouping`) runs when it has input or when one of its partitions has a timer the
+batch's watermark or clock makes due; its engine state stays in a persisted,
+key-partitioned RDD between batches (lineage cut by ``localCheckpoint``). The driver
+reads back only each partition's summary (hold, next timers, counts), sets the
+GroupByKey's ``state:pending-windows`` hold in the tracker (:mod:`.watermarks`) and
+hands the tasks the next watermarks; it never reads elements.
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.metrics.monitoring_infos import consolidate
+from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
+from apache_beam.transforms.window import GlobalWindows
+from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
+
+from spark_backend.runner.errors import PipelineFailedError
+from spark_backend.runner.executor import _is_buffer, _is_metrics, _keyed, _stage_task
+from spark_backend.runner.plan import IMPULSE, GroupSpec, Plan, StageSpec
+from spark_backend.runner.spark_errors import python_error_message
+from spark_backend.runner.streaming.grouping import (
+    OUTPUT,
+    SUMMARY,
+    BatchTimes,
+    GroupSummary,
+    group_batch,
+    partition_of,
+)
+from spark_backend.runner.streaming.sources import (
+    ELEMENTS,
+    PROCESSING_TIME,
+    WATERMARK,
+    TestStreamSource,
+)
+from spark_backend.runner.streaming.watermarks import PipelineWatermarks
+from spark_backend.runner.task_context import coder
+from theory.time import MAX_TIMESTAMP
+from theory.windowing.engine import STATE_HOLD
+
+__all__ = ["Batch", "StreamingDriver"]
+
+#: Elements of one source in one batch go to at most this many partitions.
+_MAX_SOURCE_PARTITIONS: Final[int] = 8
+
+
+@dataclass
+class Batch:
+    """What the sources send in one micro-batch (µs)."""
+
+    number: int
+    elements: dict[str, tuple[tuple[bytes, int], ...]] = field(default_factory=dict)
+    impulses: tuple[str, ...] = ()
+    watermarks: dict[str, int] = field(default_factory=dict)
+    clock_advance: int = 0
+
+
+@dataclass
+class _GroupState:
+    """A GroupByKey's engine state between batches: the RDD of its last step (state,
+    output and summary records; cached, lineage cut) and its partitions' summaries."""
+
+    step: Any = None
+    summaries: list[GroupSummary] = field(default_factory=list)
+
+    def hold(self) -> int | None:
+        holds = [s.hold for s in self.summaries if s.hold is not None]
+        return min(holds) if holds else None
+
+    def due(self, watermark: int, clock: int) -> bool:
+        for s in self.summaries:
+            if s.next_watermark_timer is not None and s.next_watermark_timer <= watermark:
+                return True
+            if s.next_processing_timer is not None and s.next_processing_timer <= clock:
+                return True
+        return False
+
+
+class StreamingDriver:
+    """Runs ``plan`` in micro-batches on ``spark_context`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        spark_context: Any,
+        plan: Plan,
+        watermarks: PipelineWatermarks,
+        sources: dict[str, TestStreamSource],
+        impulses: set[str],
+        partitions: int,
+        max_batches: int | None = None,
+    ) -> None:
+        self._sc = spark_context
+        self._plan = plan
+        self.watermarks = watermarks
+        self._sources = sources
+        self._impulses = sorted(impulses)
+        self._partitions = max(1, partitions)
+        self._max_batches = max_batches
+        self._test_clock = bool(sources)
+        self.clock = 0 if self._test_clock else _now()
+        self._groups: dict[bytes, _GroupState] = {b: _GroupState() for b in plan.groups}
+        self._components = spark_context.broadcast(plan.components)
+        self._persisted: list[Any] = []
+        self._infos: dict[str, list[Any]] = defaultdict(list)
+        self.batches_run = 0
+        self._stop = threading.Event()
+
+    # -- control ---------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop at the next batch boundary."""
+        self._stop.set()
+
+    @property
+    def monitoring_infos(self) -> dict[str, list[Any]]:
+        """The metrics of every stage, summed over the batches run."""
+        return {stage: list(consolidate(infos)) for stage, infos in self._infos.items()}
+
+    @property
+    def stalled(self) -> bool:
+        """Whether, after the sources ended, a GroupByKey's hold keeps its output below
+        infinity (Beam's runners report "pipeline stall")."""
+        tracker = self.watermarks.tracker
+        return any(
+            tracker.output_watermark(g.label) < MAX_TIMESTAMP for g in self._plan.groups.values()
+        )
+
+    def run(self, job_group: str) -> None:
+        """Run batches until the sources end (or ``max_batches``, or :meth:`stop`), the
+        Spark jobs under ``job_group``."""
+        self._sc.setJobGroup(job_group, "Beam pipeline on PySparkRunner (streaming)", True)
+        try:
+            for batch in self._schedule():
+                if self._stop.is_set():
+                    return
+                if self._max_batches is not None and batch.number >= self._max_batches:
+                    return
+                self._run_batch(batch)
+                self.batches_run += 1
+        finally:
+            self._release()
+
+    # -- the sources' schedule -----------------------------------------------------------
+
+    def _schedule(self) -> Iterator[Batch]:
+        """The batches the sources send (see the module docstring)."""
+        cursors = {label: 0 for label in self._sources}
+        number = 0
+        first = Batch(number, impulses=tuple(self._impulses))
+        pending: Batch | None = first if self._impulses or not self._sources else None
+        while True:
+            live = [s for s in self._sources if cursors[s] < len(self._sources[s].events)]
+            if not live:
+                break
+            for label in live:
+                batch = pending or Batch(number)
+                pending = None
+                kind, payload = self._sources[label].events[cursors[label]]
+                cursors[label] += 1
+                if kind == ELEMENTS:
+                    batch.elements[label] = payload  # type: ignore[assignment]
+                elif kind == WATERMARK:
+                    batch.watermarks[label] = payload  # type: ignore[assignment]
+                else:
+                    assert kind == PROCESSING_TIME
+                    batch.clock_advance = payload  # type: ignore[assignment]
+                yield batch
+                number += 1
+        last = pending or Batch(number)
+        last.watermarks.update(dict.fromkeys(self._sources, MAX_TIMESTAMP))
+        last.watermarks.update(dict.fromkeys(self._impulses, MAX_TIMESTAMP))
+        yield last
+
+    # -- one batch -----------------------------------------------------------------------
+
+    def _run_batch(self, batch: Batch) -> None:
+        clock_before = self.clock
+        if self._test_clock:
+            self.clock += batch.clock_advance
+        else:
+            self.clock = max(self.clock, _now())
+        tracker = self.watermarks.tracker
+        inputs_before = {
+            g.label: tracker.input_watermark(g.label) for g in self._plan.groups.values()
+        }
+        watermarks = dict(batch.watermarks)
+        if batch.number == 0:
+            # an Impulse has sent its one element once the first batch ran
+            watermarks.update(dict.fromkeys(self._impulses, MAX_TIMESTAMP))
+        if watermarks:
+            tracker.apply(source_watermarks=watermarks)
+        buffers: dict[bytes, list[Any]] = defaultdict(list)
+        try:
+            for spec in self._plan.stages:
+                self._run_stage(spec, batch, buffers, inputs_before, clock_before)
+        finally:
+            self._release_batch()
+        self.watermarks.record(self.clock)
+
+    def _run_stage(
+        self,
+        spec: StageSpec,
+        batch: Batch,
+        buffers: dict[bytes, list[Any]],
+        inputs_before: dict[str, int],
+        clock_before: int,
+    ) -> None:
+        tagged = []
+        for transform_id, buffer in spec.inputs.items():
+            rdd = self._input(
+                spec, transform_id, buffer, batch, buffers, inputs_before, clock_before
+            )
+            if rdd is not None:
+                tagged.append(rdd.map(functools.partial(_tag, transform_id)))
+        if not tagged:
+            return
+        rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
+        task = functools.partial(_stage_task, spec, self._plan.job_id, self._components, None)
+        output = rdd.mapPartitions(task).persist()
+        self._persisted.append(output)
+        try:
+            metrics = output.filter(_is_metrics).values().collect()
+        except Exception as err:
+            raise PipelineFailedError(spec.label, python_error_message(err)) from None
+        sizes: dict[bytes, int] = defaultdict(int)
+        for blob in metrics:
+            summary = pickle.loads(blob)
+            response = beam_fn_api_pb2.ProcessBundleResponse.FromString(summary.metrics)
+            self._infos[spec.name].extend(response.monitoring_infos)
+            for buffer, size in summary.sizes.items():
+                sizes[buffer] += size
+        for buffer in set(spec.outputs.values()):
+            if sizes.get(buffer):
+                buffers[buffer].append(
+                    output.filter(functools.partial(_is_buffer, buffer)).values()
+                )
+
+    def _input(
+        self,
+        spec: StageSpec,
+        transform_id: str,
+        buffer: bytes,
+        batch: Batch,
+        buffers: dict[bytes, list[Any]],
+        inputs_before: dict[str, int],
+        clock_before: int,
+    ) -> Any:
+        """This batch's RDD of chunks for one data input of a stage, None when empty."""
+        if buffer == IMPULSE:
+            if transform_id in self._sources:
+                elements = batch.elements.get(transform_id)
+                if not elements:
+                    return None
+                return self._source_rdd(spec.input_coders[transform_id], transform_id, elements)
+            if transform_id in batch.impulses:
+                return self._sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
+            return None
+        if buffer.startswith(b"group:"):
+            return self._group_step(buffer, buffers, inputs_before, clock_before)
+        rdds = buffers.get(buffer)
+        if not rdds:
+            return None
+        return rdds[0] if len(rdds) == 1 else self._sc.union(rdds)
+
+    def _source_rdd(
+        self, coder_id: str, label: str, elements: tuple[tuple[bytes, int], ...]
+    ) -> Any:
+        """A TestStream's elements of this batch, as windowed chunks (encoded in tasks)."""
+        source = self._sources[label]
+        parts = max(1, min(self._partitions, len(elements), _MAX_SOURCE_PARTITIONS))
+        encode = functools.partial(
+            _window_elements, source.coder_id, coder_id, self._plan.job_id, self._components
+        )
+        return self._sc.parallelize(list(elements), parts).mapPartitions(encode)
+
+    def _group_step(
+        self,
+        buffer: bytes,
+        buffers: dict[bytes, list[Any]],
+        inputs_before: dict[str, int],
+        clock_before: int,
+    ) -> Any:
+        """Run the GroupByKey of ``buffer`` for this batch; its output RDD, or None when
+        it had no input and nothing due."""
+        group: GroupSpec = self._plan.groups[buffer]
+        state = self._groups[buffer]
+        tracker = self.watermarks.tracker
+        label = group.label
+        before = inputs_before.get(label, tracker.input_watermark(label))
+        after = tracker.input_watermark(label)
+        chunks = buffers.get(buffer)
+        if not chunks and not state.due(after, self.clock):
+            return None
+        hold = state.hold()
+        times = BatchTimes(
+            before, after, before if hold is None else min(before, hold), clock_before, self.clock
+        )
+        job, components = self._plan.job_id, self._components
+        parts = []
+        if state.step is not None:
+            parts.append(state.step.filter(_is_state))
+        if chunks:
+            raw = chunks[0] if len(chunks) == 1 else self._sc.union(chunks)
+            keyed = raw.flatMap(functools.partial(_keyed, group, job, components))
+            parts.append(keyed.partitionBy(self._partitions, partition_of))
+        rdd = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
+        rdd = rdd.partitionBy(self._partitions, partition_of)
+        task = functools.partial(_group_task, group, job, components, times)
+        out = rdd.mapPartitionsWithIndex(task, preservesPartitioning=True)
+        out.localCheckpoint()
+        try:
+            summaries = out.filter(_is_summary).values().collect()
+        except Exception as err:
+            raise PipelineFailedError(label, python_error_message(err)) from None
+        if state.step is not None:
+            state.step.unpersist(blocking=False)
+        state.step = out
+        state.summaries = [pickle.loads(s) for s in summaries]
+        tracker.apply(holds={(label, STATE_HOLD): state.hold()})
+        if not any(s.panes for s in state.summaries):
+            return None
+        return out.filter(_is_output).values()
+
+    def _release_batch(self) -> None:
+        """Unpersist the batch's stage outputs (the group steps' states are cut from them)."""
+        for rdd in self._persisted:
+            rdd.unpersist(blocking=False)
+        self._persisted.clear()
+
+    def _release(self) -> None:
+        self._release_batch()
+        for state in self._groups.values():
+            if state.step is not None:
+                state.step.unpersist(blocking=False)
+        self._components.destroy()
+
+
+def _now() -> int:
+    return time.time_ns() // 1000
+
+
+# Task functions: module level, so that Spark pickles them without the driver.
+
+
+def _tag(transform_id: str, chunk: bytes) -> tuple[str, bytes]:
+    return transform_id, chunk
+
+
+def _is_summary(record: tuple[Any, bytes]) -> bool:
+    return record[0] == SUMMARY
+
+
+def _is_state(record: tuple[Any, bytes]) -> bool:
+    return isinstance(record[0], int)
+
+
+def _is_output(record: tuple[Any, bytes]) -> bool:
+    return record[0] == OUTPUT
+
+
+def _group_task(
+    group: GroupSpec,
+    job_id: str,
+    components: Any,
+    times: BatchTimes,
+    index: int,
+    records: Iterable[Any],
+) -> Iterator[Any]:
+    return group_batch(group, job_id, components.value, times, index, records)
+
+
+def _window_elements(
+    element_coder_id: str,
+    windowed_coder_id: str,
+    job_id: str,
+    components: Any,
+    elements: Iterable[tuple[bytes, int]],
+) -> Iterator[bytes]:
+    """TestStream elements (encoded, µs) as one chunk of global-window values."""
+    element_impl = coder(job_id, components.value, element_coder_id).get_impl()
+    windowed_impl = coder(job_id, components.value, windowed_coder_id).get_impl()
+    out = create_OutputStream()
+    for encoded, micros in elements:
+        value: WindowedValue = GlobalWindows.windowed_value(
+            element_impl.decode(encoded), timestamp=Timestamp(micros=micros)
+        )
+        windowed_impl.encode_to_stream(value, out, True)
+    yield out.get()
