@@ -23,8 +23,8 @@ __all__ = [
     "DEFAULT_MASTER",
     "PySparkRunnerOptions",
     "SparkTarget",
-    "max_batches",
     "spark_target",
+    "streaming_option",
 ]
 
 #: The master used when neither --spark_master nor --spark_master_url is given.
@@ -68,6 +68,13 @@ class PySparkRunnerOptions(PipelineOptions):
             type=int,
             default=None,
             help="With --streaming: stop after this many micro-batches (N >= 1).",
+        )
+        parser.add_argument(
+            "--key_partitions",
+            type=int,
+            default=None,
+            help="With --streaming: how many Spark partitions hold each GroupByKey's "
+            "keys and state (N >= 1; default: the SparkContext's default parallelism).",
         )
 
 
@@ -128,13 +135,14 @@ def spark_target(options: PipelineOptions) -> SparkTarget:
     return SparkTarget(master, conf)
 
 
-def max_batches(options: PipelineOptions) -> int | None:
-    """``--max_batches`` checked: None, or an int >= 1 (ValueError names a bad one)."""
-    value = options.view_as(PySparkRunnerOptions).max_batches
+def streaming_option(options: PipelineOptions, name: str) -> int | None:
+    """``--max_batches`` or ``--key_partitions`` checked: None, or an int >= 1
+    (TypeError or ValueError names the option)."""
+    value = getattr(options.view_as(PySparkRunnerOptions), name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"max_batches must be an int, got {type(value).__name__}")
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < 1:
-        raise ValueError(f"max_batches must be >= 1, got {value}")
+        raise ValueError(f"{name} must be >= 1, got {value}")
     return value

@@ -16,7 +16,7 @@ from apache_beam.runners.runner import PipelineRunner
 from apache_beam.transforms import environments
 
 from spark_backend.runner.executor import StageExecutor
-from spark_backend.runner.options import SparkTarget, max_batches, spark_target
+from spark_backend.runner.options import SparkTarget, spark_target, streaming_option
 from spark_backend.runner.plan import Plan, plan_pipeline
 from spark_backend.runner.result import PySparkPipelineResult
 from spark_backend.runner.streaming.run import start_streaming
@@ -37,9 +37,12 @@ class PySparkRunner(PipelineRunner):
         ``wait_until_finish`` blocks until it ends (``with Pipeline()`` calls it)."""
         target = spark_target(options)
         streaming = bool(options.view_as(pipeline_options.StandardOptions).streaming)
-        batches = max_batches(options)
-        if batches is not None and not streaming:
-            raise ValueError("--max_batches needs --streaming (a batch run has no micro-batches)")
+        batches = streaming_option(options, "max_batches")
+        partitions = streaming_option(options, "key_partitions")
+        if not streaming:
+            for name, value in (("max_batches", batches), ("key_partitions", partitions)):
+                if value is not None:
+                    raise ValueError(f"--{name} needs --streaming (it is a streaming option)")
         RuntimeValueProvider.set_runtime_options({})
         _with_fn_api_experiment(options)
         type_options = options.view_as(pipeline_options.TypeOptions)
@@ -51,7 +54,7 @@ class PySparkRunner(PipelineRunner):
         )
         check_pipeline(proto, streaming)
         if streaming:
-            return start_streaming(proto, _spark_context(target), batches)
+            return start_streaming(proto, _spark_context(target), batches, partitions)
         plan = plan_pipeline(proto)
         return _start(plan, target)
 

@@ -20,6 +20,8 @@ hands the tasks the next watermarks; it never reads elements.
 from __future__ import annotations
 
 import functools
+import itertools
+import logging
 import pickle
 import threading
 import time
@@ -36,6 +38,7 @@ from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
+from spark_backend.runner.bundles import METRICS, PartitionSummary
 from spark_backend.runner.errors import PipelineFailedError
 from spark_backend.runner.executor import _is_buffer, _is_metrics, _keyed, _stage_task
 from spark_backend.runner.plan import IMPULSE, GroupSpec, Plan, StageSpec
@@ -60,6 +63,8 @@ from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import STATE_HOLD
 
 __all__ = ["Batch", "StreamingDriver"]
+
+_LOG = logging.getLogger(__name__)
 
 #: Elements of one source in one batch go to at most this many partitions.
 _MAX_SOURCE_PARTITIONS: Final[int] = 8
@@ -120,10 +125,14 @@ class StreamingDriver:
         self._test_clock = bool(sources)
         self.clock = 0 if self._test_clock else _now()
         self._groups: dict[bytes, _GroupState] = {b: _GroupState() for b in plan.groups}
+        labels = {g.label for g in plan.groups.values()}
+        self._upstream_groups = {
+            g.label: _ancestors(watermarks, g.label) & labels for g in plan.groups.values()
+        }
         self._components = spark_context.broadcast(plan.components)
-        self._persisted: list[Any] = []
         self._infos: dict[str, list[Any]] = defaultdict(list)
         self.batches_run = 0
+        self._jobs = 0
         self._stop = threading.Event()
 
     # -- control ---------------------------------------------------------------------
@@ -195,90 +204,78 @@ class StreamingDriver:
     # -- one batch -----------------------------------------------------------------------
 
     def _run_batch(self, batch: Batch) -> None:
+        """Run one batch: build its stages' RDDs lazily, in Beam's order, and collect
+        what the driver needs (stage metrics, group summaries) in as few Spark jobs as
+        the GroupByKeys' dependencies allow: one, unless a GroupByKey reads another's
+        output in the same batch (its input watermark then needs that one's hold)."""
         clock_before = self.clock
         if self._test_clock:
             self.clock += batch.clock_advance
         else:
             self.clock = max(self.clock, _now())
         tracker = self.watermarks.tracker
-        inputs_before = {
-            g.label: tracker.input_watermark(g.label) for g in self._plan.groups.values()
-        }
+        run = _BatchRun(
+            batch,
+            clock_before,
+            {g.label: tracker.input_watermark(g.label) for g in self._plan.groups.values()},
+        )
         watermarks = dict(batch.watermarks)
         if batch.number == 0:
             # an Impulse has sent its one element once the first batch ran
             watermarks.update(dict.fromkeys(self._impulses, MAX_TIMESTAMP))
         if watermarks:
             tracker.apply(source_watermarks=watermarks)
-        buffers: dict[bytes, list[Any]] = defaultdict(list)
+        started = time.perf_counter()
+        jobs = self._jobs
         try:
             for spec in self._plan.stages:
-                self._run_stage(spec, batch, buffers, inputs_before, clock_before)
+                self._run_stage(spec, run)
+            self._sync(run)
         finally:
-            self._release_batch()
+            for rdd in run.persisted:
+                rdd.unpersist(blocking=False)
         self.watermarks.record(self.clock)
+        _LOG.info(
+            "batch %d: %d Spark job(s) in %.2f s (processing time %d µs)",
+            batch.number,
+            self._jobs - jobs,
+            time.perf_counter() - started,
+            self.clock,
+        )
 
-    def _run_stage(
-        self,
-        spec: StageSpec,
-        batch: Batch,
-        buffers: dict[bytes, list[Any]],
-        inputs_before: dict[str, int],
-        clock_before: int,
-    ) -> None:
+    def _run_stage(self, spec: StageSpec, run: _BatchRun) -> None:
+        """Add the stage's RDD for this batch (none when all its inputs are empty)."""
         tagged = []
         for transform_id, buffer in spec.inputs.items():
-            rdd = self._input(
-                spec, transform_id, buffer, batch, buffers, inputs_before, clock_before
-            )
+            rdd = self._input(spec, transform_id, buffer, run)
             if rdd is not None:
                 tagged.append(rdd.map(functools.partial(_tag, transform_id)))
         if not tagged:
             return
         rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
-        task = functools.partial(_stage_task, spec, self._plan.job_id, self._components, None)
+        task = functools.partial(_nonempty_stage_task, spec, self._plan.job_id, self._components)
         output = rdd.mapPartitions(task).persist()
-        self._persisted.append(output)
-        try:
-            metrics = output.filter(_is_metrics).values().collect()
-        except Exception as err:
-            raise PipelineFailedError(spec.label, python_error_message(err)) from None
-        sizes: dict[bytes, int] = defaultdict(int)
-        for blob in metrics:
-            summary = pickle.loads(blob)
-            response = beam_fn_api_pb2.ProcessBundleResponse.FromString(summary.metrics)
-            self._infos[spec.name].extend(response.monitoring_infos)
-            for buffer, size in summary.sizes.items():
-                sizes[buffer] += size
+        run.persisted.append(output)
+        run.pending.append(output.filter(_is_metrics).map(functools.partial(_named, spec.name)))
         for buffer in set(spec.outputs.values()):
-            if sizes.get(buffer):
-                buffers[buffer].append(
-                    output.filter(functools.partial(_is_buffer, buffer)).values()
-                )
+            run.buffers[buffer].append(
+                output.filter(functools.partial(_is_buffer, buffer)).values()
+            )
 
-    def _input(
-        self,
-        spec: StageSpec,
-        transform_id: str,
-        buffer: bytes,
-        batch: Batch,
-        buffers: dict[bytes, list[Any]],
-        inputs_before: dict[str, int],
-        clock_before: int,
-    ) -> Any:
+    def _input(self, spec: StageSpec, transform_id: str, buffer: bytes, run: _BatchRun) -> Any:
         """This batch's RDD of chunks for one data input of a stage, None when empty."""
         if buffer == IMPULSE:
             if transform_id in self._sources:
-                elements = batch.elements.get(transform_id)
+                elements = run.batch.elements.get(transform_id)
                 if not elements:
                     return None
                 return self._source_rdd(spec.input_coders[transform_id], transform_id, elements)
-            if transform_id in batch.impulses:
+            if transform_id in run.batch.impulses:
                 return self._sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
             return None
         if buffer.startswith(b"group:"):
-            return self._group_step(buffer, buffers, inputs_before, clock_before)
-        rdds = buffers.get(buffer)
+            return self._group_step(buffer, run)
+        rdds = run.buffers.get(buffer)
         if not rdds:
             return None
         return rdds[0] if len(rdds) == 1 else self._sc.union(rdds)
@@ -294,27 +291,27 @@ class StreamingDriver:
         )
         return self._sc.parallelize(list(elements), parts).mapPartitions(encode)
 
-    def _group_step(
-        self,
-        buffer: bytes,
-        buffers: dict[bytes, list[Any]],
-        inputs_before: dict[str, int],
-        clock_before: int,
-    ) -> Any:
-        """Run the GroupByKey of ``buffer`` for this batch; its output RDD, or None when
-        it had no input and nothing due."""
+    def _group_step(self, buffer: bytes, run: _BatchRun) -> Any:
+        """The RDD of the GroupByKey of ``buffer`` for this batch (its output chunks), or
+        None when it has no input and nothing due."""
         group: GroupSpec = self._plan.groups[buffer]
         state = self._groups[buffer]
-        tracker = self.watermarks.tracker
         label = group.label
-        before = inputs_before.get(label, tracker.input_watermark(label))
+        if run.unsynced & self._upstream_groups[label]:
+            self._sync(run)  # its input watermark depends on their holds
+        tracker = self.watermarks.tracker
+        before = run.inputs_before.get(label, tracker.input_watermark(label))
         after = tracker.input_watermark(label)
-        chunks = buffers.get(buffer)
+        chunks = run.buffers.get(buffer)
         if not chunks and not state.due(after, self.clock):
             return None
         hold = state.hold()
         times = BatchTimes(
-            before, after, before if hold is None else min(before, hold), clock_before, self.clock
+            before,
+            after,
+            before if hold is None else min(before, hold),
+            run.clock_before,
+            self.clock,
         )
         job, components = self._plan.job_id, self._components
         parts = []
@@ -327,33 +324,78 @@ class StreamingDriver:
         rdd = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
         rdd = rdd.partitionBy(self._partitions, partition_of)
         task = functools.partial(_group_task, group, job, components, times)
-        out = rdd.mapPartitionsWithIndex(task, preservesPartitioning=True)
-        out.localCheckpoint()
-        try:
-            summaries = out.filter(_is_summary).values().collect()
-        except Exception as err:
-            raise PipelineFailedError(label, python_error_message(err)) from None
-        if state.step is not None:
-            state.step.unpersist(blocking=False)
-        state.step = out
-        state.summaries = [pickle.loads(s) for s in summaries]
-        tracker.apply(holds={(label, STATE_HOLD): state.hold()})
-        if not any(s.panes for s in state.summaries):
-            return None
+        out = rdd.mapPartitionsWithIndex(task, preservesPartitioning=True).persist()
+        out.localCheckpoint()  # cut the lineage to the previous batches once computed
+        run.steps[buffer] = out
+        run.unsynced.add(label)
+        run.pending.append(out.filter(_is_summary).map(functools.partial(_named, buffer)))
         return out.filter(_is_output).values()
 
-    def _release_batch(self) -> None:
-        """Unpersist the batch's stage outputs (the group steps' states are cut from them)."""
-        for rdd in self._persisted:
-            rdd.unpersist(blocking=False)
-        self._persisted.clear()
+    def _sync(self, run: _BatchRun) -> None:
+        """One Spark job computing everything pending; read the stage metrics and the
+        group summaries, set the groups' holds."""
+        if not run.pending:
+            return
+        pending = run.pending[0] if len(run.pending) == 1 else self._sc.union(run.pending)
+        self._jobs += 1
+        try:
+            records = pending.collect()
+        except Exception as err:
+            label = f"(batch {run.batch.number})"
+            raise PipelineFailedError(label, python_error_message(err)) from None
+        run.pending = []
+        summaries: dict[bytes, list[GroupSummary]] = defaultdict(list)
+        for name, blob in records:
+            if isinstance(name, bytes):
+                summaries[name].append(pickle.loads(blob))
+            else:
+                summary = pickle.loads(blob)
+                response = beam_fn_api_pb2.ProcessBundleResponse.FromString(summary.metrics)
+                self._infos[name].extend(response.monitoring_infos)
+        holds: dict[tuple[str, str], int | None] = {}
+        for buffer, step in run.steps.items():
+            state = self._groups[buffer]
+            if state.step is not None:
+                state.step.unpersist(blocking=False)
+            state.step = step
+            state.summaries = summaries[buffer]
+            holds[self._plan.groups[buffer].label, STATE_HOLD] = state.hold()
+        run.steps = {}
+        run.unsynced = set()
+        if holds:
+            self.watermarks.tracker.apply(holds=holds)
 
     def _release(self) -> None:
-        self._release_batch()
         for state in self._groups.values():
             if state.step is not None:
                 state.step.unpersist(blocking=False)
         self._components.destroy()
+
+
+@dataclass
+class _BatchRun:
+    """One batch in progress: its sources' data, the RDDs built and not yet computed."""
+
+    batch: Batch
+    clock_before: int
+    inputs_before: dict[str, int]  # each GroupByKey's input watermark before the batch
+    buffers: dict[bytes, list[Any]] = field(default_factory=lambda: defaultdict(list))
+    pending: list[Any] = field(default_factory=list)  # RDDs of (name, summary) records
+    persisted: list[Any] = field(default_factory=list)
+    steps: dict[bytes, Any] = field(default_factory=dict)  # group steps not yet computed
+    unsynced: set[str] = field(default_factory=set)
+
+
+def _ancestors(watermarks: PipelineWatermarks, label: str) -> set[str]:
+    graph = watermarks.graph
+    seen: set[str] = set()
+    todo = list(graph.upstream(label))
+    while todo:
+        up = todo.pop()
+        if up not in seen:
+            seen.add(up)
+            todo.extend(graph.upstream(up))
+    return seen
 
 
 def _now() -> int:
@@ -365,6 +407,24 @@ def _now() -> int:
 
 def _tag(transform_id: str, chunk: bytes) -> tuple[str, bytes]:
     return transform_id, chunk
+
+
+def _named(name: str | bytes, record: tuple[Any, bytes]) -> tuple[str | bytes, bytes]:
+    """A summary record named by its stage (str) or GroupByKey buffer (bytes)."""
+    return name, record[1]
+
+
+def _nonempty_stage_task(
+    spec: StageSpec, job_id: str, components: Any, records: Iterable[Any]
+) -> Iterator[tuple[bytes, bytes]]:
+    """The stage over one partition, or only an empty metrics record for an empty one
+    (no bundle: Beam's runners run none without input)."""
+    iterator = iter(records)
+    first = next(iterator, None)
+    if first is None:
+        empty = beam_fn_api_pb2.ProcessBundleResponse().SerializeToString()
+        return iter([(METRICS, pickle.dumps(PartitionSummary(empty, {})))])
+    return _stage_task(spec, job_id, components, None, itertools.chain([first], iterator))
 
 
 def _is_summary(record: tuple[Any, bytes]) -> bool:

@@ -17,7 +17,10 @@ __all__ = ["start_streaming"]
 
 
 def start_streaming(
-    pipeline: pb.Pipeline, spark_context: Any, max_batches: int | None
+    pipeline: pb.Pipeline,
+    spark_context: Any,
+    max_batches: int | None,
+    key_partitions: int | None = None,
 ) -> StreamingPipelineResult:
     """Check ``pipeline`` (a proto the batch checks passed with ``streaming``) for what
     streaming runs, then start it on ``spark_context`` in a driver thread."""
@@ -30,7 +33,7 @@ def start_streaming(
         PipelineWatermarks(prepared),
         sources,
         impulse_labels(prepared) - set(sources),
-        spark_context.defaultParallelism,
+        key_partitions or spark_context.defaultParallelism,
         max_batches,
     )
     return StreamingPipelineResult(driver, f"beam-{plan.job_id}")
