@@ -26,7 +26,7 @@ import pickle
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -62,7 +62,7 @@ from spark_backend.runner.task_context import coder
 from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import STATE_HOLD
 
-__all__ = ["Batch", "StreamingDriver"]
+__all__ = ["Batch", "StreamingDriver", "schedule"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -75,10 +75,43 @@ class Batch:
     """What the sources send in one micro-batch (µs)."""
 
     number: int
+    source: str | None = None  # the TestStream whose event this batch is
     elements: dict[str, tuple[tuple[bytes, int], ...]] = field(default_factory=dict)
     impulses: tuple[str, ...] = ()
     watermarks: dict[str, int] = field(default_factory=dict)
     clock_advance: int = 0
+
+
+def schedule(sources: dict[str, TestStreamSource], impulses: Sequence[str]) -> Iterator[Batch]:
+    """The batches the sources send, numbered from 0: the TestStreams take turns (in the
+    order of ``sources``), one event each per batch; the Impulses emit in batch 0; a last
+    batch puts every source's watermark at ``MAX_TIMESTAMP``."""
+    cursors = {label: 0 for label in sources}
+    number = 0
+    pending: Batch | None = Batch(0, impulses=tuple(impulses)) if impulses or not sources else None
+    while True:
+        live = [s for s in sources if cursors[s] < len(sources[s].events)]
+        if not live:
+            break
+        for label in live:
+            batch = pending or Batch(number)
+            batch.source = label
+            pending = None
+            kind, payload = sources[label].events[cursors[label]]
+            cursors[label] += 1
+            if kind == ELEMENTS:
+                batch.elements[label] = payload  # type: ignore[assignment]
+            elif kind == WATERMARK:
+                batch.watermarks[label] = payload  # type: ignore[assignment]
+            else:
+                assert kind == PROCESSING_TIME
+                batch.clock_advance = payload  # type: ignore[assignment]
+            yield batch
+            number += 1
+    last = pending or Batch(number)
+    last.watermarks.update(dict.fromkeys(sources, MAX_TIMESTAMP))
+    last.watermarks.update(dict.fromkeys(impulses, MAX_TIMESTAMP))
+    yield last
 
 
 @dataclass
@@ -160,7 +193,7 @@ class StreamingDriver:
         Spark jobs under ``job_group``."""
         self._sc.setJobGroup(job_group, "Beam pipeline on PySparkRunner (streaming)", True)
         try:
-            for batch in self._schedule():
+            for batch in schedule(self._sources, self._impulses):
                 if self._stop.is_set():
                     return
                 if self._max_batches is not None and batch.number >= self._max_batches:
@@ -169,37 +202,6 @@ class StreamingDriver:
                 self.batches_run += 1
         finally:
             self._release()
-
-    # -- the sources' schedule -----------------------------------------------------------
-
-    def _schedule(self) -> Iterator[Batch]:
-        """The batches the sources send (see the module docstring)."""
-        cursors = {label: 0 for label in self._sources}
-        number = 0
-        first = Batch(number, impulses=tuple(self._impulses))
-        pending: Batch | None = first if self._impulses or not self._sources else None
-        while True:
-            live = [s for s in self._sources if cursors[s] < len(self._sources[s].events)]
-            if not live:
-                break
-            for label in live:
-                batch = pending or Batch(number)
-                pending = None
-                kind, payload = self._sources[label].events[cursors[label]]
-                cursors[label] += 1
-                if kind == ELEMENTS:
-                    batch.elements[label] = payload  # type: ignore[assignment]
-                elif kind == WATERMARK:
-                    batch.watermarks[label] = payload  # type: ignore[assignment]
-                else:
-                    assert kind == PROCESSING_TIME
-                    batch.clock_advance = payload  # type: ignore[assignment]
-                yield batch
-                number += 1
-        last = pending or Batch(number)
-        last.watermarks.update(dict.fromkeys(self._sources, MAX_TIMESTAMP))
-        last.watermarks.update(dict.fromkeys(self._impulses, MAX_TIMESTAMP))
-        yield last
 
     # -- one batch -----------------------------------------------------------------------
 
