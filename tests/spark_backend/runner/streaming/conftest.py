@@ -26,48 +26,6 @@ from beam_pipelines.beam_runner import build_packed, packed_options, theory_pane
 from theory.windowing.engine import Pane
 
 
-class CaptureToFiles(beam.DoFn):
-    """Writes each bundle's panes, as theory Panes, to one file in ``directory``."""
-
-    def __init__(self, directory: str, branch: int) -> None:
-        self._directory = directory
-        self._branch = branch
-
-    def start_bundle(self) -> None:
-        self._started = time.monotonic_ns()
-        self._panes: list[Pane] = []
-
-    def process(
-        self,
-        kv: Any,
-        window: Any = beam.DoFn.WindowParam,
-        timestamp: Any = beam.DoFn.TimestampParam,
-        pane: Any = beam.DoFn.PaneInfoParam,
-    ) -> Iterator[None]:
-        (_, key), values = kv
-        self._panes.append(theory_pane(key, values, window, timestamp, pane))
-        return iter(())
-
-    def finish_bundle(self) -> None:
-        if not self._panes:
-            return
-        name = f"{self._started:020d}-{self._branch}-{uuid.uuid4().hex}"
-        tmp = os.path.join(self._directory, f".{name}")
-        with open(tmp, "wb") as f:
-            pickle.dump((self._branch, self._panes), f)
-        os.replace(tmp, os.path.join(self._directory, name))
-
-
-def read_panes(directory: Path, branches: int) -> list[list[Pane]]:
-    """Each branch's captured panes, bundles in start order."""
-    out: list[list[Pane]] = [[] for _ in range(branches)]
-    for path in sorted(p for p in directory.iterdir() if not p.name.startswith(".")):
-        with path.open("rb") as f:
-            branch, panes = pickle.load(f)
-        out[branch].extend(panes)
-    return out
-
-
 class CaptureValues(beam.DoFn):
     """Writes each bundle's elements to one file in ``directory`` (any runner)."""
 
@@ -124,6 +82,32 @@ def run_pipeline(spark: Any, tmp_path: Path) -> RunPipeline:
         return read_values(directory), result
 
     return run
+
+
+class CaptureToFiles(CaptureValues):
+    """Captures each pane of branch ``branch`` as ``(branch, theory Pane)``."""
+
+    def __init__(self, directory: str, branch: int) -> None:
+        super().__init__(directory)
+        self._branch = branch
+
+    def process(  # type: ignore[override]
+        self,
+        kv: Any,
+        window: Any = beam.DoFn.WindowParam,
+        timestamp: Any = beam.DoFn.TimestampParam,
+        pane: Any = beam.DoFn.PaneInfoParam,
+    ) -> Iterator[None]:
+        (_, key), values = kv
+        return super().process((self._branch, theory_pane(key, values, window, timestamp, pane)))
+
+
+def read_panes(directory: Path, branches: int) -> list[list[Pane]]:
+    """Each branch's captured panes, bundles in start order."""
+    out: list[list[Pane]] = [[] for _ in range(branches)]
+    for branch, pane in read_values(directory):
+        out[branch].append(pane)
+    return out
 
 
 RunPacked = Callable[..., tuple[list[list[Pane]], Any]]

@@ -199,3 +199,18 @@ def test_stateful_dofn_in_streaming_is_refused_naming_it() -> None:
 def test_bad_streaming_options_are_refused(flags: list[str], error: type, message: str) -> None:
     with pytest.raises(error, match=message):
         run_refused(lambda p: p | beam.Create([1]), *flags)
+
+
+def test_cancel_stops_at_a_batch_boundary(spark: Any) -> None:
+    from spark_backend.runner import PySparkRunner
+
+    events = TestStream()
+    for i in range(50):
+        events = events.add_elements([tv("a", i, i)])
+    p = beam.Pipeline(runner=PySparkRunner(), options=streaming())
+    p | events | beam.Map(lambda kv: kv[1])
+    result = p.run()
+    assert result.wait_until_finish(duration=1) is None  # 50 Spark jobs take longer than 1 ms
+    assert result.cancel() == PipelineState.CANCELLED
+    assert result.wait_until_finish() == PipelineState.CANCELLED
+    assert 0 <= result.batches < 50
