@@ -7,14 +7,16 @@ watermark. Impulses (``beam.Create``) emit in the first batch and then stand at
 infinity. When every TestStream has run out, a last batch puts their watermarks at
 ``MAX_TIMESTAMP``, as a TestStream ends.
 
-In a batch the fused stages run in Beam's order, each as one Spark job over the batch's
-input (a stage whose inputs are all empty is skipped). A GroupByKey's step
-(:mod:`.grouping`) runs when it has input or when one of its partitions has a timer the
-batch's watermark or clock makes due; its engine state stays in a persisted,
-key-partitioned RDD between batches (lineage cut by ``localCheckpoint``). The driver
-reads back only each partition's summary (hold, next timers, counts), sets the
-GroupByKey's ``state:pending-windows`` hold in the tracker (:mod:`.watermarks`) and
-hands the tasks the next watermarks; it never reads elements.
+In a batch the fused stages' RDDs are built in Beam's order (a stage whose inputs are all
+empty is left out) and computed together: one Spark job per batch, or one per level of
+GroupByKeys that read each other's output in the batch (the downstream one's input
+watermark needs the upstream one's hold first). A GroupByKey's step (:mod:`.grouping`)
+runs when it has input or when one of its partitions has a timer the batch's watermark
+or clock makes due; its engine state stays in a persisted, key-partitioned RDD between
+batches (lineage cut by ``localCheckpoint``). The driver reads back only each stage's
+metrics and each partition's summary (hold, next timers, counts), sets the GroupByKey's
+``state:pending-windows`` hold in the tracker (:mod:`.watermarks`) and hands the tasks
+the next watermarks; it never reads elements. Each batch logs one line (jobs, seconds).
 """
 
 from __future__ import annotations

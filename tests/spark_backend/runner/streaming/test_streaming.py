@@ -214,3 +214,36 @@ def test_cancel_stops_at_a_batch_boundary(spark: Any) -> None:
     assert result.cancel() == PipelineState.CANCELLED
     assert result.wait_until_finish() == PipelineState.CANCELLED
     assert 0 <= result.batches < 50
+
+
+def chained_groups(p: beam.Pipeline, capture: Any) -> None:
+    """Per-key sums in 10 s windows, then per window the count of keys: a GroupByKey
+    reading another's output in the same batch."""
+    events = (
+        TestStream()
+        .add_elements([tv("a", 1, 1), tv("b", 2, 2), tv("c", 4, 12)])
+        .advance_watermark_to(Timestamp(micros=11 * S))
+        .add_elements([tv("a", 3, 15)])
+        .advance_watermark_to(Timestamp(micros=25 * S))
+    )
+    (
+        p
+        | "events" >> events
+        | "window" >> beam.WindowInto(window.FixedWindows(10))
+        | "sum" >> beam.CombinePerKey(sum)
+        | "rekey" >> beam.Map(lambda kv: ("all", kv[1]))
+        | "count" >> beam.GroupByKey()
+        | "observe" >> beam.ParDo(Observe())
+        | "capture" >> beam.ParDo(capture)
+    )
+
+
+def test_chained_group_by_keys_match_bundle_based_direct_runner(run_pipeline: Any) -> None:
+    beam_out, _ = run_pipeline(chained_groups, runner=BundleBasedDirectRunner())
+    ours, result = run_pipeline(chained_groups, key_partitions=2)
+    assert len(beam_out) == 2, "the reference should fire one pane per window"
+    assert sorted(ours) == sorted(coder_rounded(beam_out))
+    marks = result.watermarks()
+    # the second GroupByKey reads the first one's output: its input follows that output
+    first_out, second_in = marks["sum/GroupByKey"]["output"], marks["count"]["input"]
+    assert second_in.values.tolist() == first_out.values.tolist()
