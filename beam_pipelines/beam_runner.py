@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -55,13 +55,16 @@ __all__ = [
     "beam_trigger",
     "beam_window_fn",
     "beam_windowing",
+    "build_packed",
     "canonical_panes",
     "group_by_window_label",
+    "packed_options",
     "quiet",
     "run_and_wait",
     "run_beam",
     "run_beam_packed",
     "skeleton",
+    "theory_pane",
 ]
 
 _TIMING = {
@@ -127,6 +130,28 @@ def canonical_panes(panes: Iterable[Pane]) -> list[tuple[Any, ...]]:
 _SINK: dict[str, list[tuple[int, Pane]]] = {}
 
 
+def theory_pane(
+    key: Hashable, values: Iterable[Any], window: Any, timestamp: Any, pane: Any
+) -> Pane:
+    """A Beam GroupByKey output (its key, values, window, timestamp and PaneInfo) as a
+    theory :class:`~theory.windowing.engine.Pane` (times in µs)."""
+    if isinstance(window, bw.GlobalWindow):
+        win: Any = GLOBAL_WINDOW
+    else:
+        win = IntervalWindow(int(window.start.micros), int(window.end.micros))
+    return Pane(
+        key,
+        win,
+        tuple(values),
+        int(timestamp.micros),
+        _TIMING[pane.timing],
+        int(pane.index),
+        int(pane.nonspeculative_index),
+        bool(pane.is_first),
+        bool(pane.is_last),
+    )
+
+
 class _Collect(beam.DoFn):
     """Appends each pane to ``_SINK[run_id]`` (the direct runner runs in this process)."""
 
@@ -142,29 +167,10 @@ class _Collect(beam.DoFn):
         pane: Any = beam.DoFn.PaneInfoParam,
     ) -> Iterator[None]:
         (_, key), values = kv
-        if isinstance(window, bw.GlobalWindow):
-            win: Any = GLOBAL_WINDOW
-        else:
-            win = IntervalWindow(int(window.start.micros), int(window.end.micros))
         sink = _SINK.get(self.run_id)
         if sink is None:  # the run was given up (timeout)
             return iter(())
-        sink.append(
-            (
-                self.branch,
-                Pane(
-                    key,
-                    win,
-                    tuple(values),
-                    int(timestamp.micros),
-                    _TIMING[pane.timing],
-                    int(pane.index),
-                    int(pane.nonspeculative_index),
-                    bool(pane.is_first),
-                    bool(pane.is_last),
-                ),
-            )
-        )
+        sink.append((self.branch, theory_pane(key, values, window, timestamp, pane)))
         return iter(())
 
 
@@ -227,12 +233,16 @@ def run_and_wait(pipeline: beam.Pipeline, *, timeout: float, test_runner_api: bo
     return False
 
 
-def run_beam_packed(
-    cases: Sequence[tuple[Script | Iterable[Event], WindowingStrategy]],
-    *,
-    timeout: float = 120.0,
-) -> BeamRun:
-    """Run scripts sharing one skeleton (see :func:`skeleton`) in one Beam pipeline."""
+
+Cases = Sequence[tuple[Script | Iterable[Event], WindowingStrategy]]
+
+
+def build_packed(pipeline: Any, cases: Cases, collect: Callable[[int], beam.DoFn]) -> None:
+    """Add to ``pipeline`` the scripts of ``cases`` (sharing one skeleton, see
+    :func:`skeleton`): one TestStream of all their elements, keys ``(i, key)``, and per
+    script ``i`` a ``Filter -> WindowInto -> GroupByKey -> ParDo(collect(i))`` branch. The
+    collecting DoFn gets ``((i, key), values)`` with the pane's window, timestamp and
+    PaneInfo (:func:`theory_pane` converts them)."""
     if not cases:
         raise ValueError("no scripts to run")
     scripts = [s if isinstance(s, Script) else Script(list(s)) for s, _ in cases]
@@ -240,13 +250,36 @@ def run_beam_packed(
     for i, s in enumerate(scripts[1:], 1):
         if skeleton(s) != base:
             raise ValueError(f"script {i} does not share script 0's watermark/processing events")
-    merged = _interleave(scripts)
-    run_id = uuid.uuid4().hex
-    _SINK[run_id] = []
+    source = pipeline | "events" >> to_test_stream(_interleave(scripts))
+    for i, (_, strategy) in enumerate(cases):
+        branch = source
+        if len(cases) > 1:
+            branch = branch | f"only{i}" >> beam.Filter(lambda kv, i=i: kv[0][0] == i)
+        _ = (
+            branch
+            | f"window{i}" >> beam.WindowInto(**beam_windowing(strategy))
+            | f"group{i}" >> beam.GroupByKey()
+            | f"collect{i}" >> beam.ParDo(collect(i))
+        )
+
+
+def packed_options(cases: Cases) -> PipelineOptions:
+    """Streaming options for :func:`build_packed`'s pipeline (unsafe triggers allowed
+    where a case's strategy allows them)."""
     opts = PipelineOptions(
         allow_unsafe_triggers=any(st.allow_unsafe_triggers for _, st in cases),
     )
     opts.view_as(StandardOptions).streaming = True
+    return opts
+
+
+def run_beam_packed(cases: Cases, *, timeout: float = 120.0) -> BeamRun:
+    """Run scripts sharing one skeleton (see :func:`skeleton`) in one Beam pipeline."""
+    if not cases:
+        raise ValueError("no scripts to run")
+    run_id = uuid.uuid4().hex
+    _SINK[run_id] = []
+    opts = packed_options(cases)
     # the runner-API round trip cannot carry OUTPUT_AT_EARLIEST_TRANSFORMED
     test_runner_api = not any(
         st.timestamp_combiner is TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED for _, st in cases
@@ -254,17 +287,7 @@ def run_beam_packed(
     t0 = time.perf_counter()
     with quiet():
         pipeline = beam.Pipeline(runner=BundleBasedDirectRunner(), options=opts)
-        source = pipeline | "events" >> to_test_stream(merged)
-        for i, (_, strategy) in enumerate(cases):
-            branch = source
-            if len(cases) > 1:
-                branch = branch | f"only{i}" >> beam.Filter(lambda kv, i=i: kv[0][0] == i)
-            _ = (
-                branch
-                | f"window{i}" >> beam.WindowInto(**beam_windowing(strategy))
-                | f"group{i}" >> beam.GroupByKey()
-                | f"collect{i}" >> beam.ParDo(_Collect(run_id, i))
-            )
+        build_packed(pipeline, cases, lambda i: _Collect(run_id, i))
         try:
             stalled = run_and_wait(pipeline, timeout=timeout, test_runner_api=test_runner_api)
         finally:

@@ -62,6 +62,7 @@ __all__ = [
     "compare",
     "differences",
     "observe_beam",
+    "pane_differences",
     "random_case",
     "random_group",
     "random_strategy",
@@ -255,14 +256,7 @@ def differences(case: Case, beam: BeamObservation, ours: ScriptResult | None = N
     watermark after each event."""
     if ours is None:
         ours = run_script(case.script, case.strategy)
-    problems = []
-    a, b = canonical_panes(ours.panes), canonical_panes(beam.panes)
-    if a != b:
-        only_ours = [p for p in a if p not in b]
-        only_beam = [p for p in b if p not in a]
-        problems.append(f"{case.label}\n  engine only: {only_ours}\n  beam only:   {only_beam}")
-    else:
-        problems += _order_problems(case.label, ours.panes, beam.panes)
+    problems = pane_differences(case.label, ours.panes, beam.panes)
     if ours.stalled != beam.stalled:
         problems.append(f"{case.label}: stalled: engine {ours.stalled}, beam {beam.stalled}")
     events = beam_events(case.script)
@@ -274,6 +268,17 @@ def differences(case: Case, beam: BeamObservation, ours: ScriptResult | None = N
             f"{case.label}: output watermark after (event, engine µs, beam µs): {wrong}"
         )
     return problems
+
+
+def pane_differences(label: str, ours: list[Pane], beam: list[Pane]) -> list[str]:
+    """What differs between two runs' panes: the panes (values as multisets), else the
+    order of the panes of each (key, window); empty when they agree."""
+    a, b = canonical_panes(ours), canonical_panes(beam)
+    if a != b:
+        only_ours = [p for p in a if p not in b]
+        only_beam = [p for p in b if p not in a]
+        return [f"{label}\n  engine only: {only_ours}\n  beam only:   {only_beam}"]
+    return _order_problems(label, ours, beam)
 
 
 def _order_problems(label: str, ours: list[Pane], beam: list[Pane]) -> list[str]:

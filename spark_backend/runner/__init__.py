@@ -1,4 +1,4 @@
-"""PySparkRunner: Beam pipelines on PySpark (batch), with Beam's exact semantics.
+"""PySparkRunner: Beam pipelines on PySpark (batch, and streaming), with Beam's exact semantics.
 
 Select it with ``--runner=spark_backend.PySparkRunner`` or
 ``beam.Pipeline(runner=PySparkRunner())``; ``--spark_master`` (alias
@@ -46,8 +46,12 @@ for known WindowFns and CombineFns will pay; they are not built yet, and this
 generic path stays the reference and the fallback for everything else. Spark Connect
 is refused: it has no RDDs.
 
+Streaming (``--streaming``, TestStream sources, micro-batches with watermarks per
+transform, GroupByKey decided by theory's engine) is :mod:`spark_backend.runner.streaming`;
+a batch run refuses TestStream as streaming-only.
+
 Not yet supported (refused or untested, see the issue note): processing-time timers
-(refused), TestStream (refused), time-sorted input (refused); runner-initiated
+(refused), time-sorted input (refused); runner-initiated
 (dynamic) splits of a running restriction; a stateful DoFn fused after
 other transforms runs its stage as one task (FnApiRunner's fusion puts it there, and a
 key-partitioning boundary before it would round timestamps, see above).

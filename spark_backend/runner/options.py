@@ -19,7 +19,13 @@ from apache_beam.options.pipeline_options import PipelineOptions, SparkRunnerOpt
 
 from spark_backend.session import parse_conf
 
-__all__ = ["DEFAULT_MASTER", "PySparkRunnerOptions", "SparkTarget", "spark_target"]
+__all__ = [
+    "DEFAULT_MASTER",
+    "PySparkRunnerOptions",
+    "SparkTarget",
+    "spark_target",
+    "streaming_option",
+]
 
 #: The master used when neither --spark_master nor --spark_master_url is given.
 DEFAULT_MASTER: Final[str] = "local[*]"
@@ -39,7 +45,8 @@ _MASTER_FORMS: Final[tuple[re.Pattern[str], ...]] = tuple(
 
 
 class PySparkRunnerOptions(PipelineOptions):
-    """``--spark_master`` and repeatable ``--spark_conf KEY=VALUE``."""
+    """``--spark_master``, repeatable ``--spark_conf KEY=VALUE``, and (with Beam's
+    ``--streaming``) ``--max_batches N``."""
 
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
@@ -55,6 +62,19 @@ class PySparkRunnerOptions(PipelineOptions):
             action="append",
             default=None,
             help="A Spark setting KEY=VALUE; repeat for more.",
+        )
+        parser.add_argument(
+            "--max_batches",
+            type=int,
+            default=None,
+            help="With --streaming: stop after this many micro-batches (N >= 1).",
+        )
+        parser.add_argument(
+            "--key_partitions",
+            type=int,
+            default=None,
+            help="With --streaming: how many Spark partitions hold each GroupByKey's "
+            "keys and state (N >= 1; default: the SparkContext's default parallelism).",
         )
 
 
@@ -113,3 +133,16 @@ def spark_target(options: PipelineOptions) -> SparkTarget:
     except ValueError as err:
         raise ValueError(f"spark_conf: {err}".replace("--conf", "--spark_conf")) from None
     return SparkTarget(master, conf)
+
+
+def streaming_option(options: PipelineOptions, name: str) -> int | None:
+    """``--max_batches`` or ``--key_partitions`` checked: None, or an int >= 1
+    (TypeError or ValueError names the option)."""
+    value = getattr(options.view_as(PySparkRunnerOptions), name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value

@@ -16,9 +16,10 @@ from apache_beam.runners.runner import PipelineRunner
 from apache_beam.transforms import environments
 
 from spark_backend.runner.executor import StageExecutor
-from spark_backend.runner.options import SparkTarget, spark_target
+from spark_backend.runner.options import SparkTarget, spark_target, streaming_option
 from spark_backend.runner.plan import Plan, plan_pipeline
 from spark_backend.runner.result import PySparkPipelineResult
+from spark_backend.runner.streaming.run import start_streaming
 from spark_backend.runner.validate import check_pipeline
 from spark_backend.session import get_session
 
@@ -26,10 +27,11 @@ __all__ = ["PySparkRunner"]
 
 
 class PySparkRunner(PipelineRunner):
-    """Runs a Beam pipeline on Spark with Beam's own bundle processing (batch only).
+    """Runs a Beam pipeline on Spark with Beam's own bundle processing; in micro-batches
+    with ``--streaming`` (:mod:`spark_backend.runner.streaming`).
 
-    ``fast_paths=False`` runs everything on the generic path (Beam's trigger driver
-    for every GroupByKey), the reference the fast paths are tested against."""
+    ``fast_paths=False`` runs every batch GroupByKey on the generic path (Beam's trigger
+    driver), the reference the fast paths are tested against."""
 
     def __init__(self, fast_paths: bool = True) -> None:
         super().__init__()
@@ -41,6 +43,13 @@ class PySparkRunner(PipelineRunner):
         """Check ``pipeline`` and ``options``, then start it on Spark; the result's
         ``wait_until_finish`` blocks until it ends (``with Pipeline()`` calls it)."""
         target = spark_target(options)
+        streaming = bool(options.view_as(pipeline_options.StandardOptions).streaming)
+        batches = streaming_option(options, "max_batches")
+        partitions = streaming_option(options, "key_partitions")
+        if not streaming:
+            for name, value in (("max_batches", batches), ("key_partitions", partitions)):
+                if value is not None:
+                    raise ValueError(f"--{name} needs --streaming (it is a streaming option)")
         RuntimeValueProvider.set_runtime_options({})
         _with_fn_api_experiment(options)
         type_options = options.view_as(pipeline_options.TypeOptions)
@@ -50,7 +59,9 @@ class PySparkRunner(PipelineRunner):
         proto = pipeline.to_runner_api(
             default_environment=environments.EmbeddedPythonEnvironment.default()
         )
-        check_pipeline(proto)
+        check_pipeline(proto, streaming)
+        if streaming:
+            return start_streaming(proto, _spark_context(target), batches, partitions)
         plan = plan_pipeline(proto, self.fast_paths)
         result = _start(plan, target)
         result.paths = plan.paths
@@ -83,10 +94,13 @@ def _check_running_conf(conf: dict[str, str]) -> None:
             )
 
 
-def _start(plan: Plan, target: SparkTarget) -> PySparkPipelineResult:
+def _spark_context(target: SparkTarget) -> Any:
     _check_running_conf(target.conf)
-    session = get_session(target.master, target.conf, app_name="beam-pyspark-runner")
-    spark_context = session.sparkContext
+    return get_session(target.master, target.conf, app_name="beam-pyspark-runner").sparkContext
+
+
+def _start(plan: Plan, target: SparkTarget) -> PySparkPipelineResult:
+    spark_context = _spark_context(target)
     parallelism = spark_context.defaultParallelism
     executor = StageExecutor(spark_context, plan, parallelism, job_group=f"beam-{plan.job_id}")
 

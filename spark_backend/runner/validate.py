@@ -17,7 +17,12 @@ from apache_beam.utils import proto_utils
 
 from spark_backend.runner.errors import UnsupportedTransformError
 
-__all__ = ["SUPPORTED_LEAF_URNS", "SUPPORTED_REQUIREMENTS", "check_pipeline"]
+__all__ = [
+    "STREAMING_ONLY_URNS",
+    "SUPPORTED_LEAF_URNS",
+    "SUPPORTED_REQUIREMENTS",
+    "check_pipeline",
+]
 
 _P = common_urns.primitives
 
@@ -35,6 +40,9 @@ SUPPORTED_LEAF_URNS: Final[frozenset[str]] = frozenset(
     }
 )
 
+#: Leaf kinds only a ``--streaming`` run executes.
+STREAMING_ONLY_URNS: Final[frozenset[str]] = frozenset({_P.TEST_STREAM.urn})
+
 #: Pipeline requirements the runner honours.
 SUPPORTED_REQUIREMENTS: Final[frozenset[str]] = frozenset(
     {
@@ -49,25 +57,34 @@ _COMPOSITES_RUN_WHOLE: Final[frozenset[str]] = frozenset(
 )
 
 
-def check_pipeline(pipeline: beam_runner_api_pb2.Pipeline) -> None:
+def check_pipeline(pipeline: beam_runner_api_pb2.Pipeline, streaming: bool = False) -> None:
     """Raise :class:`UnsupportedTransformError` for the first transform the runner
-    cannot run, or ValueError for a requirement it cannot honour; else return."""
+    cannot run (a streaming-only one, such as TestStream, unless ``streaming``), or
+    ValueError for a requirement it cannot honour; else return."""
     for requirement in pipeline.requirements:
         if requirement not in SUPPORTED_REQUIREMENTS:
             raise ValueError(f"PySparkRunner cannot honour pipeline requirement {requirement!r}")
     for root in pipeline.root_transform_ids:
-        _check_transform(pipeline.components, root)
+        _check_transform(pipeline.components, root, streaming)
 
 
-def _check_transform(components: beam_runner_api_pb2.Components, transform_id: str) -> None:
+def _check_transform(
+    components: beam_runner_api_pb2.Components, transform_id: str, streaming: bool
+) -> None:
     transform = components.transforms[transform_id]
     urn = transform.spec.urn
     if transform.subtransforms and urn not in _COMPOSITES_RUN_WHOLE:
         for sub in transform.subtransforms:
-            _check_transform(components, sub)
+            _check_transform(components, sub, streaming)
         return
     if not set(transform.outputs.values()) - set(transform.inputs.values()):
         return  # passes its input through: nothing to run (as Beam's fusion skips it)
+    if urn in STREAMING_ONLY_URNS:
+        if streaming:
+            return
+        raise UnsupportedTransformError(
+            transform.unique_name, urn, "it is streaming-only: run the pipeline with --streaming"
+        )
     if urn not in SUPPORTED_LEAF_URNS:
         raise UnsupportedTransformError(transform.unique_name, urn or "(no URN)")
     if urn == _P.PAR_DO.urn:

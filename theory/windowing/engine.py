@@ -405,6 +405,17 @@ class GroupByWindowEngine:
                         out[domain.value] += 1
         return out
 
+    def next_timers(self) -> tuple[int | None, int | None]:
+        """A lower bound of the earliest set timer (µs) in each domain, ``(watermark,
+        processing time)``, None where none is set: no timer fires before the input
+        watermark (processing time) reaches it. It may be early (a reset or cleared timer
+        leaves a stale entry until it is due), never late; a runner can skip a stage with
+        no input whose bounds are not due."""
+        marks = [h[0][0] for h in (self._wm_timers, self._simple_timers) if h]
+        return (min(marks) if marks else None), (
+            self._pt_timers[0][0] if self._pt_timers else None
+        )
+
     @property
     def stalled(self) -> bool:
         """Whether the input watermark is at infinity but holds keep the output below it

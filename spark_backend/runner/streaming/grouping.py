@@ -1,0 +1,210 @@
+"""Task side: one micro-batch of a GroupByKey, decided by theory's engine, state kept per
+partition.
+
+A GroupByKey's keys are hash-partitioned (crc32 of the encoded key, as in batch) into a
+fixed number of partitions for the whole run. Partition ``p`` keeps one
+:class:`theory.windowing.engine.GroupByWindowEngine` for its keys; between batches it is a
+pickled record ``(p, bytes)`` of a persisted RDD with the same partitioner, so the union
+of that state and the batch's keyed input gives each task its engine and its keys'
+elements without moving the state (:func:`group_batch`).
+
+The driver hands every task the same :class:`BatchTimes`: the input watermark before and
+after the batch, the output watermark at its start (computed from every partition's hold,
+so a partition's engine decides holds and pane timing with the stage's watermark, not its
+own), and processing time before and after. A task then, in this order: adds the batch's
+elements (one engine batch), advances the input watermark, advances processing time; the
+panes fired go out encoded as Beam's GroupByKey output (``KV<K, Iterable<V>>`` with the
+pane's window, timestamp and PaneInfo). Keys and values stay encoded inside the engine.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.transforms import window as bw
+from apache_beam.utils import windowed_value
+from apache_beam.utils.timestamp import Timestamp
+
+from beam_pipelines.from_beam import theory_strategy
+from spark_backend.runner.plan import GroupSpec
+from spark_backend.runner.task_context import coder, coder_impl, windowing
+from theory.windowing.engine import GroupByWindowEngine, Pane, Timing
+from theory.windowing.windows import GlobalWindow
+
+__all__ = [
+    "OUTPUT",
+    "SUMMARY",
+    "BatchTimes",
+    "GroupSummary",
+    "group_batch",
+    "partition_of",
+    "theory_strategy_of",
+]
+
+#: Record keys of a group task's output besides the state records ``(partition, bytes)``.
+OUTPUT: Final[str] = "output"
+SUMMARY: Final[str] = "summary"
+
+_TIMING = {
+    Timing.EARLY: windowed_value.PaneInfoTiming.EARLY,
+    Timing.ON_TIME: windowed_value.PaneInfoTiming.ON_TIME,
+    Timing.LATE: windowed_value.PaneInfoTiming.LATE,
+    Timing.UNKNOWN: windowed_value.PaneInfoTiming.UNKNOWN,
+}
+
+
+def partition_of(key: int | bytes) -> int:
+    """The partition hash of a record key: a state record's partition index as it is, an
+    encoded key by crc32 (the same in every process)."""
+    return key if isinstance(key, int) else zlib.crc32(key)
+
+
+@dataclass(frozen=True)
+class BatchTimes:
+    """What the driver tells every task of a GroupByKey for one batch (µs)."""
+
+    input_before: int
+    input_after: int
+    output_before: int  # min(input_before, every partition's hold): not latched (Beam's)
+    clock_before: int
+    clock_after: int
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """What a partition reports after a batch (µs): its hold, a lower bound of its next
+    timer per domain, and counts."""
+
+    hold: int | None
+    next_watermark_timer: int | None
+    next_processing_timer: int | None
+    panes: int
+    windows: int
+    dropped: dict[str, int]
+    late_elements: int
+
+
+def theory_strategy_of(group: GroupSpec, job_id: str, components: bytes) -> Any:
+    """The theory windowing strategy of a GroupByKey (TypeError names what has none)."""
+    return theory_strategy(windowing(job_id, components, group.windowing_strategy_id))
+
+
+def group_batch(
+    group: GroupSpec,
+    job_id: str,
+    components: bytes,
+    times: BatchTimes,
+    partition: int,
+    records: Iterable[tuple[int | bytes, bytes]],
+) -> Iterator[tuple[int | str, bytes]]:
+    """One partition's batch: ``records`` are its state record (if any) and its keyed
+    elements ``(encoded key, encoded windowed KV)``; yields the new state record, the
+    output chunks ``(OUTPUT, chunk)`` and last ``(SUMMARY, pickled GroupSummary)``."""
+    engine: GroupByWindowEngine | None = None
+    keys: list[bytes] = []
+    encoded: list[bytes] = []
+    for key, value in records:
+        if isinstance(key, int):
+            engine = pickle.loads(value)
+        else:
+            keys.append(key)
+            encoded.append(value)
+    if engine is None:
+        engine = GroupByWindowEngine(theory_strategy_of(group, job_id, components))
+        engine.processing_time = times.clock_before
+    panes = _advance(engine, times.input_before, times.clock_before)
+    if encoded:
+        panes += _add(engine, group, job_id, components, keys, encoded, times.output_before)
+    panes += _advance(engine, times.input_after, times.clock_after)
+    if panes:
+        yield from ((OUTPUT, chunk) for chunk in _encode(panes, group, job_id, components))
+    yield partition, pickle.dumps(engine, pickle.HIGHEST_PROTOCOL)
+    next_watermark, next_processing = engine.next_timers()
+    summary = GroupSummary(
+        engine.min_hold_value(),
+        next_watermark,
+        next_processing,
+        len(panes),
+        engine.pending_windows(),
+        dict(engine.dropped),
+        engine.late_elements,
+    )
+    yield SUMMARY, pickle.dumps(summary)
+
+
+def _advance(engine: GroupByWindowEngine, watermark: int, clock: int) -> list[Pane]:
+    panes: list[Pane] = []
+    if watermark > engine.input_watermark:
+        panes += engine.advance_watermark_to(watermark)
+    if clock > engine.processing_time:
+        panes += engine.advance_processing_time(clock - engine.processing_time)
+    return panes
+
+
+def _add(
+    engine: GroupByWindowEngine,
+    group: GroupSpec,
+    job_id: str,
+    components: bytes,
+    keys: list[bytes],
+    encoded: list[bytes],
+    output_watermark: int,
+) -> list[Pane]:
+    """Add the batch's elements as one engine batch, with the stage's output watermark."""
+    input_coder = coder(job_id, components, group.input_coder_id)
+    input_impl = input_coder.get_impl()
+    value_impl = input_coder.wrapped_value_coder.value_coder().get_impl()
+    values = []
+    stamps = []
+    for e in encoded:
+        element = input_impl.decode(e)
+        values.append(value_impl.encode(element.value[1]))
+        stamps.append(int(element.timestamp.micros))
+    rows = engine.strategy.window_fn.assign_array(np.asarray(stamps, np.int64))  # type: ignore[attr-defined]
+    engine.output_watermark = output_watermark
+    return engine.add_rows(
+        keys,
+        values,
+        stamps,
+        rows.element.tolist(),
+        rows.start.tolist(),
+        rows.end.tolist(),
+        0,
+        len(rows),
+    )
+
+
+def _encode(panes: list[Pane], group: GroupSpec, job_id: str, components: bytes) -> Iterator[bytes]:
+    """The panes as Beam's GroupByKey output chunks."""
+    input_coder = coder(job_id, components, group.input_coder_id)
+    key_impl = input_coder.wrapped_value_coder.key_coder().get_impl()
+    value_impl = input_coder.wrapped_value_coder.value_coder().get_impl()
+    output_impl = coder_impl(job_id, components, group.output_coder_id)
+    out = create_OutputStream()
+    for pane in panes:
+        window: Any = pane.window
+        if isinstance(window, GlobalWindow):
+            beam_window: Any = bw.GlobalWindow()
+        else:
+            beam_window = bw.IntervalWindow(
+                Timestamp(micros=window.start), Timestamp(micros=window.end)
+            )
+        info = windowed_value.PaneInfo(
+            is_first=pane.is_first,
+            is_last=pane.is_last,
+            timing=_TIMING[pane.timing],
+            index=pane.index,
+            nonspeculative_index=pane.nonspeculative_index,
+        )
+        value = (key_impl.decode(pane.key), [value_impl.decode(v) for v in pane.values])
+        element = windowed_value.WindowedValue(
+            value, Timestamp(micros=pane.timestamp), (beam_window,), info
+        )
+        output_impl.encode_to_stream(element, out, True)
+    yield out.get()

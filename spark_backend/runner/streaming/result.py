@@ -1,0 +1,64 @@
+"""StreamingPipelineResult: a streaming run's result, with its watermarks and why they wait.
+
+Besides Beam's ``PipelineResult`` (state, ``wait_until_finish``, ``cancel``, metrics, as
+:class:`~spark_backend.runner.result.PySparkPipelineResult`), it offers:
+
+- :meth:`watermarks`: per transform label, the input and output watermark and each named
+  hold as :class:`theory.series.StepSeries` over processing time (µs);
+- :meth:`why`: which hold, or which input, holds a transform's output watermark back at a
+  processing time;
+- :attr:`stalled` and :attr:`batches`.
+
+``cancel`` stops the run at the next batch boundary (the batch running finishes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from spark_backend.runner.result import PySparkPipelineResult
+from spark_backend.runner.streaming.driver import StreamingDriver
+from theory.series import StepSeries
+
+__all__ = ["StreamingPipelineResult"]
+
+
+class StreamingPipelineResult(PySparkPipelineResult):
+    """The result of a ``--streaming`` run of :class:`~spark_backend.runner.PySparkRunner`."""
+
+    def __init__(self, driver: StreamingDriver, job_group: str) -> None:
+        self._driver = driver
+
+        def work() -> Mapping[str, list[Any]]:
+            driver.run(job_group)
+            return driver.monitoring_infos
+
+        super().__init__(work, driver.stop)
+
+    def cancel(self) -> Any:
+        """Stop at the next batch boundary; the state is CANCELLED unless it had ended."""
+        return super().cancel()
+
+    def watermarks(self) -> dict[str, dict[str, StepSeries]]:
+        """Per transform label: ``"input"``, ``"output"`` and each named hold (µs, a hold
+        is ``MAX_TIMESTAMP`` while released), as step series over processing time."""
+        marks = self._driver.watermarks
+        return {label: marks.series(label) for label in marks.graph.order}
+
+    def why(self, label: str, at: int) -> list[tuple[str, str]]:
+        """The (transform, component) chain holding ``label``'s output watermark at
+        processing time ``at`` (µs): from ``label`` upstream to the hold, or the source
+        watermark, that sets it."""
+        return self._driver.watermarks.why(label, at)
+
+    @property
+    def stalled(self) -> bool:
+        """Whether a GroupByKey's hold kept its output watermark below infinity at the
+        end (Beam's direct runner fails with "pipeline stall")."""
+        return self._driver.stalled
+
+    @property
+    def batches(self) -> int:
+        """How many micro-batches ran."""
+        return self._driver.batches_run
