@@ -14,7 +14,7 @@ from apache_beam.portability.api import beam_runner_api_pb2 as pb
 from apache_beam.runners import pipeline_context
 from apache_beam.utils import proto_utils
 
-from beam_pipelines.from_beam import theory_strategy
+from beam_pipelines.convert import to_theory
 from spark_backend.runner.errors import UnsupportedTransformError
 from spark_backend.runner.streaming.watermarks import leaf_transforms
 
@@ -38,8 +38,8 @@ def check_streaming(pipeline: pb.Pipeline) -> None:
             (source,) = transform.inputs.values()
             strategy_id = pipeline.components.pcollections[source].windowing_strategy_id
             try:
-                theory_strategy(context.windowing_strategies[strategy_id])
-            except TypeError as err:
+                to_theory(context.windowing_strategies[strategy_id], allow_unsafe_triggers=True)
+            except (TypeError, ValueError) as err:
                 raise UnsupportedTransformError(label, urn, str(err)) from None
 
 

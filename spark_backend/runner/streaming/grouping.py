@@ -31,7 +31,7 @@ from apache_beam.transforms import window as bw
 from apache_beam.utils import windowed_value
 from apache_beam.utils.timestamp import Timestamp
 
-from beam_pipelines.from_beam import theory_strategy
+from beam_pipelines.convert import to_theory
 from spark_backend.runner.plan import GroupSpec
 from spark_backend.runner.task_context import coder, coder_impl, windowing
 from theory.windowing.engine import GroupByWindowEngine, Pane, Timing
@@ -91,8 +91,11 @@ class GroupSummary:
 
 
 def theory_strategy_of(group: GroupSpec, job_id: str, components: bytes) -> Any:
-    """The theory windowing strategy of a GroupByKey (TypeError names what has none)."""
-    return theory_strategy(windowing(job_id, components, group.windowing_strategy_id))
+    """The theory windowing strategy of a GroupByKey (ValueError names what has none).
+    Beam checked the strategy when the pipeline was built (unsafe triggers refused unless
+    ``--allow_unsafe_triggers``), so theory does not check it again."""
+    strategy = windowing(job_id, components, group.windowing_strategy_id)
+    return to_theory(strategy, allow_unsafe_triggers=True)
 
 
 def group_batch(

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from beam_pipelines.beam_runner import beam_windowing
 from beam_pipelines.differential import random_strategy
-from beam_pipelines.from_beam import theory_strategy
+from beam_pipelines.convert import to_theory
 from spark_backend.runner.streaming.driver import schedule
 from spark_backend.runner.streaming.sources import (
     ELEMENTS,
@@ -66,7 +66,7 @@ def test_beam_windowing_converts_back_to_the_same_theory_strategy(seed: int) -> 
     if strategy.timestamp_combiner is TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED:
         return  # Beam's runner API cannot carry it (see beam_pipelines.beam_runner)
     windowing = beam.WindowInto(**beam_windowing(strategy)).windowing
-    assert theory_strategy(windowing) == strategy
+    assert to_theory(windowing, allow_unsafe_triggers=True) == strategy
 
 
 def test_theory_strategy_names_what_it_cannot_convert() -> None:
@@ -79,8 +79,8 @@ def test_theory_strategy_names_what_it_cannot_convert() -> None:
 
             return IntervalWindowCoder()
 
-    with pytest.raises(TypeError, match="no theory window fn for Beam's"):
-        theory_strategy(beam.WindowInto(Odd()).windowing)
+    with pytest.raises(ValueError, match="window_fn: Odd has no theory counterpart"):
+        to_theory(beam.WindowInto(Odd()).windowing)
 
 
 def test_pipeline_graph_has_the_test_stream_as_source_and_reads_its_events() -> None:
