@@ -190,9 +190,8 @@ def test_fallback_restores_the_old_output_when_the_second_rename_fails(tmp_path,
     real = os.rename
 
     def failing(src: object, dst: object) -> None:
-        if Path(str(dst)) == out:
-            if ".tmp-" in str(src):
-                raise OSError(28, "No space left on device")
+        if Path(str(dst)) == out and ".tmp-" in str(src):
+            raise OSError(28, "No space left on device")
         real(src, dst)  # type: ignore[arg-type]
 
     monkeypatch.setattr(atomic.os, "rename", failing)
