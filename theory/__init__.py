@@ -58,7 +58,14 @@ _EXPORTS: dict[str, str] = {
     "StepSeries": "theory.series",
     # windowing
     **dict.fromkeys(
-        ("FixedWindows", "SlidingWindows", "Sessions", "GlobalWindows", "IntervalWindow"),
+        (
+            "FixedWindows",
+            "SlidingWindows",
+            "Sessions",
+            "GlobalWindows",
+            "IntervalWindow",
+            "WindowOverflowError",
+        ),
         "theory.windowing.windows",
     ),
     **dict.fromkeys(
@@ -159,6 +166,7 @@ __all__ = [
     "TrackingEstimator",
     "Trigger",
     "WatermarkEvent",
+    "WindowOverflowError",
     "WindowingStrategy",
     "chapter3",
     "diagnose",
@@ -239,4 +247,5 @@ if TYPE_CHECKING:  # static checkers see the eager imports; runtime stays lazy
         IntervalWindow,
         Sessions,
         SlidingWindows,
+        WindowOverflowError,
     )

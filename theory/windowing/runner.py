@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from theory.columns import check_bool
 from theory.windowing.engine import GroupByWindowEngine, Pane
 from theory.windowing.fast_path import run_fast
 from theory.windowing.script import (
@@ -50,6 +51,13 @@ def run_script(
     script (:func:`theory.windowing.fast_path.run_fast` returns the
     :class:`~theory.windowing.fast_path.Refusal` saying why).
     """
+    if not isinstance(strategy, WindowingStrategy):
+        raise TypeError(
+            f"strategy must be a WindowingStrategy, got {type(strategy).__name__} "
+            f"({strategy!r}); e.g. WindowingStrategy(FixedWindows(size))"
+        )
+    for name, flag in (("to_infinity", to_infinity), ("fast", fast)):
+        check_bool(flag, name)
     evs = events.events if isinstance(events, Script) else Script(list(events)).events
     if fast and to_infinity:
         result = run_fast(evs, strategy)
