@@ -89,8 +89,8 @@ def test_fixed_windows_at_max_timestamp_give_a_clear_value_error_and_keep_state(
 
 
 def test_after_count_takes_numpy_integers_and_names_bad_ones():
-    assert AfterCount(np.int64(3)) == AfterCount(3)
+    assert AfterCount(np.int64(3)) == AfterCount(3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="count"):
         AfterCount(3.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="count must be >= 1"):
-        AfterCount(np.int32(0))
+        AfterCount(np.int32(0))  # type: ignore[arg-type]
