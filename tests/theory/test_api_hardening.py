@@ -94,3 +94,21 @@ def test_after_count_takes_numpy_integers_and_names_bad_ones():
         AfterCount(3.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="count must be >= 1"):
         AfterCount(np.int32(0))  # type: ignore[arg-type]
+
+
+def test_aggregator_takes_worker_and_range_by_keyword_only():
+    from theory import CentralAggregator
+
+    agg = CentralAggregator(["r"], workers=["w"])
+    epoch = agg.assign(range_id="r", worker="w", now=0, lease_duration=10 * SECOND)
+    snapshot = agg.snapshot()
+    for call in (
+        lambda: agg.assign("r", "w", 1, SECOND),  # type: ignore[call-arg]
+        lambda: agg.renew("r", "w", epoch, 1, SECOND),  # type: ignore[call-arg]
+        lambda: agg.release("r", "w", epoch, 1),  # type: ignore[call-arg]
+        lambda: agg.report("w", "r", epoch, 5, 1),  # type: ignore[call-arg]
+    ):
+        with pytest.raises(TypeError, match="positional"):
+            call()
+    assert agg.snapshot() == snapshot
+    assert agg.report(worker="w", range_id="r", epoch=epoch, watermark=5, now=1)
