@@ -170,11 +170,12 @@ def _signals_held() -> Iterator[None]:
 def atomic_directory(dest: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a fresh temp directory beside ``dest``; on success it replaces ``dest``.
 
-    ``dest`` is resolved first (so ``.`` names the directory itself). Stale temporary
+    ``dest`` is resolved first (so ``.`` names the directory itself, and a symlink is
+    followed: the directory it names is replaced and the link kept). Stale temporary
     directories of dead runs beside it are removed. On any failure the temporary
     directory is removed and a previous output stays as it was.
     """
-    target = Path(os.path.abspath(dest))
+    target = Path(os.path.realpath(dest))  # through a symlink: its target is replaced
     if target.parent == target:
         raise ValueError(f"cannot write an output at the root directory {target}")
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o777)

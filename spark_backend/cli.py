@@ -136,6 +136,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _null_values(text: str) -> tuple[str, ...]:
+    """``--null-values NA,null``: the CSV fields read as null besides the empty one."""
+    return tuple(v for v in text.split(",") if v)
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     """A trace of yours (Parquet, CSV or a directory): strategies compared, report written."""
     from spark_backend.jobs import run_analyze
@@ -149,6 +154,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         on_bad_rows=args.on_bad_rows,
         seed=args.seed,
         spark=_spark_options(args),  # type: ignore[arg-type]
+        strict=args.strict,
+        null_values=_null_values(args.null_values),
     )
     print(f"report: {result.index}")
     return 0
@@ -198,6 +205,18 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("fail", "skip-and-report"),
         default="fail",
         help="stop at the first bad row, or skip bad rows and report them",
+    )
+    p.add_argument(
+        "--null-values",
+        default="",
+        metavar="A,B",
+        help="CSV fields read as null besides the empty one, e.g. NA,null (default: none; "
+        "a key NA is the string 'NA')",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse rows that arrive before their event time (default: count and warn)",
     )
     _add_spark_options(p)
     p.set_defaults(func=cmd_analyze)

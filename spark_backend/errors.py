@@ -59,6 +59,8 @@ def _spark(exc: BaseException) -> str | None:
         return f"Spark's JVM failed: {_first_line(str(exc))}"
     if isinstance(exc, PySparkException):
         cls = exc.getCondition() if hasattr(exc, "getCondition") else exc.getErrorClass()
+        if cls == "JAVA_GATEWAY_EXITED":
+            return "Spark's JVM would not start (its own error is printed above)"
         text = _first_line(exc.getMessage() if hasattr(exc, "getMessage") else str(exc))
         if cls and cls not in text:
             text = f"[{cls}] {text}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -111,6 +112,22 @@ def check_trace_path(trace: str) -> None:
         raise FileNotFoundError(f"TRACE {trace!r}: no such file or directory")
 
 
+_MASTER = re.compile(
+    r"local|local\[(\*|\d+)(,\d+)?\]|local-cluster\[\d+,\d+,\d+\]"
+    r"|yarn|(spark|k8s|sc)://\S+"
+)
+
+
+def check_master(master: str | None) -> None:
+    """A Spark master URL Spark knows (checked before its JVM starts, whose own error
+    would be a Java stack)."""
+    if master is not None and not _MASTER.fullmatch(master):
+        raise ValueError(
+            f"--master {master!r} is not a Spark master URL: local, local[*], local[N], "
+            "local-cluster[N,C,M], spark://HOST:PORT, yarn, k8s://URL or sc://HOST"
+        )
+
+
 def check_seed(seed: int) -> None:
     """A seed is a non-negative int64."""
     if not 0 <= seed < 2**63:
@@ -140,6 +157,7 @@ def check_args(args: argparse.Namespace) -> None:
 
         check_request(_strategies(args.strategies), parse_duration(args.window))
         parse_conf(args.conf)
+        check_master(args.master)
     inputs = []
     if command == "analyze":
         check_trace_path(args.trace)
@@ -151,6 +169,7 @@ __all__ = [
     "LEGACY_OUTPUTS",
     "SCHEMES",
     "check_args",
+    "check_master",
     "check_out",
     "check_seed",
     "check_trace_path",

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 
 from spark_backend.analytics.frames import by_name, session_of, to_pandas
 from theory.columns import as_int, check_duration
+from theory.time import MAX_TIMESTAMP
 
 if TYPE_CHECKING:
     from spark_backend.analytics.analysis import WatermarkAnalysis
@@ -49,6 +50,7 @@ def fire_times(
     spanning 2**62 µs has no more rows than its windows with data. Two Spark jobs.
     """
     size, off = _size_and_offset(window_size, offset)
+    _check_last_end(an, size, off)
     ends = _window_ends(an, size, off)
     out = pd.DataFrame({"window_end": ends})
     got = _first_time_per_count(an, int(ends[0]) - size, int(ends[-1]), size)
@@ -70,6 +72,20 @@ def fire_times(
         fire[fire == _NEVER] = -1
         out[n] = fire
     return out
+
+
+def _check_last_end(an: WatermarkAnalysis, size: int, off: int) -> None:
+    """ValueError if the window of the latest event time ends past MAX_TIMESTAMP (no
+    watermark could close it; its end would overflow int64 on Spark)."""
+    summ = an.layout.summary[an.layout.summary["rows"] > 0]
+    hi_e = int(summ["max_event"].max())
+    last_end = hi_e - (hi_e - off) % size + size
+    if last_end > MAX_TIMESTAMP:
+        raise ValueError(
+            f"window size {size} µs: the window of the latest event time ({hi_e} µs) ends "
+            f"at {last_end} µs, past MAX_TIMESTAMP ({MAX_TIMESTAMP} µs), so no watermark "
+            "can close it; choose a smaller window"
+        )
 
 
 def _window_ends(an: WatermarkAnalysis, size: int, off: int) -> np.ndarray:

@@ -242,3 +242,13 @@ def test_a_failure_inside_the_block_leaves_no_debris_and_the_old_output(tmp_path
             raise exc
         assert (out / "a.txt").read_text() == "first"
         assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_symlinked_out_keeps_its_link(tmp_path):
+    real = tmp_path / "real"
+    _write(real, "first")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    _write(link, "second")
+    assert link.is_symlink() and (link / "a.txt").read_text() == "second"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
