@@ -183,3 +183,22 @@ def test_null_values_say_which_strings_are_null(spark):
     )
     assert list(to_trace(df).key) == list(theirs.key) == ["N/A", "nan"]
     assert s_report.counts == t_report.counts == {"key.null": 2}
+
+
+def test_spark_and_memory_errors_are_one_line_naming_the_cause(spark):
+    from spark_backend.errors import one_line
+
+    caught = []
+    for action in (
+        lambda: spark.sql("SELECT * FROM no_such_table").collect(),
+        lambda: spark.read.text("foo://bar/x.csv").collect(),
+    ):
+        with pytest.raises(Exception) as e:
+            action()
+        caught.append(one_line(e.value))
+    assert caught[0].startswith("Spark refused the input: [TABLE_OR_VIEW_NOT_FOUND]")
+    assert "foo" in caught[1] and caught[1].startswith("Spark")
+    assert one_line(MemoryError("Unable to allocate 573 GiB")) == (
+        "out of memory: Unable to allocate 573 GiB"
+    )
+    assert all("\n" not in c and len(c) <= 500 for c in caught)
