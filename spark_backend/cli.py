@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from spark_backend.atomic import atomic_directory
+from spark_backend.atomic import Terminated, atomic_directory
+from spark_backend.errors import one_line
+from spark_backend.preflight import check_args
 from spark_backend.progress import Progress
 
 LOG = logging.getLogger("watermarks")
@@ -142,6 +147,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _null_values(text: str) -> tuple[str, ...]:
+    """``--null-values NA,null``: the CSV fields read as null besides the empty one."""
+    return tuple(v for v in text.split(",") if v)
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     """A trace of yours (Parquet, CSV or a directory): strategies compared, report written."""
     from spark_backend.jobs import run_analyze
@@ -156,6 +166,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         seed=args.seed,
         spark=_spark_options(args),  # type: ignore[arg-type]
         systems=_systems(args.systems, ()),
+        strict=args.strict,
+        null_values=_null_values(args.null_values),
     )
     print(f"report: {result.index}")
     return 0
@@ -213,29 +225,56 @@ def build_parser() -> argparse.ArgumentParser:
         default="fail",
         help="stop at the first bad row, or skip bad rows and report them",
     )
+    p.add_argument(
+        "--null-values",
+        default="",
+        metavar="A,B",
+        help="CSV fields read as null besides the empty one, e.g. NA,null (default: none; "
+        "a key NA is the string 'NA')",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse rows that arrive before their event time (default: count and warn)",
+    )
     _add_spark_options(p)
     p.set_defaults(func=cmd_analyze)
     return parser
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated(f"terminated by signal {signum}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a command. Exit 0 on success; 2 with one line naming the cause on any failure
+    (``-v`` also prints the trace); 130 on Ctrl-C and 143 on SIGTERM, with one line. A
+    failed or interrupted run leaves a previous output as it was."""
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
+        check_args(args)
         return int(args.func(args))
-    except (ValueError, TypeError, OSError, RuntimeError) as exc:
-        print(f"watermarks: error: {_one_line(exc)}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("watermarks: interrupted (Ctrl-C); previous output left as it was", file=sys.stderr)
+        return 130
+    except Terminated:
+        print("watermarks: terminated (SIGTERM); previous output left as it was", file=sys.stderr)
+        return 143
+    except Exception as exc:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"watermarks: error: {one_line(exc)}", file=sys.stderr)
         return 2
-
-
-def _one_line(exc: BaseException) -> str:
-    """The cause in one line (Spark's messages run over many)."""
-    text = " ".join(str(exc).split())
-    return text if len(text) <= 500 else text[:497] + "..."
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -132,6 +132,19 @@ def strategies_section(report: Report, c: Comparison, seed: int) -> None:
         )
 
 
+def arrival_before_event_warning(df: DataFrame, rows: int) -> str | None:
+    """A warning if rows arrive before their event time (device clocks ahead), with how
+    many; None if none do. One Spark job."""
+    early = df.where(F.col("arrival_time") < F.col("event_time")).count()
+    if not early:
+        return None
+    return (
+        f"{early:,} of {rows:,} rows arrive before their event time (arrival_time < "
+        "event_time: clocks out of step?); they are kept, and a perfect watermark may pass "
+        "them. --strict refuses such a trace."
+    )
+
+
 def bad_rows_section(report: Report, bad: BadRowReport) -> None:
     """What validation removed, per rule, with examples."""
     rules = sorted(bad.counts)
@@ -345,10 +358,15 @@ def run_analyze(
     seed: int = 0,
     spark: SparkOptions = SparkOptions(),
     systems: Sequence[str] = (),
+    strict: bool = False,
+    null_values: Sequence[str] = (),
 ) -> JobResult:
     """A user's trace (Parquet, CSV or a directory of them): validated, the strategies
     compared on Spark, ``systems`` compared on it (none if empty), the report written.
-    Bad input raises before anything is written."""
+    Bad input raises before anything is written. Rows arriving before their event time
+    are counted and warned about (in the log and the report); with ``strict`` the first
+    one is an error naming the row. ``null_values``: the CSV fields read as null besides
+    the empty one."""
     check_request(strategies, window_size)
     if systems:
         check_systems(systems)
@@ -356,7 +374,9 @@ def run_analyze(
     bar = Progress(4 + _COMPARE_STEPS + bool(systems))
     session = _start_spark(spark, bar)
     LOG.info("reading and validating %s (--on-bad-rows %s)", trace, on_bad_rows)
-    df, bad = read_trace_df(session, trace, on_bad_rows=on_bad_rows)
+    df, bad = read_trace_df(
+        session, trace, on_bad_rows=on_bad_rows, require_causal=strict, null_values=null_values
+    )
     df = df.persist()
     try:
         rows = bad.rows_kept
@@ -364,6 +384,10 @@ def run_analyze(
             LOG.warning("skipped %d bad rows of %d", bad.total, bad.rows_read)
         bar.step(f"read {rows:,} rows")
         report = Report(f"Watermarks: {os.fspath(trace)}")
+        early = arrival_before_event_warning(df, rows)
+        if early:
+            LOG.warning("%s", early)
+            report.text("Warning", early)
         describe_trace(report, df, rows, f"rows read from {os.fspath(trace)}")
         bar.step("trace described")
         LOG.info("comparing %d watermark strategies on Spark", len(strategies))

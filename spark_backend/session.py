@@ -154,6 +154,9 @@ def default_conf(master: str) -> dict[str, str]:
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "65536",
+        # Parquet ns timestamps (pyarrow's default unit) as longs, floored to µs by the
+        # trace reader; without it Spark refuses them ([PARQUET_TYPE_ILLEGAL])
+        "spark.sql.legacy.parquet.nanosAsLong": "true",
     }
     if _is_local(master):
         cores = os.cpu_count() or 2

@@ -63,7 +63,14 @@ _EXPORTS: dict[str, str] = {
     "StepSeries": "theory.series",
     # windowing
     **dict.fromkeys(
-        ("FixedWindows", "SlidingWindows", "Sessions", "GlobalWindows", "IntervalWindow"),
+        (
+            "FixedWindows",
+            "SlidingWindows",
+            "Sessions",
+            "GlobalWindows",
+            "IntervalWindow",
+            "WindowOverflowError",
+        ),
         "theory.windowing.windows",
     ),
     **dict.fromkeys(
@@ -168,6 +175,7 @@ __all__ = [
     "TrackingEstimator",
     "Trigger",
     "WatermarkEvent",
+    "WindowOverflowError",
     "WindowingStrategy",
     "chapter3",
     "compare_systems",
@@ -267,4 +275,5 @@ if TYPE_CHECKING:  # static checkers see the eager imports; runtime stays lazy
         IntervalWindow,
         Sessions,
         SlidingWindows,
+        WindowOverflowError,
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from theory.columns import check_duration
 from theory.watermarks.spec import make_source_watermark
 
 __all__ = ["Strategy", "parse_strategies", "parse_strategy"]
@@ -49,7 +48,7 @@ def parse_strategy(spec: str | Strategy) -> Strategy:
     if parsed.kind == "perfect":
         return Strategy(text, "perfect")
     if parsed.kind == "bounded" and parsed.bound is not None:
-        return Strategy(text, "bounded", bound=check_duration(parsed.bound, "bound"))
+        return Strategy(text, "bounded", bound=parsed.bound)  # checked by the parser
     if parsed.kind == "percentile" and parsed.p is not None:
         fallback = "hold" if parsed.hold else "perfect"
         return Strategy(text, "percentile", p=parsed.p, fallback=fallback)

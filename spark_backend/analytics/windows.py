@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 
 from spark_backend.analytics.frames import by_name, session_of, to_pandas
 from theory.columns import as_int, check_duration
+from theory.time import MAX_TIMESTAMP
 
 if TYPE_CHECKING:
     from spark_backend.analytics.analysis import WatermarkAnalysis
@@ -40,31 +41,60 @@ def _size_and_offset(window_size: int, offset: int) -> tuple[int, int]:
 def fire_times(
     an: WatermarkAnalysis, window_size: int, offset: int = 0, finish: bool = True
 ) -> pd.DataFrame:
-    """When each fixed window (by its end) first fires under each strategy.
+    """When each fixed window holding elements (by its end) first fires under each
+    strategy.
 
-    One row per window end from the trace's first window to its last:
-    ``window_end`` (µs) and one column per strategy with the fire time (µs), or -1
-    if the window never fires. One Spark job.
+    One row per window end that holds at least one element, ascending: ``window_end``
+    (µs) and one column per strategy with the fire time (µs), or -1 if the window never
+    fires. Cost scales with the data (rows, curve steps), not with the time span: a trace
+    spanning 2**62 µs has no more rows than its windows with data. Two Spark jobs.
     """
     size, off = _size_and_offset(window_size, offset)
-    summ = an.layout.summary[an.layout.summary["rows"] > 0]
-    lo_e, hi_e = int(summ["min_event"].min()), int(summ["max_event"].max())
-    first_end = lo_e - (lo_e - off) % size + size
-    last_end = hi_e - (hi_e - off) % size + size
-    count = (last_end - first_end) // size + 1
-    out = pd.DataFrame({"window_end": first_end + size * np.arange(count, dtype=np.int64)})
-    got = _first_time_per_count(an, first_end - size, last_end, size)
+    _check_last_end(an, size, off)
+    ends = _window_ends(an, size, off)
+    out = pd.DataFrame({"window_end": ends})
+    got = _first_time_per_count(an, int(ends[0]) - size, int(ends[-1]), size)
+    # window k (k-th end from the first) fires at the first step where more than k
+    # window ends are <= W: the earliest time over the counts c > k
+    k = (ends - ends[0]) // size
     for i, n in enumerate(an.names):
-        sel = got[got["s"] == i]
-        first_at = np.full(count + 1, _NEVER, dtype=np.int64)
-        np.minimum.at(first_at, sel["c"].to_numpy(np.int64), sel["t"].to_numpy(np.int64))
-        # window k fires at the first step where more than k window ends are <= W
-        fire = np.minimum.accumulate(first_at[::-1])[::-1][1:]
+        sel = got[got["s"] == i].sort_values("c")
+        c = sel["c"].to_numpy(np.int64)
+        t = sel["t"].to_numpy(np.int64)
+        fire = np.full(ends.size, _NEVER, dtype=np.int64)
+        if c.size:
+            suffix_min = np.minimum.accumulate(t[::-1])[::-1]
+            j = np.searchsorted(c, k + 1, side="left")
+            has = j < c.size
+            fire[has] = suffix_min[j[has]]
         if finish:
             fire = np.minimum(fire, an.layout.last_arrival)
         fire[fire == _NEVER] = -1
         out[n] = fire
     return out
+
+
+def _check_last_end(an: WatermarkAnalysis, size: int, off: int) -> None:
+    """ValueError if the window of the latest event time ends past MAX_TIMESTAMP (no
+    watermark could close it; its end would overflow int64 on Spark)."""
+    summ = an.layout.summary[an.layout.summary["rows"] > 0]
+    hi_e = int(summ["max_event"].max())
+    last_end = hi_e - (hi_e - off) % size + size
+    if last_end > MAX_TIMESTAMP:
+        raise ValueError(
+            f"window size {size} µs: the window of the latest event time ({hi_e} µs) ends "
+            f"at {last_end} µs, past MAX_TIMESTAMP ({MAX_TIMESTAMP} µs), so no watermark "
+            "can close it; choose a smaller window"
+        )
+
+
+def _window_ends(an: WatermarkAnalysis, size: int, off: int) -> np.ndarray:
+    """The ends (µs, ascending, distinct) of the fixed windows holding an element."""
+    e = F.col("event_time").cast("long")
+    ends = to_pandas(
+        an.layout.source.select((window_start(e, size, off) + F.lit(size)).alias("end")).distinct()
+    )
+    return np.sort(ends["end"].to_numpy(np.int64))
 
 
 def _first_time_per_count(

@@ -24,7 +24,9 @@ from theory.data.errors import TraceError
 from theory.data.io import CSV_NULLS, trace_format
 from theory.data.schema import COLUMNS
 
-__all__ = ["FileGroup", "file_groups", "is_remote", "read_group", "read_remote"]
+__all__ = [
+    "RAGGED",
+    "FileGroup", "file_groups", "is_remote", "read_group", "read_remote", "uri_name"]
 
 
 @dataclass
@@ -43,7 +45,7 @@ def is_remote(path: str) -> bool:
 
 def file_groups(files: list[Path]) -> list[FileGroup]:
     """``files`` (in reading order) grouped by format and header; TraceError for an empty
-    or unreadable file."""
+    or unreadable file. Run :func:`theory.data.io.check_file` on each file first."""
     groups: dict[tuple[str, tuple[str, ...]], FileGroup] = {}
     for i, f in enumerate(files):
         fmt = trace_format(f)
@@ -53,8 +55,6 @@ def file_groups(files: list[Path]) -> list[FileGroup]:
 
 
 def _csv_header(path: Path) -> tuple[str, ...]:
-    if path.stat().st_size == 0:
-        raise TraceError("empty file: no header and no rows", path=str(path))
     with path.open(newline="", encoding="utf-8-sig") as fh:
         row = next(csv.reader(fh), [])
     if not row:
@@ -63,8 +63,6 @@ def _csv_header(path: Path) -> tuple[str, ...]:
 
 
 def _parquet_header(path: Path) -> tuple[str, ...]:
-    if path.stat().st_size == 0:
-        raise TraceError("empty file: not a Parquet file (0 bytes)", path=str(path))
     try:
         schema = pq.read_schema(path)
     except (pa.ArrowInvalid, OSError) as err:
@@ -72,40 +70,80 @@ def _parquet_header(path: Path) -> tuple[str, ...]:
     return tuple(f"{f.name}:{f.type}" for f in schema if f.name in COLUMNS)
 
 
-def _csv_schema(header: tuple[str, ...]) -> T.StructType:
-    return T.StructType([T.StructField(c, T.StringType(), True) for c in header])
+#: The column of a CSV group holding a ragged row's text (null for a well-formed row).
+RAGGED = "_ragged"
 
 
-def read_group(spark: SparkSession, g: FileGroup) -> DataFrame:
+def _csv_schema(header: tuple[str, ...], ragged: bool = False) -> T.StructType:
+    fields = [T.StructField(c, T.StringType(), True) for c in header]
+    if ragged:
+        fields.append(T.StructField(RAGGED, T.StringType(), True))
+    return T.StructType(fields)
+
+
+def read_group(
+    spark: SparkSession, g: FileGroup, nulls: tuple[str, ...] = CSV_NULLS
+) -> DataFrame:
     """The trace columns of a group's files, with ``_file`` (index), ``_blk`` (block
     start) and ``_mid`` (monotonically increasing id)."""
     paths = [str(p) for _, p in g.files]
     if g.fmt == "csv":
         reader = (
-            spark.read.schema(_csv_schema(g.header))
+            spark.read.schema(_csv_schema(g.header, ragged=True))
             .option("header", True)
+            .option("columnNameOfCorruptRecord", RAGGED)  # more or fewer fields
             .option("enforceSchema", True)
             .option("escape", '"')
             .option("mode", "PERMISSIVE")
+            .option("multiLine", True)  # quoted newlines, as pyarrow reads them
         )
         df = reader.csv(paths)
     else:
         df = spark.read.parquet(*paths)
-    names = F.create_map(*[x for i, p in g.files for x in (F.lit(p.name), F.lit(i))])
+    names = F.create_map(*[x for i, p in g.files for x in (F.lit(uri_name(p.name)), F.lit(i))])
+    typed = [h.partition(":") for h in g.header] if g.fmt == "parquet" else []
+    nanos = {name for name, _, ty in typed if ty.startswith("timestamp[ns")}
     return df.select(
-        *[_raw(c, g.fmt) for c in df.columns if c in COLUMNS],
+        *[_micros(c) if c in nanos else _raw(c, g.fmt, nulls) for c in df.columns if c in COLUMNS],
+        *([F.col(RAGGED)] if g.fmt == "csv" else []),
         F.element_at(names, F.col("_metadata.file_name")).cast("int").alias("_file"),
         F.col("_metadata.file_block_start").alias("_blk"),
         F.monotonically_increasing_id().alias("_mid"),
     )
 
 
-def _raw(c: str, fmt: str) -> Column:
+#: Characters ``java.net.URI`` leaves as they are in a path (besides ASCII letters and
+#: digits, and non-ASCII characters that are neither spaces nor controls).
+_URI_PATH_SAFE = frozenset("_-!.~'()*,;:$&+=@")
+
+
+def uri_name(name: str) -> str:
+    """A file name as Spark's ``_metadata.file_name`` spells it: quoted as Hadoop's
+    ``Path.toUri()`` quotes a path (``a b%.csv`` -> ``a%20b%25.csv``; ``é`` stays)."""
+    out = []
+    for ch in name:
+        plain = (ch.isascii() and ch.isalnum()) or ch in _URI_PATH_SAFE
+        other = not ch.isascii() and ch.isprintable() and not ch.isspace()
+        if plain or other:
+            out.append(ch)
+        else:
+            out.append("".join(f"%{b:02X}" for b in ch.encode("utf-8")))
+    return "".join(out)
+
+
+def _micros(c: str) -> Column:
+    """A Parquet ns timestamp (read as a long: ``spark.sql.legacy.parquet.nanosAsLong``,
+    set by :mod:`spark_backend.session`) floored to µs, as theory floors it."""
+    ns = F.col(f"`{c}`")
+    return ((ns - F.pmod(ns, F.lit(1000))) / F.lit(1000)).cast("long").alias(c)
+
+
+def _raw(c: str, fmt: str, nulls: tuple[str, ...]) -> Column:
     raw = F.col(f"`{c}`")
     if fmt != "csv":
         return raw
     # the strings pyarrow's CSV reader takes as null (theory reads CSV with pyarrow)
-    return F.when(raw.isin(*CSV_NULLS), F.lit(None).cast("string")).otherwise(raw).alias(c)
+    return F.when(raw.isin(*nulls), F.lit(None).cast("string")).otherwise(raw).alias(c)
 
 
 def read_remote(spark: SparkSession, path: str) -> tuple[FileGroup, DataFrame]:

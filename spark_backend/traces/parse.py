@@ -33,7 +33,7 @@ _NAN_RE: Final[str] = f"(?i)^(?:{NAN_TEXT})$"
 _INF_RE: Final[str] = f"(?i)^(?:{INF_TEXT})$"
 #: The ISO-8601 forms Python's ``datetime.fromisoformat`` (theory's parser) accepts.
 _ISO_RE: Final[str] = (
-    r"^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}([.,]\d{1,6})?)?)?)?"
+    r"^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}([.,]\d{1,9})?)?)?)?"
     r"(Z|z|[+-]\d{2}(:?\d{2}(:?\d{2})?)?)?$"
 )
 _TRIM_RE: Final[str] = r"(?U)^\s+|\s+$"

@@ -13,8 +13,10 @@ types pyarrow infers for a whole CSV file from a slice of it.)
 
 from __future__ import annotations
 
+import csv
 import os
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +25,17 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from spark_backend.traces.files import FileGroup, file_groups, is_remote, read_group, read_remote
+from spark_backend.traces.files import (
+    RAGGED,
+    FileGroup,
+    file_groups,
+    is_remote,
+    read_group,
+    read_remote,
+)
 from spark_backend.traces.parse import ParsedFrame, any_of, csv_key_kinds, parse_frame
-from theory.data.errors import TraceError, bad_row_error, no_rows_error
-from theory.data.io import trace_files
+from theory.data.errors import TraceError, bad_row_error, no_rows_error, ragged_row_error
+from theory.data.io import CSV_NULLS, check_file, check_null_values, trace_files
 from theory.data.report import BadRowReport, Example
 from theory.data.schema import COLUMNS, MAX_EXAMPLES, OnBadRows, check_on_bad_rows
 from theory.data.validate import check_file_columns
@@ -41,6 +50,7 @@ def read_trace_df(
     on_bad_rows: OnBadRows = "fail",
     require_causal: bool = False,
     allow_empty: bool = False,
+    null_values: Sequence[str] = CSV_NULLS,
 ) -> tuple[DataFrame, BadRowReport]:
     """Read and validate a trace: a Parquet (.parquet/.pq) or CSV (.csv) file, or a
     directory of them (read in name order; hidden ``.``/``_`` names skipped).
@@ -49,8 +59,10 @@ def read_trace_df(
     parsing: timestamps (µs) may be integers, integral floats, timestamps or dates, or
     strings holding integers, numbers or ISO-8601 times (naive = UTC); ``key`` defaults to
     0 and ``value`` to 1.0; a CSV file's keys are int64 when they all look like integers.
-    ``on_bad_rows="fail"`` raises :class:`~theory.data.errors.TraceError` for the lowest
-    bad row (naming the row, the column and the file); ``"skip-and-report"`` drops bad
+    ``null_values``: the CSV fields read as null, as theory reads them (the empty
+    field always; ``NA`` or ``null`` only if listed). ``on_bad_rows="fail"`` raises
+    :class:`~theory.data.errors.TraceError` for the lowest bad row (naming the row, the
+    column and the file); ``"skip-and-report"`` drops bad
     rows and counts them, per rule with up to 5 examples, in the report. Rows, errors and
     report are those of :func:`theory.data.io.read_trace` on the same files, except that
     examples hold the raw value as read (CSV fields are strings). Errors: TraceError for
@@ -62,12 +74,13 @@ def read_trace_df(
     for repeated use) and the report. Runs one or two Spark jobs (more when rows are bad).
     """
     policy = check_on_bad_rows(on_bad_rows)
+    nulls = check_null_values(null_values)
     text = os.fspath(path)
     if is_remote(text):
         group, df = read_remote(spark, text)
         inputs = _Inputs([group], [df], {0: text}, remote=True)
     else:
-        inputs = _local_inputs(spark, Path(text.removeprefix("file://")), text)
+        inputs = _local_inputs(spark, Path(text.removeprefix("file://")), text, nulls)
     return _validate(inputs, policy, require_causal, allow_empty)
 
 
@@ -79,27 +92,36 @@ class _Inputs:
     frames: list[DataFrame]
     path_of: dict[int, str]
     remote: bool = False
+    names_of: dict[int, list[str]] = field(default_factory=dict)  # every column, per file
 
     def columns_of_files(self) -> list[tuple[str, list[str]]]:
-        """(path, trace columns) of every file, in reading order."""
+        """(path, columns) of every file, in reading order: every column of a local file
+        (so that an error lists them all), the trace columns of a remote dataset."""
         present = [[c for c in df.columns if c in COLUMNS] for df in self.frames]
         files = sorted((i, gi) for gi, g in enumerate(self.groups) for i, _ in g.files)
-        return [(self.path_of[i], present[gi]) for i, gi in files]
+        return [
+            (self.path_of[i], self.names_of.get(i, present[gi])) for i, gi in files
+        ]
 
 
-def _local_inputs(spark: SparkSession, p: Path, text: str) -> _Inputs:
+def _local_inputs(
+    spark: SparkSession, p: Path, text: str, nulls: tuple[str, ...]
+) -> _Inputs:
     if not p.exists():
         raise FileNotFoundError(f"no such file or directory: {text!r}")
     files = trace_files(p) if p.is_dir() else [p]
     path_of = {i: (str(p / f.name) if p.is_dir() else str(p)) for i, f in enumerate(files)}
+    names_of = {i: check_file(f) for i, f in enumerate(files)}  # theory's checks, words
     groups = file_groups(files)
-    return _Inputs(groups, [read_group(spark, g) for g in groups], path_of)
+    frames = [read_group(spark, g, nulls) for g in groups]
+    return _Inputs(groups, frames, path_of, names_of=names_of)
 
 
 def _validate(
     inputs: _Inputs, policy: OnBadRows, require_causal: bool, allow_empty: bool
 ) -> tuple[DataFrame, BadRowReport]:
     check_file_columns(inputs.columns_of_files())  # before any data is read
+    _check_ragged(inputs)
     key_kind = csv_key_kinds(inputs.groups, inputs.frames)
     parsed = [
         parse_frame(df, g, key_kind, require_causal, inputs.path_of[g.files[0][0]])
@@ -124,6 +146,26 @@ def _validate(
             counts[name] = counts.get(name, 0) + c
     report = BadRowReport.of(rows.rows_read, total_bad, counts, _examples(parsed, rows))
     return _final_frame(parsed, drop_bad=True), report
+
+
+def _check_ragged(inputs: _Inputs) -> None:
+    """Theory's error for the first CSV row with more or fewer fields than its header
+    (Spark would pad or cut it): one Spark job per local CSV group."""
+    for g, df in zip(inputs.groups, inputs.frames, strict=True):
+        if g.fmt != "csv" or RAGGED not in df.columns:
+            continue
+        first = (
+            df.where(F.col(RAGGED).isNotNull())
+            .select(RAGGED, "_file", "_blk", "_mid", F.col(f"`{g.header[0]}`"))
+            .orderBy("_file", "_blk", "_mid")
+            .limit(1)
+            .collect()
+        )
+        if first:
+            text = str(first[0][RAGGED]).rstrip("\r\n")
+            fields = len(next(csv.reader([text]), []))
+            path = inputs.path_of[int(first[0]["_file"])]
+            raise ragged_row_error(len(g.header), fields, text, path)
 
 
 # --------------------------------------------------------------------------- row numbers

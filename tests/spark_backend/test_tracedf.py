@@ -126,7 +126,8 @@ def test_bad_rows_are_counted_per_rule_with_examples(spark, files):
     assert report.rows_read == 8 and report.total == 6 and report.rows_kept == 2
     assert report.counts["event_time.unparseable"] == 1
     assert report.examples["event_time.unparseable"] == [(1, "event_time", "abc")]
-    assert report.counts["value.null"] == 2  # "" and "nan" (pyarrow's CSV null values)
+    assert report.counts["value.null"] == 1  # "" (the one CSV null value by default)
+    assert report.counts["value.not_finite"] == 2  # "nan" (a number, not a null) and "inf"
     assert "bad rows removed" in report.summary()
 
 

@@ -46,11 +46,11 @@ def test_initial_state():
 def test_global_is_min_over_ranges_and_why_names_it():
     agg = agg3()
     for i, r in enumerate(RANGES):
-        assert agg.assign(r, "w1", i, LEASE) == 1
-        assert agg.report("w1", r, 1, 100 * (i + 1), i)
+        assert agg.assign(range_id=r, worker="w1", now=i, lease_duration=LEASE) == 1
+        assert agg.report(worker="w1", range_id=r, epoch=1, watermark=100 * (i + 1), now=i)
     assert agg.global_watermark() == 100
     assert agg.why().range_id == "a" and agg.why().owned and agg.why().holder == "w1"
-    agg.report("w1", "a", 1, 500, 20)
+    agg.report(worker="w1", range_id="a", epoch=1, watermark=500, now=20)
     assert agg.global_watermark() == 200
     assert agg.why().range_id == "b"
     assert "range 'b' at 200, held by 'w1'" in str(agg.why())
@@ -58,31 +58,35 @@ def test_global_is_min_over_ranges_and_why_names_it():
 
 def test_epoch_increments_on_every_assignment_and_fences_old_holder():
     agg = agg3()
-    assert agg.assign("a", "w1", 0, LEASE) == 1
-    assert agg.report("w1", "a", 1, 50, 1)
+    assert agg.assign(range_id="a", worker="w1", now=0, lease_duration=LEASE) == 1
+    assert agg.report(worker="w1", range_id="a", epoch=1, watermark=50, now=1)
     # reassigned to w2: the old holder's reports under epoch 1 are stale
-    assert agg.assign("a", "w2", 2, LEASE) == 2
-    assert not agg.report("w1", "a", 1, 999, 3)
+    assert agg.assign(range_id="a", worker="w2", now=2, lease_duration=LEASE) == 2
+    assert not agg.report(worker="w1", range_id="a", epoch=1, watermark=999, now=3)
     assert agg.rejected["stale_epoch"] == 1
     assert agg.range_watermark("a") == 50
     # w1 claiming the current epoch is not the holder
-    assert not agg.report("w1", "a", 2, 999, 4)
+    assert not agg.report(worker="w1", range_id="a", epoch=2, watermark=999, now=4)
     assert agg.rejected["not_holder"] == 1
-    assert agg.report("w2", "a", 2, 60, 5)
+    assert agg.report(worker="w2", range_id="a", epoch=2, watermark=60, now=5)
     # reassigning to the same worker also bumps the epoch and fences its own old lease
-    assert agg.assign("a", "w2", 6, LEASE) == 3
-    assert not agg.report("w2", "a", 2, 70, 7)
+    assert agg.assign(range_id="a", worker="w2", now=6, lease_duration=LEASE) == 3
+    assert not agg.report(worker="w2", range_id="a", epoch=2, watermark=70, now=7)
     assert agg.rejected["stale_epoch"] == 2
-    assert agg.report("w2", "a", 3, 70, 8)
+    assert agg.report(worker="w2", range_id="a", epoch=3, watermark=70, now=8)
     assert agg.range_watermark("a") == 70
     assert agg.accepted == 3
 
 
 def test_lease_expiry_rejects_and_expire_releases():
     agg = agg3()
-    agg.assign("a", "w1", 0, LEASE)
-    assert agg.report("w1", "a", 1, 10, LEASE - 1)  # expiry is exclusive
-    assert not agg.report("w1", "a", 1, 20, LEASE)  # expired, not yet released
+    agg.assign(range_id="a", worker="w1", now=0, lease_duration=LEASE)
+    assert agg.report(
+        worker="w1", range_id="a", epoch=1, watermark=10, now=LEASE - 1
+    )  # expiry is exclusive
+    assert not agg.report(
+        worker="w1", range_id="a", epoch=1, watermark=20, now=LEASE
+    )  # expired, not yet released
     assert agg.rejected["expired"] == 1
     assert agg.lease("a") == Lease("w1", 1, LEASE)
     assert agg.why().lease_expired is False  # 'a' does not hold the global (b is at MIN)
@@ -90,23 +94,25 @@ def test_lease_expiry_rejects_and_expire_releases():
     assert agg.lease("a") is None
     assert agg.expire(LEASE) == []
     # after release the old holder's report is still 'expired'; another worker's is not
-    assert not agg.report("w1", "a", 1, 20, LEASE + 1)
-    assert not agg.report("w2", "a", 1, 20, LEASE + 1)
+    assert not agg.report(worker="w1", range_id="a", epoch=1, watermark=20, now=LEASE + 1)
+    assert not agg.report(worker="w2", range_id="a", epoch=1, watermark=20, now=LEASE + 1)
     assert agg.rejected == {"stale_epoch": 0, "not_holder": 1, "expired": 2}
     assert agg.range_watermark("a") == 10
 
 
 def test_renew_and_release():
     agg = agg3()
-    agg.assign("a", "w1", 0, LEASE)
-    assert agg.renew("a", "w1", 1, 900, LEASE)
+    agg.assign(range_id="a", worker="w1", now=0, lease_duration=LEASE)
+    assert agg.renew(range_id="a", worker="w1", epoch=1, now=900, lease_duration=LEASE)
     assert agg.lease("a") == Lease("w1", 1, 1900)
-    assert agg.report("w1", "a", 1, 5, 1500)  # would have expired without renewal
-    assert not agg.renew("a", "w2", 1, 1500, LEASE)
+    assert agg.report(
+        worker="w1", range_id="a", epoch=1, watermark=5, now=1500
+    )  # would have expired without renewal
+    assert not agg.renew(range_id="a", worker="w2", epoch=1, now=1500, lease_duration=LEASE)
     assert agg.rejected["not_holder"] == 1
-    assert agg.release("a", "w1", 1, 1600)
+    assert agg.release(range_id="a", worker="w1", epoch=1, now=1600)
     assert agg.lease("a") is None and agg.range_watermark("a") == 5
-    assert not agg.release("a", "w1", 1, 1700)  # nothing left to release
+    assert not agg.release(range_id="a", worker="w1", epoch=1, now=1700)  # nothing left to release
     assert agg.rejected["expired"] == 1
     assert agg.epoch("a") == 1
 
@@ -114,56 +120,60 @@ def test_renew_and_release():
 def test_unowned_range_holds_the_global_watermark():
     agg = agg3()
     for r in RANGES:
-        agg.assign(r, "w1", 0, LEASE)
-        agg.report("w1", r, 1, 100, 0)
-    agg.assign("b", "w2", 2, 5 * LEASE)  # b moves to w2, others stay with w1 and expire
-    agg.report("w2", "b", 2, 150, 3)
+        agg.assign(range_id=r, worker="w1", now=0, lease_duration=LEASE)
+        agg.report(worker="w1", range_id=r, epoch=1, watermark=100, now=0)
+    agg.assign(
+        range_id="b", worker="w2", now=2, lease_duration=5 * LEASE
+    )  # b moves to w2, others stay with w1 and expire
+    agg.report(worker="w2", range_id="b", epoch=2, watermark=150, now=3)
     assert agg.expire(LEASE) == ["a", (0, 100)]
-    agg.report("w2", "b", 2, 10_000, LEASE + 1)
+    agg.report(worker="w2", range_id="b", epoch=2, watermark=10_000, now=LEASE + 1)
     # nobody owns a or (0, 100): the global watermark stays at their last value
     assert agg.global_watermark() == 100
     why = agg.why()
     assert (why.range_id, why.watermark, why.owned, why.holder) == ("a", 100, False, None)
     assert str(why) == "range 'a' at 100, unowned"
     # a new holder releases the hold
-    e = agg.assign("a", "w3", LEASE + 2, LEASE)
-    agg.report("w3", "a", e, 20_000, LEASE + 3)
+    e = agg.assign(range_id="a", worker="w3", now=LEASE + 2, lease_duration=LEASE)
+    agg.report(worker="w3", range_id="a", epoch=e, watermark=20_000, now=LEASE + 3)
     assert agg.global_watermark() == 100 and agg.why().range_id == (0, 100)
-    e = agg.assign((0, 100), "w3", LEASE + 4, LEASE)
-    agg.report("w3", (0, 100), e, 30_000, LEASE + 5)
+    e = agg.assign(range_id=(0, 100), worker="w3", now=LEASE + 4, lease_duration=LEASE)
+    agg.report(worker="w3", range_id=(0, 100), epoch=e, watermark=30_000, now=LEASE + 5)
     assert agg.global_watermark() == 10_000 and agg.why().range_id == "b"
 
 
 def test_why_flags_an_expired_but_unreleased_lease():
     agg = CentralAggregator(["only"], workers=["w"])
-    agg.assign("only", "w", 0, LEASE)
-    agg.report("w", "only", 1, 7, 1)
+    agg.assign(range_id="only", worker="w", now=0, lease_duration=LEASE)
+    agg.report(worker="w", range_id="only", epoch=1, watermark=7, now=1)
     agg.expire(LEASE - 1)
     assert agg.why().owned and not agg.why().lease_expired
     agg.expire(LEASE - 1)
-    assert not agg.report("w", "only", 1, 9, LEASE + 5)
+    assert not agg.report(worker="w", range_id="only", epoch=1, watermark=9, now=LEASE + 5)
     assert agg.why().lease_expired
     assert "lease expired" in str(agg.why())
 
 
 def test_per_range_watermark_latched_and_regressions_counted():
     agg = agg3()
-    agg.assign("a", "w1", 0, LEASE)
-    assert agg.report("w1", "a", 1, 50, 1)
-    assert agg.report("w1", "a", 1, 40, 2)  # accepted, but latched
+    agg.assign(range_id="a", worker="w1", now=0, lease_duration=LEASE)
+    assert agg.report(worker="w1", range_id="a", epoch=1, watermark=50, now=1)
+    assert agg.report(
+        worker="w1", range_id="a", epoch=1, watermark=40, now=2
+    )  # accepted, but latched
     assert agg.range_watermark("a") == 50 and agg.regressions == 1
-    assert agg.report("w1", "a", 1, 50, 3)  # equal: neither
+    assert agg.report(worker="w1", range_id="a", epoch=1, watermark=50, now=3)  # equal: neither
     assert agg.regressions == 1
 
 
 def test_snapshot_restore_never_regresses_and_fences_old_leases():
     agg = agg3()
     for r in RANGES:
-        agg.assign(r, "w1", 0, LEASE)
-    agg.assign("a", "w2", 1, LEASE)  # a at epoch 2
-    agg.report("w2", "a", 2, 300, 2)
-    agg.report("w1", "b", 1, 200, 2)
-    agg.report("w1", (0, 100), 1, 250, 2)
+        agg.assign(range_id=r, worker="w1", now=0, lease_duration=LEASE)
+    agg.assign(range_id="a", worker="w2", now=1, lease_duration=LEASE)  # a at epoch 2
+    agg.report(worker="w2", range_id="a", epoch=2, watermark=300, now=2)
+    agg.report(worker="w1", range_id="b", epoch=1, watermark=200, now=2)
+    agg.report(worker="w1", range_id=(0, 100), epoch=1, watermark=250, now=2)
     snap = copy.deepcopy(agg.snapshot())
     assert snap == {"ranges": [("a", 300, 2), ("b", 200, 1), ((0, 100), 250, 1)]}
 
@@ -172,14 +182,14 @@ def test_snapshot_restore_never_regresses_and_fences_old_leases():
     assert new.global_watermark() == 200 == agg.global_watermark()
     assert all(new.lease(r) is None for r in RANGES)
     # the pre-crash holder's reports are fenced: not the holder of the restored epoch
-    assert not new.report("w2", "a", 2, 400, 3)
+    assert not new.report(worker="w2", range_id="a", epoch=2, watermark=400, now=3)
     # the next assignment is a new epoch above every pre-crash epoch
-    assert new.assign("a", "w1", 4, LEASE) == 3
-    assert new.report("w1", "a", 3, 400, 5)
+    assert new.assign(range_id="a", worker="w1", now=4, lease_duration=LEASE) == 3
+    assert new.report(worker="w1", range_id="a", epoch=3, watermark=400, now=5)
 
     # restoring an older snapshot onto a live aggregator never lowers anything
-    agg.report("w1", "b", 1, 900, 6)
-    agg.report("w1", (0, 100), 1, 900, 6)
+    agg.report(worker="w1", range_id="b", epoch=1, watermark=900, now=6)
+    agg.report(worker="w1", range_id=(0, 100), epoch=1, watermark=900, now=6)
     before = agg.global_watermark()
     old = {"ranges": [("a", 1, 1), ("b", 2, 1)]}
     agg.restore(old)
@@ -198,40 +208,130 @@ def test_snapshot_restore_never_regresses_and_fences_old_leases():
 
 def setup_agg():
     agg = agg3()
-    agg.assign("a", "w1", 10, LEASE)
-    agg.assign("b", "w2", 10, LEASE)
-    agg.report("w1", "a", 1, 5, 20)
-    agg.report("w2", "a", 1, 5, 20)  # one rejection on the books
+    agg.assign(range_id="a", worker="w1", now=10, lease_duration=LEASE)
+    agg.assign(range_id="b", worker="w2", now=10, lease_duration=LEASE)
+    agg.report(worker="w1", range_id="a", epoch=1, watermark=5, now=20)
+    agg.report(
+        worker="w2", range_id="a", epoch=1, watermark=5, now=20
+    )  # one rejection on the books
     return agg
 
 
 BAD_CALLS = [
     # unknown worker / range
-    (lambda g: g.report("nobody", "a", 1, 10, 30), KeyError, "unknown worker"),
-    (lambda g: g.report("w1", "zz", 1, 10, 30), KeyError, "unknown key range"),
-    (lambda g: g.report("w1", ["a"], 1, 10, 30), KeyError, "unknown key range"),
-    (lambda g: g.report(["w1"], "a", 1, 10, 30), KeyError, "unknown worker"),
+    (
+        lambda g: g.report(worker="nobody", range_id="a", epoch=1, watermark=10, now=30),
+        KeyError,
+        "unknown worker",
+    ),
+    (
+        lambda g: g.report(worker="w1", range_id="zz", epoch=1, watermark=10, now=30),
+        KeyError,
+        "unknown key range",
+    ),
+    (
+        lambda g: g.report(worker="w1", range_id=["a"], epoch=1, watermark=10, now=30),
+        KeyError,
+        "unknown key range",
+    ),
+    (
+        lambda g: g.report(worker=["w1"], range_id="a", epoch=1, watermark=10, now=30),
+        KeyError,
+        "unknown worker",
+    ),
     # epoch from the future, or not an epoch at all
-    (lambda g: g.report("w1", "a", 2, 10, 30), ValueError, "from the future"),
-    (lambda g: g.report("w1", (0, 100), 1, 10, 30), ValueError, "from the future"),
-    (lambda g: g.report("w1", "a", 0, 10, 30), ValueError, "epoch must be >= 1"),
-    (lambda g: g.report("w1", "a", True, 10, 30), TypeError, "epoch"),
-    (lambda g: g.report("w1", "a", 1.0, 10, 30), TypeError, "epoch"),
+    (
+        lambda g: g.report(worker="w1", range_id="a", epoch=2, watermark=10, now=30),
+        ValueError,
+        "from the future",
+    ),
+    (
+        lambda g: g.report(worker="w1", range_id=(0, 100), epoch=1, watermark=10, now=30),
+        ValueError,
+        "from the future",
+    ),
+    (
+        lambda g: g.report(worker="w1", range_id="a", epoch=0, watermark=10, now=30),
+        ValueError,
+        "epoch must be >= 1",
+    ),
+    (
+        lambda g: g.report(worker="w1", range_id="a", epoch=True, watermark=10, now=30),
+        TypeError,
+        "epoch",
+    ),
+    (
+        lambda g: g.report(worker="w1", range_id="a", epoch=1.0, watermark=10, now=30),
+        TypeError,
+        "epoch",
+    ),
     # bad watermark or time
-    (lambda g: g.report("w1", "a", 1, 10.5, 30), TypeError, "watermark"),
-    (lambda g: g.report("w1", "a", 1, False, 30), TypeError, "watermark"),
-    (lambda g: g.report("w1", "a", 1, MAX_TIMESTAMP + 1, 30), ValueError, "watermark"),
-    (lambda g: g.report("w1", "a", 1, 10, 19), ValueError, "before the aggregator"),
-    (lambda g: g.report("w1", "a", 1, 10, "30"), TypeError, "now"),
+    (
+        lambda g: g.report(worker="w1", range_id="a", epoch=1, watermark=10.5, now=30),
+        TypeError,
+        "watermark",
+    ),
+    (
+        lambda g: g.report(worker="w1", range_id="a", epoch=1, watermark=False, now=30),
+        TypeError,
+        "watermark",
+    ),
+    (
+        lambda g: g.report(worker="w1", range_id="a", epoch=1, watermark=MAX_TIMESTAMP + 1, now=30),
+        ValueError,
+        "watermark",
+    ),
+    (
+        lambda g: g.report(worker="w1", range_id="a", epoch=1, watermark=10, now=19),
+        ValueError,
+        "before the aggregator",
+    ),
+    (
+        lambda g: g.report(worker="w1", range_id="a", epoch=1, watermark=10, now="30"),
+        TypeError,
+        "now",
+    ),
     # leases
-    (lambda g: g.assign("zz", "w1", 30, LEASE), KeyError, "unknown key range"),
-    (lambda g: g.assign("a", "nobody", 30, LEASE), KeyError, "unknown worker"),
-    (lambda g: g.assign("a", "w1", 30, 0), ValueError, "lease_duration"),
-    (lambda g: g.assign("a", "w1", 30, -5), ValueError, "lease_duration"),
-    (lambda g: g.assign("a", "w1", 5, LEASE), ValueError, "before the aggregator"),
-    (lambda g: g.renew("a", "w1", 1, 30, 0), ValueError, "lease_duration"),
-    (lambda g: g.renew("a", "w1", 9, 30, LEASE), ValueError, "from the future"),
-    (lambda g: g.release("a", "nobody", 1, 30), KeyError, "unknown worker"),
+    (
+        lambda g: g.assign(range_id="zz", worker="w1", now=30, lease_duration=LEASE),
+        KeyError,
+        "unknown key range",
+    ),
+    (
+        lambda g: g.assign(range_id="a", worker="nobody", now=30, lease_duration=LEASE),
+        KeyError,
+        "unknown worker",
+    ),
+    (
+        lambda g: g.assign(range_id="a", worker="w1", now=30, lease_duration=0),
+        ValueError,
+        "lease_duration",
+    ),
+    (
+        lambda g: g.assign(range_id="a", worker="w1", now=30, lease_duration=-5),
+        ValueError,
+        "lease_duration",
+    ),
+    (
+        lambda g: g.assign(range_id="a", worker="w1", now=5, lease_duration=LEASE),
+        ValueError,
+        "before the aggregator",
+    ),
+    (
+        lambda g: g.renew(range_id="a", worker="w1", epoch=1, now=30, lease_duration=0),
+        ValueError,
+        "lease_duration",
+    ),
+    (
+        lambda g: g.renew(range_id="a", worker="w1", epoch=9, now=30, lease_duration=LEASE),
+        ValueError,
+        "from the future",
+    ),
+    (
+        lambda g: g.release(range_id="a", worker="nobody", epoch=1, now=30),
+        KeyError,
+        "unknown worker",
+    ),
     (lambda g: g.expire(19), ValueError, "before the aggregator"),
     # snapshots
     (lambda g: g.restore({"ranges": [("a", 50, 1), ("zz", 1, 1)]}), KeyError, "unknown key"),
@@ -260,9 +360,9 @@ def test_bad_construction():
         CentralAggregator.from_snapshot({"wrong": []})
     agg = CentralAggregator(["a"])
     with pytest.raises(KeyError, match="add_worker"):
-        agg.assign("a", "w", 0, LEASE)
+        agg.assign(range_id="a", worker="w", now=0, lease_duration=LEASE)
     agg.add_worker("w")
-    assert agg.assign("a", "w", 0, LEASE) == 1
+    assert agg.assign(range_id="a", worker="w", now=0, lease_duration=LEASE) == 1
 
 
 # ---------------------------------------------------------------------------------------
@@ -304,7 +404,7 @@ def test_global_watermark_monotonic_and_min_of_ranges(ops):
         now += dt
         kind = op[0]
         if kind == "assign":
-            agg.assign(ranges[op[1]], op[2], now, 500)
+            agg.assign(range_id=ranges[op[1]], worker=op[2], now=now, lease_duration=500)
         elif kind == "report":
             _, i, worker, offset, wm = op
             r = ranges[i]
@@ -318,7 +418,10 @@ def test_global_watermark_monotonic_and_min_of_ranges(ops):
                 and lease.epoch == epoch
                 and now < lease.expiry
             )
-            assert agg.report(worker, r, epoch, wm, now) == should_accept
+            assert (
+                agg.report(worker=worker, range_id=r, epoch=epoch, watermark=wm, now=now)
+                == should_accept
+            )
             if should_accept:
                 holder_wm[r] = max(holder_wm[r], wm)
         elif kind == "expire":

@@ -7,6 +7,7 @@ so the same bad input gets the same message from either.
 
 from __future__ import annotations
 
+import csv
 import functools
 from collections.abc import Iterable
 from typing import Any
@@ -16,10 +17,14 @@ from theory.data.schema import Rule, rule_named
 __all__ = [
     "TraceError",
     "bad_row_error",
+    "duplicate_columns_error",
+    "empty_file_error",
     "length_error",
     "missing_column_error",
     "no_rows_error",
+    "not_utf8_error",
     "optional_column_error",
+    "ragged_row_error",
     "unsupported_type_error",
 ]
 
@@ -64,7 +69,31 @@ def _where(row: int | None, column: str | None) -> str:
 def _in_file(path: str | None, file_row: int | None) -> str:
     if path is None:
         return ""
-    return f" [file {path!r}" + (f", row {file_row} of that file]" if file_row is not None else "]")
+    if file_row is None:
+        return f" [file {path!r}]"
+    if path.lower().endswith(".csv"):
+        line = csv_line(path, file_row)
+        if line is not None:
+            return f" [file {path!r}, line {line} of that file, the header being line 1]"
+    return f" [file {path!r}, row index {file_row} of that file, from 0]"
+
+
+def csv_line(path: str, row: int) -> int | None:
+    """The line (1-based, the header is line 1) on which data row ``row`` (0-based) of
+    the CSV file ``path`` starts, counting fields that span lines; None if unreadable."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            line, i = 1, 0
+            for record in reader:
+                if record:  # pyarrow skips blank lines
+                    if i == row + 1:
+                        return line
+                    i += 1
+                line = reader.line_num + 1
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    return None
 
 
 def missing_column_error(column: str, present: Iterable[str], path: str | None) -> TraceError:
@@ -116,3 +145,28 @@ def _detail(rule: Rule, got: object) -> str:
         arrival, event = got
         return f"{rule.description} (got arrival_time={arrival} < event_time={event})"
     return f"{rule.description} (got {got!r})"
+
+
+def duplicate_columns_error(names: Iterable[str], path: str | None) -> TraceError:
+    """A header or schema names a column more than once (``names``: the repeated ones)."""
+    return TraceError(f"duplicate column names: {sorted(set(names))}", path=path)
+
+
+def empty_file_error(fmt: str, path: str) -> TraceError:
+    """A 0-byte file (``fmt``: ``"csv"`` or ``"parquet"``)."""
+    what = "no header and no rows" if fmt == "csv" else "not a Parquet file (0 bytes)"
+    return TraceError(f"empty file: {what}", path=path)
+
+
+def not_utf8_error(line: int, byte: int, path: str) -> TraceError:
+    """A CSV file that is not UTF-8 text: the first bad ``byte`` is on ``line`` (1-based,
+    the header is line 1)."""
+    return TraceError(f"not UTF-8 text: byte 0x{byte:02x} on line {line} of the file", path=path)
+
+
+def ragged_row_error(expected: int, got: int, text: str, path: str) -> TraceError:
+    """A CSV row with ``got`` fields under a header of ``expected``; ``text`` is the row
+    as written (both readers find it by its text: neither knows its line reliably)."""
+    return TraceError(
+        f"a row has {got} fields where the header has {expected}: {text!r}", path=path
+    )

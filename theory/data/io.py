@@ -7,9 +7,12 @@ them: its files are read in sorted name order (hidden ``.``/``_`` names, such as
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
+import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, Literal
 
@@ -17,15 +20,36 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from theory.data.errors import (
+    TraceError,
+    duplicate_columns_error,
+    empty_file_error,
+    no_rows_error,
+    not_utf8_error,
+    ragged_row_error,
+)
 from theory.data.report import BadRowReport
 from theory.data.schema import COLUMNS, TRACE_SUFFIXES, OnBadRows, check_on_bad_rows
 from theory.data.trace import Trace
 from theory.data.validate import check_file_columns, validate_columns
 
-__all__ = ["CSV_NULLS", "read_trace", "trace_files", "trace_format", "write_trace"]
+__all__ = [
+    "CSV_NULLS",
+    "check_file",
+    "check_null_values",
+    "check_utf8",
+    "read_trace",
+    "trace_files",
+    "trace_format",
+    "write_trace",
+]
 
-#: The CSV fields read as null (pyarrow's defaults: "", "NA", "nan", "null", ...).
-CSV_NULLS: Final[tuple[str, ...]] = tuple(pacsv.ConvertOptions().null_values)
+#: The CSV fields read as null: only the empty field. A key ``NA`` or ``null`` is a
+#: string, as the user wrote it (pyarrow's defaults would read ``NA``, ``null``, ``nan``,
+#: ``N/A``, ... as null and drop those rows as bad).
+CSV_NULLS: Final[tuple[str, ...]] = ("",)
+
+_RAGGED = re.compile(r"Expected (\d+) columns, got (\d+): (.*)", re.DOTALL)
 
 
 def trace_format(path: Path) -> Literal["csv", "parquet"]:
@@ -57,6 +81,8 @@ def read_trace(
     *,
     on_bad_rows: OnBadRows = "fail",
     require_causal: bool = False,
+    allow_empty: bool = False,
+    null_values: Sequence[str] = CSV_NULLS,
 ) -> tuple[Trace, BadRowReport]:
     """Read a trace from Parquet (.parquet/.pq), CSV (.csv), or a directory of them.
 
@@ -64,21 +90,45 @@ def read_trace(
     ``arrival_time`` (µs) are required. If some files have int keys and others string
     keys, int keys are converted to strings. CSV keys that all look like integers are read
     as int64. See :func:`~theory.data.validate.validate_columns` for the rules and
-    ``on_bad_rows``.
+    ``on_bad_rows``. An input with no rows at all (a header only, or empty files) is a
+    TraceError unless ``allow_empty``, as in Spark's reader. ``null_values``: the CSV
+    fields read as null (:func:`check_null_values`; the empty field always is).
     """
-    policy = check_on_bad_rows(on_bad_rows)
-    p = Path(path)
+    nulls = check_null_values(null_values)
+    trace, report = _read(Path(path), check_on_bad_rows(on_bad_rows), require_causal, nulls)
+    if report.rows_read == 0 and not allow_empty:
+        raise no_rows_error(str(path))
+    return trace, report
+
+
+def check_null_values(values: Sequence[str]) -> tuple[str, ...]:
+    """The CSV fields read as null: ``values`` (strings, as written, case-sensitive) and
+    the empty field. TypeError for a bare string or a non-string."""
+    if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+        raise TypeError(f"null_values must be a sequence of strings, got {values!r}")
+    return tuple(dict.fromkeys(("", *values)))
+
+
+def _read(
+    p: Path, policy: OnBadRows, require_causal: bool, nulls: tuple[str, ...]
+) -> tuple[Trace, BadRowReport]:
     if not p.is_dir():
-        cols = _trace_columns(_read_table(p))
+        trace_format(p)  # an unknown suffix first, as before
+        if not p.exists():
+            raise FileNotFoundError(f"no such file or directory: {str(p)!r}")
+        names = check_file(p)
+        check_file_columns([(str(p), names)])
+        cols = _trace_columns(_read_table(p, names, nulls))
         return validate_columns(
             cols, on_bad_rows=policy, require_causal=require_causal, path=str(p)
         )
     files = trace_files(p)
-    check_file_columns([(str(f), _header(f)) for f in files])
+    headers = [check_file(f) for f in files]
+    check_file_columns([(str(f), h) for f, h in zip(files, headers, strict=True)])
     traces: list[Trace] = []
     report = BadRowReport()
-    for f in files:
-        cols = _trace_columns(_read_table(f))
+    for f, names in zip(files, headers, strict=True):
+        cols = _trace_columns(_read_table(f, names, nulls))
         t, r = validate_columns(
             cols,
             on_bad_rows=policy,
@@ -91,27 +141,73 @@ def read_trace(
     return Trace.concat(_same_key_type(traces)), report
 
 
-def _read_table(path: Path) -> pa.Table:
+def check_file(path: Path) -> list[str]:
+    """Every column name of a trace file, after the checks both readers make before
+    reading rows: not empty, a CSV is UTF-8, no column named twice. TraceError naming
+    the file (and for bad UTF-8 the line)."""
+    fmt = trace_format(path)
+    if path.stat().st_size == 0:
+        raise empty_file_error(fmt, str(path))
+    if fmt == "csv":
+        check_utf8(path)
+        try:
+            with pacsv.open_csv(
+                path, parse_options=pacsv.ParseOptions(newlines_in_values=True)
+            ) as reader:
+                names = list(reader.schema.names)
+        except pa.ArrowInvalid as err:
+            raise _csv_error(err, path) from None
+    else:
+        try:
+            names = list(pq.read_schema(path).names)
+        except (pa.ArrowInvalid, OSError) as err:
+            raise TraceError(f"not a readable Parquet file: {err}", path=str(path)) from None
+    repeated = [n for n in names if names.count(n) > 1]
+    if repeated:
+        raise duplicate_columns_error(repeated, str(path))
+    return names
+
+
+def _csv_error(err: pa.ArrowInvalid, path: Path) -> TraceError:
+    """pyarrow's CSV parse error in theory's words (a ragged row by its text)."""
+    m = _RAGGED.search(str(err))
+    if m is None:
+        return TraceError(f"not a readable CSV file: {err}", path=str(path))
+    return ragged_row_error(int(m[1]), int(m[2]), m[3], str(path))
+
+
+def check_utf8(path: Path, chunk: int = 1 << 22) -> None:
+    """TraceError naming the line of the first byte that is not UTF-8 (a BOM is fine)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    line = 1
+    with path.open("rb") as f:
+        while True:
+            block = f.read(chunk)
+            try:
+                decoder.decode(block, final=not block)
+            except UnicodeDecodeError as err:
+                at = max(err.start, 0)
+                byte = block[at] if at < len(block) else 0
+                raise not_utf8_error(line + block[:at].count(b"\n"), byte, str(path)) from None
+            if not block:
+                return
+            line += block.count(b"\n")
+
+
+def _read_table(path: Path, names: list[str], nulls: tuple[str, ...]) -> pa.Table:
     if trace_format(path) == "csv":
-        opts = pacsv.ConvertOptions(strings_can_be_null=True)
-        return pacsv.read_csv(path, convert_options=opts)
-    schema = pq.read_schema(path)
-    wanted = [c for c in schema.names if c in COLUMNS]
+        opts = pacsv.ConvertOptions(null_values=list(nulls), strings_can_be_null=True)
+        parse = pacsv.ParseOptions(newlines_in_values=True)
+        try:
+            return pacsv.read_csv(path, parse_options=parse, convert_options=opts)
+        except pa.ArrowInvalid as err:
+            raise _csv_error(err, path) from None
+    wanted = [c for c in names if c in COLUMNS]
     return pq.read_table(path, columns=wanted)
 
 
 def _trace_columns(table: pa.Table) -> dict[str, pa.ChunkedArray]:
     return {c: table.column(c) for c in table.column_names if c in COLUMNS}
-
-
-def _header(path: Path) -> list[str]:
-    """The trace columns of a file, from its header or schema alone."""
-    if trace_format(path) == "csv":
-        with pacsv.open_csv(path) as reader:
-            names = reader.schema.names
-    else:
-        names = pq.read_schema(path).names
-    return [c for c in names if c in COLUMNS]
 
 
 def _same_key_type(traces: list[Trace]) -> list[Trace]:

@@ -146,7 +146,7 @@ class CentralAggregator:
         hash(worker)
         self._workers.add(worker)
 
-    def assign(self, range_id: Hashable, worker: Hashable, now: int, lease_duration: int) -> int:
+    def assign(self, *, range_id: Hashable, worker: Hashable, now: int, lease_duration: int) -> int:
         """Lease ``range_id`` to ``worker`` until ``now + lease_duration`` (µs, exclusive);
         return the new epoch. Every assignment, to a new or the same worker, bumps the
         epoch, which fences reports made under earlier leases; an unexpired lease of
@@ -163,7 +163,7 @@ class CentralAggregator:
         return epoch
 
     def renew(
-        self, range_id: Hashable, worker: Hashable, epoch: int, now: int, lease_duration: int
+        self, *, range_id: Hashable, worker: Hashable, epoch: int, now: int, lease_duration: int
     ) -> bool:
         """Extend the current holder's unexpired lease to ``now + lease_duration`` without a
         new epoch. False (counted like a report) if the lease is not the caller's."""
@@ -179,7 +179,7 @@ class CentralAggregator:
         self._lease[i] = Lease(worker, e, max(lease.expiry, t + d))
         return True
 
-    def release(self, range_id: Hashable, worker: Hashable, epoch: int, now: int) -> bool:
+    def release(self, *, range_id: Hashable, worker: Hashable, epoch: int, now: int) -> bool:
         """The holder gives the range up; it becomes unowned and holds its watermark.
         False (counted like a report) if the lease is not the caller's."""
         i, e, t = self._check_report(worker, range_id, epoch, now)
@@ -237,7 +237,7 @@ class CentralAggregator:
         return None
 
     def report(
-        self, worker: Hashable, range_id: Hashable, epoch: int, watermark: int, now: int
+        self, *, worker: Hashable, range_id: Hashable, epoch: int, watermark: int, now: int
     ) -> bool:
         """``worker`` reports ``watermark`` (µs) for ``range_id`` under lease ``epoch`` at
         processing time ``now``. True if accepted; False if rejected (counted in

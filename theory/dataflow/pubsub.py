@@ -201,6 +201,7 @@ class TrackingEstimator:
         self._floor: int = _I64_MIN  # the frontier, or below every bucket before one
         self._newest: int | None = None
         self._first_now: int | None = None
+        self._last_now: int | None = None  # ``now`` of the last estimate (never goes back)
         self._watermark: int = MIN_TIMESTAMP
         #: Computed values below the watermark (kept out by latching).
         self.regressions: int = 0
@@ -306,7 +307,8 @@ class TrackingEstimator:
         ``base_oldest_unacked_publish_time`` is ``pt_base`` (µs) or None when the base
         subscription has nothing unacked; ``tracking_has_backlog`` says whether the
         tracking subscription still has unacked messages (Cloud Monitoring's
-        ``num_undelivered_messages > 0``). Inputs are validated before any change.
+        ``num_undelivered_messages > 0``). Inputs are validated before any change: a
+        ``now`` earlier than the previous call's is a ValueError.
         Returns the latched watermark and its reason.
         """
         t = check_timestamp(now, "now")
@@ -316,6 +318,12 @@ class TrackingEstimator:
                 base_oldest_unacked_publish_time, "base_oldest_unacked_publish_time"
             )
         backlog = check_bool(tracking_has_backlog, "tracking_has_backlog")
+        if self._last_now is not None and t < self._last_now:
+            raise ValueError(
+                f"now={t} µs is before the previous estimate's now={self._last_now} µs: "
+                "the reader's clock must not go backwards"
+            )
+        self._last_now = t
         if self._first_now is None:
             self._first_now = t
         # rule 4's precondition: neither subscription has anything outstanding

@@ -232,9 +232,17 @@ def _failed_range(
     agg = CentralAggregator(["range"], ["old", "new"])
     r = design.report_interval
     last_report = t0 - int(rng.integers(0, r))
-    epoch = agg.assign("range", "old", last_report - 1, design.lease_duration)
-    agg.report("old", "range", epoch, W0, last_report)
-    agg.renew("range", "old", epoch, last_report, design.lease_duration)
+    epoch = agg.assign(
+        range_id="range", worker="old", now=last_report - 1, lease_duration=design.lease_duration
+    )
+    agg.report(worker="old", range_id="range", epoch=epoch, watermark=W0, now=last_report)
+    agg.renew(
+        range_id="range",
+        worker="old",
+        epoch=epoch,
+        now=last_report,
+        lease_duration=design.lease_duration,
+    )
     expiry = last_report + design.lease_duration
     new_epoch_at = expiry + design.reassign_delay
     safe = True
@@ -244,15 +252,19 @@ def _failed_range(
         safe = safe and agg.range_watermark("range") <= W0
         t += r
     agg.expire(new_epoch_at)
-    new_epoch = agg.assign("range", "new", new_epoch_at, design.lease_duration)
+    new_epoch = agg.assign(
+        range_id="range", worker="new", now=new_epoch_at, lease_duration=design.lease_duration
+    )
     first = new_epoch_at + int(rng.integers(0, r))
     if zombie:
         # The old holder comes back from a partition, still believing it holds the range,
         # and claims progress under its old epoch, before and after the new holder reports.
-        agg.report("old", "range", epoch, W1 + SECOND, first)
-    agg.report("new", "range", new_epoch, W1, first)
+        agg.report(worker="old", range_id="range", epoch=epoch, watermark=W1 + SECOND, now=first)
+    agg.report(worker="new", range_id="range", epoch=new_epoch, watermark=W1, now=first)
     if zombie:
-        agg.report("old", "range", epoch, W1 + SECOND, first + r)
+        agg.report(
+            worker="old", range_id="range", epoch=epoch, watermark=W1 + SECOND, now=first + r
+        )
     safe = safe and agg.range_watermark("range") == W1
     return first, sum(agg.rejected.values()), safe
 

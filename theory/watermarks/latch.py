@@ -24,7 +24,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from theory.columns import check_timestamp
-from theory.time import MIN_TIMESTAMP
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 __all__ = [
     "ArrivalClock","Latch", "LatchedWatermark", "SourceWatermark", "latch_estimates"]
@@ -49,7 +49,12 @@ class Latch:
 
     def _latch_estimate(self, estimate: int | None, fallback: int | None = None) -> int:
         """Latch an ``estimate`` (None: nothing active, then latch ``fallback`` if given,
-        checked as ``input_watermark``); return the latched value (µs)."""
+        checked as ``input_watermark`` whether used or not, before any state changes);
+        return the latched value (µs)."""
+        if fallback is not None and (
+            type(fallback) is not int or not MIN_TIMESTAMP <= fallback <= MAX_TIMESTAMP
+        ):
+            fallback = check_timestamp(fallback, "input_watermark")
         if estimate is not None:
             if estimate >= self._value:
                 self._value = estimate
@@ -58,10 +63,8 @@ class Latch:
             self._last = estimate
             return self._value
         self._last = None
-        if fallback is not None:
-            w = check_timestamp(fallback, "input_watermark")
-            if w > self._value:
-                self._value = w
+        if fallback is not None and fallback > self._value:
+            self._value = fallback
         return self._value
 
 

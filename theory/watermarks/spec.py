@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from numpy.typing import ArrayLike
 
+from theory.columns import check_duration
 from theory.series import StepSeries
-from theory.time import MIN_TIMESTAMP, parse_duration
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, parse_duration
 from theory.watermarks.heuristic import (
     BoundedOutOfOrderness,
     DynamicPartitionsWatermark,
@@ -136,7 +137,10 @@ def make_source_watermark(spec: str) -> SourceWatermarkSpec:
         if name in ("perfect", "ingress", "static", "dynamic") and not arg and ":" not in text:
             return SourceWatermarkSpec(spec, name)
         if name in ("bounded", "flink-bounded") and arg:
-            return SourceWatermarkSpec(spec, name, bound=parse_duration(arg))
+            bound = check_duration(
+                parse_duration(arg), f"the bound of {spec!r}", maximum=MAX_TIMESTAMP
+            )
+            return SourceWatermarkSpec(spec, name, bound=bound)
         if name == "dynamic" and arg.startswith("idle="):
             return SourceWatermarkSpec(spec, name, idle_timeout=parse_duration(arg[5:]))
         if name == "percentile" and arg:

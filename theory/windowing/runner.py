@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from theory.columns import check_bool
 from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import GroupByWindowEngine, Pane
 from theory.windowing.fast_path import Refusal, ScriptColumns, run_fast_columns, script_columns
@@ -56,6 +57,13 @@ def run_script(
     ``result.refusal`` why the vectorised one did not (a
     :class:`~theory.windowing.fast_path.Refusal`).
     """
+    if not isinstance(strategy, WindowingStrategy):
+        raise TypeError(
+            f"strategy must be a WindowingStrategy, got {type(strategy).__name__} "
+            f"({strategy!r}); e.g. WindowingStrategy(FixedWindows(size))"
+        )
+    for name, flag in (("to_infinity", to_infinity), ("fast", fast)):
+        check_bool(flag, name)
     evs = events.events if isinstance(events, Script) else Script(list(events)).events
     refusal: str | None = None
     if fast and to_infinity:

@@ -33,6 +33,7 @@ from theory.time import END_OF_GLOBAL_WINDOW, MIN_TIMESTAMP, parse_duration
 
 __all__ = [
     "GLOBAL_WINDOW",
+    "WINDOW_BOUND",
     "FixedWindows",
     "GlobalWindow",
     "GlobalWindows",
@@ -43,6 +44,7 @@ __all__ = [
     "Window",
     "WindowAssignment",
     "WindowFn",
+    "WindowOverflowError",
     "parse_duration",
     "trusted_interval_window",
     "window_fn_from_spec",
@@ -52,9 +54,14 @@ __all__ = [
 # --------------------------------------------------------------------------- windows
 
 
+#: Bound on a window's start and end (µs): a timestamp plus or minus an int64 duration.
+WINDOW_BOUND: Final[int] = 2 * INT64_MAX + 1
+
+
 @dataclass(frozen=True, order=True, slots=True)
 class IntervalWindow:
-    """The half-open event-time interval ``[start, end)`` in µs; requires ``start < end``.
+    """The half-open event-time interval ``[start, end)`` in µs; requires ``start < end``,
+    both within ``±WINDOW_BOUND`` (ValueError).
 
     Ordered by ``(start, end)`` (Beam orders by end, then by hash).
     """
@@ -65,6 +72,12 @@ class IntervalWindow:
     def __post_init__(self) -> None:
         start = as_int(self.start, "start")
         end = as_int(self.end, "end")
+        for name, v in (("start", start), ("end", end)):
+            if abs(v) > WINDOW_BOUND:
+                raise ValueError(
+                    f"IntervalWindow {name}={v} µs is beyond ±{WINDOW_BOUND} "
+                    "(a window fn's window reaches at most int64 past a timestamp)"
+                )
         if not start < end:
             raise ValueError(
                 f"IntervalWindow needs start < end, got start={start} µs, end={end} µs"
@@ -185,12 +198,18 @@ class WindowAssignment:
         return self.end - 1
 
 
+class WindowOverflowError(OverflowError, ValueError):
+    """A window that does not fit in int64 µs: a bad value (ValueError) for the engine and
+    every vectorised path, which hold windows in int64 (OverflowError for old callers)."""
+
+
 def _raise_if_overflow(mask: np.ndarray, ts: np.ndarray, what: str) -> None:
     if bool(mask.any()):
         i = int(np.argmax(mask))
-        raise OverflowError(
-            f"the {what} of a window of ts[{i}]={int(ts[i])} µs does not fit in int64; "
-            "use the scalar assign() for timestamps this close to the bounds"
+        raise WindowOverflowError(
+            f"the {what} of the window of ts[{i}]={int(ts[i])} µs does not fit in int64: "
+            "choose a smaller window, or keep timestamps a window size away from "
+            "MIN_TIMESTAMP/MAX_TIMESTAMP"
         )
 
 

@@ -1,0 +1,112 @@
+"""Interrupting the command line: SIGINT and SIGKILL at three points of a run (before the
+output exists, mid-write, just before the swap). Ctrl-C exits 130 with one line and no
+traceback; either way the previous output is intact, and the next run leaves no debris.
+
+The child is the real CLI (``simulate``, no JVM) in its own process; a hook wraps one
+function to say where it is and wait on its stdin, so the signal lands exactly there.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark_backend import cli
+
+_HARNESS = """
+import sys
+from spark_backend import atomic, cli
+import pyarrow.csv
+import theory.pipeline.simulator as simulator
+
+def pause(fn):
+    def wrapped(*a, **k):
+        print("PAUSED", flush=True)
+        sys.stdin.readline()
+        return fn(*a, **k)
+    return wrapped
+
+point = sys.argv[1]
+if point == "work":
+    simulator.simulate = pause(simulator.simulate)
+elif point == "mid-write":  # series.parquet written, metrics.csv not yet
+    pyarrow.csv.write_csv = pause(pyarrow.csv.write_csv)
+else:  # every file written, the swap not begun
+    atomic._signals_held = pause(atomic._signals_held)
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+POINTS = ("work", "mid-write", "swap")
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def previous(tmp_path_factory) -> tuple[Path, dict[str, bytes]]:
+    root = tmp_path_factory.mktemp("interrupt")
+    out = root / "out"
+    assert cli.main(["simulate", "--events", "300", "--seed", "1", "--out", str(out)]) == 0
+    return out, _tree(root)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+@pytest.mark.parametrize("point", POINTS)
+def test_interrupted_run_keeps_the_previous_output(previous, point, sig):
+    out, before = previous
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HARNESS, point,
+         "simulate", "--events", "400", "--seed", "2", "--out", str(out)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    assert child.stdout is not None
+    try:
+        for line in child.stdout:  # simulate prints its table before writing
+            if line.strip() == "PAUSED":
+                break
+        else:
+            pytest.fail(f"the child never reached {point}: {child.communicate()}")
+    except BaseException:
+        child.kill()
+        raise
+    child.send_signal(sig)
+    _, err = child.communicate("go\n", timeout=120)
+    if sig == signal.SIGINT:
+        assert child.returncode == 130
+        lines = [ln for ln in err.splitlines() if not ln.startswith("[")]  # progress bar
+        assert [ln for ln in lines if "watermarks" in ln and "INFO" not in ln] == [
+            "watermarks: interrupted (Ctrl-C); previous output left as it was"
+        ]
+        assert "Traceback" not in err
+    else:
+        assert child.returncode == -signal.SIGKILL
+    assert _tree(out.parent) == before or _debris_only(out.parent, before)
+    assert (out / "metrics.csv").read_bytes() == before["out/metrics.csv"]
+    # the next run removes what the killed one left and writes a complete output
+    assert cli.main(["simulate", "--events", "300", "--seed", "1", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out"]
+    assert _tree(out.parent) == before  # same seed, same output
+
+
+def _debris_only(root: Path, before: dict[str, bytes]) -> bool:
+    """After SIGKILL: the old output as it was, plus the killed run's temporary."""
+    now = _tree(root)
+    kept = {k: v for k, v in now.items() if k.startswith("out/")}
+    extra = {k.split("/")[0] for k in now if not k.startswith("out/")}
+    return kept == before and all(e.startswith(".out.tmp-") for e in extra)
+
+
+def test_verbose_shows_the_trace(tmp_path, capsys):
+    out = str(tmp_path / "o")
+    assert cli.main(["-v", "simulate", "--watermark", "nonsense", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().splitlines()[-1].startswith("watermarks: error:")
+    assert cli.main(["simulate", "--watermark", "nonsense", "--out", str(tmp_path / "o")]) == 2
+    assert "Traceback" not in capsys.readouterr().err
