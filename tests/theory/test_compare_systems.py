@@ -17,7 +17,7 @@ from theory.experiments.systems import (
     system_conventions,
 )
 from theory.experiments.tradeoff import STAGE, Strategy
-from theory.flink.generation import periodic_schedule, periodic_watermarks
+from theory.flink.generation import periodic_watermarks
 from theory.flink.windows import Tumbling, run_flink_windows
 from theory.spark.trace import spark_trace_profile
 from theory.windowing.windows import FixedWindows
@@ -80,12 +80,10 @@ def test_beam_conventions_reproduce_the_beam_profile(trace):
 
 
 def test_flink_conventions_reproduce_the_flink_profile(trace):
-    schedule = periodic_schedule(
-        trace.event_time, trace.arrival_time, bound=BOUND, interval=FLINK_INTERVAL
-    )
     outs = periodic_watermarks(
         trace.event_time, trace.arrival_time, bound=BOUND, interval=FLINK_INTERVAL
     )
+    schedule = outs.schedule(trace.arrival_time)
     when = dict(zip(outs.values.tolist(), outs.times.tolist(), strict=True))
     events = list(
         zip(trace.key.tolist(), trace.event_time.tolist(), [None] * len(trace), strict=True)
