@@ -144,6 +144,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         on_bad_rows=args.on_bad_rows,
         seed=args.seed,
         spark=_spark_options(args),  # type: ignore[arg-type]
+        engine=args.engine,
+        time_unit=args.time_unit,
     )
     print(f"report: {result.index}")
     return 0
@@ -193,6 +195,21 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("fail", "skip-and-report"),
         default="fail",
         help="stop at the first bad row, or skip bad rows and report them",
+    )
+    p.add_argument(
+        "--engine",
+        choices=("auto", "local", "spark"),
+        default="auto",
+        help="local: numpy in this process, no JVM; spark: Spark; auto: local when the "
+        "trace needs at most a quarter of the available memory and no --master or "
+        "SPARK_REMOTE is given (the tables are the same)",
+    )
+    p.add_argument(
+        "--time-unit",
+        choices=("us", "ms", "s", "ns"),
+        default=None,
+        help="unit of numeric time columns (any int64 then accepted); without it they are "
+        "µs, and epoch s/ms/ns read as µs is an error naming the likely unit",
     )
     _add_spark_options(p)
     p.set_defaults(func=cmd_analyze)

@@ -97,7 +97,8 @@ class Comparison:
     holdback: pd.DataFrame | None
 
 
-def _lag_percentiles(t: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+def lag_percentiles(t: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    """The p50 and p99 of ``t - W(t)`` (µs) over the grid times where W is finite."""
     ok = (w > MIN_TIMESTAMP) & (w < MAX_TIMESTAMP)
     if not ok.any():
         return float("nan"), float("nan")
@@ -192,7 +193,7 @@ def compare(
         an.unpersist()
         layout.unpersist()
     t = whole.grid["processing_time"].to_numpy()
-    lags = [_lag_percentiles(t, whole.grid[s].to_numpy()) for s in specs]
+    lags = [lag_percentiles(t, whole.grid[s].to_numpy()) for s in specs]
     table: dict[str, list[object]] = {c: list(summary[c]) for c in summary.columns}
     table["source_lag_p50"] = [x[0] for x in lags]
     table["source_lag_p99"] = [x[1] for x in lags]
@@ -205,4 +206,11 @@ def compare(
     return Comparison(specs, layout.rows, table, whole, zoomed, hb)
 
 
-__all__ = ["DEFAULT_STRATEGIES", "Comparison", "View", "check_request", "compare"]
+__all__ = [
+    "DEFAULT_STRATEGIES",
+    "Comparison",
+    "View",
+    "check_request",
+    "compare",
+    "lag_percentiles",
+]

@@ -19,13 +19,17 @@ from pyspark.sql import functions as F
 
 from spark_backend import plots
 from spark_backend.comparison import DEFAULT_STRATEGIES, Comparison, check_request, compare
+from spark_backend.engine import choose_engine
+from spark_backend.local import compare_local
 from spark_backend.progress import Progress
 from spark_backend.report import Report, percent, seconds
 from spark_backend.session import get_session
+from spark_backend.trace_input import local_files, read_local, read_spark
 from spark_backend.traces.generate import chapter3_trace_df
-from spark_backend.traces.read import read_trace_df
 from theory.data.report import BadRowReport
 from theory.data.schema import OnBadRows
+from theory.data.trace import Trace
+from theory.data.units import check_time_unit
 from theory.experiments.propagation import propagation
 from theory.pipeline import chapter3
 from theory.pipeline.diagnosis import diagnose, lag_series
@@ -63,10 +67,21 @@ def describe_trace(report: Report, df: DataFrame, rows: int, what: str) -> None:
     (percentiles on Spark, within 0.01% in rank; the maximum exact)."""
     delay = (F.col("arrival_time") - F.col("event_time")).cast("double") / 1e6
     q = df.select(delay.alias("d")).stat.approxQuantile("d", [0.5, 0.9, 0.99, 1.0], 1e-4)
+    _delay_text(report, rows, what, q, " (within 0.01% in rank)")
+
+
+def describe_trace_local(report: Report, trace: Trace, what: str) -> None:
+    """:func:`describe_trace` of a trace in memory: exact percentiles (numpy's linear)."""
+    delay = (trace.arrival_time - trace.event_time).astype(np.float64) / 1e6
+    q = [float(x) for x in np.percentile(delay, [50, 90, 99, 100])]
+    _delay_text(report, len(trace), what, q, "")
+
+
+def _delay_text(report: Report, rows: int, what: str, q: Sequence[float], note: str) -> None:
     report.text(
         "The trace",
         f"{rows:,} {what}; delay from event to arrival p50 {q[0]:.1f} s, p90 {q[1]:.1f} s, "
-        f"p99 {q[2]:.1f} s (within 0.01% in rank), max {q[3]:,.0f} s.",
+        f"p99 {q[2]:.1f} s{note}, max {q[3]:,.0f} s.",
     )
 
 
@@ -319,14 +334,25 @@ def run_analyze(
     on_bad_rows: OnBadRows = "fail",
     seed: int = 0,
     spark: SparkOptions = SparkOptions(),
+    engine: str = "spark",
+    time_unit: str | None = None,
 ) -> JobResult:
     """A user's trace (Parquet, CSV or a directory of them): validated, the strategies
-    compared on Spark, the report written. Bad input raises before anything is written."""
+    compared, the report written. ``engine`` is ``local`` (numpy, no JVM), ``spark`` or
+    ``auto`` (:func:`spark_backend.engine.choose_engine`); both give the same tables.
+    ``time_unit`` (us, ms, s, ns) is the unit of numeric time columns
+    (:mod:`spark_backend.trace_input`). Options, paths and bad input raise before any
+    engine starts or anything is written."""
     check_request(strategies, window_size)
+    unit = None if time_unit is None else check_time_unit(time_unit)
+    chosen, why = choose_engine(engine, spark.master, local_files(trace))
+    LOG.info("engine: %s (%s)", chosen, why)
+    if chosen == "local":
+        return _analyze_local(trace, out, window_size, strategies, on_bad_rows, seed, unit)
     bar = Progress(4 + _COMPARE_STEPS)
     session = _start_spark(spark, bar)
     LOG.info("reading and validating %s (--on-bad-rows %s)", trace, on_bad_rows)
-    df, bad = read_trace_df(session, trace, on_bad_rows=on_bad_rows)
+    df, bad = read_spark(session, trace, on_bad_rows, unit)
     df = df.persist()
     try:
         rows = bad.rows_kept
@@ -340,6 +366,35 @@ def run_analyze(
         comparison = compare(df, strategies, window_size, seed=seed, step=bar.step)
     finally:
         df.unpersist()
+    return _finish_analyze(report, comparison, bad, seed, out, bar)
+
+
+def _analyze_local(
+    trace: str | os.PathLike[str],
+    out: Path,
+    window_size: int,
+    strategies: Sequence[str],
+    on_bad_rows: OnBadRows,
+    seed: int,
+    unit: str | None,
+) -> JobResult:
+    """:func:`run_analyze` on the local engine."""
+    bar = Progress(3 + _COMPARE_STEPS)
+    LOG.info("reading and validating %s (--on-bad-rows %s)", trace, on_bad_rows)
+    t, bad = read_local(trace, on_bad_rows, unit)
+    if bad.total:
+        LOG.warning("skipped %d bad rows of %d", bad.total, bad.rows_read)
+    bar.step(f"read {len(t):,} rows")
+    report = Report(f"Watermarks: {os.fspath(trace)}")
+    describe_trace_local(report, t, f"rows read from {os.fspath(trace)}")
+    LOG.info("comparing %d watermark strategies (local engine)", len(strategies))
+    comparison = compare_local(t, strategies, window_size, seed=seed, step=bar.step)
+    return _finish_analyze(report, comparison, bad, seed, out, bar)
+
+
+def _finish_analyze(
+    report: Report, comparison: Comparison, bad: BadRowReport, seed: int, out: Path, bar: Progress
+) -> JobResult:
     strategies_section(report, comparison, seed)
     if bad.total:
         bad_rows_section(report, bad)
