@@ -126,6 +126,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         parse_duration(args.window),
         strategies=_strategies(args.strategies),
         spark=_spark_options(args),  # type: ignore[arg-type]
+        engine=args.engine,
     )
     print(f"report: {result.index}")
     return 0
@@ -149,6 +150,17 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     )
     print(f"report: {result.index}")
     return 0
+
+
+def _add_engine_option(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument(
+        "--engine",
+        choices=("auto", "local", "spark"),
+        default=default,
+        help=f"local: numpy in this process, no JVM; spark: Spark; auto: local when the "
+        "trace needs at most a quarter of the available memory and no --master or "
+        f"SPARK_REMOTE is given (the tables are the same; default {default})",
+    )
 
 
 def _add_spark_options(p: argparse.ArgumentParser) -> None:
@@ -184,7 +196,15 @@ def build_parser() -> argparse.ArgumentParser:
                 default="perfect",
                 help="source watermark spec: perfect, bounded:30s, flink-bounded:30s, ...",
             )
+            p.add_argument(
+                "--engine",
+                choices=("auto", "local"),
+                default="auto",
+                help="the simulator runs in this process (local); a Spark engine for "
+                "simulate is not built yet, so auto is local",
+            )
         else:
+            _add_engine_option(p, "spark")
             _add_spark_options(p)
     p = sub.add_parser("analyze", help=(cmd_analyze.__doc__ or "").strip())
     p.add_argument("trace", help="a Parquet or CSV file, or a directory of them")
@@ -196,14 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="fail",
         help="stop at the first bad row, or skip bad rows and report them",
     )
-    p.add_argument(
-        "--engine",
-        choices=("auto", "local", "spark"),
-        default="auto",
-        help="local: numpy in this process, no JVM; spark: Spark; auto: local when the "
-        "trace needs at most a quarter of the available memory and no --master or "
-        "SPARK_REMOTE is given (the tables are the same)",
-    )
+    _add_engine_option(p, "auto")
     p.add_argument(
         "--time-unit",
         choices=("us", "ms", "s", "ns"),

@@ -33,8 +33,11 @@ BYTES_PER_ROW = 200
 CSV_EXPANSION = 6
 
 
-def estimated_bytes(files: Sequence[Path]) -> int:
-    """The estimated in-memory size of a trace read from ``files`` (bytes)."""
+def estimated_bytes(files: Sequence[Path]) -> int | None:
+    """The estimated in-memory size of a trace read from ``files`` (bytes); None for
+    no files (a remote trace)."""
+    if not files:
+        return None
     total = 0
     for f in files:
         if f.suffix.lower() == ".csv":
@@ -56,11 +59,9 @@ def available_memory() -> int:
     return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
 
 
-def choose_engine(
-    requested: str, master: str | None, files: Sequence[Path] | None
-) -> tuple[str, str]:
-    """``(engine, why)`` for ``requested`` (auto, local or spark). ``files`` are the
-    trace's local files (None: a generated trace; empty: a remote trace)."""
+def choose_engine(requested: str, master: str | None, need: int | None) -> tuple[str, str]:
+    """``(engine, why)`` for ``requested`` (auto, local or spark); ``need`` is the
+    trace's estimated in-memory size in bytes (None: a remote trace, which Spark reads)."""
     if requested not in ENGINES:
         raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {requested!r}")
     if requested != "auto":
@@ -69,9 +70,8 @@ def choose_engine(
         return "spark", f"--master {master} names a cluster"
     if os.environ.get("SPARK_REMOTE"):
         return "spark", "SPARK_REMOTE names a Spark Connect server"
-    if files is not None and not files:
+    if need is None:
         return "spark", "the trace is remote: Spark reads it"
-    need = estimated_bytes(files or [])
     have = available_memory()
     mib = 1 << 20
     if need <= have // 4:

@@ -19,8 +19,8 @@ from pyspark.sql import functions as F
 
 from spark_backend import plots
 from spark_backend.comparison import DEFAULT_STRATEGIES, Comparison, check_request, compare
-from spark_backend.engine import choose_engine
-from spark_backend.local import compare_local
+from spark_backend.engine import BYTES_PER_ROW, choose_engine, estimated_bytes
+from spark_backend.local import chapter3_trace, compare_local
 from spark_backend.progress import Progress
 from spark_backend.report import Report, percent, seconds
 from spark_backend.session import get_session
@@ -290,30 +290,39 @@ def run_demo(
     *,
     strategies: Sequence[str] = DEFAULT_STRATEGIES,
     spark: SparkOptions = SparkOptions(),
+    engine: str = "spark",
 ) -> JobResult:
-    """The main job on the embedded default: the chapter-3 game traces generated on
-    Spark, the strategies compared on Spark, the chapter-3 pipeline simulated in theory,
-    the report written."""
+    """The main job on the embedded default: the chapter-3 game traces generated (on
+    Spark, or with numpy on the local engine), the strategies compared, the chapter-3
+    pipeline simulated in theory, the report written. ``engine``: spark (the default),
+    local or auto (:func:`spark_backend.engine.choose_engine`)."""
     if events < 2:
         raise ValueError(f"--events must be >= 2, got {events}")
     check_request(strategies, window_size)
-    bar = Progress(5 + _COMPARE_STEPS)
-    session = _start_spark(spark, bar)
-    LOG.info("generating the chapter-3 game traces on Spark: %d events, seed %d", events, seed)
-    df = chapter3_trace_df(session, events, seed=seed).persist()
-    try:
-        report = Report("Watermarks: the chapter-3 game sessions")
-        describe_trace(
-            report,
-            df,
-            events,
-            "events from mobile and console game sessions (partition 3 idle for a while)",
-        )
+    chosen, why = choose_engine(engine, spark.master, events * BYTES_PER_ROW)
+    LOG.info("engine: %s (%s)", chosen, why)
+    what = "events from mobile and console game sessions (partition 3 idle for a while)"
+    report = Report("Watermarks: the chapter-3 game sessions")
+    if chosen == "local":
+        bar = Progress(4 + _COMPARE_STEPS)
+        LOG.info("generating the chapter-3 game traces (numpy): %d events, seed %d", events, seed)
+        trace = chapter3_trace(events, seed=seed)
+        describe_trace_local(report, trace, what)
         bar.step(f"generated {events:,} events")
-        LOG.info("comparing %d watermark strategies on Spark", len(strategies))
-        comparison = compare(df, strategies, window_size, seed=seed, step=bar.step)
-    finally:
-        df.unpersist()
+        LOG.info("comparing %d watermark strategies (local engine)", len(strategies))
+        comparison = compare_local(trace, strategies, window_size, seed=seed, step=bar.step)
+    else:
+        bar = Progress(5 + _COMPARE_STEPS)
+        session = _start_spark(spark, bar)
+        LOG.info("generating the chapter-3 game traces on Spark: %d events, seed %d", events, seed)
+        df = chapter3_trace_df(session, events, seed=seed).persist()
+        try:
+            describe_trace(report, df, events, what)
+            bar.step(f"generated {events:,} events")
+            LOG.info("comparing %d watermark strategies on Spark", len(strategies))
+            comparison = compare(df, strategies, window_size, seed=seed, step=bar.step)
+        finally:
+            df.unpersist()
     strategies_section(report, comparison, seed)
     LOG.info("simulating the chapter-3 pipeline")
     simulation = chapter3_section(report, min(events, 200_000), seed)
@@ -345,7 +354,7 @@ def run_analyze(
     engine starts or anything is written."""
     check_request(strategies, window_size)
     unit = None if time_unit is None else check_time_unit(time_unit)
-    chosen, why = choose_engine(engine, spark.master, local_files(trace))
+    chosen, why = choose_engine(engine, spark.master, estimated_bytes(local_files(trace)))
     LOG.info("engine: %s (%s)", chosen, why)
     if chosen == "local":
         return _analyze_local(trace, out, window_size, strategies, on_bad_rows, seed, unit)

@@ -21,6 +21,8 @@ from spark_backend.analytics.holdback import holdback_of_trace
 from spark_backend.analytics.strategies import Strategy
 from spark_backend.comparison import Comparison, View, check_request, lag_percentiles
 from theory.columns import check_duration
+from theory.data.generators import game_sessions_trace
+from theory.data.specs import SessionSpec
 from theory.data.trace import Trace
 from theory.experiments.first_panes import WindowIndex, summary_row
 from theory.experiments.tradeoff import pareto_frontier
@@ -31,7 +33,28 @@ from theory.watermarks.buckets import BucketCarry
 
 LOG = logging.getLogger("watermarks")
 
-__all__ = ["compare_local", "local_curves"]
+__all__ = ["chapter3_trace", "compare_local", "local_curves"]
+
+
+def chapter3_trace(events: int, *, seed: int = 0) -> Trace:
+    """The demo's default trace generated with numpy: the parameters of
+    :func:`spark_backend.traces.generate.chapter3_trace_df` (100 mobile and 100 console
+    users, 4 partitions, partition 3 idle over 40-50% of the expected span), drawn by
+    :func:`theory.data.generators.game_sessions_trace` (the same distributions, not
+    the same rows as Spark's draws)."""
+    half = events // 2
+    span = SessionSpec(max(events - half, 1), seed, users=100).expected_span
+    common = {
+        "users": 100,
+        "partitions": 4,
+        "idle_partitions": (3,),
+        "idle_interval": (int(span * 0.4), max(int(span * 0.5), int(span * 0.4) + 1)),
+    }
+    mobile = game_sessions_trace(events - half, seed=seed, platform="mobile", **common)
+    console = game_sessions_trace(
+        half, seed=seed + 1, platform="console", first_user=100, **common
+    )
+    return Trace.concat([mobile, console])
 
 
 def local_curves(

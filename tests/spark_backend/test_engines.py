@@ -68,18 +68,20 @@ def test_auto_picks_local_for_a_small_trace_and_spark_for_a_cluster(tmp_path, mo
     f = tmp_path / "t.csv"
     write_trace(generate_trace(200, seed=1), f)
     monkeypatch.delenv("SPARK_REMOTE", raising=False)
-    got, why = engine.choose_engine("auto", None, [f])
+    need = engine.estimated_bytes([f])
+    assert need is not None and need > 0
+    got, why = engine.choose_engine("auto", None, need)
     assert got == "local" and "quarter" in why
-    assert engine.choose_engine("auto", "spark://h:7077", [f])[0] == "spark"
-    assert engine.choose_engine("auto", None, [])[0] == "spark"  # a remote trace
-    assert engine.choose_engine("local", "spark://h:7077", [f]) == ("local", "--engine local")
-    monkeypatch.setattr(engine, "available_memory", lambda: 4 * engine.estimated_bytes([f]) - 4)
-    got, why = engine.choose_engine("auto", None, [f])
+    assert engine.choose_engine("auto", "spark://h:7077", need)[0] == "spark"
+    assert engine.choose_engine("auto", None, engine.estimated_bytes([]))[0] == "spark"  # remote
+    assert engine.choose_engine("local", "spark://h:7077", need) == ("local", "--engine local")
+    monkeypatch.setattr(engine, "available_memory", lambda: 4 * need - 4)
+    got, why = engine.choose_engine("auto", None, need)
     assert got == "spark" and "more than a quarter" in why
     monkeypatch.setenv("SPARK_REMOTE", "sc://localhost")
-    assert engine.choose_engine("auto", None, [f])[0] == "spark"
+    assert engine.choose_engine("auto", None, 1)[0] == "spark"
     with pytest.raises(ValueError, match="--engine must be one of auto, local, spark"):
-        engine.choose_engine("gpu", None, [f])
+        engine.choose_engine("gpu", None, need)
 
 
 def _no_spark(*args, **kwargs):
