@@ -1,11 +1,16 @@
-"""The ``watermarks`` command line.
+"""watermarks: compare watermark strategies on event streams (Streaming Systems, ch. 3).
 
-- ``watermarks simulate``: the chapter-3 pipeline simulated in ``theory``; prints a table
-  per stage and writes the watermark series (Parquet) and metrics (CSV).
-- ``watermarks demo``: the main job on the embedded default (a seeded built-in trace
-  generated on Spark): strategies compared on Spark, the chapter-3 pipeline simulated,
-  a report written.
-- ``watermarks analyze TRACE``: the same comparison on a trace of yours.
+For a trace of (event time, arrival time) rows, when does each window fire under a
+watermark strategy, how much data arrives late, and where does a pipeline wait?
+
+- ``watermarks analyze TRACE``: your trace (Parquet, CSV or a directory of them): the
+  strategies compared (late data, completeness, window latency, the latency/completeness
+  frontier, which partition holds the watermark back), a report written.
+- ``watermarks demo``: the same on the embedded default (seeded chapter-3 game
+  sessions), plus the chapter-3 pipeline's watermarks per stage and in-band against
+  out-of-band propagation.
+- ``watermarks simulate``: the chapter-3 pipeline simulated; a table per stage, the
+  watermark series (Parquet) and metrics (CSV).
 
 Exit code 0 on success; 2 with a one-line cause on bad input or a failed run.
 """
@@ -103,11 +108,7 @@ def _spark_options(args: argparse.Namespace) -> object:
     return SparkOptions(args.master, args.conf)
 
 
-def _strategies(text: str | None) -> tuple[str, ...]:
-    from spark_backend.comparison import DEFAULT_STRATEGIES
-
-    if text is None:
-        return DEFAULT_STRATEGIES
+def _strategies(text: str) -> tuple[str, ...]:
     specs = tuple(s.strip() for s in text.split(",") if s.strip())
     if not specs:
         raise ValueError(f"--strategies names no strategy: {text!r}")
@@ -157,35 +158,75 @@ def _add_engine_option(p: argparse.ArgumentParser, default: str) -> None:
         "--engine",
         choices=("auto", "local", "spark"),
         default=default,
-        help=f"local: numpy in this process, no JVM; spark: Spark; auto: local when the "
+        help="local: numpy in this process, no JVM; spark: Spark; auto: local when the "
         "trace needs at most a quarter of the available memory and no --master or "
-        f"SPARK_REMOTE is given (the tables are the same; default {default})",
+        "SPARK_REMOTE is given (the tables are the same)",
     )
+
+
+def _strategy_help(forms: Sequence[str]) -> str:
+    """The strategy specs of ``forms`` with their meanings (theory's spec table)."""
+    from theory.watermarks.spec import SPEC_MEANINGS
+
+    return "; ".join(f"{form} = {meaning}" for form, meaning in SPEC_MEANINGS if form in forms)
+
+
+def _all_forms() -> tuple[str, ...]:
+    from theory.watermarks.spec import SPEC_MEANINGS
+
+    return tuple(form for form, _ in SPEC_MEANINGS)
+
+
+#: The specs the comparison computes (both engines).
+_COMPARED = ("perfect", "perfect:oracle", "bounded:<duration>", "percentile:<p>",
+             "percentile:<p>:hold")
 
 
 def _add_spark_options(p: argparse.ArgumentParser) -> None:
+    from spark_backend.comparison import DEFAULT_STRATEGIES
+
     p.add_argument(
         "--strategies",
-        default=None,
-        help="comma-separated strategies: perfect, bounded:<duration>, percentile:<p>[:hold] "
-        "(default: perfect, bounded 10s/1m/5m, percentile 0.5/0.9/0.99/1)",
+        default=",".join(DEFAULT_STRATEGIES),
+        help="comma-separated source watermarks: " + _strategy_help(_COMPARED),
     )
-    p.add_argument("--window", default="2m", help="fixed window size, e.g. 2m")
-    p.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    p.add_argument("--window", default="2m", help="fixed window size, e.g. 2m, 30s, 500ms")
+    p.add_argument(
+        "--master", default=None, help="Spark master URL (None: local[*], or SPARK_REMOTE)"
+    )
     p.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
     )
 
 
+_ANALYZE_DESCRIPTION = (
+    "Compare watermark strategies on a trace of yours. Required columns: event_time and "
+    "arrival_time (integers in --time-unit, µs by default; or timestamps, dates or "
+    "ISO-8601 strings, naive = UTC). Optional: key (integer or string; default 0), value "
+    "(number; default 1.0), partition (integer: which partition holds the watermark back), "
+    "publish_time. Windows are per-key fixed windows of --window, fired once by each "
+    "strategy's watermark."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="watermarks", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="watermarks",
+        description=__doc__.split("\n\nExit code")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, events, out in (
         ("simulate", cmd_simulate, 200_000, "out/simulate"),
         ("demo", cmd_demo, 3_000_000, "out/report"),
     ):
-        p = sub.add_parser(name, help=(fn.__doc__ or "").strip())
+        p = sub.add_parser(
+            name,
+            help=(fn.__doc__ or "").strip(),
+            description=(fn.__doc__ or "").strip(),
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
         p.add_argument("--events", type=int, default=events, help="trace size (events)")
         p.add_argument("--seed", type=int, default=0, help="generator and simulator seed")
         p.add_argument("--out", default=out, help="output directory (replaced atomically)")
@@ -194,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--watermark",
                 default="perfect",
-                help="source watermark spec: perfect, bounded:30s, flink-bounded:30s, ...",
+                help="source watermark of both inputs: " + _strategy_help(_all_forms()),
             )
             p.add_argument(
                 "--engine",
@@ -206,7 +247,12 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             _add_engine_option(p, "spark")
             _add_spark_options(p)
-    p = sub.add_parser("analyze", help=(cmd_analyze.__doc__ or "").strip())
+    p = sub.add_parser(
+        "analyze",
+        help=(cmd_analyze.__doc__ or "").strip(),
+        description=_ANALYZE_DESCRIPTION,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("trace", help="a Parquet or CSV file, or a directory of them")
     p.add_argument("--out", default="out/analyze", help="output directory (replaced atomically)")
     p.add_argument("--seed", type=int, default=0, help="seed of the plotted element sample")

@@ -78,3 +78,9 @@ def test_bench_spark_analytics() -> None:
     row = re.search(r"^ +20,000 +[\d.]+ +[\d.]+ +[\d,]+ +[\d,]+ +[\d.]+ +(\w+)", out,
                     re.MULTILINE)
     assert row is not None and row.group(1) == "True"  # Spark's curves == numpy's
+
+
+def test_bench_cli_engines() -> None:
+    """The local engine only (the Spark runs are what the benchmark adds)."""
+    out = run("cli_engines.py", "--sizes", "500", "--repeats", "1", "--spark-repeats", "0")
+    assert re.search(r"^ +500 +[\d.]+ +local ", out, re.MULTILINE)
