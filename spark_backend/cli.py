@@ -35,12 +35,14 @@ def _fmt_seconds(us: float) -> str:
 
 
 def _write_simulation(result: object, out: Path) -> None:
-    """Write series.parquet and metrics.csv for a SimulationResult, atomically."""
+    """Write series.parquet (µs) and metrics.csv (columns named by unit, times also as
+    ISO-8601 UTC, infinities as ``inf``) for a SimulationResult, atomically."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
+    from spark_backend.report import write_csv
+    from spark_backend.tables import with_units
     from theory.pipeline.metrics import metrics_table
     from theory.pipeline.simulator import SimulationResult
 
@@ -60,9 +62,15 @@ def _write_simulation(result: object, out: Path) -> None:
             "output_watermark": pa.array(np.concatenate(ow_col), pa.int64()),
         }
     )
+    metrics = metrics_table(result)
+    metrics = with_units(
+        metrics,
+        durations=[k for k in metrics if "lag" in k or "latency" in k],
+        times=["final_input_watermark", "final_output_watermark"],
+    )
     with atomic_directory(out) as tmp:
         pq.write_table(series, tmp / "series.parquet")
-        pacsv.write_csv(pa.table(metrics_table(result)), tmp / "metrics.csv")
+        write_csv(tmp / "metrics.csv", metrics)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

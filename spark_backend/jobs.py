@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from spark_backend.local import chapter3_trace, compare_local
 from spark_backend.progress import Progress
 from spark_backend.report import Report, percent, seconds
 from spark_backend.session import get_session
+from spark_backend.tables import with_units
 from spark_backend.trace_input import local_files, read_local, read_spark
 from spark_backend.traces.generate import chapter3_trace_df
 from theory.data.report import BadRowReport
@@ -36,7 +37,7 @@ from theory.pipeline.diagnosis import diagnose, lag_series
 from theory.pipeline.metrics import stage_metrics
 from theory.pipeline.processing import Processing
 from theory.pipeline.simulator import SimulationResult, simulate
-from theory.time import MINUTE, SECOND, format_timestamp
+from theory.time import MINUTE, SECOND
 
 LOG = logging.getLogger("watermarks")
 
@@ -88,16 +89,21 @@ def _delay_text(report: Report, rows: int, what: str, q: Sequence[float], note: 
 def strategies_section(report: Report, c: Comparison, seed: int) -> None:
     """The comparison's table, the curves with late elements, the frontier and the
     partition that holds the watermark back."""
-    fmt = {k: seconds for k in c.table if "latency" in k or "lag" in k}
-    fmt.update({k: percent for k in ("late_fraction", "completeness_mean", "complete_fraction")})
+    table = dict(c.table)
+    # the source lag is sampled on the views' grid: its name says so
+    for q in ("p50", "p99"):
+        table[f"sampled_source_lag_{q}"] = table.pop(f"source_lag_{q}")
+    table["on_frontier"] = table.pop("on_frontier")
+    shown = with_units(table, durations=[k for k in table if "latency" in k or "lag" in k])
     report.table(
         "strategies",
         "Watermark strategies compared",
-        c.table,
-        "Computed on Spark. Late data; completeness of each window's first pane; window "
-        "latency (processing time from the end of the window to its first pane); the "
-        "source watermark's lag behind processing time.",
-        fmt,
+        shown,
+        "Late data; completeness of each window's first pane; window latency (processing "
+        "time from the end of the window to its first pane; exact); the source "
+        "watermark's lag behind processing time, sampled at "
+        f"{len(c.whole.grid):,} evenly spaced processing times.",
+        _formats(shown),
     )
     report.figure(
         "Elements, watermarks and late data",
@@ -128,20 +134,30 @@ def strategies_section(report: Report, c: Comparison, seed: int) -> None:
     )
     if c.holdback is not None and len(c.holdback):
         hb = c.holdback
+        shown = with_units(
+            {col: list(hb[col]) for col in hb.columns}, times=["longest_run_start"]
+        )
         report.table(
             "holdback",
             "Which partition holds the watermark back",
-            {col: list(hb[col]) for col in hb.columns},
+            shown,
             "Under the static-partitions perfect watermark, the partition whose next "
             "unread event time is the minimum, for how long (processing time) and in how "
             "many runs.",
-            {
-                "held_us": seconds,
-                "longest_run_us": seconds,
-                "held_fraction": percent,
-                "longest_run_start": lambda v: format_timestamp(int(v)),  # type: ignore[call-overload]
-            },
+            _formats(shown),
         )
+
+
+def _formats(table: Mapping[str, object]) -> dict[str, Callable[[object], str]]:
+    """Cell formats of a table with units: ``_us`` durations in seconds (times have
+    their ``_utc`` column beside), fractions as percentages."""
+    fmt: dict[str, Callable[[object], str]] = {}
+    for k in table:
+        if k.endswith("_us") and f"{k[:-3]}_utc" not in table:
+            fmt[k] = seconds
+        elif k.endswith("fraction") or k == "completeness_mean":
+            fmt[k] = percent
+    return fmt
 
 
 def bad_rows_section(report: Report, bad: BadRowReport) -> None:
@@ -168,22 +184,27 @@ def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult
     pipe = chapter3.pipeline("bounded:30s", Processing(latency=2 * SECOND))
     result = simulate(pipe, chapter3.traces(events, seed=seed), seed=seed)
     rows = stage_metrics(result)
+    shown = with_units(
+        {
+            "stage": [m.stage for m in rows],
+            "final_input_watermark": [m.final_input_watermark for m in rows],
+            "final_output_watermark": [m.final_output_watermark for m in rows],
+            "arrivals": [m.arrivals for m in rows],
+            "late": [m.late_count for m in rows],
+            "watermark_lag_p50": [m.watermark_lag_p50 for m in rows],
+            "watermark_lag_p99": [m.watermark_lag_p99 for m in rows],
+            "stage_lag_p99": [m.stage_lag_p99 for m in rows],
+        },
+        durations=["watermark_lag_p50", "watermark_lag_p99", "stage_lag_p99"],
+        times=["final_input_watermark", "final_output_watermark"],
+    )
     report.table(
         "chapter3_stages",
         "Chapter 3 pipeline: watermarks per stage",
-        {
-            "stage": [m.stage for m in rows],
-            "final input watermark": [format_timestamp(m.final_input_watermark) for m in rows],
-            "final output watermark": [format_timestamp(m.final_output_watermark) for m in rows],
-            "arrivals": [m.arrivals for m in rows],
-            "late": [m.late_count for m in rows],
-            "watermark lag p50": [m.watermark_lag_p50 for m in rows],
-            "watermark lag p99": [m.watermark_lag_p99 for m in rows],
-            "stage lag p99": [m.stage_lag_p99 for m in rows],
-        },
+        shown,
         "Mobile and console sessions (gap 1 min, at the watermark), flattened, averaged in "
         "fixed 2-minute windows; source watermark max seen - 30 s; 2 s processing per stage.",
-        {"watermark lag p50": seconds, "watermark lag p99": seconds, "stage lag p99": seconds},
+        _formats(shown),
     )
     grid = result.times[:: max(1, result.times.size // 20_000)]
     series = {
@@ -221,20 +242,25 @@ def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult
         "stuck (book figure 3.15).",
     )
     stalls = diagnose(result, sink)
+    shown = with_units(
+        {
+            "start": [s.start for s in stalls],
+            "end": [s.end for s in stalls],
+            "kind": [s.kind for s in stalls],
+            "culprit_stage": [s.culprit_stage for s in stalls],
+            "hold": [s.culprit_hold for s in stalls],
+            "max_event_time_lag": [s.max_event_lag for s in stalls],
+            "max_processing_time_lag": [s.max_processing_lag for s in stalls],
+        },
+        durations=["max_event_time_lag", "max_processing_time_lag"],
+        times=["start", "end"],
+    )
     report.table(
         "chapter3_stalls",
         "Where the pipeline waits",
-        {
-            "start": [format_timestamp(s.start) for s in stalls],
-            "end": [format_timestamp(s.end) for s in stalls],
-            "kind": [s.kind for s in stalls],
-            "culprit stage": [s.culprit_stage for s in stalls],
-            "hold": [s.culprit_hold for s in stalls],
-            "max event-time lag": [s.max_event_lag for s in stalls],
-            "max processing-time lag": [s.max_processing_lag for s in stalls],
-        },
+        shown,
         f"Intervals where the event-time lag at {sink} exceeded 1 minute.",
-        {"max event-time lag": seconds, "max processing-time lag": seconds},
+        _formats(shown),
     )
     return result
 
@@ -242,22 +268,26 @@ def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult
 def propagation_section(report: Report, seed: int) -> None:
     """In-band (Flink) against out-of-band (Dataflow) propagation, table and figure."""
     rows = propagation(depths=(1, 5, 10, 20), parallelisms=(1, 10, 100, 1000), seed=seed).rows
-    report.table(
-        "propagation",
-        "In-band (Flink) vs out-of-band (Dataflow) propagation",
+    shown = with_units(
         {
             "scenario": [r.scenario for r in rows],
             "design": [r.design for r in rows],
             "depth": [r.depth for r in rows],
             "parallelism": [r.parallelism for r in rows],
             "latency": [r.latency for r in rows],
-            "messages/s": [r.messages_per_second for r in rows],
-            "rejected reports": [r.rejected_reports for r in rows],
+            "messages_per_s": [r.messages_per_second for r in rows],
+            "rejected_reports": [r.rejected_reports for r in rows],
             "safe": [r.safe for r in rows],
         },
+        durations=["latency"],
+    )
+    report.table(
+        "propagation",
+        "In-band (Flink) vs out-of-band (Dataflow) propagation",
+        shown,
         "Time from a source watermark step until the last stage's input watermark shows it "
         "(median of 9 seeded runs); steady-state watermark messages per second.",
-        {"latency": seconds},
+        _formats(shown),
     )
     report.figure(
         "Propagation latency and traffic",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_backend.atomic import atomic_directory
+from spark_backend.tables import csv_value
 
 Table = Mapping[str, Sequence[object]]
 
@@ -69,7 +70,7 @@ class Report:
                     parts.append(f"<p>{html.escape(str(s.body))}</p>")
                 elif s.kind == "table":
                     name, table, formats = s.body
-                    _write_csv(tmp / f"{name}.csv", table)
+                    write_csv(tmp / f"{name}.csv", table)
                     parts.append(_html_table(table, formats))
                     parts.append(
                         f'<p class="cap">{html.escape(s.caption)} '
@@ -111,14 +112,16 @@ def _html_table(table: Table, formats: Mapping[str, Callable[[object], str]]) ->
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _write_csv(path: Path, table: Table) -> None:
+def write_csv(path: Path, table: Table) -> None:
+    """A column table as CSV (infinities as ``inf``, :func:`spark_backend.tables.
+    csv_value`); write it inside an atomic directory."""
     cols = list(table)
     n = len(table[cols[0]]) if cols else 0
     with path.open("w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(cols)
         for i in range(n):
-            w.writerow([table[c][i] for c in cols])
+            w.writerow([csv_value(table[c][i], c) for c in cols])
 
 
 def seconds(value: object) -> str:
@@ -128,9 +131,16 @@ def seconds(value: object) -> str:
 
 
 def percent(value: object) -> str:
-    """Format a fraction as a percentage for a table cell."""
+    """Format a fraction as a percentage for a table cell; a fraction that is not 0 (or
+    1) never shows as 0.00 % (or 100.00 %): ``<0.01 %`` (``>99.99 %``)."""
     v = float(value)  # type: ignore[arg-type]
-    return "–" if math.isnan(v) else f"{100 * v:.2f} %"
+    if math.isnan(v):
+        return "–"
+    if 0 < v < 1e-4:
+        return "<0.01 %"
+    if 1 - 1e-4 < v < 1:
+        return ">99.99 %"
+    return f"{100 * v:.2f} %"
 
 
 _HEAD = """<!doctype html>

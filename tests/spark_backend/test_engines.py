@@ -130,4 +130,4 @@ def test_time_unit_gives_the_same_tables_on_both_engines(spark, tmp_path, capsys
     # the times became µs: 10 s windows over a trace of about 75 s, not 12 windows
     rows = pd.read_csv(outs["local"] / "strategies.csv")
     assert rows["windows"].iloc[0] > 12
-    assert (rows["window_latency_p50"] > 0).all()
+    assert (rows["window_latency_p50_us"] > 0).all()
