@@ -23,9 +23,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from spark_backend.atomic import atomic_directory
 from spark_backend.progress import Progress
+
+if TYPE_CHECKING:
+    from theory.pipeline.stages import Pipeline
 
 LOG = logging.getLogger("watermarks")
 
@@ -74,23 +78,70 @@ def _write_simulation(result: object, out: Path) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    """Simulate the chapter-3 pipeline and report per stage."""
+    """Simulate the chapter-3 pipeline (or, with --trace, your trace through one grouping
+    stage) and report per stage."""
     from theory.pipeline import chapter3
     from theory.pipeline.metrics import stage_metrics
     from theory.pipeline.simulator import simulate
+
+    if args.trace is None:
+        given = [f for f in ("windowing", "allowed_lateness", "time_unit") if getattr(args, f)]
+        if given or args.late_firings or args.timestamp_combiner != "eow":
+            raise ValueError(
+                "--windowing, --allowed-lateness, --late-firings, --timestamp-combiner and "
+                "--time-unit apply to --trace"
+            )
+        if args.events < 1:
+            raise ValueError(f"--events must be >= 1, got {args.events}")
+        pipe = chapter3.pipeline(watermark=args.watermark)
+        LOG.info("generating %d events (seed %d)", args.events, args.seed)
+        what = f"{args.events:,} events"
+    else:
+        pipe = _trace_pipeline(args)
+    t0 = time.perf_counter()
+    bar = Progress(len(pipe.stages) + 1)
+    if args.trace is None:
+        inputs = chapter3.traces(args.events, seed=args.seed)
+        bar.step(f"generated {args.events:,} events")
+    else:
+        from spark_backend.trace_input import read_local
+
+        trace, _ = read_local(args.trace, "fail", args.time_unit)
+        inputs = {"in": trace}
+        what = f"{len(trace):,} rows of {args.trace}"
+        bar.step(f"read {what}")
+    result = simulate(pipe, inputs, seed=args.seed, on_stage=lambda s: bar.step(f"stage {s}"))
+    elapsed = time.perf_counter() - t0
+    _print_stages(stage_metrics(result))
+    out = Path(args.out)
+    _write_simulation(result, out)
+    print(f"\n{what} simulated in {elapsed:.1f}s; series and metrics in {out}/")
+    return 0
+
+
+def _trace_pipeline(args: argparse.Namespace) -> Pipeline:
+    """simulate --trace: source -> the chosen windowing per key -> output (checked before
+    the trace is read)."""
+    from spark_backend.trace_input import local_files
+    from theory.data.units import check_time_unit
+    from theory.experiments.tradeoff import grouping_pipeline
+    from theory.time import parse_duration
+
+    if args.time_unit is not None:
+        check_time_unit(args.time_unit)
+    local_files(args.trace)  # a missing file fails here
+    return grouping_pipeline(
+        args.watermark,
+        args.windowing or "fixed:2m",
+        allowed_lateness=parse_duration(args.allowed_lateness or "0"),
+        late_firings=args.late_firings,
+        timestamp_combiner=args.timestamp_combiner,
+    )
+
+
+def _print_stages(rows: list[Any]) -> None:
     from theory.time import format_timestamp
 
-    if args.events < 1:
-        raise ValueError(f"--events must be >= 1, got {args.events}")
-    pipe = chapter3.pipeline(watermark=args.watermark)
-    LOG.info("generating %d events (seed %d)", args.events, args.seed)
-    t0 = time.perf_counter()
-    traces = chapter3.traces(args.events, seed=args.seed)
-    bar = Progress(len(pipe.stages) + 1)
-    bar.step(f"generated {args.events:,} events")
-    result = simulate(pipe, traces, seed=args.seed, on_stage=lambda s: bar.step(f"stage {s}"))
-    elapsed = time.perf_counter() - t0
-    rows = stage_metrics(result)
     header = (
         f"{'stage':<24} {'input wm':<22} {'output wm':<22} "
         f"{'lag p50':>9} {'lag p99':>9} {'late':>7}"
@@ -104,10 +155,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             f"{_fmt_seconds(m.watermark_lag_p50):>9} {_fmt_seconds(m.watermark_lag_p99):>9} "
             f"{m.late_count:>7}"
         )
-    out = Path(args.out)
-    _write_simulation(result, out)
-    print(f"\n{args.events:,} events simulated in {elapsed:.1f}s; series and metrics in {out}/")
-    return 0
 
 
 def _spark_options(args: argparse.Namespace) -> object:
@@ -251,6 +298,44 @@ def build_parser() -> argparse.ArgumentParser:
                 default="auto",
                 help="the simulator runs in this process (local); a Spark engine for "
                 "simulate is not built yet, so auto is local",
+            )
+            p.add_argument(
+                "--trace",
+                default=None,
+                help="simulate your trace (Parquet, CSV or a directory; the columns of "
+                "analyze) through source -> --windowing per key -> output, instead of the "
+                "chapter-3 pipeline on generated events",
+            )
+            p.add_argument(
+                "--windowing",
+                default=None,
+                help="with --trace: sessions:GAP, fixed:SIZE or sliding:SIZE/PERIOD "
+                "(durations like 30s, 2m); None: fixed:2m",
+            )
+            p.add_argument(
+                "--allowed-lateness",
+                default=None,
+                help="with --trace: how long after the watermark passes a window its "
+                "state is kept (a duration); None: 0",
+            )
+            p.add_argument(
+                "--late-firings",
+                action="store_true",
+                help="with --trace: fire again for each late element within the allowed "
+                "lateness (AfterWatermark(late=AfterCount(1)), accumulating)",
+            )
+            p.add_argument(
+                "--timestamp-combiner",
+                choices=("eow", "earliest", "latest"),
+                default="eow",
+                help="with --trace: pane timestamps and watermark holds at the end of the "
+                "window, the earliest or the latest element (book figures 3.7, 3.8)",
+            )
+            p.add_argument(
+                "--time-unit",
+                choices=("us", "ms", "s", "ns"),
+                default=None,
+                help="with --trace: unit of numeric time columns (as analyze)",
             )
         else:
             _add_engine_option(p, "spark")
