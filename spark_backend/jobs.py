@@ -6,6 +6,7 @@ atomically (see :mod:`spark_backend.report`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -37,9 +38,13 @@ from theory.pipeline.diagnosis import diagnose, lag_series
 from theory.pipeline.metrics import stage_metrics
 from theory.pipeline.processing import Processing
 from theory.pipeline.simulator import SimulationResult, simulate
-from theory.time import MINUTE, SECOND
+from theory.time import MINUTE, SECOND, format_timestamp
 
 LOG = logging.getLogger("watermarks")
+
+#: The demo trace starts at a real date (2024-01-01T00:00:00Z, µs): a whole number of
+#: days, so fixed windows of any size dividing a day fall as they do from 0.
+DEMO_START = 1_704_067_200_000_000
 
 #: Steps of the strategy comparison (see :func:`spark_backend.comparison.compare`).
 _COMPARE_STEPS = 4
@@ -116,8 +121,10 @@ def strategies_section(report: Report, c: Comparison, seed: int) -> None:
         "watermarks.png",
         f"Sampled elements ({len(c.whole.elements):,} of {c.rows:,}; in the zoom "
         f"{len(c.zoom.elements):,}) by processing time of arrival against event time; "
-        "each line a strategy's watermark; crosses mark the elements that arrive late "
-        "under it.",
+        "each line a strategy's watermark (each its own style, so coinciding ones stay "
+        "visible); crosses mark the elements that arrive late under it. Every arrival is "
+        "shown: past the 99.9th percentile of arrivals the processing-time axis is "
+        "compressed (marked)." + _coinciding_note(c),
     )
     report.figure(
         "Latency vs completeness",
@@ -146,6 +153,15 @@ def strategies_section(report: Report, c: Comparison, seed: int) -> None:
             "many runs.",
             _formats(shown),
         )
+
+
+def _coinciding_note(c: Comparison) -> str:
+    """" X = Y on this trace." for the strategies whose curves coincide on the whole
+    view's grid (empty when none do)."""
+    groups = plots.coinciding({s: c.whole.grid[s].to_numpy() for s in c.strategies})
+    if not groups:
+        return ""
+    return " " + "; ".join(" = ".join(g) for g in groups) + " on this trace."
 
 
 def _formats(table: Mapping[str, object]) -> dict[str, Callable[[object], str]]:
@@ -331,12 +347,20 @@ def run_demo(
     check_request(strategies, window_size)
     chosen, why = choose_engine(engine, spark.master, events * BYTES_PER_ROW)
     LOG.info("engine: %s (%s)", chosen, why)
-    what = "events from mobile and console game sessions (partition 3 idle for a while)"
+    what = (
+        "events from mobile and console game sessions (partition 3 idle for a while), "
+        f"from {format_timestamp(DEMO_START)}"
+    )
     report = Report("Watermarks: the chapter-3 game sessions")
     if chosen == "local":
         bar = Progress(4 + _COMPARE_STEPS)
         LOG.info("generating the chapter-3 game traces (numpy): %d events, seed %d", events, seed)
         trace = chapter3_trace(events, seed=seed)
+        trace = dataclasses.replace(
+            trace,
+            event_time=trace.event_time + DEMO_START,
+            arrival_time=trace.arrival_time + DEMO_START,
+        )
         describe_trace_local(report, trace, what)
         bar.step(f"generated {events:,} events")
         LOG.info("comparing %d watermark strategies (local engine)", len(strategies))
@@ -345,7 +369,10 @@ def run_demo(
         bar = Progress(5 + _COMPARE_STEPS)
         session = _start_spark(spark, bar)
         LOG.info("generating the chapter-3 game traces on Spark: %d events, seed %d", events, seed)
-        df = chapter3_trace_df(session, events, seed=seed).persist()
+        df = chapter3_trace_df(session, events, seed=seed)
+        df = df.withColumns(
+            {c: F.col(c) + F.lit(DEMO_START) for c in ("event_time", "arrival_time")}
+        ).persist()
         try:
             describe_trace(report, df, events, what)
             bar.step(f"generated {events:,} events")
