@@ -43,7 +43,10 @@ def estimated_bytes(files: Sequence[Path]) -> int | None:
         if f.suffix.lower() == ".csv":
             total += f.stat().st_size * CSV_EXPANSION
         else:
-            total += pq.ParquetFile(f).metadata.num_rows * BYTES_PER_ROW
+            try:
+                total += pq.ParquetFile(f).metadata.num_rows * BYTES_PER_ROW
+            except (OSError, ValueError):  # not readable: the reader will say why
+                total += f.stat().st_size * CSV_EXPANSION
     return total
 
 

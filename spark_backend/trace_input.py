@@ -17,7 +17,7 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_backend.traces.files import is_remote
+from spark_backend.traces.files import file_groups, is_remote
 from spark_backend.traces.read import read_trace_df
 from theory.data.io import read_trace, trace_files
 from theory.data.report import BadRowReport
@@ -61,7 +61,9 @@ def scaled_columns(path: str | os.PathLike[str], unit: str | None) -> set[str]:
 def read_local(
     path: str | os.PathLike[str], on_bad_rows: OnBadRows, unit: str | None
 ) -> tuple[Trace, BadRowReport]:
-    """Read and validate with theory (no Spark), then apply the unit rule."""
+    """Read and validate with theory (no Spark), then apply the unit rule. Empty or
+    unreadable files get the Spark reader's errors (its file checks run first)."""
+    file_groups(local_files(path))
     cols = scaled_columns(path, unit)
     trace, bad = read_trace(path, on_bad_rows=on_bad_rows)
     changes = {}

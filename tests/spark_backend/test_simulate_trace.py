@@ -22,7 +22,7 @@ from theory.time import SECOND
 @pytest.fixture(scope="module")
 def trace_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("trace") / "t.parquet"
-    write_trace(generate_trace(2_000, seed=3, keys=5), path)
+    write_trace(generate_trace(2_000, seed=3, keys=5, rate=20.0), path)
     return path
 
 
