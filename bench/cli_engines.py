@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -35,17 +36,22 @@ from theory.data.io import write_trace  # noqa: E402
 GOALS = {2_000: 10.0, 500_000: 30.0}
 
 
-def run_cli(trace: Path, out: Path, engine: str) -> tuple[float, str]:
-    """Wall seconds of one `analyze` in a fresh process, and its log (stderr)."""
+def run_cli(trace: Path, out: Path, engine: str) -> tuple[float, float, str]:
+    """Wall seconds of one `analyze` in a fresh process, its CPU seconds (user + system,
+    the process and its children: less sensitive to the load, though Spark's JVM
+    threads count too), and its log (stderr)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     argv = [sys.executable, "-m", "spark_backend.cli", "analyze", str(trace), "--engine",
             engine, "--out", str(out)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if done.returncode != 0:
         raise SystemExit(f"analyze --engine {engine} failed:\n{done.stderr[-2000:]}")
-    return wall, done.stderr
+    return wall, cpu, done.stderr
 
 
 def load() -> str:
@@ -60,33 +66,37 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     sizes = [int(float(s)) for s in args.sizes.split(",")]
-    print(f"{'rows':>9} {'auto s':>8} {'chose':>6} {'spark s':>8} {'spark/auto':>10} "
-          f"{'goal s':>7} {'met':>4} {'same':>5}  load before / after")
+    print(f"{'rows':>9} {'auto s':>8} {'cpu s':>6} {'chose':>6} {'spark s':>8} {'cpu s':>6} "
+          f"{'spark/auto':>10} {'goal s':>7} {'met':>4} {'same':>5}  load before / after")
     with tempfile.TemporaryDirectory(prefix="cli_engines.") as tmp:
         d = Path(tmp)
         for n in sizes:
             trace = d / f"trace_{n}.csv"
             write_trace(generate_trace(n, seed=args.seed), trace)
             before = load()
-            auto, chose, tables = [], "?", {}
+            auto, auto_cpu, chose, tables = [], [], "?", {}
             for i in range(args.repeats):
-                wall, log = run_cli(trace, d / f"auto_{n}_{i}", "auto")
+                wall, cpu, log = run_cli(trace, d / f"auto_{n}_{i}", "auto")
                 auto.append(wall)
+                auto_cpu.append(cpu)
                 m = re.search(r"engine: (\w+)", log)
                 chose = m.group(1) if m else "?"
             tables["auto"] = (d / f"auto_{n}_0" / "strategies.csv").read_text()
-            spark = []
+            spark, spark_cpu = [], []
             for i in range(args.spark_repeats):
-                wall, _ = run_cli(trace, d / f"spark_{n}_{i}", "spark")
+                wall, cpu, _ = run_cli(trace, d / f"spark_{n}_{i}", "spark")
                 spark.append(wall)
+                spark_cpu.append(cpu)
             same = "-"
             if spark:
                 same = str(tables["auto"] == (d / f"spark_{n}_0" / "strategies.csv").read_text())
             a = statistics.median(auto)
             s = statistics.median(spark) if spark else float("nan")
+            ac = statistics.median(auto_cpu)
+            sc = statistics.median(spark_cpu) if spark_cpu else float("nan")
             goal = GOALS.get(n)
             met = "-" if goal is None else ("yes" if a <= goal else "no")
-            print(f"{n:>9,} {a:>8.1f} {chose:>6} {s:>8.1f} {s / a:>10.1f} "
+            print(f"{n:>9,} {a:>8.1f} {ac:>6.1f} {chose:>6} {s:>8.1f} {sc:>6.1f} {s / a:>10.1f} "
                   f"{goal if goal else float('nan'):>7.0f} {met:>4} {same:>5}  "
                   f"{before} / {load()}", flush=True)
 

@@ -83,4 +83,4 @@ def test_bench_spark_analytics() -> None:
 def test_bench_cli_engines() -> None:
     """The local engine only (the Spark runs are what the benchmark adds)."""
     out = run("cli_engines.py", "--sizes", "500", "--repeats", "1", "--spark-repeats", "0")
-    assert re.search(r"^ +500 +[\d.]+ +local ", out, re.MULTILINE)
+    assert re.search(r"^ +500 +[\d.]+ +[\d.]+ +local ", out, re.MULTILINE)
