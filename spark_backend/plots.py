@@ -269,7 +269,9 @@ def lags(
     ax.plot(ax_t(times), event_lag / 1e6, lw=1.2, label="event-time lag")
     ax.plot(ax_t(times), processing_lag / 1e6, lw=1.2, label="processing-time lag")
     ax.set_xlabel(f"processing time ({ax_t.unit} {ax_t.since})")
-    ax.set_ylabel("lag (s)")
+    # log-scaled above 1 s: a minutes-long stuck stage stays visible beside lags of days
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_ylabel("lag (s, log above 1 s)")
     ax.set_title(f"Event-time and processing-time lag at {stage}")
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)

@@ -46,12 +46,16 @@ class Report:
         table: Table,
         caption: str = "",
         formats: Mapping[str, Callable[[object], str]] | None = None,
+        show_rows: int | None = None,
     ) -> None:
-        """A table, shown in the page and written as ``<name>.csv``."""
+        """A table, shown in the page (its first ``show_rows`` rows when given) and
+        written whole as ``<name>.csv``."""
         lengths = {len(v) for v in table.values()}
         if len(lengths) > 1:
             raise ValueError(f"table {name!r}: columns have different lengths {sorted(lengths)}")
-        self.sections.append(_Section("table", title, (name, table, formats or {}), caption))
+        self.sections.append(
+            _Section("table", title, (name, table, formats or {}, show_rows), caption)
+        )
 
     def figure(
         self, title: str, draw: Callable[[Path], Path], filename: str, caption: str = ""
@@ -69,9 +73,14 @@ class Report:
                 if s.kind == "text":
                     parts.append(f"<p>{html.escape(str(s.body))}</p>")
                 elif s.kind == "table":
-                    name, table, formats = s.body
+                    name, table, formats, show_rows = s.body
                     write_csv(tmp / f"{name}.csv", table)
-                    parts.append(_html_table(table, formats))
+                    head = (
+                        table
+                        if show_rows is None
+                        else {c: list(v)[:show_rows] for c, v in table.items()}
+                    )
+                    parts.append(_html_table(head, formats))
                     parts.append(
                         f'<p class="cap">{html.escape(s.caption)} '
                         f'<a href="{name}.csv">{name}.csv</a></p>'
