@@ -178,9 +178,7 @@ def compare(
         frac = sample_elements / layout.rows
         whole = _view(an, lo, hi, grid_points, frac, seed)
         arrivals = whole.elements["arrival_time"].to_numpy()
-        mid = int(np.median(arrivals)) if arrivals.size else lo
-        z_hi = min(hi, mid + zoom)
-        z_lo = max(lo, z_hi - zoom)
+        z_lo, z_hi = zoom_span(arrivals, lo, hi, zoom)
         expected = np.count_nonzero((arrivals >= z_lo) & (arrivals <= z_hi)) / max(frac, 1e-12)
         zoomed = _view(an, z_lo, z_hi, grid_points, sample_elements / max(expected, 1.0), seed)
         done("curves and element samples")
@@ -192,6 +190,23 @@ def compare(
     finally:
         an.unpersist()
         layout.unpersist()
+    table = comparison_table(summary, whole, specs)
+    return Comparison(specs, layout.rows, table, whole, zoomed, hb)
+
+
+def zoom_span(arrivals: np.ndarray, lo: int, hi: int, zoom: int) -> tuple[int, int]:
+    """The zoomed view's span (µs): ``zoom`` long from the median sampled arrival on,
+    within ``[lo, hi]``."""
+    mid = int(np.median(arrivals)) if arrivals.size else lo
+    z_hi = min(hi, mid + zoom)
+    return max(lo, z_hi - zoom), z_hi
+
+
+def comparison_table(
+    summary: pd.DataFrame, whole: View, specs: Sequence[str]
+) -> dict[str, list[object]]:
+    """The comparison's table: the window summary, the source lag's p50 and p99 on the
+    whole view's grid, and the Pareto frontier flags (both engines build it here)."""
     t = whole.grid["processing_time"].to_numpy()
     lags = [lag_percentiles(t, whole.grid[s].to_numpy()) for s in specs]
     table: dict[str, list[object]] = {c: list(summary[c]) for c in summary.columns}
@@ -203,7 +218,7 @@ def compare(
             [float(x) for x in summary["completeness_mean"]],
         )
     )
-    return Comparison(specs, layout.rows, table, whole, zoomed, hb)
+    return table
 
 
 __all__ = [
@@ -212,5 +227,7 @@ __all__ = [
     "View",
     "check_request",
     "compare",
+    "comparison_table",
     "lag_percentiles",
+    "zoom_span",
 ]

@@ -19,13 +19,18 @@ import pandas as pd
 
 from spark_backend.analytics.holdback import holdback_of_trace
 from spark_backend.analytics.strategies import Strategy
-from spark_backend.comparison import Comparison, View, check_request, lag_percentiles
+from spark_backend.comparison import (
+    Comparison,
+    View,
+    check_request,
+    comparison_table,
+    zoom_span,
+)
 from theory.columns import check_duration
 from theory.data.generators import game_sessions_trace
 from theory.data.specs import SessionSpec
 from theory.data.trace import Trace
 from theory.experiments.first_panes import WindowIndex, summary_row
-from theory.experiments.tradeoff import pareto_frontier
 from theory.series import StepSeries
 from theory.time import MIN_TIMESTAMP, MINUTE
 from theory.watermarks.bucket_curves import bucket_curves
@@ -149,9 +154,7 @@ def compare_local(
     frac = sample_elements / len(trace)
     whole = _view(curves, e, a, lo, hi, grid_points, frac, rng)
     arrivals = whole.elements["arrival_time"].to_numpy()
-    mid = int(np.median(arrivals)) if arrivals.size else lo
-    z_hi = min(hi, mid + zoom)
-    z_lo = max(lo, z_hi - zoom)
+    z_lo, z_hi = zoom_span(arrivals, lo, hi, zoom)
     expected = int(np.count_nonzero((a >= z_lo) & (a <= z_hi)))
     zoomed = _view(curves, e, a, z_lo, z_hi, grid_points, sample_elements / max(expected, 1), rng)
     done("curves and element samples")
@@ -159,15 +162,4 @@ def compare_local(
     if trace.partition is not None:
         hb = holdback_of_trace(a, e, trace.partition)
         done("partition skew")
-    t = whole.grid["processing_time"].to_numpy()
-    lags = [lag_percentiles(t, whole.grid[s].to_numpy()) for s in names]
-    table: dict[str, list[object]] = {c: list(summary[c]) for c in summary.columns}
-    table["source_lag_p50"] = [x[0] for x in lags]
-    table["source_lag_p99"] = [x[1] for x in lags]
-    table["on_frontier"] = list(
-        pareto_frontier(
-            [float(x) for x in summary["window_latency_p50"]],
-            [float(x) for x in summary["completeness_mean"]],
-        )
-    )
-    return Comparison(names, len(trace), table, whole, zoomed, hb)
+    return Comparison(names, len(trace), comparison_table(summary, whole, names), whole, zoomed, hb)
