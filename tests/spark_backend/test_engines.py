@@ -20,16 +20,7 @@ from theory.data.generators import generate_trace
 from theory.data.io import write_trace
 from theory.time import SECOND
 
-SPECS = [
-    "perfect",
-    "perfect:oracle",
-    "bounded:1s",
-    "bounded:10s",
-    "percentile:0.5",
-    "percentile:0.9",
-    "percentile:1",
-    "percentile:0.75:hold",
-]
+SPECS = ["perfect", "perfect:oracle", "bounded:1s", "percentile:0.9", "percentile:0.75:hold"]
 
 
 def _tied(tr):
@@ -40,7 +31,7 @@ def _tied(tr):
 
 @pytest.mark.slow
 def test_local_tables_equal_spark(spark) -> None:
-    tr = _tied(to_trace(generate_trace_df(spark, 3_000, seed=7)))
+    tr = _tied(to_trace(generate_trace_df(spark, 2_000, seed=7)))
     df = spark.createDataFrame(
         pd.DataFrame(
             {
@@ -54,7 +45,7 @@ def test_local_tables_equal_spark(spark) -> None:
     )
     on_spark = compare(df, SPECS, 5 * SECOND, seed=1)
     local = compare_local(tr, SPECS, 5 * SECOND, seed=1)
-    assert on_spark.rows == local.rows == 3_000
+    assert on_spark.rows == local.rows == 2_000
     for col, values in on_spark.table.items():
         np.testing.assert_array_equal(np.asarray(values), np.asarray(local.table[col]), col)
     assert on_spark.table["late_count"][SPECS.index("bounded:1s")] > 0  # not all zeros
