@@ -1,11 +1,16 @@
-"""The ``watermarks`` command line.
+"""watermarks: compare watermark strategies on event streams (Streaming Systems, ch. 3).
 
-- ``watermarks simulate``: the chapter-3 pipeline simulated in ``theory``; prints a table
-  per stage and writes the watermark series (Parquet) and metrics (CSV).
-- ``watermarks demo``: the main job on the embedded default (a seeded built-in trace
-  generated on Spark): strategies compared on Spark, the chapter-3 pipeline simulated,
-  a report written.
-- ``watermarks analyze TRACE``: the same comparison on a trace of yours.
+For a trace of (event time, arrival time) rows, when does each window fire under a
+watermark strategy, how much data arrives late, and where does a pipeline wait?
+
+- ``watermarks analyze TRACE``: your trace (Parquet, CSV or a directory of them): the
+  strategies compared (late data, completeness, window latency, the latency/completeness
+  frontier, which partition holds the watermark back), a report written.
+- ``watermarks demo``: the same on the embedded default (seeded chapter-3 game
+  sessions), plus the chapter-3 pipeline's watermarks per stage and in-band against
+  out-of-band propagation.
+- ``watermarks simulate``: the chapter-3 pipeline simulated; a table per stage, the
+  watermark series (Parquet) and metrics (CSV).
 
 Exit code 0 on success; 2 with a one-line cause on bad input or a failed run.
 """
@@ -21,11 +26,15 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from spark_backend.atomic import Terminated, atomic_directory
 from spark_backend.errors import one_line
 from spark_backend.preflight import check_args
 from spark_backend.progress import Progress
+
+if TYPE_CHECKING:
+    from theory.pipeline.stages import Pipeline
 
 LOG = logging.getLogger("watermarks")
 
@@ -35,12 +44,14 @@ def _fmt_seconds(us: float) -> str:
 
 
 def _write_simulation(result: object, out: Path) -> None:
-    """Write series.parquet and metrics.csv for a SimulationResult, atomically."""
+    """Write series.parquet (µs) and metrics.csv (columns named by unit, times also as
+    ISO-8601 UTC, infinities as ``inf``) for a SimulationResult, atomically."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
+    from spark_backend.report import write_csv
+    from spark_backend.tables import with_units
     from theory.pipeline.metrics import metrics_table
     from theory.pipeline.simulator import SimulationResult
 
@@ -60,29 +71,82 @@ def _write_simulation(result: object, out: Path) -> None:
             "output_watermark": pa.array(np.concatenate(ow_col), pa.int64()),
         }
     )
+    metrics = metrics_table(result)
+    metrics = with_units(
+        metrics,
+        durations=[k for k in metrics if "lag" in k or "latency" in k],
+        times=["final_input_watermark", "final_output_watermark"],
+    )
     with atomic_directory(out) as tmp:
         pq.write_table(series, tmp / "series.parquet")
-        pacsv.write_csv(pa.table(metrics_table(result)), tmp / "metrics.csv")
+        write_csv(tmp / "metrics.csv", metrics)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    """Simulate the chapter-3 pipeline and report per stage."""
+    """Simulate the chapter-3 pipeline (or, with --trace, your trace through one grouping
+    stage) and report per stage."""
     from theory.pipeline import chapter3
     from theory.pipeline.metrics import stage_metrics
     from theory.pipeline.simulator import simulate
+
+    if args.trace is None:
+        given = [f for f in ("windowing", "allowed_lateness", "time_unit") if getattr(args, f)]
+        if given or args.late_firings or args.timestamp_combiner != "eow":
+            raise ValueError(
+                "--windowing, --allowed-lateness, --late-firings, --timestamp-combiner and "
+                "--time-unit apply to --trace"
+            )
+        if args.events < 1:
+            raise ValueError(f"--events must be >= 1, got {args.events}")
+        pipe = chapter3.pipeline(watermark=args.watermark)
+        LOG.info("generating %d events (seed %d)", args.events, args.seed)
+        what = f"{args.events:,} events"
+    else:
+        pipe = _trace_pipeline(args)
+    t0 = time.perf_counter()
+    bar = Progress(len(pipe.stages) + 1)
+    if args.trace is None:
+        inputs = chapter3.traces(args.events, seed=args.seed)
+        bar.step(f"generated {args.events:,} events")
+    else:
+        from spark_backend.trace_input import read_local
+
+        trace, _ = read_local(args.trace, "fail", args.time_unit)
+        inputs = {"in": trace}
+        what = f"{len(trace):,} rows of {args.trace}"
+        bar.step(f"read {what}")
+    result = simulate(pipe, inputs, seed=args.seed, on_stage=lambda s: bar.step(f"stage {s}"))
+    elapsed = time.perf_counter() - t0
+    _print_stages(stage_metrics(result))
+    out = Path(args.out)
+    _write_simulation(result, out)
+    print(f"\n{what} simulated in {elapsed:.1f}s; series and metrics in {out}/")
+    return 0
+
+
+def _trace_pipeline(args: argparse.Namespace) -> Pipeline:
+    """simulate --trace: source -> the chosen windowing per key -> output (checked before
+    the trace is read)."""
+    from spark_backend.trace_input import local_files
+    from theory.data.units import check_time_unit
+    from theory.experiments.tradeoff import grouping_pipeline
+    from theory.time import parse_duration
+
+    if args.time_unit is not None:
+        check_time_unit(args.time_unit)
+    local_files(args.trace)  # a missing file fails here
+    return grouping_pipeline(
+        args.watermark,
+        args.windowing or "fixed:2m",
+        allowed_lateness=parse_duration(args.allowed_lateness or "0"),
+        late_firings=args.late_firings,
+        timestamp_combiner=args.timestamp_combiner,
+    )
+
+
+def _print_stages(rows: list[Any]) -> None:
     from theory.time import format_timestamp
 
-    if args.events < 1:
-        raise ValueError(f"--events must be >= 1, got {args.events}")
-    pipe = chapter3.pipeline(watermark=args.watermark)
-    LOG.info("generating %d events (seed %d)", args.events, args.seed)
-    t0 = time.perf_counter()
-    traces = chapter3.traces(args.events, seed=args.seed)
-    bar = Progress(len(pipe.stages) + 1)
-    bar.step(f"generated {args.events:,} events")
-    result = simulate(pipe, traces, seed=args.seed, on_stage=lambda s: bar.step(f"stage {s}"))
-    elapsed = time.perf_counter() - t0
-    rows = stage_metrics(result)
     header = (
         f"{'stage':<24} {'input wm':<22} {'output wm':<22} "
         f"{'lag p50':>9} {'lag p99':>9} {'late':>7}"
@@ -96,10 +160,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             f"{_fmt_seconds(m.watermark_lag_p50):>9} {_fmt_seconds(m.watermark_lag_p99):>9} "
             f"{m.late_count:>7}"
         )
-    out = Path(args.out)
-    _write_simulation(result, out)
-    print(f"\n{args.events:,} events simulated in {elapsed:.1f}s; series and metrics in {out}/")
-    return 0
 
 
 def _spark_options(args: argparse.Namespace) -> object:
@@ -108,11 +168,7 @@ def _spark_options(args: argparse.Namespace) -> object:
     return SparkOptions(args.master, args.conf)
 
 
-def _strategies(text: str | None) -> tuple[str, ...]:
-    from spark_backend.comparison import DEFAULT_STRATEGIES
-
-    if text is None:
-        return DEFAULT_STRATEGIES
+def _strategies(text: str) -> tuple[str, ...]:
     specs = tuple(s.strip() for s in text.split(",") if s.strip())
     if not specs:
         raise ValueError(f"--strategies names no strategy: {text!r}")
@@ -142,6 +198,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         strategies=_strategies(args.strategies),
         spark=_spark_options(args),  # type: ignore[arg-type]
         systems=_systems(args.systems, ("beam", "flink", "spark")),
+        engine=args.engine,
     )
     print(f"report: {result.index}")
     return 0
@@ -168,19 +225,54 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         systems=_systems(args.systems, ()),
         strict=args.strict,
         null_values=_null_values(args.null_values),
+        engine=args.engine,
+        time_unit=args.time_unit,
     )
     print(f"report: {result.index}")
     return 0
 
 
+def _add_engine_option(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument(
+        "--engine",
+        choices=("auto", "local", "spark"),
+        default=default,
+        help="local: numpy in this process, no JVM; spark: Spark; auto: local when the "
+        "trace needs at most a quarter of the available memory and no --master or "
+        "SPARK_REMOTE is given (the tables are the same)",
+    )
+
+
+def _strategy_help(forms: Sequence[str]) -> str:
+    """The strategy specs of ``forms`` with their meanings (theory's spec table)."""
+    from theory.watermarks.spec import SPEC_MEANINGS
+
+    return "; ".join(f"{form} = {meaning}" for form, meaning in SPEC_MEANINGS if form in forms)
+
+
+def _all_forms() -> tuple[str, ...]:
+    from theory.watermarks.spec import SPEC_MEANINGS
+
+    return tuple(form for form, _ in SPEC_MEANINGS)
+
+
+#: The specs the comparison computes (both engines).
+_COMPARED = ("perfect", "perfect:oracle", "bounded:<duration>", "percentile:<p>",
+             "percentile:<p>:hold")
+
+
 def _add_spark_options(p: argparse.ArgumentParser) -> None:
+    from spark_backend.comparison import DEFAULT_STRATEGIES
+
     p.add_argument(
         "--strategies",
-        default=None,
-        help="comma-separated strategies: perfect, bounded:<duration>, percentile:<p>[:hold] "
-        "(default: perfect, bounded 10s/1m/5m, percentile 0.5/0.9/0.99/1)",
+        default=",".join(DEFAULT_STRATEGIES),
+        help="comma-separated source watermarks: " + _strategy_help(_COMPARED),
     )
-    p.add_argument("--window", default="2m", help="fixed window size, e.g. 2m")
+    p.add_argument("--window", default="2m", help="fixed window size, e.g. 2m, 30s, 500ms")
+    p.add_argument(
+        "--master", default=None, help="Spark master URL (None: local[*], or SPARK_REMOTE)"
+    )
     p.add_argument(
         "--systems",
         default=None,
@@ -188,21 +280,39 @@ def _add_spark_options(p: argparse.ArgumentParser) -> None:
         "beam,flink,spark (bound from the first bounded: strategy; demo: all three by "
         "default, 'none' for none; analyze: none by default)",
     )
-    p.add_argument("--master", default=None, help="Spark master URL (default local[*])")
     p.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
     )
 
 
+_ANALYZE_DESCRIPTION = (
+    "Compare watermark strategies on a trace of yours. Required columns: event_time and "
+    "arrival_time (integers in --time-unit, µs by default; or timestamps, dates or "
+    "ISO-8601 strings, naive = UTC). Optional: key (integer or string; default 0), value "
+    "(number; default 1.0), partition (integer: which partition holds the watermark back), "
+    "publish_time. Windows are per-key fixed windows of --window, fired once by each "
+    "strategy's watermark."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="watermarks", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="watermarks",
+        description=__doc__.split("\n\nExit code")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, events, out in (
         ("simulate", cmd_simulate, 200_000, "out/simulate"),
         ("demo", cmd_demo, 3_000_000, "out/report"),
     ):
-        p = sub.add_parser(name, help=(fn.__doc__ or "").strip())
+        p = sub.add_parser(
+            name,
+            help=(fn.__doc__ or "").strip(),
+            description=(fn.__doc__ or "").strip(),
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
         p.add_argument("--events", type=int, default=events, help="trace size (events)")
         p.add_argument("--seed", type=int, default=0, help="generator and simulator seed")
         p.add_argument("--out", default=out, help="output directory (replaced atomically)")
@@ -211,11 +321,62 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--watermark",
                 default="perfect",
-                help="source watermark spec: perfect, bounded:30s, flink-bounded:30s, ...",
+                help="source watermark of both inputs: " + _strategy_help(_all_forms()),
+            )
+            p.add_argument(
+                "--engine",
+                choices=("auto", "local"),
+                default="auto",
+                help="the simulator runs in this process (local); a Spark engine for "
+                "simulate is not built yet, so auto is local",
+            )
+            p.add_argument(
+                "--trace",
+                default=None,
+                help="simulate your trace (Parquet, CSV or a directory; the columns of "
+                "analyze) through source -> --windowing per key -> output, instead of the "
+                "chapter-3 pipeline on generated events",
+            )
+            p.add_argument(
+                "--windowing",
+                default=None,
+                help="with --trace: sessions:GAP, fixed:SIZE or sliding:SIZE/PERIOD "
+                "(durations like 30s, 2m); None: fixed:2m",
+            )
+            p.add_argument(
+                "--allowed-lateness",
+                default=None,
+                help="with --trace: how long after the watermark passes a window its "
+                "state is kept (a duration); None: 0",
+            )
+            p.add_argument(
+                "--late-firings",
+                action="store_true",
+                help="with --trace: fire again for each late element within the allowed "
+                "lateness (AfterWatermark(late=AfterCount(1)), accumulating)",
+            )
+            p.add_argument(
+                "--timestamp-combiner",
+                choices=("eow", "earliest", "latest"),
+                default="eow",
+                help="with --trace: pane timestamps and watermark holds at the end of the "
+                "window, the earliest or the latest element (book figures 3.7, 3.8)",
+            )
+            p.add_argument(
+                "--time-unit",
+                choices=("us", "ms", "s", "ns"),
+                default=None,
+                help="with --trace: unit of numeric time columns (as analyze)",
             )
         else:
+            _add_engine_option(p, "spark")
             _add_spark_options(p)
-    p = sub.add_parser("analyze", help=(cmd_analyze.__doc__ or "").strip())
+    p = sub.add_parser(
+        "analyze",
+        help=(cmd_analyze.__doc__ or "").strip(),
+        description=_ANALYZE_DESCRIPTION,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("trace", help="a Parquet or CSV file, or a directory of them")
     p.add_argument("--out", default="out/analyze", help="output directory (replaced atomically)")
     p.add_argument("--seed", type=int, default=0, help="seed of the plotted element sample")
@@ -236,6 +397,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--strict",
         action="store_true",
         help="refuse rows that arrive before their event time (default: count and warn)",
+    )
+    _add_engine_option(p, "auto")
+    p.add_argument(
+        "--time-unit",
+        choices=("us", "ms", "s", "ns"),
+        default=None,
+        help="unit of numeric time columns (any int64 then accepted); without it they are "
+        "µs, and epoch s/ms/ns read as µs is an error naming the likely unit",
     )
     _add_spark_options(p)
     p.set_defaults(func=cmd_analyze)

@@ -97,7 +97,8 @@ class Comparison:
     holdback: pd.DataFrame | None
 
 
-def _lag_percentiles(t: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+def lag_percentiles(t: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    """The p50 and p99 of ``t - W(t)`` (µs) over the grid times where W is finite."""
     ok = (w > MIN_TIMESTAMP) & (w < MAX_TIMESTAMP)
     if not ok.any():
         return float("nan"), float("nan")
@@ -172,9 +173,7 @@ def compare(
         frac = sample_elements / layout.rows
         whole = _view(an, lo, hi, grid_points, frac, seed)
         arrivals = whole.elements["arrival_time"].to_numpy()
-        mid = int(np.median(arrivals)) if arrivals.size else lo
-        z_hi = min(hi, mid + zoom)
-        z_lo = max(lo, z_hi - zoom)
+        z_lo, z_hi = zoom_span(arrivals, lo, hi, zoom)
         expected = np.count_nonzero((arrivals >= z_lo) & (arrivals <= z_hi)) / max(frac, 1e-12)
         zoomed = _view(an, z_lo, z_hi, grid_points, sample_elements / max(expected, 1.0), seed)
         done("curves and element samples")
@@ -186,8 +185,25 @@ def compare(
     finally:
         an.unpersist()
         layout.unpersist()
+    table = comparison_table(summary, whole, specs)
+    return Comparison(specs, layout.rows, table, whole, zoomed, hb)
+
+
+def zoom_span(arrivals: np.ndarray, lo: int, hi: int, zoom: int) -> tuple[int, int]:
+    """The zoomed view's span (µs): ``zoom`` long from the median sampled arrival on,
+    within ``[lo, hi]``."""
+    mid = int(np.median(arrivals)) if arrivals.size else lo
+    z_hi = min(hi, mid + zoom)
+    return max(lo, z_hi - zoom), z_hi
+
+
+def comparison_table(
+    summary: pd.DataFrame, whole: View, specs: Sequence[str]
+) -> dict[str, list[object]]:
+    """The comparison's table: the window summary, the source lag's p50 and p99 on the
+    whole view's grid, and the Pareto frontier flags (both engines build it here)."""
     t = whole.grid["processing_time"].to_numpy()
-    lags = [_lag_percentiles(t, whole.grid[s].to_numpy()) for s in specs]
+    lags = [lag_percentiles(t, whole.grid[s].to_numpy()) for s in specs]
     table: dict[str, list[object]] = {c: list(summary[c]) for c in summary.columns}
     table["source_lag_p50"] = [x[0] for x in lags]
     table["source_lag_p99"] = [x[1] for x in lags]
@@ -197,7 +213,16 @@ def compare(
             [float(x) for x in summary["completeness_mean"]],
         )
     )
-    return Comparison(specs, layout.rows, table, whole, zoomed, hb)
+    return table
 
 
-__all__ = ["DEFAULT_STRATEGIES", "Comparison", "View", "check_request", "compare"]
+__all__ = [
+    "DEFAULT_STRATEGIES",
+    "Comparison",
+    "View",
+    "check_request",
+    "compare",
+    "comparison_table",
+    "lag_percentiles",
+    "zoom_span",
+]

@@ -6,9 +6,10 @@ atomically (see :mod:`spark_backend.report`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,15 +20,19 @@ from pyspark.sql import functions as F
 
 from spark_backend import plots
 from spark_backend.comparison import DEFAULT_STRATEGIES, Comparison, check_request, compare
+from spark_backend.engine import BYTES_PER_ROW, choose_engine, estimated_bytes
+from spark_backend.local import chapter3_trace, compare_local
 from spark_backend.progress import Progress
-from spark_backend.report import Report, percent, record_columns, seconds
+from spark_backend.report import Report, percent, seconds
 from spark_backend.session import get_session
 from spark_backend.systems import bound_of, systems_section, trace_of
+from spark_backend.tables import with_units
+from spark_backend.trace_input import local_files, read_local, read_spark
 from spark_backend.traces.generate import chapter3_trace_df
-from spark_backend.traces.read import read_trace_df
 from theory.data.report import BadRowReport
 from theory.data.schema import OnBadRows
 from theory.data.trace import Trace
+from theory.data.units import check_time_unit
 from theory.experiments.propagation import propagation
 from theory.experiments.systems import check_systems
 from theory.pipeline import chapter3
@@ -35,9 +40,20 @@ from theory.pipeline.diagnosis import diagnose, lag_series
 from theory.pipeline.metrics import stage_metrics
 from theory.pipeline.processing import Processing
 from theory.pipeline.simulator import SimulationResult, simulate
+from theory.pipeline.stages import Pipeline
 from theory.time import MINUTE, SECOND, format_timestamp
 
 LOG = logging.getLogger("watermarks")
+
+#: The demo trace starts at a real date (2024-01-01T00:00:00Z, µs): a whole number of
+#: days, so fixed windows of any size dividing a day fall as they do from 0.
+DEMO_START = 1_704_067_200_000_000
+
+#: The chapter-3 stage the demo makes stuck, for how long (µs), and how many of the
+#: longest stalls the page shows (the CSV has them all).
+STUCK_STAGE = "flatten"
+STUCK_FOR = 5 * MINUTE
+STALLS_SHOWN = 10
 
 #: Steps of the strategy comparison (see :func:`spark_backend.comparison.compare`).
 _COMPARE_STEPS = 4
@@ -66,26 +82,42 @@ def describe_trace(report: Report, df: DataFrame, rows: int, what: str) -> None:
     (percentiles on Spark, within 0.01% in rank; the maximum exact)."""
     delay = (F.col("arrival_time") - F.col("event_time")).cast("double") / 1e6
     q = df.select(delay.alias("d")).stat.approxQuantile("d", [0.5, 0.9, 0.99, 1.0], 1e-4)
+    _delay_text(report, rows, what, q, " (within 0.01% in rank)")
+
+
+def describe_trace_local(report: Report, trace: Trace, what: str) -> None:
+    """:func:`describe_trace` of a trace in memory: exact percentiles (numpy's linear)."""
+    delay = (trace.arrival_time - trace.event_time).astype(np.float64) / 1e6
+    q = [float(x) for x in np.percentile(delay, [50, 90, 99, 100])]
+    _delay_text(report, len(trace), what, q, "")
+
+
+def _delay_text(report: Report, rows: int, what: str, q: Sequence[float], note: str) -> None:
     report.text(
         "The trace",
         f"{rows:,} {what}; delay from event to arrival p50 {q[0]:.1f} s, p90 {q[1]:.1f} s, "
-        f"p99 {q[2]:.1f} s (within 0.01% in rank), max {q[3]:,.0f} s.",
+        f"p99 {q[2]:.1f} s{note}, max {q[3]:,.0f} s.",
     )
 
 
 def strategies_section(report: Report, c: Comparison, seed: int) -> None:
     """The comparison's table, the curves with late elements, the frontier and the
     partition that holds the watermark back."""
-    fmt = {k: seconds for k in c.table if "latency" in k or "lag" in k}
-    fmt.update({k: percent for k in ("late_fraction", "completeness_mean", "complete_fraction")})
+    table = dict(c.table)
+    # the source lag is sampled on the views' grid: its name says so
+    for q in ("p50", "p99"):
+        table[f"sampled_source_lag_{q}"] = table.pop(f"source_lag_{q}")
+    table["on_frontier"] = table.pop("on_frontier")
+    shown = with_units(table, durations=[k for k in table if "latency" in k or "lag" in k])
     report.table(
         "strategies",
         "Watermark strategies compared",
-        c.table,
-        "Computed on Spark. Late data; completeness of each window's first pane; window "
-        "latency (processing time from the end of the window to its first pane); the "
-        "source watermark's lag behind processing time.",
-        fmt,
+        shown,
+        "Late data; completeness of each window's first pane; window latency (processing "
+        "time from the end of the window to its first pane; exact); the source "
+        "watermark's lag behind processing time, sampled at "
+        f"{len(c.whole.grid):,} evenly spaced processing times.",
+        _formats(shown),
     )
     report.figure(
         "Elements, watermarks and late data",
@@ -98,8 +130,10 @@ def strategies_section(report: Report, c: Comparison, seed: int) -> None:
         "watermarks.png",
         f"Sampled elements ({len(c.whole.elements):,} of {c.rows:,}; in the zoom "
         f"{len(c.zoom.elements):,}) by processing time of arrival against event time; "
-        "each line a strategy's watermark; crosses mark the elements that arrive late "
-        "under it.",
+        "each line a strategy's watermark (each its own style, so coinciding ones stay "
+        "visible); crosses mark the elements that arrive late under it. Every arrival is "
+        "shown: past the 99.9th percentile of arrivals the processing-time axis is "
+        "compressed (marked)." + _coinciding_note(c),
     )
     report.figure(
         "Latency vs completeness",
@@ -116,26 +150,23 @@ def strategies_section(report: Report, c: Comparison, seed: int) -> None:
     )
     if c.holdback is not None and len(c.holdback):
         hb = c.holdback
+        shown = with_units(
+            {col: list(hb[col]) for col in hb.columns}, times=["longest_run_start"]
+        )
         report.table(
             "holdback",
             "Which partition holds the watermark back",
-            {col: list(hb[col]) for col in hb.columns},
+            shown,
             "Under the static-partitions perfect watermark, the partition whose next "
             "unread event time is the minimum, for how long (processing time) and in how "
             "many runs.",
-            {
-                "held_us": seconds,
-                "longest_run_us": seconds,
-                "held_fraction": percent,
-                "longest_run_start": lambda v: format_timestamp(int(v)),  # type: ignore[call-overload]
-            },
+            _formats(shown),
         )
 
 
-def arrival_before_event_warning(df: DataFrame, rows: int) -> str | None:
-    """A warning if rows arrive before their event time (device clocks ahead), with how
-    many; None if none do. One Spark job."""
-    early = df.where(F.col("arrival_time") < F.col("event_time")).count()
+def arrival_before_event_warning(early: int, rows: int) -> str | None:
+    """A warning if ``early`` of ``rows`` rows arrive before their event time (device
+    clocks ahead); None if none do."""
     if not early:
         return None
     return (
@@ -143,6 +174,27 @@ def arrival_before_event_warning(df: DataFrame, rows: int) -> str | None:
         "event_time: clocks out of step?); they are kept, and a perfect watermark may pass "
         "them. --strict refuses such a trace."
     )
+
+
+def _coinciding_note(c: Comparison) -> str:
+    """" X = Y on this trace." for the strategies whose curves coincide on the whole
+    view's grid (empty when none do)."""
+    groups = plots.coinciding({s: c.whole.grid[s].to_numpy() for s in c.strategies})
+    if not groups:
+        return ""
+    return " " + "; ".join(" = ".join(g) for g in groups) + " on this trace."
+
+
+def _formats(table: Mapping[str, object]) -> dict[str, Callable[[object], str]]:
+    """Cell formats of a table with units: ``_us`` durations in seconds (times have
+    their ``_utc`` column beside), fractions as percentages."""
+    fmt: dict[str, Callable[[object], str]] = {}
+    for k in table:
+        if k.endswith("_us") and f"{k[:-3]}_utc" not in table:
+            fmt[k] = seconds
+        elif k.endswith("fraction") or k == "completeness_mean":
+            fmt[k] = percent
+    return fmt
 
 
 def bad_rows_section(report: Report, bad: BadRowReport) -> None:
@@ -166,28 +218,48 @@ def bad_rows_section(report: Report, bad: BadRowReport) -> None:
 
 def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult:
     """Simulate the book's chapter-3 pipeline and add its tables and figures."""
+    traces = {
+        name: dataclasses.replace(
+            t, event_time=t.event_time + DEMO_START, arrival_time=t.arrival_time + DEMO_START
+        )
+        for name, t in chapter3.traces(events, seed=seed).items()
+    }
+    stuck = _stuck_interval(traces)
     pipe = chapter3.pipeline("bounded:30s", Processing(latency=2 * SECOND))
-    result = simulate(pipe, chapter3.traces(events, seed=seed), seed=seed)
+    # one stuck stage (book figure 3.15's system delay) beside the data delays
+    pipe = Pipeline(
+        [
+            dataclasses.replace(
+                st, processing=Processing(latency=2 * SECOND, stalls=(stuck,))
+            )
+            if st.name == STUCK_STAGE
+            else st
+            for st in pipe.stages
+        ]
+    )
+    result = simulate(pipe, traces, seed=seed)
     rows = stage_metrics(result)
+    shown = with_units(
+        {
+            "stage": [m.stage for m in rows],
+            "final_input_watermark": [m.final_input_watermark for m in rows],
+            "final_output_watermark": [m.final_output_watermark for m in rows],
+            "arrivals": [m.arrivals for m in rows],
+            "late": [m.late_count for m in rows],
+            "watermark_lag_p50": [m.watermark_lag_p50 for m in rows],
+            "watermark_lag_p99": [m.watermark_lag_p99 for m in rows],
+            "stage_lag_p99": [m.stage_lag_p99 for m in rows],
+        },
+        durations=["watermark_lag_p50", "watermark_lag_p99", "stage_lag_p99"],
+        times=["final_input_watermark", "final_output_watermark"],
+    )
     report.table(
         "chapter3_stages",
         "Chapter 3 pipeline: watermarks per stage",
-        record_columns(
-            rows,
-            {
-                "stage": "stage",
-                "final input watermark": lambda m: format_timestamp(m.final_input_watermark),
-                "final output watermark": lambda m: format_timestamp(m.final_output_watermark),
-                "arrivals": "arrivals",
-                "late": "late_count",
-                "watermark lag p50": "watermark_lag_p50",
-                "watermark lag p99": "watermark_lag_p99",
-                "stage lag p99": "stage_lag_p99",
-            },
-        ),
+        shown,
         "Mobile and console sessions (gap 1 min, at the watermark), flattened, averaged in "
         "fixed 2-minute windows; source watermark max seen - 30 s; 2 s processing per stage.",
-        {"watermark lag p50": seconds, "watermark lag p99": seconds, "stage lag p99": seconds},
+        _formats(shown),
     )
     grid = result.times[:: max(1, result.times.size // 20_000)]
     report.figure(
@@ -217,26 +289,52 @@ def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult
         lambda p: plots.lags(p, lags.times, lags.event_lag, lags.processing_lag, sink),
         "lags.png",
         "Event-time lag grows alone under data delay; both grow when the system is "
-        "stuck (book figure 3.15).",
+        f"stuck (book figure 3.15: here the {STUCK_STAGE} stage, stuck for "
+        f"{STUCK_FOR / 6e7:.0f} minutes). The ramp at the end: once the last events have "
+        "arrived, the sink's watermark still waits for the sessions and windows of the "
+        "stragglers, so its event-time lag grows with the clock until the input ends.",
     )
-    stalls = diagnose(result, sink)
+    stalls = sorted(diagnose(result, sink), key=lambda x: x.start - x.end)  # longest first
+    kinds = sorted({x.kind for x in stalls})
+    report.table(
+        "chapter3_stall_kinds",
+        "Where the pipeline waits: by kind",
+        with_units(
+            {
+                "kind": kinds,
+                "stalls": [sum(1 for x in stalls if x.kind == k) for k in kinds],
+                "total": [sum(x.end - x.start for x in stalls if x.kind == k) for k in kinds],
+                "longest": [max(x.end - x.start for x in stalls if x.kind == k) for k in kinds],
+            },
+            durations=["total", "longest"],
+        ),
+        f"Data delay: the event-time lag grows alone (windows waiting for data); system "
+        f"delay: the processing-time lag grows too. The {STUCK_STAGE} stage is made stuck "
+        f"for {(stuck[1] - stuck[0]) / 6e7:.0f} minutes from "
+        f"{format_timestamp(stuck[0])} (book figure 3.15).",
+        {"total_us": seconds, "longest_us": seconds},
+    )
+    shown = with_units(
+        {
+            "start": [s.start for s in stalls],
+            "end": [s.end for s in stalls],
+            "kind": [s.kind for s in stalls],
+            "culprit_stage": [s.culprit_stage for s in stalls],
+            "hold": [s.culprit_hold for s in stalls],
+            "max_event_time_lag": [s.max_event_lag for s in stalls],
+            "max_processing_time_lag": [s.max_processing_lag for s in stalls],
+        },
+        durations=["max_event_time_lag", "max_processing_time_lag"],
+        times=["start", "end"],
+    )
     report.table(
         "chapter3_stalls",
-        "Where the pipeline waits",
-        record_columns(
-            stalls,
-            {
-                "start": lambda s: format_timestamp(s.start),
-                "end": lambda s: format_timestamp(s.end),
-                "kind": "kind",
-                "culprit stage": "culprit_stage",
-                "hold": "culprit_hold",
-                "max event-time lag": "max_event_lag",
-                "max processing-time lag": "max_processing_lag",
-            },
-        ),
-        f"Intervals where the event-time lag at {sink} exceeded 1 minute.",
-        {"max event-time lag": seconds, "max processing-time lag": seconds},
+        "Where the pipeline waits: the longest stalls",
+        shown,
+        f"Intervals where the event-time lag at {sink} exceeded 1 minute, longest first; "
+        f"the {STALLS_SHOWN} longest of {len(stalls):,} here, all of them in the CSV.",
+        _formats(shown),
+        show_rows=STALLS_SHOWN,
     )
     return result
 
@@ -249,28 +347,36 @@ def _watermarks_at(result: SimulationResult, times: np.ndarray) -> dict[str, tup
     }
 
 
+def _stuck_interval(traces: Mapping[str, Trace]) -> tuple[int, int]:
+    """The demo's stuck interval (µs): :data:`STUCK_FOR` from the middle of the arrivals."""
+    a = np.concatenate([t.arrival_time for t in traces.values()])
+    mid = int(np.median(a)) if a.size else 0
+    return mid, mid + STUCK_FOR
+
+
 def propagation_section(report: Report, seed: int) -> None:
     """In-band (Flink) against out-of-band (Dataflow) propagation, table and figure."""
     rows = propagation(depths=(1, 5, 10, 20), parallelisms=(1, 10, 100, 1000), seed=seed).rows
+    shown = with_units(
+        {
+            "scenario": [r.scenario for r in rows],
+            "design": [r.design for r in rows],
+            "depth": [r.depth for r in rows],
+            "parallelism": [r.parallelism for r in rows],
+            "latency": [r.latency for r in rows],
+            "messages_per_s": [r.messages_per_second for r in rows],
+            "rejected_reports": [r.rejected_reports for r in rows],
+            "safe": [r.safe for r in rows],
+        },
+        durations=["latency"],
+    )
     report.table(
         "propagation",
         "In-band (Flink) vs out-of-band (Dataflow) propagation",
-        record_columns(
-            rows,
-            {
-                "scenario": "scenario",
-                "design": "design",
-                "depth": "depth",
-                "parallelism": "parallelism",
-                "latency": "latency",
-                "messages/s": "messages_per_second",
-                "rejected reports": "rejected_reports",
-                "safe": "safe",
-            },
-        ),
+        shown,
         "Time from a source watermark step until the last stage's input watermark shows it "
         "(median of 9 seeded runs); steady-state watermark messages per second.",
-        {"latency": seconds},
+        _formats(shown),
     )
     report.figure(
         "Propagation latency and traffic",
@@ -303,34 +409,55 @@ def run_demo(
     *,
     strategies: Sequence[str] = DEFAULT_STRATEGIES,
     spark: SparkOptions = SparkOptions(),
+    engine: str = "spark",
     systems: Sequence[str] = ("beam", "flink", "spark"),
 ) -> JobResult:
-    """The main job on the embedded default: the chapter-3 game traces generated on
-    Spark, the strategies compared on Spark, the chapter-3 pipeline simulated in theory,
-    ``systems`` compared on its traces (none if empty), the report written."""
+    """The main job on the embedded default: the chapter-3 game traces generated (on
+    Spark, or with numpy on the local engine), the strategies compared, the chapter-3
+    pipeline simulated in theory, ``systems`` compared on its traces (none if empty), the
+    report written. ``engine``: spark (the default), local or auto
+    (:func:`spark_backend.engine.choose_engine`)."""
     if events < 2:
         raise ValueError(f"--events must be >= 2, got {events}")
     check_request(strategies, window_size)
     if systems:  # refused before any work
         check_systems(systems)
         bound_of(strategies)
-    bar = Progress(6 + _COMPARE_STEPS)
-    session = _start_spark(spark, bar)
-    LOG.info("generating the chapter-3 game traces on Spark: %d events, seed %d", events, seed)
-    df = chapter3_trace_df(session, events, seed=seed).persist()
-    try:
-        report = Report("Watermarks: the chapter-3 game sessions")
-        describe_trace(
-            report,
-            df,
-            events,
-            "events from mobile and console game sessions (partition 3 idle for a while)",
+    chosen, why = choose_engine(engine, spark.master, events * BYTES_PER_ROW)
+    LOG.info("engine: %s (%s)", chosen, why)
+    what = (
+        "events from mobile and console game sessions (partition 3 idle for a while), "
+        f"from {format_timestamp(DEMO_START)}"
+    )
+    report = Report("Watermarks: the chapter-3 game sessions")
+    if chosen == "local":
+        bar = Progress(5 + _COMPARE_STEPS)
+        LOG.info("generating the chapter-3 game traces (numpy): %d events, seed %d", events, seed)
+        trace = chapter3_trace(events, seed=seed)
+        trace = dataclasses.replace(
+            trace,
+            event_time=trace.event_time + DEMO_START,
+            arrival_time=trace.arrival_time + DEMO_START,
         )
+        describe_trace_local(report, trace, what)
         bar.step(f"generated {events:,} events")
-        LOG.info("comparing %d watermark strategies on Spark", len(strategies))
-        comparison = compare(df, strategies, window_size, seed=seed, step=bar.step)
-    finally:
-        df.unpersist()
+        LOG.info("comparing %d watermark strategies (local engine)", len(strategies))
+        comparison = compare_local(trace, strategies, window_size, seed=seed, step=bar.step)
+    else:
+        bar = Progress(6 + _COMPARE_STEPS)
+        session = _start_spark(spark, bar)
+        LOG.info("generating the chapter-3 game traces on Spark: %d events, seed %d", events, seed)
+        df = chapter3_trace_df(session, events, seed=seed)
+        df = df.withColumns(
+            {c: F.col(c) + F.lit(DEMO_START) for c in ("event_time", "arrival_time")}
+        ).persist()
+        try:
+            describe_trace(report, df, events, what)
+            bar.step(f"generated {events:,} events")
+            LOG.info("comparing %d watermark strategies on Spark", len(strategies))
+            comparison = compare(df, strategies, window_size, seed=seed, step=bar.step)
+        finally:
+            df.unpersist()
     strategies_section(report, comparison, seed)
     LOG.info("simulating the chapter-3 pipeline")
     simulation = chapter3_section(report, min(events, 200_000), seed)
@@ -357,26 +484,37 @@ def run_analyze(
     on_bad_rows: OnBadRows = "fail",
     seed: int = 0,
     spark: SparkOptions = SparkOptions(),
+    engine: str = "spark",
+    time_unit: str | None = None,
     systems: Sequence[str] = (),
     strict: bool = False,
     null_values: Sequence[str] = (),
 ) -> JobResult:
     """A user's trace (Parquet, CSV or a directory of them): validated, the strategies
-    compared on Spark, ``systems`` compared on it (none if empty), the report written.
-    Bad input raises before anything is written. Rows arriving before their event time
-    are counted and warned about (in the log and the report); with ``strict`` the first
-    one is an error naming the row. ``null_values``: the CSV fields read as null besides
-    the empty one."""
+    compared, ``systems`` compared on it (none if empty), the report written. ``engine``
+    is ``local`` (numpy, no JVM), ``spark`` or ``auto``
+    (:func:`spark_backend.engine.choose_engine`); both give the same tables.
+    ``time_unit`` (us, ms, s, ns) is the unit of numeric time columns
+    (:mod:`spark_backend.trace_input`). Rows arriving before their event time are counted
+    and warned about (in the log and the report); with ``strict`` the first one is an
+    error naming the row. ``null_values``: the CSV fields read as null besides the empty
+    one. Options, paths and bad input raise before any engine starts or anything is
+    written."""
     check_request(strategies, window_size)
+    unit = None if time_unit is None else check_time_unit(time_unit)
     if systems:
         check_systems(systems)
         bound_of(strategies)
+    chosen, why = choose_engine(engine, spark.master, estimated_bytes(local_files(trace)))
+    LOG.info("engine: %s (%s)", chosen, why)
+    job = _Analysis(out, window_size, strategies, seed, systems)
+    reading = _Reading(on_bad_rows, unit, strict, tuple(null_values))
+    if chosen == "local":
+        return _analyze_local(trace, job, reading)
     bar = Progress(4 + _COMPARE_STEPS + bool(systems))
     session = _start_spark(spark, bar)
     LOG.info("reading and validating %s (--on-bad-rows %s)", trace, on_bad_rows)
-    df, bad = read_trace_df(
-        session, trace, on_bad_rows=on_bad_rows, require_causal=strict, null_values=null_values
-    )
+    df, bad = read_spark(session, trace, on_bad_rows, unit, strict, reading.null_values)
     df = df.persist()
     try:
         rows = bad.rows_kept
@@ -384,25 +522,83 @@ def run_analyze(
             LOG.warning("skipped %d bad rows of %d", bad.total, bad.rows_read)
         bar.step(f"read {rows:,} rows")
         report = Report(f"Watermarks: {os.fspath(trace)}")
-        early = arrival_before_event_warning(df, rows)
-        if early:
-            LOG.warning("%s", early)
-            report.text("Warning", early)
+        early = df.where(F.col("arrival_time") < F.col("event_time")).count()
+        _warn_early(report, early, rows)
         describe_trace(report, df, rows, f"rows read from {os.fspath(trace)}")
         bar.step("trace described")
         LOG.info("comparing %d watermark strategies on Spark", len(strategies))
         comparison = compare(df, strategies, window_size, seed=seed, step=bar.step)
-        if systems:
-            trace_rows, note = trace_of(df, rows)
+        systems_input = trace_of(df, rows) if systems else None
     finally:
         df.unpersist()
-    strategies_section(report, comparison, seed)
-    if systems:
-        systems_section(report, trace_rows, systems, bound_of(strategies), window_size, note)
+    return _finish_analyze(report, comparison, bad, job, bar, systems_input)
+
+
+@dataclass(frozen=True)
+class _Analysis:
+    """What an analysis computes and where it writes (``run_analyze``'s options)."""
+
+    out: Path
+    window_size: int
+    strategies: Sequence[str]
+    seed: int
+    systems: Sequence[str]
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How a trace is read (``run_analyze``'s reader options)."""
+
+    on_bad_rows: OnBadRows
+    unit: str | None
+    strict: bool
+    null_values: tuple[str, ...]
+
+
+def _warn_early(report: Report, early: int, rows: int) -> None:
+    """Log and report the rows arriving before their event time, if any."""
+    warning = arrival_before_event_warning(early, rows)
+    if warning:
+        LOG.warning("%s", warning)
+        report.text("Warning", warning)
+
+
+def _analyze_local(trace: str | os.PathLike[str], job: _Analysis, reading: _Reading) -> JobResult:
+    """:func:`run_analyze` on the local engine."""
+    bar = Progress(3 + _COMPARE_STEPS + bool(job.systems))
+    LOG.info("reading and validating %s (--on-bad-rows %s)", trace, reading.on_bad_rows)
+    t, bad = read_local(
+        trace, reading.on_bad_rows, reading.unit, reading.strict, reading.null_values
+    )
+    if bad.total:
+        LOG.warning("skipped %d bad rows of %d", bad.total, bad.rows_read)
+    bar.step(f"read {len(t):,} rows")
+    report = Report(f"Watermarks: {os.fspath(trace)}")
+    _warn_early(report, int(np.count_nonzero(t.arrival_time < t.event_time)), len(t))
+    describe_trace_local(report, t, f"rows read from {os.fspath(trace)}")
+    LOG.info("comparing %d watermark strategies (local engine)", len(job.strategies))
+    comparison = compare_local(t, job.strategies, job.window_size, seed=job.seed, step=bar.step)
+    systems_input = (t, f"all {len(t):,} rows") if job.systems else None
+    return _finish_analyze(report, comparison, bad, job, bar, systems_input)
+
+
+def _finish_analyze(
+    report: Report,
+    comparison: Comparison,
+    bad: BadRowReport,
+    job: _Analysis,
+    bar: Progress,
+    systems_input: tuple[Trace, str] | None,
+) -> JobResult:
+    strategies_section(report, comparison, job.seed)
+    if systems_input is not None:
+        trace_rows, note = systems_input
+        bound = bound_of(job.strategies)
+        systems_section(report, trace_rows, job.systems, bound, job.window_size, note)
         bar.step("systems compared")
     if bad.total:
         bad_rows_section(report, bad)
-    index = _write(report, out, bar)
+    index = _write(report, job.out, bar)
     return JobResult(index, comparison, None)
 
 

@@ -17,24 +17,78 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from theory.experiments.propagation import Outcome
 from theory.series import StepSeries
-from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, format_timestamp
 
 _COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 
 
+#: Epoch µs from which times are taken as real dates (1990-01-01): axes then name the start.
+_REAL_DATES = 631_152_000_000_000
+
+#: Line styles that keep coinciding watermarks visible (each over the others).
+_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 2)))
+
+
 class TimeAxis:
-    """Maps µs to a readable unit relative to ``origin``: minutes, or hours past 3 h."""
+    """Maps µs to a readable unit relative to ``origin``: minutes, or hours past 3 h.
+    :attr:`since` names the origin: its ISO-8601 UTC date when times are real dates."""
 
     def __init__(self, origin: int, span: int) -> None:
+        if origin >= _REAL_DATES:
+            origin -= origin % 60_000_000  # a real date: from the whole minute
         self.origin = origin
         hours = span / 3.6e9
         self.scale, self.unit = (3.6e9, "h") if hours > 3 else (6e7, "min")
 
     def __call__(self, t: np.ndarray) -> np.ndarray:
         return (np.asarray(t, dtype=np.float64) - self.origin) / self.scale
+
+    @property
+    def since(self) -> str:
+        """``"since 2024-01-01T00:00:00Z"``, or ``"since start"`` for relative times."""
+        if self.origin >= _REAL_DATES:
+            return f"since {format_timestamp(self.origin)}"
+        return "since start"
+
+
+def coinciding(curves: Mapping[str, np.ndarray]) -> list[list[str]]:
+    """Groups (two or more) of strategies whose sampled curves are identical, in order."""
+    groups: dict[bytes, list[str]] = {}
+    for name, values in curves.items():
+        groups.setdefault(np.asarray(values, dtype=np.int64).tobytes(), []).append(name)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _tail_scale(ax: Any, right: float, hi: float) -> None:
+    """A broken processing-time axis: linear up to ``right``, the tail to ``hi``
+    compressed into the last fifth of the panel, so every arrival stays visible."""
+    if hi <= right:
+        return
+    width = max(right - ax.get_xlim()[0], 1e-9)
+    k = 0.25 * width / (hi - right)
+
+    def forward(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        return np.where(x <= right, x, right + (x - right) * k)
+
+    def inverse(y: np.ndarray) -> np.ndarray:
+        y = np.asarray(y, dtype=np.float64)
+        return np.where(y <= right, y, right + (y - right) / k)
+
+    lo = ax.get_xlim()[0]
+    ax.set_xscale("function", functions=(forward, inverse))
+    ticks = [t for t in MaxNLocator(6).tick_values(lo, right) if lo <= t <= right]
+    tail = [t for t in MaxNLocator(3).tick_values(right, hi) if right < t <= hi]
+    ax.set_xticks(ticks + tail[-2:])
+    ax.axvline(right, color="0.3", lw=0.8, ls=(0, (2, 2)))
+    ax.text(
+        right, 0.02, f" tail compressed ×{1 / k:,.0f} →", transform=ax.get_xaxis_transform(),
+        fontsize=7, color="0.3",
+    )
 
 
 def _finite_steps(series: StepSeries, t_end: int) -> tuple[np.ndarray, np.ndarray]:
@@ -75,10 +129,21 @@ def _draw_elements(
         rasterized=True,
     )
     lo, hi = el.span
+    same = {n: g for g in coinciding(_sampled(el.curves, lo, hi)) for n in g}
     for i, (name, curve) in enumerate(el.curves.items()):
         color = _COLORS[i % len(_COLORS)]
         t, v = _finite_steps(curve, hi)
-        ax.step(ax_t(t), ax_t(v), where="post", color=color, lw=1.6, label=f"watermark: {name}")
+        others = [o for o in same.get(name, []) if o != name]
+        label = f"watermark: {name}" + (f" (= {', '.join(others)})" if others else "")
+        ax.step(
+            ax_t(t),
+            ax_t(v),
+            where="post",
+            color=color,
+            lw=2.6 - 0.35 * (i % 5),
+            ls=_STYLES[i % len(_STYLES)],
+            label=label,
+        )
         mask = el.late.get(name)
         if mask is not None and mask.any():
             sel = idx[mask[idx]]
@@ -90,22 +155,34 @@ def _draw_elements(
                 color=color,
                 label=f"late under {name} ({int(mask.sum()):,} shown)",
             )
-    # the last 0.1% of arrivals (stragglers) may stretch the axis far: leave them out
+    # the last 0.1% of arrivals (stragglers) may stretch the axis far: every arrival is
+    # shown, the tail beyond the 99.9th percentile on a compressed part of the axis
     shown = el.arrival_time[(el.arrival_time >= lo) & (el.arrival_time <= hi)]
     right = int(min(hi, np.percentile(shown, 99.9))) if shown.size > 1000 else hi
-    x = ax_t(np.array([lo, right]))
-    ax.plot(x, x, ls=":", c="k", lw=0.8, label="event time = processing time")
+    x = ax_t(np.array([lo, hi]))
+    diagonal = np.linspace(x[0], x[1], 500)  # many points: it follows a broken axis
+    ax.plot(diagonal, diagonal, ls=":", c="k", lw=0.8, label="event time = processing time")
     ax.set_xlim(x[0], x[1])
-    ev = el.event_time[(el.arrival_time >= lo) & (el.arrival_time <= right)]
+    if right < hi and (hi - right) > 0.05 * (right - lo):
+        _tail_scale(ax, float(ax_t(np.array([right]))[0]), float(x[1]))
+    ev = el.event_time[(el.arrival_time >= lo) & (el.arrival_time <= hi)]
     if ev.size:
         y = ax_t(np.percentile(ev, [0.5, 100]))
         pad = 0.05 * max(y[1] - y[0], 1e-9)
         ax.set_ylim(y[0] - pad, y[1] + pad)
-    ax.set_xlabel(f"processing time ({ax_t.unit} since start)")
-    ax.set_ylabel(f"event time ({ax_t.unit} since start)")
+    ax.set_xlabel(f"processing time ({ax_t.unit} {ax_t.since})")
+    ax.set_ylabel(f"event time ({ax_t.unit} {ax_t.since})")
     if legend:
         ax.legend(loc="upper left", fontsize=7)
     ax.grid(alpha=0.3)
+
+
+def _sampled(
+    curves: Mapping[str, StepSeries], lo: int, hi: int, points: int = 2000
+) -> dict[str, np.ndarray]:
+    """Every curve at ``points`` evenly spaced times over ``[lo, hi]`` (µs)."""
+    t = np.linspace(lo, hi, points).astype(np.int64)
+    return {name: c.at(t) for name, c in curves.items()}
 
 
 def event_vs_processing(
@@ -174,7 +251,7 @@ def stage_watermarks(
         ax.set_ylabel(f"event time ({ax_t.unit})", fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", fontsize=7)
-    axes[-1, 0].set_xlabel(f"processing time ({ax_t.unit} since start)")
+    axes[-1, 0].set_xlabel(f"processing time ({ax_t.unit} {ax_t.since})")
     fig.suptitle(title)
     return _save(fig, path)
 
@@ -191,8 +268,10 @@ def lags(
     fig, ax = plt.subplots(figsize=(10, 4), dpi=110)
     ax.plot(ax_t(times), event_lag / 1e6, lw=1.2, label="event-time lag")
     ax.plot(ax_t(times), processing_lag / 1e6, lw=1.2, label="processing-time lag")
-    ax.set_xlabel(f"processing time ({ax_t.unit} since start)")
-    ax.set_ylabel("lag (s)")
+    ax.set_xlabel(f"processing time ({ax_t.unit} {ax_t.since})")
+    # log-scaled above 1 s: a minutes-long stuck stage stays visible beside lags of days
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_ylabel("lag (s, log above 1 s)")
     ax.set_title(f"Event-time and processing-time lag at {stage}")
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)

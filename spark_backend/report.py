@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_backend.atomic import atomic_directory
+from spark_backend.tables import csv_value
 
 Table = Mapping[str, Sequence[object]]
 
@@ -56,12 +57,16 @@ class Report:
         table: Table,
         caption: str = "",
         formats: Mapping[str, Callable[[object], str]] | None = None,
+        show_rows: int | None = None,
     ) -> None:
-        """A table, shown in the page and written as ``<name>.csv``."""
+        """A table, shown in the page (its first ``show_rows`` rows when given) and
+        written whole as ``<name>.csv``."""
         lengths = {len(v) for v in table.values()}
         if len(lengths) > 1:
             raise ValueError(f"table {name!r}: columns have different lengths {sorted(lengths)}")
-        self.sections.append(_Section("table", title, (name, table, formats or {}), caption))
+        self.sections.append(
+            _Section("table", title, (name, table, formats or {}, show_rows), caption)
+        )
 
     def figure(
         self, title: str, draw: Callable[[Path], Path], filename: str, caption: str = ""
@@ -79,9 +84,14 @@ class Report:
                 if s.kind == "text":
                     parts.append(f"<p>{html.escape(str(s.body))}</p>")
                 elif s.kind == "table":
-                    name, table, formats = s.body
-                    _write_csv(tmp / f"{name}.csv", table)
-                    parts.append(_html_table(table, formats))
+                    name, table, formats, show_rows = s.body
+                    write_csv(tmp / f"{name}.csv", table)
+                    head = (
+                        table
+                        if show_rows is None
+                        else {c: list(v)[:show_rows] for c, v in table.items()}
+                    )
+                    parts.append(_html_table(head, formats))
                     parts.append(
                         f'<p class="cap">{html.escape(s.caption)} '
                         f'<a href="{name}.csv">{name}.csv</a></p>'
@@ -122,14 +132,16 @@ def _html_table(table: Table, formats: Mapping[str, Callable[[object], str]]) ->
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _write_csv(path: Path, table: Table) -> None:
+def write_csv(path: Path, table: Table) -> None:
+    """A column table as CSV (infinities as ``inf``, :func:`spark_backend.tables.
+    csv_value`); write it inside an atomic directory."""
     cols = list(table)
     n = len(table[cols[0]]) if cols else 0
     with path.open("w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(cols)
         for i in range(n):
-            w.writerow([table[c][i] for c in cols])
+            w.writerow([csv_value(table[c][i], c) for c in cols])
 
 
 def seconds(value: object) -> str:
@@ -139,9 +151,16 @@ def seconds(value: object) -> str:
 
 
 def percent(value: object) -> str:
-    """Format a fraction as a percentage for a table cell."""
+    """Format a fraction as a percentage for a table cell; a fraction that is not 0 (or
+    1) never shows as 0.00 % (or 100.00 %): ``<0.01 %`` (``>99.99 %``)."""
     v = float(value)  # type: ignore[arg-type]
-    return "–" if math.isnan(v) else f"{100 * v:.2f} %"
+    if math.isnan(v):
+        return "–"
+    if 0 < v < 1e-4:
+        return "<0.01 %"
+    if 1 - 1e-4 < v < 1:
+        return ">99.99 %"
+    return f"{100 * v:.2f} %"
 
 
 _HEAD = """<!doctype html>

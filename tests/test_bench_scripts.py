@@ -153,7 +153,14 @@ def test_compare_revisions_medians_and_ratio(tmp_path: Path) -> None:
     )
     assert missing.returncode == 1 and "metric 'w'" in missing.stderr
 
+
 def test_bench_spark_profile() -> None:
     out = run("spark_profile.py", "--events", "20000", "--beam-events", "2000", "--repeats", "1")
     assert re.search(r"20,000 +spark +[\d.]+ +[\d,]+ +[\d.]+ +[\d,]+  \d+ batches", out)
     assert re.search(r"2,000 +beam( +[\d.,]+){4}  spark/beam rate ratio [\d.]+x \(cpu", out)
+
+
+def test_bench_cli_engines() -> None:
+    """The local engine only (the Spark runs are what the benchmark adds)."""
+    out = run("cli_engines.py", "--sizes", "500", "--repeats", "1", "--spark-repeats", "0")
+    assert re.search(r"^ +500 +[\d.]+ +[\d.]+ +local ", out, re.MULTILINE)

@@ -16,8 +16,10 @@ Strategies (source watermarks; a watermark ``W`` says "no more data with event t
 with a step per unique arrival time ``t``, the value after every element arriving at
 ``t`` was read, as :mod:`theory.watermarks` defines them:
 
-- ``perfect``: ``W(t) = min event_time of the elements arriving after t`` (MAX_TIMESTAMP
-  once none is left) = :func:`theory.watermarks.perfect.perfect_curve`.
+- ``perfect``: ``W(t) = min(t, min event_time of the elements arriving after t)`` =
+  :func:`theory.watermarks.perfect.perfect_curve` (never ahead of the clock);
+  ``perfect:oracle``: uncapped (MAX_TIMESTAMP once none is left) =
+  :func:`theory.watermarks.perfect.perfect_oracle_curve`.
 - ``bounded:<duration>``: ``max event_time seen - bound`` (>= MIN_TIMESTAMP) =
   :func:`theory.watermarks.heuristic.bounded_out_of_orderness_curve`.
 - ``percentile:<p>``, p in (0, 1]: exactly

@@ -31,7 +31,7 @@ from spark_backend.analytics.layout import ArrivalLayout, prepare
 from theory.watermarks.buckets import equal_runs
 from theory.watermarks.holdback import holder_runs
 
-__all__ = ["holdback"]
+__all__ = ["holdback", "holdback_of_trace"]
 
 _COLUMNS = ["holder", "held_us", "held_fraction", "runs", "longest_run_us", "longest_run_start"]
 
@@ -64,6 +64,22 @@ def holdback(data: ArrivalLayout | DataFrame, by: str = "partition") -> pd.DataF
     finally:
         if own:
             lay.unpersist()
+
+
+def holdback_of_trace(
+    arrival_time: np.ndarray, event_time: np.ndarray, holder: np.ndarray
+) -> pd.DataFrame:
+    """:func:`holdback` of a trace in memory (no Spark): the same kernel on one bucket
+    holding every row, and the same table."""
+    order = np.argsort(arrival_time, kind="stable")
+    a, e, h = arrival_time[order], event_time[order], np.asarray(holder)[order]
+    stats: dict[Any, list[int]] = {}
+    if a.size:
+        hs, st, en = holder_runs(a, e, h)
+        for hh, s0, e0 in zip(hs, st, en, strict=True):
+            _add_run(stats, python_scalar(hh), int(s0), int(e0))
+    span = int(a[-1] - a[0]) if a.size else 0
+    return _table(stats, max(1, span))
 
 
 def _holdback(lay: ArrivalLayout, by: str) -> pd.DataFrame:

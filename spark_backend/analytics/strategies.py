@@ -1,6 +1,6 @@
-"""Strategy specs Spark computes: ``perfect``, ``bounded:<duration>``, ``percentile:<p>``
-and ``percentile:<p>:hold``, parsed by theory's grammar so a spec means the same on both
-paths."""
+"""Strategy specs Spark computes: ``perfect``, ``perfect:oracle``, ``bounded:<duration>``,
+``percentile:<p>`` and ``percentile:<p>:hold``, parsed by theory's grammar so a spec
+means the same on both paths."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ __all__ = ["Strategy", "parse_strategies", "parse_strategy"]
 
 @dataclass(frozen=True)
 class Strategy:
-    """A parsed strategy spec: ``kind`` is perfect, bounded or percentile.
+    """A parsed strategy spec: ``kind`` is perfect, oracle, bounded or percentile.
 
     ``bound`` is µs (bounded); ``p`` and ``fallback`` (``"perfect"`` or ``"hold"``) are
     the percentile's. It is a :class:`theory.watermarks.bucket_curves.CurveSpec`.
@@ -33,7 +33,8 @@ class Strategy:
 
 
 def parse_strategy(spec: str | Strategy) -> Strategy:
-    """``perfect``, ``bounded:<duration>`` (``10s``, ``2m``, µs), ``percentile:<p>`` or
+    """``perfect``, ``perfect:oracle`` (uncapped, research only), ``bounded:<duration>``
+    (``10s``, ``2m``, µs), ``percentile:<p>`` or
     ``percentile:<p>:hold`` (no fallback: the watermark holds while the backlog is empty):
     the specs of :func:`theory.watermarks.spec.make_source_watermark` that Spark
     computes, parsed by it. ``TypeError`` for a spec that is neither a string nor a
@@ -45,16 +46,16 @@ def parse_strategy(spec: str | Strategy) -> Strategy:
         raise TypeError(f"spec must be a str or a Strategy, got {spec!r}")
     parsed = make_source_watermark(spec)  # the spec's own errors
     text = spec.strip()
-    if parsed.kind == "perfect":
-        return Strategy(text, "perfect")
+    if parsed.kind in ("perfect", "oracle"):
+        return Strategy(text, parsed.kind)
     if parsed.kind == "bounded" and parsed.bound is not None:
         return Strategy(text, "bounded", bound=parsed.bound)  # checked by the parser
     if parsed.kind == "percentile" and parsed.p is not None:
         fallback = "hold" if parsed.hold else "perfect"
         return Strategy(text, "percentile", p=parsed.p, fallback=fallback)
     raise ValueError(
-        f"bad strategy {spec!r}: Spark computes 'perfect', 'bounded:<duration>' and "
-        "'percentile:<p>[:hold]' only"
+        f"bad strategy {spec!r}: Spark computes 'perfect', 'perfect:oracle', "
+        "'bounded:<duration>' and 'percentile:<p>[:hold]' only"
     )
 
 

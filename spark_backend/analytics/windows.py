@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 
 from spark_backend.analytics.frames import by_name, session_of, to_pandas
 from theory.columns import as_int, check_duration
+from theory.experiments.first_panes import summary_row
 from theory.time import MAX_TIMESTAMP
 
 if TYPE_CHECKING:
@@ -206,22 +207,14 @@ def window_summary(
     rows = []
     for s in an.strategies:
         sel = w[w["strategy"] == s.name]
-        lat = sel["latency"].to_numpy()
-        lat = lat[~np.isnan(lat)]
-        pcts = np.percentile(lat, [50, 90, 99]) if lat.size else [np.nan] * 3
-        comp = sel["completeness"].to_numpy()
         rows.append(
-            {
-                "strategy": s.name,
-                "late_count": int(late.loc[s.name, "late"]),
-                "late_fraction": float(late.loc[s.name, "late_fraction"]),
-                "dropped": int((sel["elements"] - sel["first_pane"]).sum()),
-                "windows": len(sel),
-                "completeness_mean": float(comp.mean()) if comp.size else float("nan"),
-                "complete_fraction": float(np.mean(comp >= 1.0)) if comp.size else 0.0,
-                "window_latency_p50": float(pcts[0]),
-                "window_latency_p90": float(pcts[1]),
-                "window_latency_p99": float(pcts[2]),
-            }
+            summary_row(
+                s.name,
+                sel["elements"].to_numpy(),
+                sel["first_pane"].to_numpy(),
+                sel["latency"].to_numpy(),
+                int(late.loc[s.name, "late"]),
+                int(an.layout.rows),
+            )
         )
     return pd.DataFrame(rows)

@@ -27,7 +27,7 @@ from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP, SECOND
 from theory.watermarks.heuristic import bounded_out_of_orderness_curve
 from theory.watermarks.percentile_sweep import percentile_curve, reference_percentile_values
-from theory.watermarks.perfect import perfect_curve
+from theory.watermarks.perfect import perfect_curve, perfect_oracle_curve
 from theory.windowing.strategy import WindowingStrategy
 from theory.windowing.triggers import AfterWatermark
 from theory.windowing.windows import FixedWindows
@@ -36,6 +36,7 @@ pytestmark = pytest.mark.slow
 
 STRATEGIES = (
     "perfect",
+    "perfect:oracle",
     "bounded:1s",
     "bounded:10s",
     "percentile:0.5",
@@ -49,6 +50,8 @@ def _theory_curve(spec: str, e: np.ndarray, a: np.ndarray) -> StepSeries:
     s = parse_strategy(spec)
     if s.kind == "perfect":
         return perfect_curve(e, a)
+    if s.kind == "oracle":
+        return perfect_oracle_curve(e, a)
     if s.kind == "bounded":
         return bounded_out_of_orderness_curve(e, a, bound=s.bound)
     # source level: active from the event time (never, for rows arriving before it)
@@ -135,7 +138,10 @@ def test_percentile_one_is_the_perfect_watermark_after_the_first_arrival(traces,
     pct, perfect = an.curve("percentile:1"), an.curve("perfect")
     grid = np.unique(np.concatenate((pct.times, perfect.times)))
     grid = grid[grid >= trace.arrival_time.min()]
-    assert np.array_equal(pct.at(grid), perfect.at(grid))
+    arrivals = np.unique(trace.arrival_time)
+    assert np.array_equal(pct.at(arrivals), perfect.at(arrivals))
+    # between arrivals it may rise with the events that happen; perfect steps at arrivals
+    assert np.all(pct.at(grid) >= perfect.at(grid))
 
 
 def test_lower_percentiles_are_more_aggressive(analyses):
@@ -238,8 +244,14 @@ def test_windows_with_an_offset_equal_the_simulator(traces):
 def test_windows_without_finish_never_fire_past_the_watermark(traces, analyses):
     an = analyses["strings", 5]
     fires = an.fire_times(2 * SECOND, finish=False)
+    oracle = an.curve("perfect:oracle")
+    assert (fires["perfect:oracle"] >= 0).all()  # the oracle ends at MAX_TIMESTAMP
     perfect = an.curve("perfect")
-    assert (fires["perfect"] >= 0).all()  # the perfect watermark ends at MAX_TIMESTAMP
+    # the perfect watermark ends at the last arrival: windows ending after it stay open
+    assert perfect.final() == int(trace_last_arrival(an))
+    open_ = fires["window_end"] > perfect.final()
+    assert (fires.loc[open_, "perfect"] == -1).all()
+    assert (fires.loc[~open_, "perfect"] >= fires.loc[~open_, "window_end"]).all()
     bounded = an.curve("bounded:10s")
     last = fires["window_end"] - 1 >= bounded.final()
     assert (fires.loc[last, "bounded:10s"] == -1).all()
@@ -249,7 +261,11 @@ def test_windows_without_finish_never_fire_past_the_watermark(traces, analyses):
         i = int(np.searchsorted(bounded.times, t))
         assert bounded.values[i] > end - 1
         assert i == 0 or bounded.values[i - 1] <= end - 1
-    assert perfect.final() == MAX_TIMESTAMP
+    assert oracle.final() == MAX_TIMESTAMP
+
+
+def trace_last_arrival(an) -> int:
+    return int(an.layout.last_arrival)
 
 
 def _holdback_reference(trace, holder: np.ndarray) -> dict:

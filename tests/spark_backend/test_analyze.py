@@ -63,8 +63,8 @@ def test_skip_and_report_equals_theory(trace_dir: Path, tmp_path: Path, capsys):
         assert int(row["late_count"]) == w.late_count
         assert int(row["dropped"]) == w.dropped
         assert int(row["windows"]) == w.windows
-        assert float(row["window_latency_p50"]) == w.window_latency_p50
-        assert float(row["window_latency_p99"]) == w.window_latency_p99
+        assert float(row["window_latency_p50_us"]) == w.window_latency_p50
+        assert float(row["window_latency_p99_us"]) == w.window_latency_p99
         assert float(row["completeness_mean"]) == pytest.approx(w.completeness_mean, rel=1e-12)
     assert int(got[1]["late_count"]) > int(got[2]["late_count"]) > 0  # tighter bound, more late
     assert [r["on_frontier"] for r in got] == [str(x) for x in want.on_frontier]

@@ -64,6 +64,7 @@ def test_every_file_is_written(demo):
         "stages_zoom.png",
         "lags.png",
         "chapter3_stalls.csv",
+        "chapter3_stall_kinds.csv",
         "propagation.csv",
         "propagation.png",
         "systems.csv",
@@ -78,6 +79,21 @@ def test_every_file_is_written(demo):
     for src in re.findall(r'<img src="([^"]+)"', html):
         assert (out / src).exists()
     assert [r["strategy"] for r in _rows(out / "strategies.csv")] == list(DEFAULT_STRATEGIES)
+
+
+def test_the_stuck_stage_shows_as_a_system_delay(demo):
+    """Issue 13 finding 6: the demo injects figure 3.15's system-delay case (a stuck
+    flatten stage) beside the data delays; the page shows the longest stalls and the
+    counts by kind, the CSV every stall; the trace starts at a real date."""
+    kinds = {r["kind"]: r for r in _rows(demo / "chapter3_stall_kinds.csv")}
+    assert set(kinds) == {"data delay", "system delay"}
+    stalls = _rows(demo / "chapter3_stalls.csv")
+    assert len(stalls) == sum(int(r["stalls"]) for r in kinds.values())
+    system = [r for r in stalls if r["kind"] == "system delay"]
+    assert system and all(r["culprit_stage"] == "flatten" for r in system)
+    assert all(r["start_utc"].startswith("2024-01") for r in stalls)
+    html = (demo / "index.html").read_text()
+    assert html.count("<tr>") < len(stalls) + 60  # the page shows the longest, not all
 
 
 def _theory_specs() -> list[str]:
@@ -106,7 +122,9 @@ def test_strategy_numbers_match_theory(demo, trace):
         assert int(row["dropped"]) == want.dropped, want.strategy
         assert int(row["windows"]) == want.windows, want.strategy
         for col in EXACT[3:]:
-            assert float(row[col]) == getattr(want, col), (want.strategy, col)
+            # latencies in µs say so in their names (issue 13 finding 7)
+            name = f"{col}_us" if "latency" in col else col
+            assert float(row[name]) == getattr(want, col), (want.strategy, col)
         assert float(row["completeness_mean"]) == pytest.approx(want.completeness_mean, rel=1e-12)
     assert any(int(r["late_count"]) > 0 for r in got.values())  # the comparison says something
     assert int(got["perfect"]["late_count"]) == 0

@@ -181,8 +181,8 @@ def test_backlog_is_the_definition(rows, lo, width):
                 expected = int(np.quantile(backlog, 1 - p, method="lower"))
                 assert values[g] == held[g] == expected
             else:
-                after = e[a > t]
-                assert values[g] == (int(after.min()) if after.size else MAX_TIMESTAMP)
+                after = e[a > t]  # the perfect fallback, capped at the clock
+                assert values[g] == min(t, int(after.min()) if after.size else MAX_TIMESTAMP)
                 assert held[g] == MIN_TIMESTAMP
 
 
@@ -225,7 +225,7 @@ def test_bad_input():
         bucket_curves(one, np.array([0, 0]), none, none, perfect, carry)
     with pytest.raises(TypeError, match="event_time"):
         bucket_curves(one, np.array([0.5]), none, none, perfect, carry)
-    with pytest.raises(ValueError, match=r"strategies\[0\] must be perfect, bounded"):
+    with pytest.raises(ValueError, match=r"strategies\[0\] must be perfect, oracle, bounded"):
         bucket_curves(one, one, none, none, [make_source_watermark("ingress")], carry)
     with pytest.raises(ValueError, match="p must be in"):
         backlog_percentile_curve(one, one, 0.0)

@@ -65,6 +65,20 @@ def test_perfect_watermark_gives_no_late_data(perfect_result):
         assert sum(r.dropped.values()) == 0, name
 
 
+def test_perfect_watermark_never_runs_ahead_of_processing_time(perfect_result):
+    """Issue 13 finding 3 (``simulate --watermark perfect`` showed lag p50 -0.4 s): at
+    every step before the finished source jumps to the end of time, W(t) <= t at every
+    stage, so no watermark lag is negative."""
+    from theory.pipeline.metrics import stage_metrics
+
+    for name in perfect_result.pipeline.graph.order:
+        t, iw, _ = perfect_result.series(name)
+        live = iw < MAX_TIMESTAMP
+        assert np.all(iw[live] <= t[live]), name
+    for m in stage_metrics(perfect_result):
+        assert m.watermark_lag_p50 >= 0, m.stage
+
+
 def assert_engine_agrees_on_lateness(result: SimulationResult) -> None:
     """At every grouping stage, the engine's own count of late-but-grouped plus dropped
     elements agrees with the simulator's vectorised lateness (every window function here

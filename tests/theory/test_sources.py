@@ -33,6 +33,7 @@ from theory.watermarks.perfect import (
     ingress_curve,
     ingress_timestamps,
     perfect_curve,
+    perfect_oracle_curve,
     static_partitions_curve,
 )
 from theory.watermarks.spec import make_source_watermark
@@ -108,9 +109,14 @@ def late_mask(curve: StepSeries, e: np.ndarray, a: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------ references (brute force)
 
 
-def perfect_reference(e: np.ndarray, a: np.ndarray) -> np.ndarray:
+def oracle_reference(e: np.ndarray, a: np.ndarray) -> np.ndarray:
     return np.array([int(e[a > t].min()) if np.any(a > t) else MAX_TIMESTAMP
                      for t in np.unique(a)], dtype=I64)
+
+
+def perfect_reference(e: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """What has happened by each arrival time t, and not arrived: capped at t."""
+    return np.minimum(oracle_reference(e, a), np.unique(a))
 
 
 def dynamic_reference(e: np.ndarray, a: np.ndarray, p: np.ndarray,
@@ -187,13 +193,42 @@ def test_perfect_incremental_equals_vectorised(tr: Trace) -> None:
     np.testing.assert_array_equal(curve.values, perfect_reference(e, a))
     assert curve.is_monotonic()
     assert not np.any(late_mask(curve, e, a))
+    # it never passes the clock: W(t) <= t at every arrival t
+    assert np.all(curve.values <= curve.times)
     if a.size:
-        assert curve.final() == MAX_TIMESTAMP
+        assert curve.final() == int(a.max())
+
+
+@given(traces())
+def test_perfect_oracle_is_uncapped(tr: Trace) -> None:
+    e, a, p = tr
+    oracle = perfect_oracle_curve(e, a)
+    np.testing.assert_array_equal(oracle.values, oracle_reference(e, a))
+    assert_series_equal(feed(PerfectWatermark(e, a, oracle=True), e, a, p), oracle)
+    assert_series_equal(make_source_watermark("perfect:oracle").curve(e, a), oracle)
+    assert not np.any(late_mask(oracle, e, a))
+    capped = perfect_curve(e, a)
+    np.testing.assert_array_equal(capped.values, np.minimum(oracle.values, oracle.times))
+    if a.size:
+        assert oracle.final() == MAX_TIMESTAMP
+
+
+def test_perfect_never_runs_ahead_of_processing_time() -> None:
+    """Issue 13 finding 3: an element arriving before its event time (clock skew) made
+    the perfect watermark jump to the future; now it stays at the clock."""
+    e, a = np.array([100, 50, 300]), np.array([10, 60, 70])
+    assert perfect_oracle_curve(e, a).values.tolist() == [50, 300, MAX_TIMESTAMP]
+    assert perfect_curve(e, a).values.tolist() == [10, 60, 70]
+    w = make_source_watermark("perfect").incremental(e, a)
+    w.observe(100, 10)
+    assert w.current() == 10
+    with pytest.raises(TypeError, match="oracle"):
+        PerfectWatermark(e, a, oracle=1)  # type: ignore[arg-type]
 
 
 def test_perfect_oracle_accepts_any_order_within_an_arrival_time() -> None:
     e, a = np.array([5, 1, 9, 3]), np.array([0, 0, 0, 7])
-    w = PerfectWatermark(e, a)
+    w = PerfectWatermark(e, a, oracle=True)
     w.observe(1, 0)
     assert w.current() == 3  # 5 and 9 still unread at 0, 3 later
     w.observe(9, 0)
@@ -240,18 +275,18 @@ def test_static_partitions_reject_unordered_logs() -> None:
 def test_static_partitions_next_unread_and_mismatch() -> None:
     w = StaticPartitionsWatermark({0: np.array([10, 20]), 1: np.array([15]), 2: np.array([])})
     assert w.current() == MIN_TIMESTAMP
-    w.observe(10, 1, 0)
-    assert w.current() == 15
+    w.observe(10, 11, 0)
+    assert w.current() == 11  # the next unread is 15, but at 11 the clock caps it
     with pytest.raises(ValueError, match="next unread"):
-        w.observe(30, 2, 0)
+        w.observe(30, 12, 0)
     with pytest.raises(ValueError, match="not one of"):
-        w.observe(1, 2, 9)
-    w.observe(15, 2, 1)
-    assert w.current() == 20
-    w.observe(20, 3, 0)
-    assert w.current() == MAX_TIMESTAMP
+        w.observe(1, 12, 9)
+    w.observe(15, 16, 1)
+    assert w.current() == 16
+    w.observe(20, 30, 0)
+    assert w.current() == 30  # exhausted logs: the clock
     with pytest.raises(ValueError, match="exhausted"):
-        w.observe(20, 4, 0)
+        w.observe(20, 31, 0)
 
 
 # ------------------------------------------------------------------ 4. bounded OOO
@@ -524,9 +559,9 @@ def test_percentile_worked_example() -> None:
     c = percentile_source_curve(e, a, p=0.5)
     # p = 0.5: rank floor((n - 1) / 2): t=1 {1} -> 1; t=3 {1,3} -> 1; t=5 {1,3,5} -> 3;
     # t=6 {3,5} -> 3; t=7 {3,5,7} -> 5; t=8 {3,7} -> 3 (kept at 5: a regression);
-    # t=9 {7} -> 7; t=10: empty -> perfect = MAX
+    # t=9 {7} -> 7; t=10: empty -> perfect, capped at the clock: 10
     assert c.times.tolist() == [1, 5, 7, 9, 10]
-    assert c.values.tolist() == [1, 3, 5, 7, MAX_TIMESTAMP]
+    assert c.values.tolist() == [1, 3, 5, 7, 10]
     assert percentile_details(e, e, np.maximum(a, e), 0.5, perfect_curve(e, a)).regressions == 1
     held = percentile_source_curve(e, a, p=0.5, hold=True)
     assert held.values.tolist() == [1, 3, 5, 7]  # nothing after the backlog empties
@@ -550,7 +585,12 @@ def test_percentile_p1_is_the_perfect_watermark_from_the_first_arrival(tr: Trace
     t = instants(e, a)
     if a.size:
         after = t >= a.min()
-        np.testing.assert_array_equal(one.at(t[after]), perfect.at(t[after]))
+        # equal at arrival times; between them it may rise with the events that happen
+        # (the perfect curve steps only at arrivals)
+        arrivals = np.unique(a)
+        np.testing.assert_array_equal(one.at(arrivals), perfect.at(arrivals))
+        assert np.all(one.at(t[after]) >= perfect.at(t[after]))
+        assert np.all(one.at(t[after]) <= np.maximum(t[after], perfect.at(t[after])))
         # before the first arrival it is the minimum event time so far, <= perfect's next
         assert np.all(one.at(t[~after]) <= perfect.at(int(a.min())))
     # so nothing is late against it, as against the perfect watermark
@@ -625,7 +665,7 @@ def test_percentile_incremental_needs_the_trace_and_checks_it() -> None:
     with pytest.raises(ValueError, match="elements arriving at 7 µs were never observed"):
         w.advance_to(7)
     w.observe(3, 7)
-    assert w.current() == MAX_TIMESTAMP
+    assert w.current() == 7  # the backlog is empty: perfect, capped at the clock
     with pytest.raises(ValueError, match="no more elements"):
         w.observe(3, 9)
 

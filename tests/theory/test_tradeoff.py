@@ -53,6 +53,34 @@ def test_perfect_is_complete_and_never_late(table):
     assert perfect.complete_fraction == 1.0
 
 
+def test_perfect_never_fires_a_window_before_its_end():
+    """Issue 13 finding 3: with a gap in the events, the uncapped oracle knew that the
+    next event was far ahead and fired the early windows before they ended (negative
+    latency); ``perfect`` waits for the clock, ``perfect:oracle`` keeps the old answer."""
+    e = np.array([1, 20, 40, 300], dtype=np.int64) * SECOND
+    a = e + np.array([2, 3, 5, 1], dtype=np.int64) * SECOND
+    tr = Trace(e, a, np.zeros(4, dtype=np.int64), np.ones(4))
+    got = tradeoff(
+        tr, [Strategy("perfect", "perfect"), Strategy("oracle", "perfect:oracle")],
+        window_size=MINUTE,
+    )
+    perfect, oracle = got.rows
+    fired = {}
+    for name in ("perfect", "oracle"):
+        panes = got.results[name].stages[STAGE].panes
+        assert panes is not None
+        fired[name] = dict(zip(panes.window_end.tolist(), panes.fire_time.tolist(), strict=True))
+    # [0, 1m): the oracle fires it at 45 s (it knows 300 s is next), 15 s early; the
+    # perfect watermark is 45 s then, and passes 1m at the next arrival, 301 s
+    assert fired["oracle"][MINUTE] == 45 * SECOND
+    assert fired["perfect"][MINUTE] == 301 * SECOND
+    # only the window still open when the trace ends is flushed before its end (the
+    # bounded source finishes), as on Spark and in Beam
+    assert fired["perfect"][6 * MINUTE] == 301 * SECOND
+    assert perfect.window_latency_p50 > 0 > oracle.window_latency_p50
+    assert perfect.late_count == oracle.late_count == 0
+
+
 def test_tighter_bounds_fire_earlier_and_lose_more(table):
     b1, b10, b60 = table.rows[1:4]
     assert b1.window_latency_p50 < b10.window_latency_p50 < b60.window_latency_p50

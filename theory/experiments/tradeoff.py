@@ -24,9 +24,9 @@ from theory.pipeline.metrics import StrategyMetrics, as_table, eventual_counts, 
 from theory.pipeline.simulator import SimulationResult, simulate
 from theory.pipeline.stages import GroupByWindow, Pipeline, Source
 from theory.time import HOUR, MINUTE
-from theory.windowing.strategy import AccumulationMode, WindowingStrategy
-from theory.windowing.triggers import AfterWatermark, DefaultTrigger
-from theory.windowing.windows import FixedWindows
+from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
+from theory.windowing.triggers import AfterCount, AfterWatermark, DefaultTrigger
+from theory.windowing.windows import FixedWindows, window_fn_from_spec
 
 #: The name of the grouping stage in every strategy's pipeline.
 STAGE = "window"
@@ -64,6 +64,46 @@ class Strategy:
         return Pipeline(
             [Source("in", self.watermark), GroupByWindow(STAGE, "in", windowing, "sum")]
         )
+
+
+def grouping_pipeline(
+    watermark: str,
+    windowing: str,
+    *,
+    allowed_lateness: int = 0,
+    late_firings: bool = False,
+    timestamp_combiner: str = "eow",
+) -> Pipeline:
+    """Source (``watermark``, a source-watermark spec) -> per-key ``windowing``
+    (``fixed:SIZE``, ``sliding:SIZE/PERIOD`` or ``sessions:GAP``) summing values ->
+    output: the pipeline ``watermarks simulate --trace`` runs on a user's trace.
+
+    Each window fires at the watermark (``AfterWatermark``); with ``late_firings`` also
+    once per late element within ``allowed_lateness`` µs (``AfterWatermark(late=
+    AfterCount(1))``, accumulating). ``timestamp_combiner`` (``eow``, ``earliest`` or
+    ``latest``) sets the panes' timestamps and the watermark holds (figures 3.7, 3.8).
+    ValueError names a bad spec, combiner or lateness.
+    """
+    combiners = {
+        "eow": TimestampCombiner.OUTPUT_AT_EOW,
+        "earliest": TimestampCombiner.OUTPUT_AT_EARLIEST,
+        "latest": TimestampCombiner.OUTPUT_AT_LATEST,
+    }
+    if timestamp_combiner not in combiners:
+        raise ValueError(
+            f"--timestamp-combiner must be one of eow, earliest, latest, got {timestamp_combiner!r}"
+        )
+    lateness = check_duration(allowed_lateness, "--allowed-lateness")
+    if late_firings and lateness == 0:
+        raise ValueError("--late-firings needs --allowed-lateness > 0")
+    strategy = WindowingStrategy(
+        window_fn_from_spec(windowing),
+        AfterWatermark(late=AfterCount(1)) if late_firings else AfterWatermark(),
+        AccumulationMode.ACCUMULATING if late_firings else AccumulationMode.DISCARDING,
+        allowed_lateness=lateness,
+        timestamp_combiner=combiners[timestamp_combiner],
+    )
+    return Pipeline([Source("in", watermark), GroupByWindow(STAGE, "in", strategy, "sum")])
 
 
 DEFAULT_STRATEGIES: tuple[Strategy, ...] = (

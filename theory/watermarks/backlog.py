@@ -61,7 +61,8 @@ class SourceBacklog:
         self.arrived: np.ndarray = _rows_arrived(order, from_t, heads, bucket.ends)
         done = np.concatenate(([0], np.cumsum(live, dtype=np.int64)))
         self.counts: np.ndarray = below + _activations_by(from_t, heads) - done[self.arrived]
-        self.perfect: np.ndarray = bucket.perfect[self.arrived]
+        # the perfect watermark never passes the clock (theory.watermarks.perfect)
+        self.perfect: np.ndarray = np.minimum(bucket.perfect[self.arrived], self.times)
         self._values = np.concatenate((bucket.event_time, re_))
         self._ranked: tuple[np.ndarray, np.ndarray] | None = None
 

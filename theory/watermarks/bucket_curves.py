@@ -6,7 +6,8 @@
 bucket's arrival times and the elements late under it, exactly as the whole-trace curves
 of :mod:`theory.watermarks` do on the same rows:
 
-- ``perfect``: the minimum event time arriving after ``t`` (:func:`perfect_curve`);
+- ``perfect``: the minimum event time arriving after ``t``, capped at ``t``
+  (:func:`perfect_curve`); ``oracle``: uncapped (:func:`perfect_oracle_curve`);
 - ``bounded``: the maximum event time seen minus ``bound``, at least MIN_TIMESTAMP
   (:func:`bounded_out_of_orderness_curve`);
 - ``percentile``: :func:`percentile_source_curve`, evaluated also at the activation
@@ -42,7 +43,7 @@ _EMPTY = np.empty(0, dtype=np.int64)
 
 
 class CurveSpec(Protocol):
-    """A strategy :func:`bucket_curves` computes: ``kind`` ``perfect``, ``bounded``
+    """A strategy :func:`bucket_curves` computes: ``kind`` ``perfect``, ``oracle``, ``bounded``
     (``bound`` µs) or ``percentile`` (``p``; ``hold``: no perfect fallback), as
     :class:`theory.watermarks.spec.SourceWatermarkSpec` has them."""
 
@@ -123,8 +124,12 @@ def bucket_curves(
                 out.extra = backlog.times[~backlog.is_arrival]
             _add_percentile(out, i, s, bucket, backlog, carry)
             continue
-        if s.kind == "perfect":
+        if s.kind in ("perfect", "oracle"):
+            # the oracle's value before each arrival bounds the capped one: late counts
+            # are the same (none), capped or not
             at_end, at_start = bucket.perfect[bucket.ends], bucket.perfect[bucket.starts]
+            if s.kind == "perfect":
+                at_end = np.minimum(at_end, bucket.times)
         else:
             at_end, at_start = _bounded(bucket, s.bound, carry.max_before)
         out.values.append(at_end)
@@ -135,14 +140,15 @@ def bucket_curves(
 
 def _checked(s: CurveSpec, i: int) -> _Spec:
     """A strategy's fields, checked (``ValueError`` names strategy ``i``)."""
-    if s.kind == "perfect":
-        return _Spec("perfect", 0, 1.0, False)
+    if s.kind in ("perfect", "oracle"):
+        return _Spec(s.kind, 0, 1.0, False)
     if s.kind == "bounded" and s.bound is not None:
         return _Spec("bounded", check_duration(s.bound, f"strategies[{i}].bound"), 1.0, False)
     if s.kind == "percentile" and s.p is not None:
         return _Spec("percentile", 0, check_p(s.p), bool(s.hold))
     raise ValueError(
-        f"strategies[{i}] must be perfect, bounded (with a bound) or percentile (with a p), "
+        f"strategies[{i}] must be perfect, oracle, bounded (with a bound) or percentile "
+        "(with a p), "
         f"got kind {s.kind!r}"
     )
 

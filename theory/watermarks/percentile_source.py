@@ -45,9 +45,12 @@ def percentile_source_curve(
     arrival times *and* at event times (also before the first arrival). This is
     ``percentile:<p>[:hold]`` of ``spark_backend.analytics``, exactly.
 
-    ``p = 1`` equals :func:`perfect_curve` from the first arrival on (before it, the
-    perfect curve is still at ``MIN_TIMESTAMP`` while this one is the minimum event time
-    so far). A smaller ``p`` is pointwise at least as high. ``partition`` is ignored.
+    ``p = 1`` equals :func:`perfect_curve` at every arrival time; between arrivals it may
+    be higher, since it also steps at the event times (the perfect curve, capped at the
+    clock, steps only at arrivals); before the first arrival the perfect curve is still
+    at ``MIN_TIMESTAMP``. The fallback is the capped perfect watermark, so this never
+    passes the clock either. A smaller ``p`` is pointwise at least as high.
+    ``partition`` is ignored.
     """
     q = check_p(p)
     e, a, _ = source_columns(event_time, arrival_time, partition)

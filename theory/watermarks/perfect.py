@@ -1,10 +1,14 @@
-"""Perfect source watermarks (µs): ingress timestamping, the whole-trace oracle, and a
-static set of time-ordered partitions.
+"""Perfect source watermarks (µs): ingress timestamping, the perfect watermark of a
+finite trace (and its uncapped oracle), and a static set of time-ordered partitions.
 
 A perfect watermark is never passed by data: no element arrives with an event time
-below the watermark at its arrival (DESIGN.md "Source watermarks"). Each has a
-vectorised ``*_curve`` and an incremental generator (:class:`LatchedWatermark`) that
-give the same answers (package docstring).
+below the watermark at its arrival (DESIGN.md "Source watermarks"). It knows every
+event that has happened and none that has not, so it never passes the clock: at an
+arrival time ``t``, ``W(t) <= t`` (ingress, exact at ``t + 1``, is the one exception:
+every later element is stamped later). The *oracle* (``perfect:oracle``) drops that cap
+and knows the future events too; it is for research only. Each has a vectorised
+``*_curve`` and an incremental generator (:class:`LatchedWatermark`) that give the same
+answers (package docstring).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ __all__ = [
     "ingress_curve",
     "ingress_timestamps",
     "perfect_curve",
+    "perfect_oracle_curve",
     "static_partitions_curve",
 ]
 
@@ -86,32 +91,63 @@ def _suffix_min(e: np.ndarray) -> np.ndarray:
     return suffix
 
 
+def perfect_oracle_curve(
+    event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None = None
+) -> StepSeries:
+    """The uncapped oracle over a finite trace (``perfect:oracle``, research only):
+    ``W(t) = min event_time over elements arriving > t`` (µs), ``MAX_TIMESTAMP`` once
+    nothing remains. It knows events that have not happened yet, so it can run ahead of
+    processing time (and windows can fire before they end). No element is ever late
+    against it. ``partition`` is accepted for a uniform signature and ignored.
+    """
+    return _perfect(event_time, arrival_time, partition, capped=False)
+
+
 def perfect_curve(
     event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None = None
 ) -> StepSeries:
-    """Oracle over a finite trace: ``W(t) = min event_time over elements arriving > t``.
+    """The perfect watermark of a finite trace (µs): at each arrival time ``t``,
+    ``W(t) = min(t, min event_time over elements arriving > t)``.
 
-    ``MAX_TIMESTAMP`` once nothing remains. No element is ever late against it.
-    ``partition`` is accepted for a uniform signature and ignored.
+    It never passes the clock (``W(t) <= t``: an event with a later time has not
+    happened), so no window fires before its end and no latency is negative; it is
+    never passed by data either (an element arriving after ``t`` with event time below
+    ``t`` had happened by ``t``). ``partition`` is ignored. See
+    :func:`perfect_oracle_curve` for the uncapped form.
     """
+    return _perfect(event_time, arrival_time, partition, capped=True)
+
+
+def _perfect(
+    event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None, *, capped: bool
+) -> StepSeries:
     e, a, _ = source_columns(event_time, arrival_time, partition)
     if a.size == 0:
         return empty_curve()
     e_s, a_s, _ = by_arrival(e, a)
     last = group_last(a_s)
-    return StepSeries(a_s[last], _suffix_min(e_s)[last + 1], MIN_TIMESTAMP)
+    times = a_s[last]
+    values = _suffix_min(e_s)[last + 1]
+    return StepSeries(times, np.minimum(values, times) if capped else values, MIN_TIMESTAMP)
 
 
 class PerfectWatermark(LatchedWatermark):
-    """Incremental :func:`perfect_curve`: an oracle that knows the whole trace.
+    """Incremental :func:`perfect_curve` (``oracle=True``: :func:`perfect_oracle_curve`),
+    built from the whole trace.
 
-    After each element: the minimum event time of the elements not yet observed (µs).
-    Elements must be observed in arrival order, each exactly once; within one arrival
-    time any order is accepted.
+    After each element: the minimum event time of the elements not yet observed (µs),
+    capped at the element's arrival time unless ``oracle``. Elements must be observed in
+    arrival order, each exactly once; within one arrival time any order is accepted.
+    Like the curve, the value moves only at arrivals (``advance_to`` changes nothing).
     """
 
-    def __init__(self, event_time: ArrayLike, arrival_time: ArrayLike) -> None:
+    def __init__(
+        self, event_time: ArrayLike, arrival_time: ArrayLike, *, oracle: bool = False
+    ) -> None:
         super().__init__()
+        if not isinstance(oracle, bool):
+            raise TypeError(f"oracle must be a bool, got {oracle!r}")
+        self.oracle = oracle
         e, a, _ = source_columns(event_time, arrival_time)
         order = np.lexsort((e, a))
         self._e = e[order]  # by arrival, then event time within an arrival time
@@ -140,7 +176,8 @@ class PerfectWatermark(LatchedWatermark):
         while self._pos < self._end and self._left[int(self._e[self._pos])] == 0:
             self._pos += 1
         head = int(self._e[self._pos]) if self._pos < self._end else MAX_TIMESTAMP
-        self._latch(min(head, int(self._suffix[self._end])))
+        unread = min(head, int(self._suffix[self._end]))
+        self._latch(unread if self.oracle else min(unread, a))
 
     def _next_group(self, a: int) -> None:
         """Start the next arrival time, ``a``; refuse it if the trace says otherwise."""
@@ -207,8 +244,9 @@ def static_partitions_curve(
     event time`` (µs; an exhausted partition counts as MAX_TIMESTAMP).
 
     Each partition's log is its elements in arrival order; a log that is not
-    non-decreasing raises ValueError naming the partition and index. On ordered logs this
-    equals :func:`perfect_curve` (the next unread of a sorted log is its minimum unread).
+    non-decreasing raises ValueError naming the partition and index. Capped at the clock
+    like :func:`perfect_curve`, which it equals on ordered logs (the next unread of a
+    sorted log is its minimum unread).
     """
     _, e, a = _logs_of_trace(event_time, arrival_time, partition)
     return perfect_curve(e, a)
@@ -219,7 +257,8 @@ class StaticPartitionsWatermark(LatchedWatermark):
 
     ``partition_logs`` maps partition id to its event times in log order (µs); each must
     be non-decreasing. ``observe(e, a, p)`` must read the next unread element of ``p``.
-    The next unread event times are the holds of a :class:`~theory.structures.Frontier`.
+    The next unread event times are the holds of a :class:`~theory.structures.Frontier`;
+    the value is their minimum capped at the arrival time (it never passes the clock).
     """
 
     def __init__(self, partition_logs: Mapping[int, ArrayLike]) -> None:
@@ -257,10 +296,10 @@ class StaticPartitionsWatermark(LatchedWatermark):
                 f"partition {part}: the next unread element (index {c}) has event time "
                 f"{int(log[c])} µs, got {e} µs"
             )
-        self._check_arrival(arrival_time)
+        a = self._check_arrival(arrival_time)
         self._cursor[part] = c + 1
         if c + 1 < log.size:
             self._heads.move(e, int(log[c + 1]))
         else:
             self._heads.retract(e)
-        self._latch(self._heads.min(MAX_TIMESTAMP))
+        self._latch(min(self._heads.min(MAX_TIMESTAMP), a))

@@ -1,5 +1,7 @@
 """The source-watermark spec grammar: ``perfect``, ``bounded:30s``, ``percentile:0.9``, ...
 
+:data:`SPEC_MEANINGS` says what each form means (the command line's help prints it).
+
 :func:`make_source_watermark` parses a spec into a :class:`SourceWatermarkSpec`, which
 builds the vectorised curve of a trace or a fresh incremental generator, in the core
 (Beam) convention (µs). The specs are the strategies of the simulator, the experiments
@@ -30,15 +32,34 @@ from theory.watermarks.perfect import (
     StaticPartitionsWatermark,
     ingress_curve,
     perfect_curve,
+    perfect_oracle_curve,
     static_partitions_curve,
 )
 
-__all__ = ["SourceWatermarkSpec", "make_source_watermark"]
+__all__ = ["SPEC_MEANINGS", "SourceWatermarkSpec", "make_source_watermark"]
+
+#: Every spec form and what it means, in the order help texts list them.
+SPEC_MEANINGS: tuple[tuple[str, str], ...] = (
+    ("perfect", "min(now, least event time still to arrive): knows every event that has "
+     "happened, never passes the clock, never passed by data"),
+    ("perfect:oracle", "the least event time still to arrive, uncapped: knows future events "
+     "too and can run ahead of processing time (research only)"),
+    ("ingress", "ingress timestamping: event time := arrival time, watermark now + 1 µs"),
+    ("static", "static set of time-ordered partitions: min over partitions of the next "
+     "unread event time, capped at now (needs a partition column)"),
+    ("bounded:<duration>", "heuristic: max event time seen - duration"),
+    ("flink-bounded:<duration>", "Flink's BoundedOutOfOrdernessWatermarks (max seen - "
+     "duration - 1 ms in Flink's <= convention, converted)"),
+    ("dynamic", "dynamic set of partitions: min over partitions seen of their max event time"),
+    ("dynamic:idle=<duration>", "the same, ignoring partitions idle for longer than duration"),
+    ("percentile:<p>", "the (1 - p) quantile of the events that happened but have not "
+     "arrived (p in (0, 1]; 1 = perfect); perfect where there are none"),
+    ("percentile:<p>:hold", "the same, but holding (no perfect fallback) where there are none"),
+)
 
 _SPEC_FORMS = (
-    "perfect, ingress, static, bounded:<duration>, flink-bounded:<duration>, dynamic, "
-    "dynamic:idle=<duration>, percentile:<p>, percentile:<p>:hold; durations like 500ms, "
-    "30s, 2m, 1h or integer µs; p in (0, 1]"
+    ", ".join(form for form, _ in SPEC_MEANINGS)
+    + "; durations like 500ms, 30s, 2m, 1h or integer µs; p in (0, 1]"
 )
 
 
@@ -63,6 +84,8 @@ class SourceWatermarkSpec:
         """
         if self.kind == "perfect":
             return perfect_curve(event_time, arrival_time, partition)
+        if self.kind == "oracle":
+            return perfect_oracle_curve(event_time, arrival_time, partition)
         if self.kind == "ingress":
             return ingress_curve(arrival_time)
         if self.kind == "static":
@@ -95,17 +118,17 @@ class SourceWatermarkSpec:
         arrival_time: ArrayLike | None = None,
         partition: ArrayLike | None = None,
     ) -> LatchedWatermark:
-        """A fresh incremental generator. ``perfect``, ``static`` and ``percentile`` are
-        oracles over a known trace and need ``event_time`` and ``arrival_time`` (and
-        ``partition``)."""
-        if self.kind in ("perfect", "static", "percentile"):
+        """A fresh incremental generator. ``perfect``, ``perfect:oracle``, ``static`` and
+        ``percentile`` know their trace in advance and need ``event_time`` and
+        ``arrival_time`` (and ``partition``)."""
+        if self.kind in ("perfect", "oracle", "static", "percentile"):
             if event_time is None or arrival_time is None:
                 raise ValueError(
                     f"source watermark {self.spec!r} knows its trace in advance: "
                     "pass event_time and arrival_time to incremental()"
                 )
-            if self.kind == "perfect":
-                return PerfectWatermark(event_time, arrival_time)
+            if self.kind in ("perfect", "oracle"):
+                return PerfectWatermark(event_time, arrival_time, oracle=self.kind == "oracle")
             if self.kind == "percentile":
                 assert self.p is not None
                 return PercentileSourceWatermark(event_time, arrival_time, self.p, hold=self.hold)
@@ -124,7 +147,8 @@ class SourceWatermarkSpec:
 
 
 def make_source_watermark(spec: str) -> SourceWatermarkSpec:
-    """Parse a spec: ``perfect``, ``ingress``, ``static``, ``bounded:30s``,
+    """Parse a spec: ``perfect``, ``perfect:oracle`` (kind ``oracle``), ``ingress``,
+    ``static``, ``bounded:30s``,
     ``flink-bounded:30s``, ``dynamic``, ``dynamic:idle=1m``, ``percentile:0.9`` or
     ``percentile:0.9:hold`` (:mod:`~theory.watermarks.percentile_source`; ``hold``: no
     perfect fallback). A bad spec raises ValueError naming the spec; a non-string,
@@ -136,6 +160,8 @@ def make_source_watermark(spec: str) -> SourceWatermarkSpec:
     try:
         if name in ("perfect", "ingress", "static", "dynamic") and not arg and ":" not in text:
             return SourceWatermarkSpec(spec, name)
+        if text == "perfect:oracle":
+            return SourceWatermarkSpec(spec, "oracle")
         if name in ("bounded", "flink-bounded") and arg:
             bound = check_duration(
                 parse_duration(arg), f"the bound of {spec!r}", maximum=MAX_TIMESTAMP

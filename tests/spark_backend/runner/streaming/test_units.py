@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_pipelines.beam_runner import beam_windowing
-from beam_pipelines.differential import random_strategy
 from beam_pipelines.convert import to_theory
+from beam_pipelines.differential import random_strategy
 from spark_backend.runner.streaming.driver import schedule
 from spark_backend.runner.streaming.sources import (
     ELEMENTS,

@@ -1,0 +1,124 @@
+"""A user's trace read by either engine, its times in µs: the ``--time-unit`` rule.
+
+Numeric time columns are in ``unit`` when one is given (any int64 accepted); without it
+they are µs, and a column whose range looks like epoch seconds, milliseconds or
+nanoseconds read as µs stops the run (:func:`theory.data.units.check_magnitude`, which
+names the likely unit and the flag). Both engines apply theory's rule: the local one on
+numpy columns, Spark as an exact bigint expression. Timestamp, date and ISO-8601
+columns are absolute and never scaled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_backend.traces.files import file_groups, is_remote
+from spark_backend.traces.read import read_trace_df
+from theory.data.io import read_trace, trace_files
+from theory.data.report import BadRowReport
+from theory.data.schema import OnBadRows
+from theory.data.trace import Trace
+from theory.data.units import (
+    TIME_COLUMNS,
+    check_magnitude,
+    check_unit_range,
+    numeric_time_columns,
+    scale_to_us,
+    unit_factor,
+)
+
+__all__ = ["local_files", "read_local", "read_spark", "scaled_columns"]
+
+
+def local_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The trace files behind ``path`` (a file or a directory), checked to exist;
+    FileNotFoundError naming the path otherwise. Remote URIs give no files."""
+    text = os.fspath(path)
+    if is_remote(text):
+        return []
+    p = Path(text.removeprefix("file://"))
+    if p.is_dir():
+        return trace_files(p)
+    if not p.is_file():
+        raise FileNotFoundError(f"trace {text!r} does not exist")
+    return [p]
+
+
+def scaled_columns(path: str | os.PathLike[str], unit: str | None) -> set[str]:
+    """The time columns ``unit`` applies to (none without a unit; every time column of
+    a remote trace, whose schema is not read here)."""
+    if unit is None:
+        return set()
+    files = local_files(path)
+    return numeric_time_columns(files) if files else set(TIME_COLUMNS)
+
+
+def read_local(
+    path: str | os.PathLike[str],
+    on_bad_rows: OnBadRows,
+    unit: str | None,
+    strict: bool = False,
+    null_values: Sequence[str] = (),
+) -> tuple[Trace, BadRowReport]:
+    """Read and validate with theory (no Spark), then apply the unit rule. Empty or
+    unreadable files get the Spark reader's errors (its file checks run first)."""
+    file_groups(local_files(path))
+    cols = scaled_columns(path, unit)
+    trace, bad = read_trace(
+        path, on_bad_rows=on_bad_rows, require_causal=strict, null_values=null_values
+    )
+    changes = {}
+    for name in TIME_COLUMNS:
+        v = getattr(trace, name)
+        if v is None or not v.size:
+            continue
+        if unit is not None and name in cols:
+            changes[name] = scale_to_us(v, unit, name)
+        elif unit is None:
+            check_magnitude(int(v.min()), int(v.max()), name)
+    return (dataclasses.replace(trace, **changes) if changes else trace), bad
+
+
+def read_spark(
+    session: SparkSession,
+    path: str | os.PathLike[str],
+    on_bad_rows: OnBadRows,
+    unit: str | None,
+    strict: bool = False,
+    null_values: Sequence[str] = (),
+) -> tuple[DataFrame, BadRowReport]:
+    """Read and validate on Spark, then apply the unit rule (one small aggregation for
+    the ranges; the scaling is a lazy exact bigint expression)."""
+    cols = scaled_columns(path, unit)
+    df, bad = read_trace_df(
+        session, path, on_bad_rows=on_bad_rows, require_causal=strict, null_values=null_values
+    )
+    present = [c for c in TIME_COLUMNS if c in df.columns]
+    aggs = [F.min(c).alias(f"lo_{c}") for c in present]
+    aggs += [F.max(c).alias(f"hi_{c}") for c in present]
+    ranges = df.agg(*aggs).first() if aggs else None
+    for c in present:
+        if ranges is None or ranges[f"lo_{c}"] is None:
+            continue
+        lo, hi = int(ranges[f"lo_{c}"]), int(ranges[f"hi_{c}"])
+        if unit is not None and c in cols:
+            check_unit_range(lo, hi, unit, c)
+            df = df.withColumn(c, _scaled(c, unit))
+        elif unit is None:
+            check_magnitude(lo, hi, c)
+    return df, bad
+
+
+def _scaled(column: str, unit: str) -> Column:
+    """``column`` (bigint, in ``unit``) as µs, exactly: theory's (multiply, divide)."""
+    mul, div = unit_factor(unit)
+    c = f"CAST(`{column}` AS BIGINT)"
+    if div > 1:  # floor, as numpy's floor_divide; integer `div` (no double rounding)
+        return F.expr(f"({c} - pmod({c}, {div})) div {div}")
+    return F.expr(f"{c} * {mul}")
