@@ -50,6 +50,7 @@ import os
 import random
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -143,16 +144,64 @@ WORKLOADS: dict[str, Callable[[beam.Pipeline, int], Any]] = {
 }
 
 
-def run_once(workload: str, n: int, runner: Any) -> tuple[float, str]:
-    """Seconds to run ``workload`` at ``n`` elements on ``runner``, and its digest."""
+class PeakMemory:
+    """The peak resident memory (bytes) of this process and all its descendants (the
+    Spark JVM and its Python workers), sampled every 0.5 s while in the ``with``."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while True:
+            self.peak = max(self.peak, tree_rss(os.getpid()))
+            if self._stop.wait(0.5):
+                return
+
+
+def tree_rss(root: int) -> int:
+    """Resident bytes of process ``root`` and its descendants (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry))
+    total, frontier = 0, [root]
+    while frontier:
+        pid = frontier.pop()
+        frontier.extend(children.get(pid, ()))
+        try:
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+        except OSError:
+            continue
+    return total * os.sysconf("SC_PAGE_SIZE")
+
+
+def run_once(workload: str, n: int, runner: Any) -> tuple[float, str, int]:
+    """Seconds to run ``workload`` at ``n`` elements on ``runner``, its digest, and the
+    peak resident bytes of this process tree meanwhile."""
     fd, path = tempfile.mkstemp(prefix="runner-bench-", suffix=".digest")
     os.close(fd)
     try:
-        start = time.perf_counter()
-        with beam.Pipeline(runner=runner) as p:
-            digest(WORKLOADS[workload](p, n), path)
-        elapsed = time.perf_counter() - start
-        return elapsed, Path(path).read_text()
+        with PeakMemory() as memory:
+            start = time.perf_counter()
+            with beam.Pipeline(runner=runner) as p:
+                digest(WORKLOADS[workload](p, n), path)
+            elapsed = time.perf_counter() - start
+        return elapsed, Path(path).read_text(), memory.peak
     finally:
         os.unlink(path)
 
@@ -173,13 +222,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default="1e5", help="comma-separated element counts")
     parser.add_argument("--fnapi-max", type=float, default=1e6, help="largest n FnApiRunner runs")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        help="KEY=VALUE for the Spark session, e.g. spark.executor.pyspark.memory=512m",
+    )
     args = parser.parse_args(argv)
     sizes = [int(float(s)) for s in args.sizes.split(",")]
 
     start = time.perf_counter()
-    spark = get_session()
+    spark = get_session(conf=args.spark_conf)
     jvm = time.perf_counter() - start
     print(f"Spark session start (JVM): {jvm:.1f} s; master {spark.sparkContext.master}")
+    print(f"Spark settings: {args.spark_conf or 'the defaults of spark_backend.session'}")
     run_once("wordcount", 1000, PySparkRunner())  # Python workers up, not reported
     for n in sizes:
         print(f"\nn = {n:,}  (load average {os.getloadavg()[0]:.1f})")
@@ -188,10 +244,13 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def report(name: str, n: int, jvm: float, with_fnapi: bool, spark: Any) -> None:
-    spark_s, spark_digest = run_once(name, n, PySparkRunner())
-    line = f"  {name:17s} PySparkRunner {n / spark_s:9,.0f} el/s ({spark_s:6.1f} s)"
+    spark_s, spark_digest, peak = run_once(name, n, PySparkRunner())
+    line = (
+        f"  {name:17s} PySparkRunner {n / spark_s:9,.0f} el/s ({spark_s:6.1f} s, "
+        f"peak {peak / 2**20:,.0f} MiB driver+JVM+workers)"
+    )
     if with_fnapi:
-        fn_s, fn_digest = run_once(name, n, FnApiRunner())
+        fn_s, fn_digest, _ = run_once(name, n, FnApiRunner())
         if fn_digest != spark_digest:
             raise SystemExit(f"{name} at n={n}: outputs differ ({spark_digest} vs {fn_digest})")
         line += (
