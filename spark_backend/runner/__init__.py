@@ -29,9 +29,15 @@ Architecture (as Beam's portable Flink and Spark runners are built)
    DoFn lifecycle, parameters, tagged outputs, windowing, state and timers are Beam's
    own code. Timers and SDF residuals run in further bundles of the same task; the
    restrictions Beam's SplitAndSize produced are spread one per record over tasks.
-5. **Grouping** (:mod:`.grouping`): after the shuffle, Beam's batch trigger driver
-   (what FnApiRunner's ``GroupingBuffer`` runs) assigns merged windows, timestamps
-   (TimestampCombiner) and panes, so the outputs equal FnApiRunner's.
+5. **Grouping** (:mod:`.grouping`): after the shuffle, windows, merged sessions,
+   timestamps (TimestampCombiner) and panes are assigned by theory's
+   ``GroupByWindowEngine`` (:mod:`.engine_grouping`, the fast path) for Fixed, Sliding
+   and Sessions windows under the default trigger or a bare ``AfterWatermark()``, a
+   whole partition per call; by Beam's batch trigger driver (what FnApiRunner's
+   ``GroupingBuffer`` runs, the reference) otherwise or with
+   ``PySparkRunner(fast_paths=False)``. ``Plan.paths`` and the result's ``paths`` say
+   which path grouped each GroupByKey. Both give FnApiRunner's outputs (tested).
+   Stages that share no data run at the same time (:mod:`.schedule`).
 6. **Result** (:mod:`.result`): the run happens in a driver thread under a Spark job
    group (``cancel``, ``wait_until_finish(duration)``). Metrics come back as records
    of each stage's output, not accumulators, so a retried task's metrics count once.
@@ -42,8 +48,9 @@ with FnApiRunner and caught the one divergence, an extra stage boundary rounding
 timestamps), and once user DoFns run, the per-element cost is Beam's either way. A
 hand-written ``map`` + ``reduceByKey`` of the windowed combine was 1.5-4x faster than
 this generic path at 100k elements (``bench/runner.py``), which is where fast paths
-for known WindowFns and CombineFns will pay; they are not built yet, and this
-generic path stays the reference and the fallback for everything else. Spark Connect
+for known WindowFns and CombineFns will pay; only the grouping one (theory's engine in
+place of Beam's trigger driver) is built, and this generic path stays the reference
+and the fallback for everything else. Spark Connect
 is refused: it has no RDDs.
 
 Streaming (``--streaming``, TestStream sources, micro-batches with watermarks per

@@ -72,7 +72,7 @@ def _grouped_in_random_windows(p: beam.Pipeline, seeds: list[int]) -> dict[str, 
     for seed in seeds:
         windowed = (
             p
-            | f"Events{seed}" >> Events(seed)
+            | f"Events{seed}" >> Events(seed, n=120)
             | f"W{seed}" >> beam.WindowInto(random_window_fn(seed))
         )
         out.update(
