@@ -25,79 +25,43 @@ from apache_beam.transforms import window as beam_window
 from apache_beam.utils import windowed_value
 from apache_beam.utils.timestamp import Timestamp
 
-from theory import (
-    MAX_TIMESTAMP,
-    AccumulationMode,
-    AfterWatermark,
-    DefaultTrigger,
-    FixedWindows,
-    GroupByWindowEngine,
-    Pane,
-    Sessions,
-    SlidingWindows,
-    TimestampCombiner,
-    WindowingStrategy,
-)
+from beam_pipelines.convert import to_theory
+from theory import MAX_TIMESTAMP, GroupByWindowEngine, Pane, WindowingStrategy
 
 __all__ = ["engine_panes", "engine_strategy"]
-
-_COMBINERS: Final[dict[Any, TimestampCombiner]] = {
-    beam_window.TimestampCombiner.OUTPUT_AT_EOW: TimestampCombiner.OUTPUT_AT_EOW,
-    beam_window.TimestampCombiner.OUTPUT_AT_EARLIEST: TimestampCombiner.OUTPUT_AT_EARLIEST,
-    beam_window.TimestampCombiner.OUTPUT_AT_LATEST: TimestampCombiner.OUTPUT_AT_LATEST,
-}
 
 _TIMINGS: Final[dict[str, Any]] = {
     t: getattr(windowed_value.PaneInfoTiming, t) for t in ("EARLY", "ON_TIME", "LATE", "UNKNOWN")
 }
 
 
-def _window_fn(fn: Any) -> Any:
-    """theory's window fn for Beam's ``fn`` (exact built-in types only), else None."""
-    kind = type(fn)
-    if kind is beam_window.FixedWindows:
-        return FixedWindows(fn.size.micros, fn.offset.micros)
-    if kind is beam_window.SlidingWindows:
-        return SlidingWindows(fn.size.micros, fn.period.micros, fn.offset.micros)
-    if kind is beam_window.Sessions:
-        return Sessions(fn.gap_size.micros)
-    return None
-
-
-def _trigger(trigger: Any) -> Any:
-    """theory's trigger for Beam's default trigger or a bare AfterWatermark, else None."""
-    if type(trigger) is beam_trigger.DefaultTrigger:
-        return DefaultTrigger()
-    if (
+def engine_strategy(windowing: Any) -> WindowingStrategy | str:
+    """The theory strategy for Beam's ``windowing`` (a ``core.Windowing``), or a sentence
+    saying why the engine does not model it here. The conversion is
+    :func:`beam_pipelines.convert.to_theory`'s; this path takes only Beam's Fixed, Sliding
+    and Sessions windows under the default trigger or a bare ``AfterWatermark()``."""
+    if type(windowing.windowfn) not in _ENGINE_WINDOW_FNS:
+        return f"window fn {type(windowing.windowfn).__name__} is not Fixed, Sliding or Sessions"
+    trigger = windowing.triggerfn
+    bare_watermark = (
         type(trigger) is beam_trigger.AfterWatermark
         and trigger.early is None
         and trigger.late is None
-    ):
-        return AfterWatermark()
-    return None
-
-
-def engine_strategy(windowing: Any) -> WindowingStrategy | str:
-    """The theory strategy for Beam's ``windowing`` (a ``core.Windowing``), or a sentence
-    saying why the engine does not model it."""
-    window_fn = _window_fn(windowing.windowfn)
-    if window_fn is None:
-        return f"window fn {type(windowing.windowfn).__name__} is not Fixed, Sliding or Sessions"
-    trigger = _trigger(windowing.triggerfn)
-    if trigger is None:
-        return f"trigger {windowing.triggerfn!r} is not the default or a bare AfterWatermark()"
-    combiner = _COMBINERS.get(windowing.timestamp_combiner)
-    if combiner is None:
-        return f"timestamp combiner {windowing.timestamp_combiner!r}"
-    accumulating = windowing.accumulation_mode == beam_trigger.AccumulationMode.ACCUMULATING
-    return WindowingStrategy(
-        window_fn,
-        trigger,
-        AccumulationMode.ACCUMULATING if accumulating else AccumulationMode.DISCARDING,
-        int(windowing.allowed_lateness.micros),
-        combiner,
-        allow_unsafe_triggers=True,  # Beam checked the pipeline; batch fires everything
     )
+    if type(trigger) is not beam_trigger.DefaultTrigger and not bare_watermark:
+        return f"trigger {trigger!r} is not the default or a bare AfterWatermark()"
+    try:
+        # Beam checked the pipeline's triggers; batch fires everything at the end
+        return to_theory(windowing, allow_unsafe_triggers=True)
+    except ValueError as err:
+        return str(err)
+
+
+_ENGINE_WINDOW_FNS: Final = (
+    beam_window.FixedWindows,
+    beam_window.SlidingWindows,
+    beam_window.Sessions,
+)
 
 
 def engine_panes(strategy: WindowingStrategy, elements: Iterable[tuple[Any, Any]]) -> Iterator[Any]:
