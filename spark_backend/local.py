@@ -30,7 +30,7 @@ from theory.columns import check_duration
 from theory.data.generators import game_sessions_trace
 from theory.data.specs import SessionSpec
 from theory.data.trace import Trace
-from theory.experiments.first_panes import WindowIndex, summary_row
+from theory.experiments.first_panes import WindowIndex, check_last_window_end, summary_row
 from theory.series import StepSeries
 from theory.time import MIN_TIMESTAMP, MINUTE
 from theory.watermarks.bucket_curves import bucket_curves
@@ -138,6 +138,7 @@ def compare_local(
         raise ValueError("the trace has no rows")
     done = step or (lambda label: None)
     e, a = trace.event_time, trace.arrival_time
+    check_last_window_end(int(e.max()), window_size)
     names = tuple(s.name for s in parsed)
     LOG.info("curves and late data for %d strategies (local engine)", len(names))
     curves, late = local_curves(e, a, parsed)

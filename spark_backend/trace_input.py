@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from spark_backend.traces.files import file_groups, is_remote
 from spark_backend.traces.read import read_trace_df
-from theory.data.io import read_trace, trace_files
+from theory.data.io import check_file, read_trace, trace_files
 from theory.data.report import BadRowReport
 from theory.data.schema import OnBadRows
 from theory.data.trace import Trace
@@ -67,8 +67,12 @@ def read_local(
     null_values: Sequence[str] = (),
 ) -> tuple[Trace, BadRowReport]:
     """Read and validate with theory (no Spark), then apply the unit rule. Empty or
-    unreadable files get the Spark reader's errors (its file checks run first)."""
-    file_groups(local_files(path))
+    unreadable files get the Spark reader's errors (its file checks run first, in its
+    order: theory's :func:`~theory.data.io.check_file`, then the grouping)."""
+    files = local_files(path)
+    for f in files:
+        check_file(f)
+    file_groups(files)
     cols = scaled_columns(path, unit)
     trace, bad = read_trace(
         path, on_bad_rows=on_bad_rows, require_causal=strict, null_values=null_values

@@ -22,8 +22,7 @@ from pyspark.sql import functions as F
 
 from spark_backend.analytics.frames import by_name, session_of, to_pandas
 from theory.columns import as_int, check_duration
-from theory.experiments.first_panes import summary_row
-from theory.time import MAX_TIMESTAMP
+from theory.experiments.first_panes import check_last_window_end, summary_row
 
 if TYPE_CHECKING:
     from spark_backend.analytics.analysis import WatermarkAnalysis
@@ -76,17 +75,10 @@ def fire_times(
 
 
 def _check_last_end(an: WatermarkAnalysis, size: int, off: int) -> None:
-    """ValueError if the window of the latest event time ends past MAX_TIMESTAMP (no
-    watermark could close it; its end would overflow int64 on Spark)."""
+    """:func:`theory.experiments.first_panes.check_last_window_end` on the latest event
+    time of the layout."""
     summ = an.layout.summary[an.layout.summary["rows"] > 0]
-    hi_e = int(summ["max_event"].max())
-    last_end = hi_e - (hi_e - off) % size + size
-    if last_end > MAX_TIMESTAMP:
-        raise ValueError(
-            f"window size {size} µs: the window of the latest event time ({hi_e} µs) ends "
-            f"at {last_end} µs, past MAX_TIMESTAMP ({MAX_TIMESTAMP} µs), so no watermark "
-            "can close it; choose a smaller window"
-        )
+    check_last_window_end(int(summ["max_event"].max()), size, off)
 
 
 def _window_ends(an: WatermarkAnalysis, size: int, off: int) -> np.ndarray:

@@ -20,8 +20,7 @@ from spark_backend import cli
 
 _HARNESS = """
 import sys
-from spark_backend import atomic, cli
-import pyarrow.csv
+from spark_backend import atomic, cli, report
 import theory.pipeline.simulator as simulator
 
 def pause(fn):
@@ -35,7 +34,7 @@ point = sys.argv[1]
 if point == "work":
     simulator.simulate = pause(simulator.simulate)
 elif point == "mid-write":  # series.parquet written, metrics.csv not yet
-    pyarrow.csv.write_csv = pause(pyarrow.csv.write_csv)
+    report.write_csv = pause(report.write_csv)
 else:  # every file written, the swap not begun
     atomic._signals_held = pause(atomic._signals_held)
 sys.exit(cli.main(sys.argv[2:]))

@@ -9,6 +9,8 @@
 ``theory.data.parse``           parsing raw Arrow/numpy columns into values and masks
 ``theory.data.validate``        ``validate_columns``: rules applied, a Trace built
 ``theory.data.io``              ``read_trace`` / ``write_trace``: Parquet, CSV, folders
+``theory.data.units``           time units of integer columns (``--time-unit``), and
+                                the magnitude check that catches epoch s/ms/ns as µs
 ``theory.data.distributions``   ``Distribution`` / ``Delay``: named scipy.stats skew
 ``theory.data.specs``           ``TraceSpec`` / ``SessionSpec``: generator parameters
 ``theory.data.generators``      ``generate_trace`` / ``game_sessions_trace`` (numpy)

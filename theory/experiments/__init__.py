@@ -5,6 +5,8 @@
                             trace (``tradeoff``)
 ``propagation``             in-band (Flink) against out-of-band (Dataflow) watermark
                             propagation on one workload
+``first_panes``             each window's first pane under a source watermark, and the
+                            per-strategy summary row (both engines of ``analyze``)
 ``systems``                 one trace through the beam, flink and spark profiles, each
                             difference attributed to a convention (``compare_systems``)
 ==========================  ===========================================================

@@ -20,8 +20,16 @@ from numpy.typing import ArrayLike
 
 from theory.columns import as_int, check_duration, same_length, time_column
 from theory.series import StepSeries
+from theory.time import MAX_TIMESTAMP
 
-__all__ = ["NEVER", "WindowIndex", "fire_times", "summary_row", "window_ends"]
+__all__ = [
+    "NEVER",
+    "WindowIndex",
+    "check_last_window_end",
+    "fire_times",
+    "summary_row",
+    "window_ends",
+]
 
 #: Fire time of a window that never fires.
 NEVER = -1
@@ -145,3 +153,16 @@ def summary_row(
         "window_latency_p90": float(pcts[1]),
         "window_latency_p99": float(pcts[2]),
     }
+
+
+def check_last_window_end(max_event_time: int, size: int, offset: int = 0) -> None:
+    """ValueError if the fixed window (``size``, ``offset``, µs) of the latest event time
+    ends past MAX_TIMESTAMP: no watermark could close it, and its end would overflow
+    int64. Both engines of ``analyze`` check this before computing windows."""
+    last_end = max_event_time - (max_event_time - offset) % size + size
+    if last_end > MAX_TIMESTAMP:
+        raise ValueError(
+            f"window size {size} µs: the window of the latest event time ({max_event_time} "
+            f"µs) ends at {last_end} µs, past MAX_TIMESTAMP ({MAX_TIMESTAMP} µs), so no "
+            "watermark can close it; choose a smaller window"
+        )
