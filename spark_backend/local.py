@@ -147,7 +147,7 @@ def compare_local(
     rows = []
     for name in names:
         first, _, latency = index.first_panes(curves[name])
-        rows.append(summary_row(name, index.elements, first, latency, late[name], len(trace)))
+        rows.append(summary_row(name, index.elements, index.panes(curves[name], firing), late[name], len(trace)))
     summary = pd.DataFrame(rows)
     done("late data, completeness and latency")
     rng = np.random.default_rng(seed)
