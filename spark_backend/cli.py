@@ -34,6 +34,7 @@ from spark_backend.preflight import check_args
 from spark_backend.progress import Progress
 
 if TYPE_CHECKING:
+    from theory.experiments.first_panes import Firing
     from theory.pipeline.stages import Pipeline
 
 LOG = logging.getLogger("watermarks")
@@ -199,6 +200,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         spark=_spark_options(args),  # type: ignore[arg-type]
         systems=_systems(args.systems, ("beam", "flink", "spark")),
         engine=args.engine,
+        firing=_firing(args),
     )
     print(f"report: {result.index}")
     return 0
@@ -227,6 +229,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         null_values=_null_values(args.null_values),
         engine=args.engine,
         time_unit=args.time_unit,
+        firing=_firing(args),
     )
     print(f"report: {result.index}")
     return 0
@@ -283,6 +286,43 @@ def _add_spark_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
     )
+    _add_firing_options(p)
+
+
+def _add_firing_options(p: argparse.ArgumentParser) -> None:
+    """--allowed-lateness, --late-firings and --timestamp-combiner of analyze and demo."""
+    from theory.experiments.first_panes import COMBINERS
+
+    p.add_argument(
+        "--allowed-lateness",
+        default="0",
+        help="how long after the watermark passes a window late data still counts (a "
+        "duration; needs --late-firings)",
+    )
+    p.add_argument(
+        "--late-firings",
+        action="store_true",
+        help="fire each window again for each arrival time of late data within the "
+        "allowed lateness (AfterWatermark(late=AfterCount(1)), accumulating): the table "
+        "gains late panes and the final completeness",
+    )
+    p.add_argument(
+        "--timestamp-combiner",
+        choices=COMBINERS,
+        default="eow",
+        help="pane timestamps (and watermark holds) at the end of the window, the earliest "
+        "or the latest element (book figures 3.7, 3.8): the table gains their lag",
+    )
+
+
+def _firing(args: argparse.Namespace) -> Firing:
+    """The Firing of --allowed-lateness, --late-firings and --timestamp-combiner."""
+    from theory.experiments.first_panes import Firing
+    from theory.time import parse_duration
+
+    return Firing(
+        parse_duration(args.allowed_lateness), args.late_firings, args.timestamp_combiner
+    )
 
 
 _ANALYZE_DESCRIPTION = (
@@ -296,6 +336,8 @@ _ANALYZE_DESCRIPTION = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from theory.experiments.first_panes import COMBINERS
+
     parser = argparse.ArgumentParser(
         prog="watermarks",
         description=__doc__.split("\n\nExit code")[0],
@@ -357,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
             )
             p.add_argument(
                 "--timestamp-combiner",
-                choices=("eow", "earliest", "latest"),
+                choices=COMBINERS,
                 default="eow",
                 help="with --trace: pane timestamps and watermark holds at the end of the "
                 "window, the earliest or the latest element (book figures 3.7, 3.8)",

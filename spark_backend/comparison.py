@@ -42,6 +42,7 @@ from spark_backend.analytics import (
 )
 from spark_backend.analytics.strategies import parse_strategies
 from theory.columns import check_duration
+from theory.experiments.first_panes import FIRE_ONCE, Firing
 from theory.experiments.tradeoff import pareto_frontier
 from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE
@@ -148,9 +149,11 @@ def compare(
     sample_elements: int = 20_000,
     zoom: int = 30 * MINUTE,
     step: Callable[[str], None] | None = None,
+    firing: Firing = FIRE_ONCE,
 ) -> Comparison:
-    """Compare ``strategies`` on the trace ``df`` with fixed windows of ``window_size`` µs;
-    ``zoom`` is the span (µs) of the zoomed view.
+    """Compare ``strategies`` on the trace ``df`` with fixed windows of ``window_size`` µs
+    fired as ``firing`` says (lateness, late firings, timestamp combiner); ``zoom`` is
+    the span (µs) of the zoomed view.
 
     ``step(label)`` is called after each Spark stage (progress). Raises ValueError for a
     bad strategy spec, duplicate names, a bad window size or an empty trace.
@@ -166,7 +169,7 @@ def compare(
     an = analyze(layout, specs)
     try:
         LOG.info("late data, windows and latency for %d strategies", len(specs))
-        summary = an.window_summary(window_size)
+        summary = an.window_summary(window_size, firing=firing)
         done("late data, completeness and latency")
         LOG.info("sampling the curves and about %d elements", sample_elements)
         lo, hi = layout.first_arrival, layout.last_arrival

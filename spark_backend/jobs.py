@@ -33,6 +33,7 @@ from theory.data.report import BadRowReport
 from theory.data.schema import OnBadRows
 from theory.data.trace import Trace
 from theory.data.units import check_time_unit
+from theory.experiments.first_panes import FIRE_ONCE, Firing
 from theory.experiments.propagation import propagation
 from theory.experiments.systems import check_systems
 from theory.pipeline import chapter3
@@ -100,13 +101,20 @@ def _delay_text(report: Report, rows: int, what: str, q: Sequence[float], note: 
     )
 
 
-def strategies_section(report: Report, c: Comparison, seed: int) -> None:
+def strategies_section(
+    report: Report, c: Comparison, seed: int, firing: Firing = FIRE_ONCE
+) -> None:
     """The comparison's table, the curves with late elements, the frontier and the
-    partition that holds the watermark back."""
+    partition that holds the watermark back. The late panes and final completeness are
+    shown with late firings, the pane timestamps' lag under a combiner other than eow."""
     table = dict(c.table)
     # the source lag is sampled on the views' grid: its name says so
     for q in ("p50", "p99"):
         table[f"sampled_source_lag_{q}"] = table.pop(f"source_lag_{q}")
+    if not firing.late_firings:
+        del table["late_panes"], table["final_completeness_mean"]
+    if firing.timestamp_combiner == "eow":
+        del table["pane_timestamp_lag_p50"], table["pane_timestamp_lag_p99"]
     table["on_frontier"] = table.pop("on_frontier")
     shown = with_units(table, durations=[k for k in table if "latency" in k or "lag" in k])
     report.table(
@@ -116,7 +124,7 @@ def strategies_section(report: Report, c: Comparison, seed: int) -> None:
         "Late data; completeness of each window's first pane; window latency (processing "
         "time from the end of the window to its first pane; exact); the source "
         "watermark's lag behind processing time, sampled at "
-        f"{len(c.whole.grid):,} evenly spaced processing times.",
+        f"{len(c.whole.grid):,} evenly spaced processing times. " + _firing_note(firing),
         _formats(shown),
     )
     report.figure(
@@ -164,6 +172,31 @@ def strategies_section(report: Report, c: Comparison, seed: int) -> None:
         )
 
 
+def _firing_note(firing: Firing) -> str:
+    """How the compared windows fire, for the table's caption."""
+    if firing.late_firings:
+        text = (
+            "Each window fires when the watermark passes its end, then once per arrival "
+            "time of late data within an allowed lateness of "
+            f"{firing.allowed_lateness / 1e6:g} s (AfterWatermark(late=AfterCount(1)), "
+            "accumulating): late_panes counts those panes, final_completeness_mean the "
+            "share of each window's elements in its last pane; dropped counts the elements "
+            "in no pane."
+        )
+    else:
+        text = (
+            "Each window fires once, when the watermark passes its end (AfterWatermark, "
+            "no allowed lateness); dropped counts the elements after that."
+        )
+    if firing.timestamp_combiner != "eow":
+        text += (
+            f" Pane timestamps at the {firing.timestamp_combiner} element of the first "
+            "pane: pane_timestamp_lag is how far it (and its hold on the watermark "
+            "downstream) lies before the window's end (book figures 3.7, 3.8)."
+        )
+    return text
+
+
 def arrival_before_event_warning(early: int, rows: int) -> str | None:
     """A warning if ``early`` of ``rows`` rows arrive before their event time (device
     clocks ahead); None if none do."""
@@ -192,7 +225,7 @@ def _formats(table: Mapping[str, object]) -> dict[str, Callable[[object], str]]:
     for k in table:
         if k.endswith("_us") and f"{k[:-3]}_utc" not in table:
             fmt[k] = seconds
-        elif k.endswith("fraction") or k == "completeness_mean":
+        elif k.endswith("fraction") or k.endswith("completeness_mean"):
             fmt[k] = percent
     return fmt
 
@@ -411,12 +444,14 @@ def run_demo(
     spark: SparkOptions = SparkOptions(),
     engine: str = "spark",
     systems: Sequence[str] = ("beam", "flink", "spark"),
+    firing: Firing = FIRE_ONCE,
 ) -> JobResult:
     """The main job on the embedded default: the chapter-3 game traces generated (on
     Spark, or with numpy on the local engine), the strategies compared, the chapter-3
     pipeline simulated in theory, ``systems`` compared on its traces (none if empty), the
     report written. ``engine``: spark (the default), local or auto
-    (:func:`spark_backend.engine.choose_engine`)."""
+    (:func:`spark_backend.engine.choose_engine`). ``firing``: allowed lateness, late
+    firings and timestamp combiner of the compared windows."""
     if events < 2:
         raise ValueError(f"--events must be >= 2, got {events}")
     check_request(strategies, window_size)
@@ -442,7 +477,9 @@ def run_demo(
         describe_trace_local(report, trace, what)
         bar.step(f"generated {events:,} events")
         LOG.info("comparing %d watermark strategies (local engine)", len(strategies))
-        comparison = compare_local(trace, strategies, window_size, seed=seed, step=bar.step)
+        comparison = compare_local(
+            trace, strategies, window_size, seed=seed, step=bar.step, firing=firing
+        )
     else:
         bar = Progress(6 + _COMPARE_STEPS)
         session = _start_spark(spark, bar)
@@ -455,10 +492,12 @@ def run_demo(
             describe_trace(report, df, events, what)
             bar.step(f"generated {events:,} events")
             LOG.info("comparing %d watermark strategies on Spark", len(strategies))
-            comparison = compare(df, strategies, window_size, seed=seed, step=bar.step)
+            comparison = compare(
+                df, strategies, window_size, seed=seed, step=bar.step, firing=firing
+            )
         finally:
             df.unpersist()
-    strategies_section(report, comparison, seed)
+    strategies_section(report, comparison, seed, firing)
     LOG.info("simulating the chapter-3 pipeline")
     simulation = chapter3_section(report, min(events, 200_000), seed)
     bar.step("chapter-3 pipeline simulated")
@@ -489,6 +528,7 @@ def run_analyze(
     systems: Sequence[str] = (),
     strict: bool = False,
     null_values: Sequence[str] = (),
+    firing: Firing = FIRE_ONCE,
 ) -> JobResult:
     """A user's trace (Parquet, CSV or a directory of them): validated, the strategies
     compared, ``systems`` compared on it (none if empty), the report written. ``engine``
@@ -498,8 +538,9 @@ def run_analyze(
     (:mod:`spark_backend.trace_input`). Rows arriving before their event time are counted
     and warned about (in the log and the report); with ``strict`` the first one is an
     error naming the row. ``null_values``: the CSV fields read as null besides the empty
-    one. Options, paths and bad input raise before any engine starts or anything is
-    written."""
+    one. ``firing``: allowed lateness, late firings and timestamp combiner of the
+    compared windows. Options, paths and bad input raise before any engine starts or
+    anything is written."""
     check_request(strategies, window_size)
     unit = None if time_unit is None else check_time_unit(time_unit)
     if systems:
@@ -507,7 +548,7 @@ def run_analyze(
         bound_of(strategies)
     chosen, why = choose_engine(engine, spark.master, estimated_bytes(local_files(trace)))
     LOG.info("engine: %s (%s)", chosen, why)
-    job = _Analysis(out, window_size, strategies, seed, systems)
+    job = _Analysis(out, window_size, strategies, seed, systems, firing)
     reading = _Reading(on_bad_rows, unit, strict, tuple(null_values))
     if chosen == "local":
         return _analyze_local(trace, job, reading)
@@ -527,7 +568,9 @@ def run_analyze(
         describe_trace(report, df, rows, f"rows read from {os.fspath(trace)}")
         bar.step("trace described")
         LOG.info("comparing %d watermark strategies on Spark", len(strategies))
-        comparison = compare(df, strategies, window_size, seed=seed, step=bar.step)
+        comparison = compare(
+            df, strategies, window_size, seed=seed, step=bar.step, firing=firing
+        )
         systems_input = trace_of(df, rows) if systems else None
     finally:
         df.unpersist()
@@ -543,6 +586,7 @@ class _Analysis:
     strategies: Sequence[str]
     seed: int
     systems: Sequence[str]
+    firing: Firing
 
 
 @dataclass(frozen=True)
@@ -577,7 +621,9 @@ def _analyze_local(trace: str | os.PathLike[str], job: _Analysis, reading: _Read
     _warn_early(report, int(np.count_nonzero(t.arrival_time < t.event_time)), len(t))
     describe_trace_local(report, t, f"rows read from {os.fspath(trace)}")
     LOG.info("comparing %d watermark strategies (local engine)", len(job.strategies))
-    comparison = compare_local(t, job.strategies, job.window_size, seed=job.seed, step=bar.step)
+    comparison = compare_local(
+        t, job.strategies, job.window_size, seed=job.seed, step=bar.step, firing=job.firing
+    )
     systems_input = (t, f"all {len(t):,} rows") if job.systems else None
     return _finish_analyze(report, comparison, bad, job, bar, systems_input)
 
@@ -590,7 +636,7 @@ def _finish_analyze(
     bar: Progress,
     systems_input: tuple[Trace, str] | None,
 ) -> JobResult:
-    strategies_section(report, comparison, job.seed)
+    strategies_section(report, comparison, job.seed, job.firing)
     if systems_input is not None:
         trace_rows, note = systems_input
         bound = bound_of(job.strategies)

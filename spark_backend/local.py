@@ -30,7 +30,13 @@ from theory.columns import check_duration
 from theory.data.generators import game_sessions_trace
 from theory.data.specs import SessionSpec
 from theory.data.trace import Trace
-from theory.experiments.first_panes import WindowIndex, check_last_window_end, summary_row
+from theory.experiments.first_panes import (
+    FIRE_ONCE,
+    Firing,
+    WindowIndex,
+    check_last_window_end,
+    summary_row,
+)
 from theory.series import StepSeries
 from theory.time import MIN_TIMESTAMP, MINUTE
 from theory.watermarks.bucket_curves import bucket_curves
@@ -128,6 +134,7 @@ def compare_local(
     sample_elements: int = 20_000,
     zoom: int = 30 * MINUTE,
     step: Callable[[str], None] | None = None,
+    firing: Firing = FIRE_ONCE,
 ) -> Comparison:
     """:func:`spark_backend.comparison.compare` on a trace in memory, without Spark (see
     the module docstring). Raises ValueError for a bad strategy spec, duplicate names, a
@@ -146,8 +153,8 @@ def compare_local(
     index = WindowIndex.of(e, a, trace.key, window_size)
     rows = []
     for name in names:
-        first, _, latency = index.first_panes(curves[name])
-        rows.append(summary_row(name, index.elements, index.panes(curves[name], firing), late[name], len(trace)))
+        panes = index.panes(curves[name], firing)
+        rows.append(summary_row(name, index.elements, panes, late[name], len(trace)))
     summary = pd.DataFrame(rows)
     done("late data, completeness and latency")
     rng = np.random.default_rng(seed)

@@ -35,6 +35,7 @@ from spark_backend.analytics.passes import (
 )
 from spark_backend.analytics.strategies import Strategy, parse_strategies
 from theory.columns import as_int, int_column
+from theory.experiments.first_panes import FIRE_ONCE, Firing
 from theory.series import StepSeries
 from theory.time import MIN_TIMESTAMP
 from theory.watermarks.buckets import BucketCarry
@@ -188,17 +189,27 @@ class WatermarkAnalysis:
         fire_times`."""
         return windows.fire_times(self, window_size, offset, finish)
 
-    def windows(self, window_size: int, offset: int = 0, finish: bool = True) -> pd.DataFrame:
-        """Each (key, fixed window)'s first firing: :func:`spark_backend.analytics.
-        windows.windows`."""
-        return windows.windows(self, window_size, offset, finish)
+    def windows(
+        self,
+        window_size: int,
+        offset: int = 0,
+        finish: bool = True,
+        firing: Firing = FIRE_ONCE,
+    ) -> pd.DataFrame:
+        """Each (key, fixed window)'s panes: :func:`spark_backend.analytics.windows.
+        windows`."""
+        return windows.windows(self, window_size, offset, finish, firing)
 
     def window_summary(
-        self, window_size: int, offset: int = 0, finish: bool = True
+        self,
+        window_size: int,
+        offset: int = 0,
+        finish: bool = True,
+        firing: Firing = FIRE_ONCE,
     ) -> pd.DataFrame:
         """One row of window metrics per strategy: :func:`spark_backend.analytics.
         windows.window_summary`."""
-        return windows.window_summary(self, window_size, offset, finish)
+        return windows.window_summary(self, window_size, offset, finish, firing)
 
 
 def analyze(

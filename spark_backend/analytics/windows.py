@@ -1,14 +1,16 @@
-"""Fixed windows fired once by each strategy's watermark: first panes, completeness,
-latency (µs), as :func:`theory.experiments.tradeoff` reports them.
+"""Fixed windows fired by each strategy's watermark: panes, completeness, latency (µs),
+as :func:`theory.experiments.tradeoff` reports them.
 
 Windows are ``[start, end)`` per key, Beam's ``FixedWindows(size, offset)`` (``offset``
-normalised into ``[0, size)``), fired once by the watermark (``AfterWatermark``, no
-allowed lateness): at the first curve step ``t`` with ``W(t) > end - 1``. With
-``finish=True`` (the default, as :func:`theory.pipeline.simulator.simulate` does for a
-bounded source) the watermark also jumps to MAX_TIMESTAMP at the last arrival, so every
-window fires. A window's first pane holds its elements arriving at or before ``t``;
-completeness = first-pane count / all its elements (0 if it never fires); latency =
-``t - end``.
+normalised into ``[0, size)``), fired by the watermark (``AfterWatermark``) at the first
+curve step ``t`` with ``W(t) > end - 1``. With ``finish=True`` (the default, as
+:func:`theory.pipeline.simulator.simulate` does for a bounded source) the watermark also
+jumps to MAX_TIMESTAMP at the last arrival, so every window fires. A window's first pane
+holds its elements arriving at or before ``t``; completeness = first-pane count / all its
+elements (0 if it never fires); latency = ``t - end``. Later data, allowed lateness, late
+firings and the pane timestamps follow :class:`theory.experiments.first_panes.Firing`:
+Spark computes each window's :class:`~theory.experiments.first_panes.WindowAggregates`
+and theory derives the panes (:func:`~theory.experiments.first_panes.window_panes`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,16 @@ from pyspark.sql import functions as F
 
 from spark_backend.analytics.frames import by_name, session_of, to_pandas
 from theory.columns import as_int, check_duration
-from theory.experiments.first_panes import check_last_window_end, summary_row
+from theory.experiments.first_panes import (
+    FIRE_ONCE,
+    Firing,
+    WindowAggregates,
+    WindowPanes,
+    check_last_window_end,
+    summary_row,
+    window_panes,
+)
+from theory.time import MAX_TIMESTAMP
 
 if TYPE_CHECKING:
     from spark_backend.analytics.analysis import WatermarkAnalysis
@@ -39,10 +50,15 @@ def _size_and_offset(window_size: int, offset: int) -> tuple[int, int]:
 
 
 def fire_times(
-    an: WatermarkAnalysis, window_size: int, offset: int = 0, finish: bool = True
+    an: WatermarkAnalysis,
+    window_size: int,
+    offset: int = 0,
+    finish: bool = True,
+    shift: int = 0,
 ) -> pd.DataFrame:
     """When each fixed window holding elements (by its end) first fires under each
-    strategy.
+    strategy: the first time ``W >= end + shift`` (``shift`` µs >= 0; ``lateness + 1``
+    gives the time the window expires).
 
     One row per window end that holds at least one element, ascending: ``window_end``
     (µs) and one column per strategy with the fire time (µs), or -1 if the window never
@@ -52,8 +68,22 @@ def fire_times(
     size, off = _size_and_offset(window_size, offset)
     _check_last_end(an, size, off)
     ends = _window_ends(an, size, off)
+    return _fire_times_of(an, ends, size, finish, shift)
+
+
+def _fire_times_of(
+    an: WatermarkAnalysis, ends: np.ndarray, size: int, finish: bool, shift: int
+) -> pd.DataFrame:
+    """:func:`fire_times` for the given window ends (one Spark job). A threshold past
+    MAX_TIMESTAMP is never reached (but by the finish)."""
     out = pd.DataFrame({"window_end": ends})
-    got = _first_time_per_count(an, int(ends[0]) - size, int(ends[-1]), size)
+    base = int(ends[0]) - size + shift
+    last = min(int(ends[-1]) + shift, MAX_TIMESTAMP + 1)
+    if base >= last:  # every threshold is past MAX_TIMESTAMP
+        for n in an.names:
+            out[n] = an.layout.last_arrival if finish else -1
+        return out
+    got = _first_time_per_count(an, base, last, size)
     # window k (k-th end from the first) fires at the first step where more than k
     # window ends are <= W: the earliest time over the counts c > k
     k = (ends - ends[0]) // size
@@ -120,57 +150,106 @@ def window_start(e: Column, size: int, offset: int) -> Column:
 
 
 def windows(
-    an: WatermarkAnalysis, window_size: int, offset: int = 0, finish: bool = True
+    an: WatermarkAnalysis,
+    window_size: int,
+    offset: int = 0,
+    finish: bool = True,
+    firing: Firing = FIRE_ONCE,
 ) -> pd.DataFrame:
-    """Per strategy and per (key, fixed window): the window's first firing.
+    """Per strategy and per (key, fixed window): the window's panes under ``firing``.
 
     Columns: ``strategy``, ``key``, ``window_start``, ``window_end`` (µs),
-    ``elements`` (all the window's elements), ``first_pane`` (those arriving at or
-    before the firing), ``fire_time`` (µs; -1 if it never fires, or if none of its
-    elements arrived by then, so that it has no pane), ``completeness``
-    (``first_pane / elements``) and ``latency`` (``fire_time - window_end`` µs, NaN
-    if it never fires). Rows by strategy, then window end, then key.
+    ``elements`` (all the window's elements), ``first_pane`` (those in its first pane),
+    ``fire_time`` (of the first pane, µs; -1 if it has none), ``completeness``
+    (``first_pane / elements``), ``latency`` (``fire_time - window_end`` µs, NaN for no
+    pane), ``panes``, ``final_pane`` (elements in the last pane) and ``pane_timestamp``
+    (the first pane's output timestamp, µs) with ``pane_timestamp_lag`` (``window_end -
+    1`` minus it). Rows by strategy, then window end, then key.
     """
     size, off = _size_and_offset(window_size, offset)
-    got = _first_panes(an, fire_times(an, size, off, finish), size, off)
-    frames = [_strategy_windows(name, got, i) for i, name in enumerate(an.names)]
+    _check_last_end(an, size, off)
+    ends = _window_ends(an, size, off)
+    on_time = _fire_times_of(an, ends, size, finish, 0)
+    expiry = _fire_times_of(an, ends, size, finish, firing.allowed_lateness + 1)
+    got = _aggregates(an, on_time, expiry, size, off)
+    frames = [_strategy_windows(name, got, i, firing) for i, name in enumerate(an.names)]
     return pd.concat(frames, ignore_index=True)
 
 
-def _first_panes(an: WatermarkAnalysis, fires: pd.DataFrame, size: int, off: int) -> pd.DataFrame:
-    """Per (key, window): ``elements``, and per strategy ``i`` the first pane ``_p<i>``
-    and fire time ``_t<i>`` (one Spark job: the elements joined with the broadcast fire
-    times), by window end then key."""
-    fire_df = session_of(an.layout.source).createDataFrame(
-        fires.rename(columns={n: f"_f{i}" for i, n in enumerate(an.names)})
-    )
+def _aggregates(
+    an: WatermarkAnalysis, on_time: pd.DataFrame, expiry: pd.DataFrame, size: int, off: int
+) -> pd.DataFrame:
+    """Per (key, window): ``elements``, and per strategy ``i`` the columns of
+    :class:`~theory.experiments.first_panes.WindowAggregates` suffixed ``_<i>`` and its
+    on-time fire time ``_t<i>``, by window end then key. One Spark job: the elements
+    counted per (key, window, arrival time), joined with the broadcast fire and expiry
+    times, then aggregated per window."""
+    times = on_time.rename(columns={n: f"_f{i}" for i, n in enumerate(an.names)})
+    for i, name in enumerate(an.names):
+        times[f"_x{i}"] = expiry[name].to_numpy()
+    fire_df = session_of(an.layout.source).createDataFrame(times)
     src = an.layout.source
     key = F.col("key") if "key" in src.columns else F.lit(0).cast("long")
-    el = src.select(
-        key.alias("key"),
-        F.col("arrival_time").cast("long").alias("arrival_time"),
-        window_start(F.col("event_time").cast("long"), size, off).alias("window_start"),
-    ).withColumn("window_end", F.col("window_start") + F.lit(size))
-    joined: DataFrame = el.join(F.broadcast(fire_df), "window_end", "left")
-    aggs = [F.count(F.lit(1)).alias("elements")]
+    e = F.col("event_time").cast("long")
+    per_arrival = (
+        src.select(
+            key.alias("key"),
+            F.col("arrival_time").cast("long").alias("a"),
+            e.alias("e"),
+            window_start(e, size, off).alias("window_start"),
+        )
+        .withColumn("window_end", F.col("window_start") + F.lit(size))
+        .groupBy("key", "window_start", "window_end", "a")
+        .agg(F.count(F.lit(1)).alias("n"), F.min("e").alias("emin"), F.max("e").alias("emax"))
+    )
+    joined: DataFrame = per_arrival.join(F.broadcast(fire_df), "window_end", "left")
+    a, n = F.col("a"), F.col("n")  # arrival time, elements arriving then
+    aggs = [F.sum(n).alias("elements")]
     for i in range(len(an.names)):
-        f = F.col(f"_f{i}")
-        in_first = (f >= 0) & (F.col("arrival_time") <= f)
-        aggs.append(F.count(F.when(in_first, F.lit(1))).alias(f"_p{i}"))
-        aggs.append(F.first(f).alias(f"_t{i}"))
-    got = to_pandas(joined.groupBy("key", "window_start", "window_end").agg(*aggs))
-    return got.sort_values(["window_end", "key"], kind="stable").reset_index(drop=True)
+        f, x = F.col(f"_f{i}"), F.col(f"_x{i}")  # on-time and expiry times
+        ontime = (f >= 0) & (a <= f)
+        late = ~ontime & ((x < 0) | (a <= x))
+        first_late = F.min(F.when(late, F.struct(a.alias("t"), n, F.col("emin"), F.col("emax"))))
+        aggs += [
+            F.sum(F.when(ontime, n).otherwise(0)).alias(f"ontime_n_{i}"),
+            F.min(F.when(ontime, F.col("emin"))).alias(f"ontime_emin_{i}"),
+            F.max(F.when(ontime, F.col("emax"))).alias(f"ontime_emax_{i}"),
+            F.count(F.when(late, F.lit(1))).alias(f"late_batches_{i}"),
+            F.sum(F.when(late, n).otherwise(0)).alias(f"late_n_{i}"),
+            first_late.alias(f"first_late_{i}"),
+            F.first(f).alias(f"_t{i}"),
+        ]
+    got = joined.groupBy("key", "window_start", "window_end").agg(*aggs)
+    flat = [F.col(c) for c in got.columns if not c.startswith("first_late_")]
+    for i in range(len(an.names)):
+        for fld in ("t", "n", "emin", "emax"):
+            flat.append(F.col(f"first_late_{i}.{fld}").alias(f"first_late_{fld}_{i}"))
+    out = to_pandas(got.select(*flat))
+    return out.sort_values(["window_end", "key"], kind="stable").reset_index(drop=True)
 
 
-def _strategy_windows(name: str, got: pd.DataFrame, i: int) -> pd.DataFrame:
-    """Strategy ``i``'s rows of :func:`windows` from :func:`_first_panes`."""
-    fire = got[f"_t{i}"].to_numpy(dtype=np.int64)
-    first = got[f"_p{i}"].to_numpy(dtype=np.int64)
-    elements = got["elements"].to_numpy(dtype=np.int64)
+def _column(got: pd.DataFrame, name: str, fill: int) -> np.ndarray:
+    """An aggregate column as int64, nulls (no such elements) as ``fill``."""
+    return got[name].fillna(fill).to_numpy(dtype=np.int64)
+
+
+def _strategy_windows(name: str, got: pd.DataFrame, i: int, firing: Firing) -> pd.DataFrame:
+    """Strategy ``i``'s rows of :func:`windows` from :func:`_aggregates`."""
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    agg = WindowAggregates(
+        _column(got, f"ontime_n_{i}", 0),
+        _column(got, f"ontime_emin_{i}", big),
+        _column(got, f"ontime_emax_{i}", small),
+        _column(got, f"late_batches_{i}", 0),
+        _column(got, f"late_n_{i}", 0),
+        _column(got, f"first_late_t_{i}", big),
+        _column(got, f"first_late_n_{i}", 0),
+        _column(got, f"first_late_emin_{i}", big),
+        _column(got, f"first_late_emax_{i}", small),
+    )
     end = got["window_end"].to_numpy(dtype=np.int64)
-    # a window whose elements all came after the watermark passed it holds no state
-    # when the watermark fires it: no pane, as Beam (and the simulator)
-    fire = np.where(first > 0, fire, -1)
+    elements = got["elements"].to_numpy(dtype=np.int64)
+    p = window_panes(agg, end, _column(got, f"_t{i}", -1), firing)
     return pd.DataFrame(
         {
             "strategy": name,
@@ -178,33 +257,45 @@ def _strategy_windows(name: str, got: pd.DataFrame, i: int) -> pd.DataFrame:
             "window_start": got["window_start"].to_numpy(dtype=np.int64),
             "window_end": end,
             "elements": elements,
-            "first_pane": first,
-            "fire_time": fire,
-            "completeness": first / elements,
-            "latency": np.where(fire >= 0, (fire - end).astype(np.float64), np.nan),
+            "first_pane": p.first,
+            "fire_time": p.fire_time,
+            "completeness": p.first / elements,
+            "latency": p.latency,
+            "panes": p.panes,
+            "final_pane": p.final,
+            "pane_timestamp": p.timestamp,
+            "pane_timestamp_lag": p.timestamp_lag,
         }
     )
 
 
 def window_summary(
-    an: WatermarkAnalysis, window_size: int, offset: int = 0, finish: bool = True
+    an: WatermarkAnalysis,
+    window_size: int,
+    offset: int = 0,
+    finish: bool = True,
+    firing: Firing = FIRE_ONCE,
 ) -> pd.DataFrame:
-    """One row per strategy with the trace-determined columns of
-    :class:`theory.pipeline.metrics.StrategyMetrics`: ``late_count``, ``late_fraction``,
-    ``dropped`` (elements after their window's firing), ``windows``,
-    ``completeness_mean``, ``complete_fraction`` and ``window_latency_p50/p90/p99``
-    (µs, over the windows that fire; numpy's linear percentiles)."""
-    w = windows(an, window_size, offset, finish)
+    """One row of window metrics per strategy: the columns of
+    :func:`theory.experiments.first_panes.summary_row` (the trace-determined columns of
+    :class:`theory.pipeline.metrics.StrategyMetrics`, then late panes, final completeness
+    and the pane timestamps' lag; µs)."""
+    w = windows(an, window_size, offset, finish, firing)
     late = an.late.set_index("strategy")
     rows = []
     for s in an.strategies:
         sel = w[w["strategy"] == s.name]
+        panes = WindowPanes(
+            *(sel[c].to_numpy() for c in (
+                "first_pane", "fire_time", "latency", "panes", "final_pane",
+                "pane_timestamp", "pane_timestamp_lag",
+            ))
+        )
         rows.append(
             summary_row(
                 s.name,
                 sel["elements"].to_numpy(),
-                sel["first_pane"].to_numpy(),
-                sel["latency"].to_numpy(),
+                panes,
                 int(late.loc[s.name, "late"]),
                 int(an.layout.rows),
             )

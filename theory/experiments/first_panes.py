@@ -35,6 +35,7 @@ from theory.time import MAX_TIMESTAMP
 
 __all__ = [
     "COMBINERS",
+    "FIRE_ONCE",
     "NEVER",
     "Firing",
     "WindowAggregates",
@@ -81,9 +82,10 @@ COMBINERS = ("eow", "earliest", "latest")
 class Firing:
     """How a window fires after the watermark passes it: ``allowed_lateness`` (µs),
     ``late_firings`` (``AfterWatermark(late=AfterCount(1))``, accumulating; the two go
-    together, as Beam refuses a lateness under a trigger that fires once) and the ``timestamp_combiner`` of :data:`COMBINERS`. The defaults are
-    the comparison's: fired once, no lateness, panes at the end of the window. ValueError
-    names a bad option (as the command line spells it)."""
+    together, as Beam refuses a lateness under a trigger that fires once) and the
+    ``timestamp_combiner`` of :data:`COMBINERS`. The defaults (:data:`FIRE_ONCE`) are
+    the comparison's: fired once, no lateness, panes at the end of the window.
+    ValueError names a bad option (as the command line spells it)."""
 
     allowed_lateness: int = 0
     late_firings: bool = False
@@ -111,6 +113,10 @@ class Firing:
         cap = MAX_TIMESTAMP - self.allowed_lateness
         end = np.asarray(window_end, dtype=np.int64)
         return np.minimum(end, cap) + np.int64(self.allowed_lateness) + np.int64(1)
+
+
+#: The comparison's default firing: once, at the watermark, no lateness, at the end.
+FIRE_ONCE = Firing()
 
 
 class WindowAggregates(NamedTuple):
@@ -234,15 +240,6 @@ class WindowIndex:
             a,
             e,
         )
-
-    def first_panes(
-        self, curve: StepSeries, finish: bool = True
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per window under ``curve``, fired once with no lateness: ``(first_pane,
-        fire_time, latency)`` (counts, µs with -1 for no pane, float µs with NaN for no
-        pane)."""
-        p = self.panes(curve, Firing(), finish)
-        return p.first, p.fire_time, p.latency
 
     def panes(self, curve: StepSeries, firing: Firing, finish: bool = True) -> WindowPanes:
         """Per window under ``curve`` and ``firing``: its :class:`WindowPanes`."""

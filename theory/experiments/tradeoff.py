@@ -20,6 +20,7 @@ import numpy as np
 
 from theory.columns import check_duration
 from theory.data.trace import Trace
+from theory.experiments.first_panes import Firing
 from theory.pipeline.metrics import StrategyMetrics, as_table, eventual_counts, strategy_metrics
 from theory.pipeline.simulator import SimulationResult, simulate
 from theory.pipeline.stages import GroupByWindow, Pipeline, Source
@@ -89,13 +90,8 @@ def grouping_pipeline(
         "earliest": TimestampCombiner.OUTPUT_AT_EARLIEST,
         "latest": TimestampCombiner.OUTPUT_AT_LATEST,
     }
-    if timestamp_combiner not in combiners:
-        raise ValueError(
-            f"--timestamp-combiner must be one of eow, earliest, latest, got {timestamp_combiner!r}"
-        )
-    lateness = check_duration(allowed_lateness, "--allowed-lateness")
-    if late_firings and lateness == 0:
-        raise ValueError("--late-firings needs --allowed-lateness > 0")
+    firing = Firing(allowed_lateness, late_firings, timestamp_combiner)  # checks them
+    lateness = firing.allowed_lateness
     strategy = WindowingStrategy(
         window_fn_from_spec(windowing),
         AfterWatermark(late=AfterCount(1)) if late_firings else AfterWatermark(),
