@@ -23,7 +23,7 @@ from spark_backend.comparison import DEFAULT_STRATEGIES, Comparison, check_reque
 from spark_backend.engine import BYTES_PER_ROW, choose_engine, estimated_bytes
 from spark_backend.local import chapter3_trace, compare_local
 from spark_backend.progress import Progress
-from spark_backend.report import Report, percent, seconds
+from spark_backend.report import Report, percent, record_columns, seconds
 from spark_backend.session import get_session
 from spark_backend.systems import bound_of, systems_section, trace_of
 from spark_backend.tables import with_units
@@ -273,16 +273,19 @@ def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult
     result = simulate(pipe, traces, seed=seed)
     rows = stage_metrics(result)
     shown = with_units(
-        {
-            "stage": [m.stage for m in rows],
-            "final_input_watermark": [m.final_input_watermark for m in rows],
-            "final_output_watermark": [m.final_output_watermark for m in rows],
-            "arrivals": [m.arrivals for m in rows],
-            "late": [m.late_count for m in rows],
-            "watermark_lag_p50": [m.watermark_lag_p50 for m in rows],
-            "watermark_lag_p99": [m.watermark_lag_p99 for m in rows],
-            "stage_lag_p99": [m.stage_lag_p99 for m in rows],
-        },
+        record_columns(
+            rows,
+            {
+                "stage": "stage",
+                "final_input_watermark": "final_input_watermark",
+                "final_output_watermark": "final_output_watermark",
+                "arrivals": "arrivals",
+                "late": "late_count",
+                "watermark_lag_p50": "watermark_lag_p50",
+                "watermark_lag_p99": "watermark_lag_p99",
+                "stage_lag_p99": "stage_lag_p99",
+            },
+        ),
         durations=["watermark_lag_p50", "watermark_lag_p99", "stage_lag_p99"],
         times=["final_input_watermark", "final_output_watermark"],
     )
@@ -348,15 +351,18 @@ def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult
         {"total_us": seconds, "longest_us": seconds},
     )
     shown = with_units(
-        {
-            "start": [s.start for s in stalls],
-            "end": [s.end for s in stalls],
-            "kind": [s.kind for s in stalls],
-            "culprit_stage": [s.culprit_stage for s in stalls],
-            "hold": [s.culprit_hold for s in stalls],
-            "max_event_time_lag": [s.max_event_lag for s in stalls],
-            "max_processing_time_lag": [s.max_processing_lag for s in stalls],
-        },
+        record_columns(
+            stalls,
+            {
+                "start": "start",
+                "end": "end",
+                "kind": "kind",
+                "culprit_stage": "culprit_stage",
+                "hold": "culprit_hold",
+                "max_event_time_lag": "max_event_lag",
+                "max_processing_time_lag": "max_processing_lag",
+            },
+        ),
         durations=["max_event_time_lag", "max_processing_time_lag"],
         times=["start", "end"],
     )
@@ -391,16 +397,19 @@ def propagation_section(report: Report, seed: int) -> None:
     """In-band (Flink) against out-of-band (Dataflow) propagation, table and figure."""
     rows = propagation(depths=(1, 5, 10, 20), parallelisms=(1, 10, 100, 1000), seed=seed).rows
     shown = with_units(
-        {
-            "scenario": [r.scenario for r in rows],
-            "design": [r.design for r in rows],
-            "depth": [r.depth for r in rows],
-            "parallelism": [r.parallelism for r in rows],
-            "latency": [r.latency for r in rows],
-            "messages_per_s": [r.messages_per_second for r in rows],
-            "rejected_reports": [r.rejected_reports for r in rows],
-            "safe": [r.safe for r in rows],
-        },
+        record_columns(
+            rows,
+            {
+                "scenario": "scenario",
+                "design": "design",
+                "depth": "depth",
+                "parallelism": "parallelism",
+                "latency": "latency",
+                "messages_per_s": "messages_per_second",
+                "rejected_reports": "rejected_reports",
+                "safe": "safe",
+            },
+        ),
         durations=["latency"],
     )
     report.table(

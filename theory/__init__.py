@@ -102,6 +102,7 @@ _EXPORTS: dict[str, str] = {
     "run_script": "theory.windowing.runner",
     # watermarks
     "make_source_watermark": "theory.watermarks.spec",
+    **dict.fromkeys(("perfect_curve", "perfect_oracle_curve"), "theory.watermarks.perfect"),
     "PercentileWatermark": "theory.watermarks.percentile",
     "SketchPercentileWatermark": "theory.watermarks.percentile_sketch",
     # pipeline
@@ -117,11 +118,14 @@ _EXPORTS: dict[str, str] = {
     "Trace": "theory.data.trace",
     "read_trace": "theory.data.io",
     "generate_trace": "theory.data.generators",
+    "scale_to_us": "theory.data.units",
     # profiles
     **dict.fromkeys(("StatusWatermarkValve", "StreamStatus"), "theory.flink.valve"),
     **dict.fromkeys(("MicroBatch", "run_microbatches"), "theory.spark.microbatch"),
     "spark_trace_profile": "theory.spark.trace",
     "compare_systems": "theory.experiments.systems",
+    "grouping_pipeline": "theory.experiments.tradeoff",
+    "Firing": "theory.experiments.first_panes",
     "TrackingEstimator": "theory.dataflow.pubsub",
     "CentralAggregator": "theory.dataflow.aggregator",
 }
@@ -146,6 +150,7 @@ __all__ = [
     "CentralAggregator",
     "DefaultTrigger",
     "ElementEvent",
+    "Firing",
     "FixedWindows",
     "Flatten",
     "GlobalWindows",
@@ -181,11 +186,15 @@ __all__ = [
     "compare_systems",
     "diagnose",
     "generate_trace",
+    "grouping_pipeline",
     "make_source_watermark",
     "parse_duration",
+    "perfect_curve",
+    "perfect_oracle_curve",
     "read_trace",
     "run_microbatches",
     "run_script",
+    "scale_to_us",
     "simulate",
     "spark_trace_profile",
     "stage_metrics",
@@ -224,9 +233,12 @@ if TYPE_CHECKING:  # static checkers see the eager imports; runtime stays lazy
     from theory.data.generators import generate_trace
     from theory.data.io import read_trace
     from theory.data.trace import Trace
+    from theory.data.units import scale_to_us
     from theory.dataflow.aggregator import CentralAggregator
     from theory.dataflow.pubsub import TrackingEstimator
+    from theory.experiments.first_panes import Firing
     from theory.experiments.systems import compare_systems
+    from theory.experiments.tradeoff import grouping_pipeline
     from theory.flink.valve import StatusWatermarkValve, StreamStatus
     from theory.pipeline import chapter3
     from theory.pipeline.diagnosis import diagnose
@@ -250,6 +262,7 @@ if TYPE_CHECKING:  # static checkers see the eager imports; runtime stays lazy
     )
     from theory.watermarks.percentile import PercentileWatermark
     from theory.watermarks.percentile_sketch import SketchPercentileWatermark
+    from theory.watermarks.perfect import perfect_curve, perfect_oracle_curve
     from theory.watermarks.spec import make_source_watermark
     from theory.windowing.engine import GroupByWindowEngine, Pane
     from theory.windowing.runner import run_script
