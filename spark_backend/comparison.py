@@ -9,9 +9,11 @@ the watermark, :func:`compare` returns:
   that the trace and the source watermark determine, equal to
   :func:`theory.experiments.tradeoff` on the same rows (``late_count``,
   ``late_fraction``, ``dropped``, ``windows``, ``completeness_mean``,
-  ``complete_fraction``, ``window_latency_p50/p90/p99``, µs); the source watermark's
-  lag ``now - W(now)`` at p50 and p99 on the grid (µs; where W is finite), and whether
-  the strategy is on the latency/completeness Pareto frontier;
+  ``complete_fraction``, ``window_latency_p50/p90/p99``, µs; then late panes, final
+  completeness and the pane timestamps' lag of :func:`theory.experiments.first_panes.
+  summary_row`); the source watermark's lag ``now - W(now)`` at p50 and p99 (µs, exact
+  and time-weighted where W is finite: :func:`source_lags`), and whether the strategy is
+  on the latency/completeness Pareto frontier;
 - two views (:class:`View`), the whole trace and a zoom on a short span: every curve
   at evenly spaced processing times, and a seeded sample of the elements with, per
   strategy, whether each is late (``event_time < W.before(arrival_time)``, exact);
@@ -44,8 +46,8 @@ from spark_backend.analytics.strategies import parse_strategies
 from theory.columns import check_duration
 from theory.experiments.first_panes import FIRE_ONCE, Firing
 from theory.experiments.tradeoff import pareto_frontier
-from theory.series import StepSeries
-from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, MINUTE
+from theory.series import StepSeries, lag_quantiles
+from theory.time import MIN_TIMESTAMP, MINUTE
 
 LOG = logging.getLogger("watermarks")
 
@@ -96,15 +98,6 @@ class Comparison:
     whole: View
     zoom: View
     holdback: pd.DataFrame | None
-
-
-def lag_percentiles(t: np.ndarray, w: np.ndarray) -> tuple[float, float]:
-    """The p50 and p99 of ``t - W(t)`` (µs) over the grid times where W is finite."""
-    ok = (w > MIN_TIMESTAMP) & (w < MAX_TIMESTAMP)
-    if not ok.any():
-        return float("nan"), float("nan")
-    p = np.percentile((t[ok] - w[ok]).astype(np.float64), [50, 99])
-    return float(p[0]), float(p[1])
 
 
 def _view(an: WatermarkAnalysis, lo: int, hi: int, points: int, fraction: float, seed: int) -> View:
@@ -180,6 +173,8 @@ def compare(
         expected = np.count_nonzero((arrivals >= z_lo) & (arrivals <= z_hi)) / max(frac, 1e-12)
         zoomed = _view(an, z_lo, z_hi, grid_points, sample_elements / max(expected, 1.0), seed)
         done("curves and element samples")
+        LOG.info("the source lag of %d strategies (exact)", len(specs))
+        lags = [source_lags(an.curve(s), lo, hi) for s in specs]
         hb = None
         if holder is not None:
             LOG.info("which partition holds the watermark back")
@@ -188,7 +183,7 @@ def compare(
     finally:
         an.unpersist()
         layout.unpersist()
-    table = comparison_table(summary, whole, specs)
+    table = comparison_table(summary, lags, specs)
     return Comparison(specs, layout.rows, table, whole, zoomed, hb)
 
 
@@ -201,12 +196,11 @@ def zoom_span(arrivals: np.ndarray, lo: int, hi: int, zoom: int) -> tuple[int, i
 
 
 def comparison_table(
-    summary: pd.DataFrame, whole: View, specs: Sequence[str]
+    summary: pd.DataFrame, lags: Sequence[tuple[float, float]], specs: Sequence[str]
 ) -> dict[str, list[object]]:
-    """The comparison's table: the window summary, the source lag's p50 and p99 on the
-    whole view's grid, and the Pareto frontier flags (both engines build it here)."""
-    t = whole.grid["processing_time"].to_numpy()
-    lags = [lag_percentiles(t, whole.grid[s].to_numpy()) for s in specs]
+    """The comparison's table: the window summary, each strategy's source lag p50 and
+    p99 (:func:`source_lags`) and the Pareto frontier flags (both engines build it
+    here)."""
     table: dict[str, list[object]] = {c: list(summary[c]) for c in summary.columns}
     table["source_lag_p50"] = [x[0] for x in lags]
     table["source_lag_p99"] = [x[1] for x in lags]
@@ -219,6 +213,14 @@ def comparison_table(
     return table
 
 
+def source_lags(curve: StepSeries, lo: int, hi: int) -> tuple[float, float]:
+    """The source watermark's lag ``t - W(t)`` behind processing time, p50 and p99 (µs),
+    exact and time-weighted over ``[lo, hi)`` (the first to the last arrival) where W is
+    finite (:func:`theory.series.lag_quantiles`). Both engines report it."""
+    p50, p99 = lag_quantiles(curve, lo, hi, (0.5, 0.99))
+    return p50, p99
+
+
 __all__ = [
     "DEFAULT_STRATEGIES",
     "Comparison",
@@ -226,6 +228,6 @@ __all__ = [
     "check_request",
     "compare",
     "comparison_table",
-    "lag_percentiles",
+    "source_lags",
     "zoom_span",
 ]

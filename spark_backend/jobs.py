@@ -22,6 +22,7 @@ from spark_backend import plots
 from spark_backend.comparison import DEFAULT_STRATEGIES, Comparison, check_request, compare
 from spark_backend.engine import BYTES_PER_ROW, choose_engine, estimated_bytes
 from spark_backend.local import chapter3_trace, compare_local
+from spark_backend.plausible import span_warnings
 from spark_backend.progress import Progress
 from spark_backend.report import Report, percent, record_columns, seconds
 from spark_backend.session import get_session
@@ -108,9 +109,6 @@ def strategies_section(
     partition that holds the watermark back. The late panes and final completeness are
     shown with late firings, the pane timestamps' lag under a combiner other than eow."""
     table = dict(c.table)
-    # the source lag is sampled on the views' grid: its name says so
-    for q in ("p50", "p99"):
-        table[f"sampled_source_lag_{q}"] = table.pop(f"source_lag_{q}")
     if not firing.late_firings:
         del table["late_panes"], table["final_completeness_mean"]
     if firing.timestamp_combiner == "eow":
@@ -123,8 +121,8 @@ def strategies_section(
         shown,
         "Late data; completeness of each window's first pane; window latency (processing "
         "time from the end of the window to its first pane; exact); the source "
-        "watermark's lag behind processing time, sampled at "
-        f"{len(c.whole.grid):,} evenly spaced processing times. " + _firing_note(firing),
+        "watermark's lag behind processing time (exact, weighted by time from the first "
+        "to the last arrival, where the watermark is finite). " + _firing_note(firing),
         _formats(shown),
     )
     report.figure(
@@ -572,8 +570,13 @@ def run_analyze(
             LOG.warning("skipped %d bad rows of %d", bad.total, bad.rows_read)
         bar.step(f"read {rows:,} rows")
         report = Report(f"Watermarks: {os.fspath(trace)}")
-        early = df.where(F.col("arrival_time") < F.col("event_time")).count()
-        _warn_early(report, early, rows)
+        e, a = F.col("event_time"), F.col("arrival_time")
+        got = df.agg(
+            F.count(F.when(a < e, F.lit(1))), F.min(e), F.max(e), F.min(a), F.max(a)
+        ).first()
+        assert got is not None
+        early, e_lo, e_hi, a_lo, a_hi = (int(x or 0) for x in got)
+        _warn(report, rows, early, job, (e_hi - e_lo, a_hi - a_lo))
         describe_trace(report, df, rows, f"rows read from {os.fspath(trace)}")
         bar.step("trace described")
         LOG.info("comparing %d watermark strategies on Spark", len(strategies))
@@ -608,10 +611,15 @@ class _Reading:
     null_values: tuple[str, ...]
 
 
-def _warn_early(report: Report, early: int, rows: int) -> None:
-    """Log and report the rows arriving before their event time, if any."""
-    warning = arrival_before_event_warning(early, rows)
-    if warning:
+def _warn(
+    report: Report, rows: int, early: int, job: _Analysis, spans: tuple[int, int]
+) -> None:
+    """Log and report the rows arriving before their event time, if any, and a window
+    or bound longer than the trace's (event-time, processing-time) ``spans`` (µs)."""
+    early_warning = arrival_before_event_warning(early, rows)
+    parsed = check_request(job.strategies, job.window_size)
+    warnings = [early_warning] if early_warning else []
+    for warning in warnings + span_warnings(job.window_size, parsed, *spans):
         LOG.warning("%s", warning)
         report.text("Warning", warning)
 
@@ -627,7 +635,9 @@ def _analyze_local(trace: str | os.PathLike[str], job: _Analysis, reading: _Read
         LOG.warning("skipped %d bad rows of %d", bad.total, bad.rows_read)
     bar.step(f"read {len(t):,} rows")
     report = Report(f"Watermarks: {os.fspath(trace)}")
-    _warn_early(report, int(np.count_nonzero(t.arrival_time < t.event_time)), len(t))
+    e, a = t.event_time, t.arrival_time
+    spans = (int(e.max() - e.min()), int(a.max() - a.min())) if len(t) else (0, 0)
+    _warn(report, len(t), int(np.count_nonzero(a < e)), job, spans)
     describe_trace_local(report, t, f"rows read from {os.fspath(trace)}")
     LOG.info("comparing %d watermark strategies (local engine)", len(job.strategies))
     comparison = compare_local(

@@ -24,6 +24,7 @@ from spark_backend.comparison import (
     View,
     check_request,
     comparison_table,
+    source_lags,
     zoom_span,
 )
 from theory.columns import check_duration
@@ -170,4 +171,6 @@ def compare_local(
     if trace.partition is not None:
         hb = holdback_of_trace(a, e, trace.partition)
         done("partition skew")
-    return Comparison(names, len(trace), comparison_table(summary, whole, names), whole, zoomed, hb)
+    lags = [source_lags(curves[name], lo, hi) for name in names]
+    table = comparison_table(summary, lags, names)
+    return Comparison(names, len(trace), table, whole, zoomed, hb)

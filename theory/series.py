@@ -8,14 +8,14 @@ first change the value is ``initial`` (``MIN_TIMESTAMP`` for a watermark). The v
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
 from theory.arrays import sorted_union
-from theory.time import MIN_TIMESTAMP
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 
 @dataclass(frozen=True)
@@ -130,3 +130,46 @@ def pointwise_min(series: list[StepSeries]) -> StepSeries:
         v = np.minimum(v, s.at(t))
     initial = min(s.initial for s in series)
     return StepSeries(t, v, initial).compressed()
+
+
+def lag_quantiles(
+    series: StepSeries, lo: int, hi: int, quantiles: Sequence[float]
+) -> tuple[float, ...]:
+    """Exact time-weighted quantiles (fractions in ``[0, 1)``) of the lag ``t - W(t)``
+    (µs) over processing times ``t`` in ``[lo, hi)`` where ``W(t)`` is finite (strictly
+    between MIN_TIMESTAMP and MAX_TIMESTAMP): the ``x`` such that the lag is below ``x``
+    for that fraction of the finite time. NaN where no time is finite.
+
+    Between two steps the lag grows with slope 1 from ``t_i - w_i``, so the time with lag
+    ``< x`` is ``F(x) = sum_i clip(x - s_i, 0, d_i)`` over the intervals (start lag
+    ``s_i``, length ``d_i``), piecewise linear with integer breakpoints; ``F`` is summed
+    in int64 one breakpoint gap at a time (each increment at most the span, no overflow)
+    and inverted exactly between breakpoints. Steps that repeat a value are dropped
+    first, so every representation of one curve gives the same floats."""
+    if hi <= lo:
+        return tuple(float("nan") for _ in quantiles)
+    series = series.compressed()  # one representation: the same breakpoints, the same floats
+    t = series.times
+    inside = (t > lo) & (t < hi)
+    starts = np.concatenate(([lo], t[inside])).astype(np.int64)
+    values = series.at(starts)
+    lengths = np.diff(np.concatenate((starts, [hi])))
+    finite = (values > MIN_TIMESTAMP) & (values < MAX_TIMESTAMP) & (lengths > 0)
+    s = (starts - values)[finite]
+    d = lengths[finite]
+    if not s.size:
+        return tuple(float("nan") for _ in quantiles)
+    s_sorted, e_sorted = np.sort(s), np.sort(s + d)
+    b = np.unique(np.concatenate((s_sorted, e_sorted)))
+    slope = np.searchsorted(s_sorted, b, side="right") - np.searchsorted(
+        e_sorted, b, side="right"
+    )
+    f = np.concatenate(([0], np.cumsum(slope[:-1] * np.diff(b))))
+    total = int(d.sum())
+    out = []
+    for q in quantiles:
+        target = float(q) * total
+        k = int(np.searchsorted(f, target, side="right")) - 1  # f[k] <= target < f[k+1]
+        k = min(max(k, 0), b.size - 2)
+        out.append(float(b[k]) + (target - float(f[k])) / float(slope[k]))
+    return tuple(out)
