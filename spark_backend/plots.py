@@ -323,32 +323,59 @@ def _save(fig: plt.Figure, path: Path) -> Path:
     return path
 
 
+#: The propagation scenarios drawn, one latency panel each (``stale_holder`` has no
+#: in-band counterpart; its out-of-band latency is in the table).
+PROPAGATION_SCENARIOS = ("steady", "idle_partition", "worker_failure")
+
+
 def propagation(path: Path, rows: Sequence[Outcome], parallelism: int, depth: int) -> Path:
-    """Two panels: steady-state propagation latency against depth (at ``parallelism``)
-    and watermark messages per second against parallelism (at ``depth``), per design."""
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
+    """One latency panel per scenario of :data:`PROPAGATION_SCENARIOS` (steady, an idle
+    partition, a worker failure): propagation latency against depth (a tick per depth
+    run) at ``parallelism``, per design, on one shared log scale; a latency that never
+    ends (``inf``) is marked at the top. Last panel: watermark messages per second
+    against parallelism at ``depth`` (the same in every scenario), log-log."""
+    fig, axes = plt.subplots(
+        1, len(PROPAGATION_SCENARIOS) + 1, figsize=(16, 4.4), dpi=110,
+        gridspec_kw={"width_ratios": [1] * len(PROPAGATION_SCENARIOS) + [1.3]},
+    )
+    lat_axes, traffic = axes[:-1], axes[-1]
+    depths = sorted({r.depth for r in rows})
     for i, design in enumerate(("in-band", "out-of-band")):
-        mine = [r for r in rows if r.design == design and r.scenario == "steady"]
-        by_depth = sorted((r.depth, r.latency) for r in mine if r.parallelism == parallelism)
-        by_p = sorted((r.parallelism, r.messages_per_second) for r in mine if r.depth == depth)
         color = _COLORS[i]
-        ax1.plot(
-            [d for d, _ in by_depth],
-            [v / 1e3 for _, v in by_depth],
-            "o-",
-            color=color,
-            label=design,
-        )
-        ax2.plot([p for p, _ in by_p], [v for _, v in by_p], "o-", color=color, label=design)
-    ax1.set_xlabel("pipeline depth (stages)")
-    ax1.set_ylabel("propagation latency, median (ms)")
-    ax1.set_title(f"Latency at parallelism {parallelism}")
-    ax2.set_xscale("log")
-    ax2.set_yscale("log")
-    ax2.set_xlabel("parallelism (tasks per stage)")
-    ax2.set_ylabel("watermark messages per second")
-    ax2.set_title(f"Traffic at depth {depth}")
-    for ax in (ax1, ax2):
-        ax.grid(alpha=0.3)
+        for ax, scenario in zip(lat_axes, PROPAGATION_SCENARIOS, strict=True):
+            mine = sorted(
+                (r.depth, r.latency)
+                for r in rows
+                if r.design == design and r.scenario == scenario and r.parallelism == parallelism
+            )
+            finite = [(d, v / 1e3) for d, v in mine if np.isfinite(v)]
+            ax.plot([d for d, _ in finite], [v for _, v in finite], "o-", color=color,
+                    label=design)
+            for d, v in mine:
+                if np.isinf(v):
+                    ax.annotate("never", (d, 1.0), xycoords=("data", "axes fraction"),
+                                ha="center", va="top", color=color, fontsize=8)
+        steady = [r for r in rows if r.design == design and r.scenario == "steady"]
+        by_p = sorted((r.parallelism, r.messages_per_second) for r in steady if r.depth == depth)
+        traffic.plot([p for p, _ in by_p], [v for _, v in by_p], "o-", color=color,
+                     label=design)
+    lows = [r.latency / 1e3 for r in rows if np.isfinite(r.latency) and r.latency > 0]
+    highs = max(lows, default=1.0)
+    for ax, scenario in zip(lat_axes, PROPAGATION_SCENARIOS, strict=True):
+        ax.set_yscale("log")
+        ax.set_ylim(min(lows, default=1.0) / 2, highs * 2)
+        ax.set_xticks(depths)
+        ax.set_xlabel("pipeline depth (stages)")
+        ax.set_title(scenario.replace("_", " "))
+        ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
+    lat_axes[0].set_ylabel(f"propagation latency, median (ms), parallelism {parallelism}")
+    traffic.set_xscale("log")
+    traffic.set_yscale("log")
+    traffic.set_xlabel("parallelism (tasks per stage)")
+    traffic.set_ylabel("watermark messages per second")
+    traffic.set_title(f"Traffic at depth {depth} (steady)")
+    traffic.grid(alpha=0.3, which="both")
+    traffic.legend(fontsize=8)
+    fig.tight_layout()
     return _save(fig, path)
