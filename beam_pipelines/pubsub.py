@@ -99,7 +99,7 @@ from apache_beam.transforms.core import WatermarkEstimatorProvider
 from apache_beam.utils.timestamp import Timestamp
 from google.api_core import exceptions as gexc
 
-from theory.columns import check_duration, check_timestamp
+from theory.columns import as_int, check_duration, check_timestamp
 from theory.dataflow.pubsub import Estimate, TrackingEstimator
 from theory.time import (
     MAX_TIMESTAMP,
@@ -163,10 +163,11 @@ def system_clock() -> int:
 class OffsetClock:
     """Wall-clock time plus a settable offset (µs): a test clock that keeps in step with
     the publish times Pub/Sub stamps and can skip ahead (:meth:`advance`) without sleeping.
-    Picklable, so a Beam DoFn can carry it (the offset is copied at pickling)."""
+    A negative offset is a reader's clock behind Pub/Sub's (clock skew). Picklable, so a
+    Beam DoFn can carry it (the offset is copied at pickling)."""
 
     def __init__(self, offset: int = 0) -> None:
-        self.offset = check_duration(offset, "offset")
+        self.offset = as_int(offset, "offset")
 
     def __call__(self) -> int:
         return system_clock() + self.offset

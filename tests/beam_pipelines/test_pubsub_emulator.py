@@ -114,9 +114,11 @@ class Harness:
         seed: int = 0,
         lease_grace: int = 0,
         base_batch: int = 100,
+        skew: int = 0,
     ) -> None:
         self.env = env
         self.clock = clock
+        self.skew = skew  # the estimator's max_clock_skew (0: the host's one clock)
         self.rng = random.Random(seed)
         self.ledger = AckLedger()
         self.snapshots: list[str] = []
@@ -153,7 +155,9 @@ class Harness:
             "lease_grace": lease_grace,
         }
         if snapshot is None:
-            est = TrackingEstimator(band=BAND, idle_lag=IDLE_LAG, bucket_width=WIDTH)
+            est = TrackingEstimator(
+                band=BAND, idle_lag=IDLE_LAG, bucket_width=WIDTH, max_clock_skew=self.skew
+            )
             return TrackingReader(self.env.subscriber, self.env.tracking, estimator=est, **kw)
         return TrackingReader.from_snapshot(snapshot, self.env.subscriber, self.env.tracking, **kw)
 
@@ -359,6 +363,55 @@ def test_two_minutes_of_silence_advance_to_near_real_time(pubsub_env: Any) -> No
     after = clock()
     assert before - IDLE_LAG <= h.wm <= after - IDLE_LAG
     assert h.wm > ets[-1] + 2 * MINUTE - SECOND
+
+
+def _check_skewed_run(h: Harness, trace: Sequence[Rec], offset: int) -> None:
+    """No record late; every estimate at most ``now - skew - idle_lag`` (so at most
+    Pub/Sub's clock, ``now - offset``, minus idle_lag); the watermark follows the stream
+    within the band, the bound and the disorder; after two quiet minutes it reaches near
+    real time (the skipped minutes pass on both clocks)."""
+    h.run()
+    h.check_clean()
+    assert set(h.processed) == {r.rid for r in trace}
+    assert all(wm <= now - h.skew - IDLE_LAG for now, wm, *_ in h.rows)
+    reach = BAND + h.max_delay + WIDTH + h.skew + max(offset, 0)
+    assert h.wm >= h.et(trace[-1]) - reach  # it advanced with the stream
+    h.clock.advance(2 * MINUTE + h.skew + 100 * MS)
+    before = h.clock()
+    assert h.step() == REASON_IDLE
+    after = h.clock()
+    assert before - h.skew - IDLE_LAG <= h.wm <= after - h.skew - IDLE_LAG
+    assert h.wm <= after - offset - IDLE_LAG  # behind Pub/Sub's clock minus idle_lag
+
+
+def test_reader_clock_ahead_of_pubsub_within_the_skew_makes_nothing_late(
+    pubsub_env: Any,
+) -> None:
+    """Issue 14's fault: the reader's clock 1 s ahead of Pub/Sub's, past the 600 ms idle
+    lag, made records late (the cap at ``now - idle_lag`` ran ahead of publishing). With
+    ``max_clock_skew`` 1.2 s the cap and the idle jump stay behind Pub/Sub's clock."""
+    offset = SECOND
+    clock = OffsetClock(offset)
+    trace = make_trace(seed=5, n=60, pace=5 * MS, start=system_clock())
+    h = Harness(pubsub_env, clock, trace, seed=5, skew=6 * SECOND // 5)
+    _check_skewed_run(h, trace, offset)
+
+
+def test_reader_clock_behind_pubsub_advances_within_the_skew_and_fails_beyond(
+    pubsub_env: Any,
+) -> None:
+    """The reader's clock 30 s behind Pub/Sub's: within a 31 s bound every estimate is
+    accepted, nothing is late and the watermark advances, also to near real time once
+    quiet (it is not stuck); a reader bounded at 10 s refuses with a clear error."""
+    offset = -30 * SECOND
+    trace = make_trace(seed=9, n=60, pace=5 * MS, start=system_clock())
+    h = Harness(pubsub_env, OffsetClock(offset), trace, seed=9, skew=31 * SECOND)
+    _check_skewed_run(h, trace, offset)
+    tight = Harness(pubsub_env, OffsetClock(offset), make_trace(9, 5, MS, system_clock(), "x"),
+                    skew=10 * SECOND)
+    with pytest.raises(ValueError, match=r"behind Pub/Sub's by more than max_clock_skew"):
+        for _ in range(200):  # until the reader has tracked a message
+            tight.step()
 
 
 def test_attribute_errors_are_counted_never_zero_or_crash(pubsub_env: Any) -> None:

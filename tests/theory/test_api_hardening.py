@@ -46,15 +46,21 @@ def test_percentile_current_refuses_a_bad_input_watermark_and_changes_nothing(ba
         assert _state(w) == _state(twin)
 
 
-def test_tracking_estimator_refuses_now_going_backwards():
+def test_tracking_estimator_refuses_now_going_backwards_beyond_the_skew():
+    """A clock stepping back within max_clock_skew (1 s by default) is taken as the latest
+    now; beyond it, a ValueError naming the bound and no change."""
     est = TrackingEstimator()
     est.on_tracked(10 * SECOND, 9 * SECOND)
     first = est.estimate(20 * SECOND, None, False)
+    assert est.estimate(19 * SECOND, None, False) == first  # 1 s back: as at 20 s
     state = est.state()
-    with pytest.raises(ValueError, match="before the previous estimate's now"):
-        est.estimate(19 * SECOND, None, False)
+    with pytest.raises(ValueError, match=r"went back by more than max_clock_skew \(1000000 µs\)"):
+        est.estimate(19 * SECOND - 1, None, False)
     assert est.state() == state
-    assert est.estimate(20 * SECOND, None, False).watermark == first.watermark
+    strict = TrackingEstimator(max_clock_skew=0)
+    strict.estimate(20 * SECOND, None, False)
+    with pytest.raises(ValueError, match="before the previous estimate's now"):
+        strict.estimate(20 * SECOND - 1, None, False)
 
 
 @pytest.mark.parametrize("strategy", ["fixed", FixedWindows(10), None])

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from theory.dataflow.pubsub import (
+    DEFAULT_MAX_CLOCK_SKEW,
     REASON_BAND_MIN,
     REASON_BEAM_HELD,
     REASON_BEAM_IDLE,
@@ -40,6 +41,8 @@ I64 = np.int64
 
 
 def book_estimator(**kw: Any) -> TrackingEstimator:
+    """The book's rule: one clock for the reader and Pub/Sub (no skew)."""
+    kw.setdefault("max_clock_skew", 0)
     return TrackingEstimator(band=10 * S, bucket_width=S, **kw)
 
 
@@ -597,7 +600,9 @@ def test_sparse_idle_reaches_near_real_time() -> None:
     r = simulate_pubsub(pt, et, cfg)
     idle = [j for j, reason in enumerate(r.reasons) if reason == REASON_IDLE]
     assert idle
-    assert all(r.watermarks["tracking"][j] == r.ticks[j] - cfg.idle_lag for j in idle)
+    # the idle jump lands at now - skew - idle_lag (one clock here, but the default bound)
+    skew = DEFAULT_MAX_CLOCK_SKEW
+    assert all(r.watermarks["tracking"][j] == r.ticks[j] - skew - cfg.idle_lag for j in idle)
     assert r.late("tracking").size == 0
 
 
@@ -691,3 +696,69 @@ def test_error_convention_for_flags_columns_and_snapshots() -> None:
         simulate_pubsub(pt, et[:-1], scenario("dense", duration=10 * S)[2])
     with pytest.raises(ValueError, match="rate"):
         make_stream("dense", rate=-1.0)
+
+
+# ----------------------------------------------------------------- clock skew (issue 14)
+
+
+def test_a_reader_clock_ahead_never_idles_past_now_minus_skew_minus_idle_lag() -> None:
+    """Reader 1 s ahead of Pub/Sub, bound 1.5 s: the idle jump and the cap stay below
+    ``now - skew - idle_lag``, so a record published at Pub/Sub time ``now - 1 s`` with
+    the largest allowed delay (idle_lag) is not late; with no skew bound it would be."""
+    ahead = SECOND
+    for skew, late in ((3 * SECOND // 2, False), (0, True)):
+        est = book_estimator(max_clock_skew=skew, idle_lag=10 * S, idle_advance_after=60 * S)
+        track(est, [(100, 99)])
+        now = 200 * S  # the reader's clock; Pub/Sub's reads 199 s
+        e = est.estimate(now, None, False)
+        assert e.reason == REASON_IDLE
+        assert e.watermark == now - skew - 10 * S
+        next_event = now - ahead - 10 * S  # published at 199 s, idle_lag old
+        assert (next_event < e.watermark) == late
+
+
+def test_a_reader_clock_behind_is_accepted_within_the_skew_and_still_advances() -> None:
+    """Reader 30 s behind Pub/Sub: with a 31 s bound every estimate is accepted and the
+    watermark reaches near real time once quiet; with a 10 s bound the first estimate
+    after data is a ValueError naming the bound, and nothing changes."""
+    behind = 30 * S
+    est = book_estimator(max_clock_skew=31 * S, idle_lag=10 * S, idle_advance_after=60 * S)
+    marks = []
+    for pt in range(100, 160, 5):  # Pub/Sub time pt; the reader reads pt - 30 s
+        track(est, [(pt, pt - 1)])
+        marks.append(est.estimate(pt * S - behind, None, False).watermark)
+    assert marks == sorted(marks) and marks[-1] > marks[0]  # it advances
+    quiet = est.estimate(155 * S + 60 * S + 31 * S, None, False)  # quiet 60 s, surely
+    assert quiet.reason == REASON_IDLE
+    assert quiet.watermark == 155 * S + 60 * S - 10 * S
+    tight = book_estimator(max_clock_skew=10 * S)
+    track(tight, [(100, 99)])
+    state = tight.state()
+    with pytest.raises(ValueError, match=r"behind Pub/Sub's by more than max_clock_skew"):
+        tight.estimate(100 * S - behind, None, False)
+    assert tight.state() == state
+
+
+def test_the_vectorised_rule_takes_the_skew_too() -> None:
+    """tracking_estimate_series equals the incremental estimator under a skew bound, and
+    refuses a clock behind the newest publish time beyond it with the same message."""
+    pt = np.array([100, 130, 131], dtype=np.int64) * S
+    et = pt - S
+    at = pt - 20 * S  # tracked by a reader 20 s behind
+    now = np.array([81, 111, 112, 200, 400], dtype=np.int64) * S
+    kw = {"band": 10 * S, "bucket_width": S, "idle_lag": 10 * S, "max_clock_skew": 25 * S}
+    series = tracking_estimate_series(pt, et, at, now, np.zeros(5, np.int64), np.zeros(5, bool),
+                                      np.zeros(5, bool), **kw)
+    est = TrackingEstimator(**kw)
+    done = 0
+    wms = []
+    for t in now.tolist():
+        while done < 3 and at[done] <= t:
+            est.on_tracked(int(pt[done]), int(et[done]))
+            done += 1
+        wms.append(est.estimate(t, None, False).watermark)
+    assert series.watermark.tolist() == wms
+    assert series.reasons()[-1] == REASON_IDLE
+    with pytest.raises(ValueError, match=r"now\[0\]: .* more than max_clock_skew"):
+        tracking_estimate_series(pt, et, at, now, np.zeros(5, np.int64), np.zeros(5, bool),
+                                 np.zeros(5, bool), **{**kw, "max_clock_skew": 5 * S})

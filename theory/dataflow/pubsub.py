@@ -29,11 +29,21 @@ tracked so far; all comparisons exact, in µs), applied in this order:
    band``; never when ``pt_base`` is None) or has **no backlog**; otherwise hold
    (``"held: tracking not far enough ahead"``).
 4. **Idle**: when neither subscription has a backlog (``pt_base`` None and no tracking
-   backlog) and nothing was published for ``idle_advance_after`` (``now - newest >=
-   idle_advance_after``; before any data, since the first ``estimate`` call), the value
-   is ``now - idle_lag`` (``"idle: advanced to near real time"``); checked before 3.
+   backlog) and nothing was published for ``idle_advance_after`` (``now - skew - newest
+   >= idle_advance_after``; before any data, since the first ``estimate`` call), the
+   value is ``now - skew - idle_lag`` (``"idle: advanced to near real time"``); checked
+   before 3.
 5. **Cap** (``cap_at_idle_lag``, on by default; off is the book's bare rule): a band
-   minimum above ``now - idle_lag`` is lowered to it (``"capped: ..."``).
+   minimum above ``now - skew - idle_lag`` is lowered to it (``"capped: ..."``).
+
+**Clock skew.** ``now`` is the reader's clock, the publish times are Pub/Sub's; they may
+differ by up to ``max_clock_skew`` (``skew`` above) either way. Rules 4 and 5 take the
+earliest Pub/Sub time ``now`` may stand for, ``now - skew``, so a reader clock ahead of
+Pub/Sub's never advances the watermark past data still to be published; a reader clock
+behind only delays them, and never stops them. ``now`` may step back by up to ``skew``
+(the reader's clock is corrected; the estimator keeps the latest ``now``) and may lie up
+to ``skew`` before the newest publish time; beyond either bound ``estimate`` raises a
+ValueError naming ``max_clock_skew``, since no rule is safe on such a clock.
 6. **Latch**: a value below the watermark is kept out and counted
    (``"latched: ..."``).
 
@@ -119,7 +129,14 @@ _I64_MIN: Final[int] = int(np.iinfo(np.int64).min)
 _MIN: Final[int] = MIN_TIMESTAMP
 _MAX: Final[int] = MAX_TIMESTAMP
 _push = heapq.heappush
-_STATE_VERSION: Final[int] = 1
+_STATE_VERSION: Final[int] = 2
+
+#: The default ``max_clock_skew`` (µs): 1 s. NTP keeps a synchronised host within tens of
+#: milliseconds of UTC, and Pub/Sub stamps publish times from Google's servers; 1 s also
+#: covers a host whose synchronisation lapsed for a while (the fault measured on the
+#: emulator: a reader 1 s ahead made records late without it). It costs 1 s of watermark
+#: lag on the idle jump and the cap. Set the bound you can vouch for.
+DEFAULT_MAX_CLOCK_SKEW: Final[int] = SECOND
 
 
 @dataclass(frozen=True)
@@ -143,7 +160,9 @@ class TrackingEstimator:
     Parameters (µs): ``band`` (>= 0) the assumed out-of-order bound;
     ``idle_advance_after`` (>= 0) the quiet time before the idle jump; ``idle_lag`` (>= 0)
     how far below ``now`` the idle jump lands (the assumed bound on ``publish_time -
-    event_time`` after a quiet period); ``bucket_width`` (> 0) the histogram's bucket.
+    event_time`` after a quiet period); ``bucket_width`` (> 0) the histogram's bucket;
+    ``max_clock_skew`` (>= 0, default :data:`DEFAULT_MAX_CLOCK_SKEW`) the bound on the
+    difference between the reader's clock and Pub/Sub's (module docstring).
 
     Bucket ``k`` holds the tracked messages with ``k * bucket_width <= publish_time <
     (k + 1) * bucket_width``: their minimum event time and count. The band query takes
@@ -183,9 +202,15 @@ class TrackingEstimator:
         bucket_width: int = SECOND // 10,
         *,
         cap_at_idle_lag: bool = True,
+        max_clock_skew: int | None = None,
     ) -> None:
         self.cap_at_idle_lag = check_bool(cap_at_idle_lag, "cap_at_idle_lag")
         longest = MAX_TIMESTAMP
+        self.max_clock_skew = check_duration(
+            DEFAULT_MAX_CLOCK_SKEW if max_clock_skew is None else max_clock_skew,
+            "max_clock_skew",
+            maximum=longest,
+        )
         self.band = check_duration(band, "band", maximum=longest)
         self.idle_advance_after = check_duration(
             idle_advance_after, "idle_advance_after", maximum=longest
@@ -318,19 +343,17 @@ class TrackingEstimator:
                 base_oldest_unacked_publish_time, "base_oldest_unacked_publish_time"
             )
         backlog = check_bool(tracking_has_backlog, "tracking_has_backlog")
-        if self._last_now is not None and t < self._last_now:
-            raise ValueError(
-                f"now={t} µs is before the previous estimate's now={self._last_now} µs: "
-                "the reader's clock must not go backwards"
-            )
+        t = self._check_clock(t)
         self._last_now = t
         if self._first_now is None:
             self._first_now = t
         # rule 4's precondition: neither subscription has anything outstanding
         quiet = base is None and not backlog
         newest = self._newest
+        # the earliest Pub/Sub time ``now`` may stand for (rules 4 and 5)
+        earliest = max(t - self.max_clock_skew, MIN_TIMESTAMP)
         if newest is None:  # rule 1, or rule 4 counted from the first query
-            if quiet and t - self._first_now >= self.idle_advance_after:
+            if quiet and earliest - self._first_now >= self.idle_advance_after:
                 return self._latch(self._near_now(t), REASON_IDLE)
             return Estimate(self._watermark, REASON_NO_DATA)
         lower = max(newest - self.band, MIN_TIMESTAMP)  # rule 2: the band is [L, +inf)
@@ -340,15 +363,31 @@ class TrackingEstimator:
         if self._frontier is not None and kl < self._frontier:
             return Estimate(self._watermark, REASON_HELD_PRUNED)
         self._prune(kl)
-        if quiet and t - newest >= self.idle_advance_after:  # rule 4
+        if quiet and earliest - newest >= self.idle_advance_after:  # rule 4
             return self._latch(self._near_now(t), REASON_IDLE)
         if (base is not None and newest - base >= self.band) or not backlog:  # rule 3
             return self._band_estimate(t)
         return Estimate(self._watermark, REASON_HELD_NOT_AHEAD)
 
+    def _check_clock(self, t: int) -> int:
+        """``now`` (µs) as the rules use it: the latest ``now`` so far. ValueError when the
+        reader's clock stepped back, or lies behind the newest publish time, by more than
+        ``max_clock_skew``; nothing is changed then."""
+        skew = self.max_clock_skew
+        last, newest = self._last_now, self._newest
+        if last is not None and t < last - skew:
+            raise ValueError(
+                f"now={t} µs is {last - t} µs before the previous estimate's now={last} µs: "
+                f"the reader's clock went back by more than max_clock_skew ({skew} µs)"
+            )
+        if newest is not None and t < newest - skew:
+            raise ValueError(_behind_newest(t, newest, skew))
+        return t if last is None else max(t, last)
+
     def _near_now(self, t: int) -> int:
-        """``now - idle_lag``: the idle jump's value and the cap (rules 4 and 5)."""
-        return max(t - self.idle_lag, MIN_TIMESTAMP)
+        """``now - skew - idle_lag``: the idle jump's value and the cap (rules 4 and 5),
+        at the earliest Pub/Sub time ``now`` may stand for."""
+        return max(t - self.max_clock_skew - self.idle_lag, MIN_TIMESTAMP)
 
     def _band_estimate(self, t: int) -> Estimate:
         """Rules 3, 5 and 6: the band minimum, capped at ``now - idle_lag``, latched. The
@@ -398,6 +437,8 @@ class TrackingEstimator:
             "idle_lag": self.idle_lag,
             "bucket_width": self.bucket_width,
             "cap_at_idle_lag": self.cap_at_idle_lag,
+            "max_clock_skew": self.max_clock_skew,
+            "last_now": self._last_now,
             "watermark": self._watermark,
             "regressions": self.regressions,
             "dropped": self.dropped,
@@ -423,6 +464,7 @@ class TrackingEstimator:
                 state["idle_lag"],
                 state["bucket_width"],
                 cap_at_idle_lag=state["cap_at_idle_lag"],
+                max_clock_skew=state["max_clock_skew"],
             )
             est._restore_scalars(state)
             est._restore_buckets(state["buckets"])
@@ -439,7 +481,11 @@ class TrackingEstimator:
         self._watermark = check_timestamp(state["watermark"], "state['watermark']")
         for key in ("regressions", "dropped", "tracked"):
             setattr(self, key, check_count(state[key], f"state[{key!r}]"))
-        for key, attr in (("newest_publish_time", "_newest"), ("first_now", "_first_now")):
+        for key, attr in (
+            ("newest_publish_time", "_newest"),
+            ("first_now", "_first_now"),
+            ("last_now", "_last_now"),
+        ):
             v = state[key]
             setattr(self, attr, None if v is None else check_timestamp(v, f"state[{key!r}]"))
         frontier = state["frontier"]
@@ -461,6 +507,14 @@ class TrackingEstimator:
         self._keys = sorted(self._buckets)
         self._mins = [(b[0], k) for k, b in self._buckets.items()]
         heapq.heapify(self._mins)
+
+
+def _behind_newest(now: int, newest: int, skew: int) -> str:
+    """The error for a reader's clock behind Pub/Sub's by more than ``skew`` (µs)."""
+    return (
+        f"now={now} µs is {newest - now} µs before the newest publish time ({newest} µs): "
+        f"the reader's clock is behind Pub/Sub's by more than max_clock_skew ({skew} µs)"
+    )
 
 
 def _per_bucket(k: np.ndarray, et: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -550,6 +604,7 @@ def tracking_estimate_series(
     idle_lag: int = 10 * SECOND,
     bucket_width: int = SECOND // 10,
     cap_at_idle_lag: bool = True,
+    max_clock_skew: int | None = None,
 ) -> EstimateSeries:
     """A fresh :class:`TrackingEstimator`'s answers over a recorded stream, vectorised.
 
@@ -557,12 +612,18 @@ def tracking_estimate_series(
     query ``j`` calls ``estimate(now[j], pt_base, tracking_has_backlog[j])`` with
     ``pt_base = base_oldest_unacked_publish_time[j]`` where ``base_has_backlog[j]``, else
     None. Messages tracked at or before ``now[j]`` come before query ``j`` (in their given
-    order among equal times). ``now`` must not decrease. Identical to the incremental
-    estimator; O((n + q) log(n + q)) numpy work.
+    order among equal times). ``now`` must not decrease (a recorded clock; the incremental
+    estimator also takes a step back within ``max_clock_skew``). Identical to the
+    incremental estimator; O((n + q) log(n + q)) numpy work.
     """
     # the parameters are checked by the estimator itself, so both paths accept the same
     rule = TrackingEstimator(
-        band, idle_advance_after, idle_lag, bucket_width, cap_at_idle_lag=cap_at_idle_lag
+        band,
+        idle_advance_after,
+        idle_lag,
+        bucket_width,
+        cap_at_idle_lag=cap_at_idle_lag,
+        max_clock_skew=max_clock_skew,
     )
     pt = time_column(tracked_publish_time, "tracked_publish_time")
     et = time_column(tracked_event_time, "tracked_event_time")
@@ -612,10 +673,16 @@ def _rule_series(band: _Band, q: _Queries, rule: TrackingEstimator) -> EstimateS
     """Rules 1 and 3 to 6 at every query, from the band (the module docstring's order)."""
     m = q.now.size
     has, newest, pruned = band.has, band.newest, band.pruned
+    skew = rule.max_clock_skew
+    behind = has & (q.now < minus_clamped(newest, skew))
+    if behind.any():
+        j = int(np.argmax(behind))
+        raise ValueError(f"now[{j}]: " + _behind_newest(int(q.now[j]), int(newest[j]), skew))
     idle = rule.idle_advance_after
+    earliest = minus_clamped(q.now, skew)  # the earliest Pub/Sub time now may stand for
     ref = np.where(has, newest, q.now[0])  # quiet since the newest message, or the start
     floor = MIN_TIMESTAMP + idle
-    quiet = (q.now >= floor) & (ref <= np.maximum(q.now, floor) - idle)
+    quiet = (earliest >= floor) & (ref <= np.maximum(earliest, floor) - idle)
     is_idle = ~q.base_has & ~q.tracking_has & quiet & ~pruned
     ahead = (
         has
@@ -625,7 +692,7 @@ def _rule_series(band: _Band, q: _Queries, rule: TrackingEstimator) -> EstimateS
     )
     is_band = has & ~pruned & ~is_idle & (ahead | ~q.tracking_has)
     valid = is_idle | is_band
-    cap = minus_clamped(q.now, rule.idle_lag)
+    cap = minus_clamped(earliest, rule.idle_lag)
     capped = is_band & (cap < band.minimum) if rule.cap_at_idle_lag else np.zeros(m, bool)
     computed = np.where(is_idle | capped, cap, band.minimum)
     computed = np.where(valid, computed, MIN_TIMESTAMP)
