@@ -41,3 +41,38 @@ def test_simulate_help_lists_every_spec(capsys) -> None:
 
 def test_demo_defaults_to_spark(capsys) -> None:
     assert "(default: spark)" in _help(capsys, "demo")
+
+
+def test_analyze_and_demo_take_the_firing_options(capsys) -> None:
+    for command in ("analyze", "demo"):
+        text = " ".join(_help(capsys, command).split())
+        assert "--allowed-lateness" in text and "--late-firings" in text
+        assert "{eow,earliest,latest}" in text and "(default: eow)" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--allowed-lateness", "1m"], "--allowed-lateness needs --late-firings"),
+        (["--late-firings"], "--late-firings needs --allowed-lateness > 0"),
+        (["--allowed-lateness=-1s", "--late-firings"], "-1s"),
+    ],
+)
+@pytest.mark.parametrize("command", ["analyze", "demo"])
+def test_bad_firing_options_exit_2_before_any_engine(tmp_path, capsys, monkeypatch, command,
+                                                     args, message) -> None:
+    """Checked before any engine starts (a Spark start would fail this test)."""
+    from spark_backend import jobs
+
+    def no_spark(*a: object, **k: object) -> None:
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr(jobs, "get_session", no_spark)
+    trace = tmp_path / "t.csv"
+    trace.write_text("event_time,arrival_time\n1,2\n")
+    out = tmp_path / "o"
+    argv = [command, *([str(trace)] if command == "analyze" else []), "--out", str(out), *args]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("watermarks: error:") and message in err[-1], err
+    assert not out.exists()
