@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -112,29 +113,12 @@ def test_verbose_shows_the_trace(tmp_path, capsys):
     assert "Traceback" not in capsys.readouterr().err
 
 
-_SPARK_HARNESS = """
-import sys, time
-from spark_backend.analytics import layout
-
-def slow_job_first(fn):
-    def wrapped(df, *a, **k):
-        print("PAUSED", flush=True)  # a Spark job that takes minutes is running from now
-        df.sparkSession.range(2).rdd.map(lambda x: time.sleep(300)).collect()
-        return fn(df, *a, **k)
-    return wrapped
-
-layout.prepare = slow_job_first(layout.prepare)
-import spark_backend.comparison as comparison
-comparison.prepare = layout.prepare
-from spark_backend import cli
-sys.exit(cli.main(sys.argv[1:]))
-"""
-
-
 @pytest.mark.slow
-def test_ctrl_c_during_a_spark_job_in_analyze(tmp_path):
-    """Issue 14: Ctrl-C while a Spark job runs (analyze --engine spark) cancels it and exits
-    130 with one line and no traceback; the previous output is intact, no debris."""
+def test_ctrl_c_during_a_spark_job_in_analyze(spark, tmp_path, monkeypatch, capsys):
+    """Issue 14: Ctrl-C while a Spark job runs (``analyze --engine spark``, here in this
+    process on the test session's Spark, whose SIGINT handler cancels the jobs) exits 130
+    with one line and no traceback; the previous output is intact, with no debris."""
+    from spark_backend import comparison
     from theory.data.generators import generate_trace
     from theory.data.io import write_trace
 
@@ -144,27 +128,31 @@ def test_ctrl_c_during_a_spark_job_in_analyze(tmp_path):
     args = ["analyze", str(trace), "--strategies", "perfect,bounded:1s", "--out", str(out)]
     assert cli.main([*args, "--engine", "local"]) == 0
     before = _tree(tmp_path)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", _SPARK_HARNESS, *args, "--engine", "spark"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=env,
-    )
-    assert child.stdout is not None
+    tracker = spark.sparkContext.statusTracker()
+    prepare = comparison.prepare
+
+    def slow_job_first(df, *a, **k):
+        df.sparkSession.range(2).rdd.map(lambda x: time.sleep(300)).collect()
+        return prepare(df, *a, **k)
+
+    def interrupt_once_running() -> None:
+        deadline = time.monotonic() + 120
+        while not tracker.getActiveJobsIds() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(comparison, "prepare", slow_job_first)
+    threading.Thread(target=interrupt_once_running, daemon=True).start()
+    started = time.monotonic()
+    capsys.readouterr()
     try:
-        for line in child.stdout:
-            if line.strip() == "PAUSED":
-                break
-        else:
-            pytest.fail(f"the child never reached the Spark job: {child.communicate()}")
-        time.sleep(5)  # the job is submitted and its tasks sleep
-        child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=120)
-    except BaseException:
-        child.kill()
-        raise
-    assert child.returncode == 130, err[-3000:]
-    assert "Traceback" not in err, err[-3000:]
+        assert cli.main([*args, "--engine", "spark"]) == 130
+        assert time.monotonic() - started < 120  # the 300 s job was cancelled
+    finally:
+        spark.sparkContext.cancelAllJobs()  # never leave the sleeping job to later tests
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
     lines = [ln for ln in err.splitlines() if ln.startswith("watermarks:")]
     assert lines == ["watermarks: interrupted (Ctrl-C); previous output left as it was"], err
     assert _tree(tmp_path) == before
