@@ -161,3 +161,33 @@ def test_conventions_refuse_what_no_system_does():
         Conventions("hourly")
     with pytest.raises(ValueError, match="interval must be > 0"):
         Conventions("periodic", 0)
+
+
+def test_partitions_as_inputs_with_spark_policies(trace):
+    """Each partition an input: Spark's conventions are its own multi-input profile;
+    under min every system waits for the slowest partition (fewer windows closed on time
+    than with one input); Spark under max differs from Beam by the policy too, and every
+    difference is still attributed, the policy named."""
+    kw = {"bound": BOUND, "window_size": WINDOW, "flink_interval": FLINK_INTERVAL,
+          "spark_trigger": SPARK_TRIGGER}
+    one = compare_systems(trace, **kw)
+    per = compare_systems(trace, inputs="partition", **kw)
+    r = spark_trace_profile(
+        trace.event_time, trace.arrival_time, trace.key, window=FixedWindows(WINDOW),
+        delay=BOUND, trigger_interval=SPARK_TRIGGER, inputs=trace.partition,
+    )
+    assert np.array_equal(per.outcomes["spark"].fire_time, r.emit_time)
+    for system in ("beam", "flink", "spark"):
+        assert differences(one.outcomes[system], per.outcomes[system]) != (0, 0), system
+        assert per.outcomes[system].dropped.sum() <= one.outcomes[system].dropped.sum()
+    mx = compare_systems(trace, inputs="partition", spark_policy="max", **kw)
+    att: dict[str, list[Any]] = mx.attribution()
+    names = [c for s, t, c in zip(att["source"], att["target"], att["convention"], strict=True)
+             if (s, t) == ("beam", "spark")]
+    assert names == ["timing", "late_filter", "millis", "policy"]
+    last = max(i for i, (s, t) in enumerate(zip(att["source"], att["target"], strict=True))
+               if (s, t) == ("beam", "spark"))
+    assert att["windows_left"][last] == att["rows_left"][last] == 0
+    assert att["removed_windows"][last] + att["removed_rows"][last] > 0  # the policy mattered
+    with pytest.raises(ValueError, match="inputs must be None or 'partition'"):
+        compare_systems(trace, inputs="key", **kw)

@@ -218,7 +218,36 @@ def test_whole_trace_profile_agrees_on_sparse_windows():
     assert_agrees(rows, SlidingWindows(2 * S, S), 0, S, 0)
 
 
-def assert_agrees(rows, window, delay, interval, duration):
+@settings(max_examples=60)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([1, 2]), st.integers(0, 60 * S), st.integers(0, 30 * S),
+                  st.sampled_from(["p", "q", "r"])),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from(["min", "max"]),
+    st.integers(0, 10 * S),
+)
+def test_whole_trace_profile_with_inputs_agrees_with_run_microbatches(rows, policy, delay):
+    """Several inputs (a label per row), each with its own watermark, combined by the
+    policy (an input with no data yet is 0): per batch the same as run_microbatches with
+    one input per label, itself checked against real Spark."""
+    assert_agrees([r[:3] for r in rows], FixedWindows(10 * S), delay, 2 * S, 0,
+                  inputs=[r[3] for r in rows], policy=policy)
+
+
+def test_an_input_that_stops_holds_the_minimum():
+    """Input q sends one early row and stops: under min it holds the watermark (no window
+    of p closes), under max p's watermark alone closes them."""
+    rows = [(1, 0, 0, "q")] + [(1, t * S, 0, "p") for t in range(1, 60, 5)]
+    for policy, closed in (("min", False), ("max", True)):
+        res = assert_agrees([r[:3] for r in rows], FixedWindows(10 * S), 0, S, 0,
+                            inputs=[r[3] for r in rows], policy=policy)
+        assert bool((res.emit_time >= 0).any()) == closed, policy
+
+
+def assert_agrees(rows, window, delay, interval, duration, inputs=None, policy="min"):
     import numpy as np
 
     from theory.spark.trace import spark_trace_profile
@@ -234,14 +263,19 @@ def assert_agrees(rows, window, delay, interval, duration):
         delay=delay,
         trigger_interval=interval,
         batch_duration=duration,
+        inputs=inputs,
+        multiple_watermark_policy=policy,
     )
     nb = res.batch_start.size
     order = np.argsort(arrival, kind="stable")
-    batches: list[list[tuple[int, int]]] = [[] for _ in range(nb)]
+    labels = sorted(set(inputs)) if inputs is not None else [None]
+    batches: list[list[list[tuple[int, int]]]] = [[[] for _ in range(nb)] for _ in labels]
     for i in order:
-        batches[int(res.row_batch[i])].append((int(key[i]), int(et[i])))
-    assert all(batches[b] for b in range(nb) if res.batch_has_data[b])
-    model = run_microbatches([batches], delay=delay, window=window)
+        j = 0 if inputs is None else labels.index(inputs[i])
+        batches[j][int(res.row_batch[i])].append((int(key[i]), int(et[i])))
+    assert all(any(b[k] for b in batches) for k in range(nb) if res.batch_has_data[k])
+    model = run_microbatches(batches, delay=delay, window=window,
+                             multiple_watermark_policy=policy)
     assert len(model) == nb  # no batch after the profile's last
     assert [m.watermark for m in model] == res.batch_watermark.tolist()
     assert [m.late_watermark for m in model] == res.batch_late_watermark.tolist()
@@ -265,6 +299,7 @@ def assert_agrees(rows, window, delay, interval, duration):
         starts[i] % interval == 0 or starts[i] == starts[i - 1] + duration for i in range(nb)
     )
     assert (res.latency >= 0).all()
+    return res
 
 
 @settings(max_examples=80)

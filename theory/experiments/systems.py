@@ -16,7 +16,13 @@ and drop a row at the same test, ``end <= W``. What differs are :class:`Conventi
 - ``late_filter``: late rows are tested against the watermark in force when they are read
   (``current``) or against the previous batch's (``previous-batch``, Spark);
 - ``millis``: the watermark is whole milliseconds (Spark truncates event times and the
-  delay) or µs.
+  delay) or µs;
+- with several inputs (``inputs``: one per row, e.g. the trace's partitions), each input
+  has its own watermark (its max seen - bound; an input with no data yet counts as 0, as
+  Spark populates it, which no window of event times ``>= 0`` can pass either) and the
+  job's is their ``policy``: ``min`` (Beam's Flatten, Flink's channels, Spark's default
+  ``multipleWatermarkPolicy``) or ``max`` (Spark's other choice). Idle inputs (Flink's
+  ``withIdleness``) are not modelled here: an input that stops holds the minimum.
 
 :func:`profile_under` runs the job under any conventions (vectorised);
 :func:`compare_systems` runs the three systems' conventions, tabulates them, and for each
@@ -38,7 +44,8 @@ import numpy as np
 
 from theory.columns import check_duration, same_length, time_column
 from theory.data.trace import Trace
-from theory.spark.trace import batch_profile
+from theory.spark.conventions import check_policy
+from theory.spark.trace import batch_profile, combined_max, input_codes
 from theory.time import MILLISECOND, SECOND
 from theory.windowing.windows import FixedWindows
 
@@ -59,22 +66,26 @@ __all__ = [
 TIMINGS: Final[tuple[str, ...]] = ("element", "periodic", "batch")
 LATE_FILTERS: Final[tuple[str, ...]] = ("current", "previous-batch")
 #: The order in which :func:`compare_systems` switches conventions.
-SWITCH_ORDER: Final[tuple[str, ...]] = ("timing", "late_filter", "millis")
+SWITCH_ORDER: Final[tuple[str, ...]] = ("timing", "late_filter", "millis", "policy")
+
 
 
 @dataclass(frozen=True)
 class Conventions:
     """How a system computes and applies its watermark (see the module docstring).
     ``interval`` is the periodic interval or the trigger interval (µs, unused for
-    ``element``); ``batch_duration`` how long a micro-batch runs (µs)."""
+    ``element``); ``batch_duration`` how long a micro-batch runs (µs); ``policy``
+    combines several inputs' watermarks."""
 
     timing: str
     interval: int = 0
     batch_duration: int = 0
     late_filter: str = "current"
     millis: bool = False
+    policy: str = "min"
 
     def __post_init__(self) -> None:
+        check_policy(self.policy)
         if self.timing not in TIMINGS:
             raise ValueError(f"unknown timing {self.timing!r}: expected one of {TIMINGS}")
         if self.late_filter not in LATE_FILTERS:
@@ -112,13 +123,19 @@ def system_conventions(
     flink_interval: int = 200 * MILLISECOND,
     spark_trigger: int = 1 * SECOND,
     spark_batch_duration: int = 0,
+    spark_policy: str = "min",
 ) -> dict[str, Conventions]:
     """The conventions of ``beam``, ``flink`` and ``spark`` with these settings."""
     return {
         "beam": Conventions("element"),
         "flink": Conventions("periodic", flink_interval),
         "spark": Conventions(
-            "batch", spark_trigger, spark_batch_duration, "previous-batch", millis=True
+            "batch",
+            spark_trigger,
+            spark_batch_duration,
+            "previous-batch",
+            millis=True,
+            policy=spark_policy,
         ),
     }
 
@@ -169,9 +186,11 @@ def profile_under(
     *,
     bound: int,
     window_size: int,
+    inputs: object = None,
 ) -> Outcome:
     """The job of the module docstring under ``conventions``: ``bound`` and
-    ``window_size`` in µs, event times ``>= 0``."""
+    ``window_size`` in µs, event times ``>= 0``; ``inputs`` (one label per row, or None
+    for one input) splits the trace into inputs combined by ``conventions.policy``."""
     et = time_column(event_time, "event_time")
     at = time_column(arrival_time, "arrival_time")
     keys = np.asarray(key)
@@ -180,6 +199,7 @@ def profile_under(
         raise ValueError("event_time: the comparison takes event times >= 0")
     b = check_duration(bound, "bound")
     size = check_duration(window_size, "window_size", allow_zero=False)
+    codes = input_codes(inputs, et.size)
     c = conventions
     if c.timing == "batch":
         r = batch_profile(
@@ -192,6 +212,8 @@ def profile_under(
             c.batch_duration,
             unit=1000 if c.millis else 1,
             late_previous=c.late_filter == "previous-batch",
+            inputs=codes,
+            policy=c.policy,
         )
         return Outcome(
             r.window_key, r.window_start, r.window_end, r.window_count, r.emit_time, r.row_dropped
@@ -199,7 +221,7 @@ def profile_under(
     order = np.argsort(at, kind="stable")
     e_s, a_s = et[order], at[order]
     unit = 1000 if c.millis else 1
-    seen = np.maximum.accumulate(e_s // unit) if et.size else e_s
+    seen = combined_max(e_s // unit, None if codes is None else codes[order], c.policy)
     # the instants at which the watermark moves, and its value there
     if c.timing == "element":
         instants = np.unique(a_s)
@@ -317,17 +339,26 @@ def compare_systems(
     flink_interval: int = 200 * MILLISECOND,
     spark_trigger: int = 1 * SECOND,
     spark_batch_duration: int = 0,
+    spark_policy: str = "min",
+    inputs: str | None = None,
     systems: Sequence[str] = SYSTEMS,
 ) -> Comparison:
-    """``trace`` (one input) through the ``systems``' conventions (beam, flink, spark)
-    with one ``bound`` (µs) and ``window_size`` (µs) fixed windows; for each pair, in the
-    order given, the conventions switched one at a time (:data:`SWITCH_ORDER`) from the
-    first system's to the second's, with the differences left after each switch (0 after
-    the last)."""
+    """``trace`` through the ``systems``' conventions (beam, flink, spark) with one
+    ``bound`` (µs) and ``window_size`` (µs) fixed windows; for each pair, in the order
+    given, the conventions switched one at a time (:data:`SWITCH_ORDER`) from the first
+    system's to the second's, with the differences left after each switch (0 after the
+    last). ``inputs="partition"`` makes each of the trace's partitions an input (their
+    watermarks combined by min, or by ``spark_policy`` on Spark); None: one input."""
+    if inputs not in (None, "partition"):
+        raise ValueError(f"inputs must be None or 'partition', got {inputs!r}")
+    if inputs == "partition" and trace.partition is None:
+        raise ValueError("inputs='partition': the trace has no partition column")
+    labels = trace.partition if inputs == "partition" else None
     every = system_conventions(
         flink_interval=flink_interval,
         spark_trigger=spark_trigger,
         spark_batch_duration=spark_batch_duration,
+        spark_policy=spark_policy,
     )
     names = check_systems(systems)
     convs = {n: every[n] for n in names}
@@ -335,7 +366,13 @@ def compare_systems(
 
     def run(c: Conventions) -> Outcome:
         return profile_under(
-            trace.event_time, trace.arrival_time, trace.key, c, bound=bound, window_size=window_size
+            trace.event_time,
+            trace.arrival_time,
+            trace.key,
+            c,
+            bound=bound,
+            window_size=window_size,
+            inputs=labels,
         )
 
     outcomes = {name: run(c) for name, c in convs.items()}

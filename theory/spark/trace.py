@@ -1,7 +1,9 @@
 """The spark profile over a whole trace (vectorised): Spark's ``ProcessingTime`` trigger,
 the watermark each batch uses, the rows it drops and when each window is emitted (all µs).
 
-One input (the trace), ``withWatermark(delay)``, a count per (window, key) in append mode,
+One input (the trace; or several, by a label per row, each with its own watermark and
+the ``multipleWatermarkPolicy``), ``withWatermark(delay)``, a count per (window, key) in
+append mode,
 as :func:`theory.spark.run_microbatches` models batch by batch (``tests/theory`` checks
 that both agree). Processing time is the trace's ``arrival_time``:
 
@@ -27,10 +29,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from theory.columns import check_bool, check_duration, same_length, time_column
-from theory.spark.conventions import check_delay, check_window
+from theory.spark.conventions import check_delay, check_policy, check_window
 from theory.windowing.windows import FixedWindows, Sessions, SlidingWindows
 
-__all__ = ["SparkTraceResult", "batch_profile", "spark_trace_profile", "trigger_schedule"]
+__all__ = [
+    "SparkTraceResult",
+    "batch_profile",
+    "combined_max",
+    "input_codes",
+    "spark_trace_profile",
+    "trigger_schedule",
+]
 
 
 @dataclass(frozen=True)
@@ -166,6 +175,39 @@ def _schedule_loop(
     return starts, cuts, wms, lates, data
 
 
+#: The most inputs the whole-trace profile combines (each costs a pass over the rows).
+MAX_INPUTS = 256
+
+
+def input_codes(inputs: object, rows: int) -> np.ndarray | None:
+    """Each row's input as a code ``0..k-1`` (None for one input): ``inputs`` is None or
+    one label per row (ValueError for another length or more than :data:`MAX_INPUTS`)."""
+    if inputs is None:
+        return None
+    labels = np.asarray(inputs)
+    same_length("event_time", rows, inputs=labels)
+    _, codes = np.unique(labels, return_inverse=True)
+    codes = np.asarray(codes, dtype=np.int64).reshape(-1)
+    if codes.size and int(codes.max()) >= MAX_INPUTS:
+        raise ValueError(f"inputs: at most {MAX_INPUTS} inputs, got {int(codes.max()) + 1}")
+    return codes
+
+
+def combined_max(event: np.ndarray, codes: np.ndarray | None, policy: str) -> np.ndarray:
+    """Per row (in arrival order), the ``policy`` (min or max) over the inputs of each
+    input's running maximum event time so far, an input with none yet counting as 0 (as
+    Spark populates it); with one input (``codes`` None) the running maximum.
+    Non-decreasing. ``codes`` are ``0..k-1``."""
+    if event.size == 0:
+        return event.copy()
+    if codes is None:
+        return np.maximum.accumulate(event)
+    per_input = [
+        np.maximum.accumulate(np.where(codes == p, event, 0)) for p in range(int(codes.max()) + 1)
+    ]
+    return np.minimum.reduce(per_input) if policy == "min" else np.maximum.reduce(per_input)
+
+
 def _window_index(
     win: FixedWindows | SlidingWindows, et: np.ndarray
 ) -> tuple[np.ndarray | None, np.ndarray, int]:
@@ -224,9 +266,14 @@ def spark_trace_profile(
     trigger_interval: int,
     batch_duration: int = 0,
     no_data_batches: bool = True,
+    inputs: object = None,
+    multiple_watermark_policy: str = "min",
 ) -> SparkTraceResult:
     """The spark profile over a whole trace (see the module docstring); columns in µs,
-    ``key`` any 1-d array (ints or strings), event times ``>= 0``."""
+    ``key`` any 1-d array (ints or strings), event times ``>= 0``. ``inputs`` (one label
+    per row, or None for one input) splits the trace into inputs, each with its own
+    ``withWatermark(delay)``, combined by ``multiple_watermark_policy`` (min or max; an
+    input with no data yet counts as 0)."""
     et = time_column(event_time, "event_time")
     at = time_column(arrival_time, "arrival_time")
     keys = np.asarray(key)
@@ -244,9 +291,11 @@ def spark_trace_profile(
     interval = check_duration(trigger_interval, "trigger_interval", allow_zero=False)
     duration = check_duration(batch_duration, "batch_duration")
     check_bool(no_data_batches, "no_data_batches")
-
+    policy = check_policy(multiple_watermark_policy)
+    codes = input_codes(inputs, et.size)
     return batch_profile(
-        et, at, keys, win, delay, interval, duration, no_data_batches, unit=1000, late_previous=True
+        et, at, keys, win, delay, interval, duration, no_data_batches, unit=1000,
+        late_previous=True, inputs=codes, policy=policy,
     )
 
 
@@ -262,18 +311,23 @@ def batch_profile(
     *,
     unit: int = 1000,
     late_previous: bool = True,
+    inputs: np.ndarray | None = None,
+    policy: str = "min",
 ) -> SparkTraceResult:
     """:func:`spark_trace_profile` on checked columns, with two of Spark's conventions as
     switches (for :mod:`theory.experiments.systems`): ``unit`` 1000 truncates event
     times and the delay to ms (Spark), 1 keeps µs; ``late_previous`` filters late rows
-    against the previous batch's watermark (Spark), else against the batch's own."""
+    against the previous batch's watermark (Spark), else against the batch's own.
+    ``inputs`` (an input code per row, or None for one input) gives each input its own
+    watermark, combined by ``policy`` (``multipleWatermarkPolicy`` min or max; an input
+    with no data yet counts as 0, as Spark populates it)."""
     n = et.size
     presorted = n < 2 or bool((at[1:] >= at[:-1]).all())
     order = None if presorted else np.argsort(at, kind="stable")
     if order is not None:  # work in arrival order; per-row outputs are mapped back
         et, at, keys = et[order], at[order], keys[order]
-    prefix = et // unit  # event times >= 0: truncation is floor
-    np.maximum.accumulate(prefix, out=prefix)
+        inputs = None if inputs is None else inputs[order]
+    prefix = combined_max(et // unit, inputs, policy)  # times >= 0: truncation is floor
     starts, cuts, wms, lates, data = trigger_schedule(
         at, prefix, interval, duration, delay // unit, no_data_batches, unit
     )
