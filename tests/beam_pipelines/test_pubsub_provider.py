@@ -37,7 +37,12 @@ from beam_pipelines.pubsub import (
     decode_message,
     parse_event_time,
 )
-from theory.dataflow.pubsub import REASON_BAND_MIN, REASON_HELD_NOT_AHEAD, REASON_LATCHED
+from theory.dataflow.pubsub import (
+    REASON_BAND_MIN,
+    REASON_HELD_NOT_AHEAD,
+    REASON_LATCHED,
+    TrackingEstimator,
+)
 from theory.dataflow.pubsub_simulation import ManualClock
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, SECOND, from_datetime
 
@@ -250,6 +255,8 @@ class FakeSubscriber:
 
 
 def reader_over(sub: FakeSubscriber, clock: ManualClock, **kw: Any) -> TrackingReader:
+    """A reader on the fake subscriber; one clock for both, so no clock skew."""
+    kw.setdefault("estimator", TrackingEstimator(max_clock_skew=0))
     kw.setdefault("lease_grace", 0)
     kw.setdefault("ledger", AckLedger())
     kw.setdefault("backlog", kw["ledger"])
@@ -346,7 +353,9 @@ def test_offset_clock_skips_ahead() -> None:
 
 
 def provider() -> TrackingWatermarkEstimatorProvider:
-    return TrackingWatermarkEstimatorProvider(band=10 * S, idle_lag=10 * S, bucket_width=S)
+    return TrackingWatermarkEstimatorProvider(
+        band=10 * S, idle_lag=10 * S, bucket_width=S, max_clock_skew=0  # one clock
+    )
 
 
 def rec(pt: int, et: int) -> PubsubRecord:
