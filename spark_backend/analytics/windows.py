@@ -212,8 +212,8 @@ def _aggregates(
         first_late = F.min(F.when(late, F.struct(a.alias("t"), n, F.col("emin"), F.col("emax"))))
         aggs += [
             F.sum(F.when(ontime, n).otherwise(0)).alias(f"ontime_n_{i}"),
-            F.min(F.when(ontime, F.col("emin"))).alias(f"ontime_emin_{i}"),
-            F.max(F.when(ontime, F.col("emax"))).alias(f"ontime_emax_{i}"),
+            _or(F.min(F.when(ontime, F.col("emin"))), _BIG).alias(f"ontime_emin_{i}"),
+            _or(F.max(F.when(ontime, F.col("emax"))), _SMALL).alias(f"ontime_emax_{i}"),
             F.count(F.when(late, F.lit(1))).alias(f"late_batches_{i}"),
             F.sum(F.when(late, n).otherwise(0)).alias(f"late_n_{i}"),
             first_late.alias(f"first_late_{i}"),
@@ -222,34 +222,36 @@ def _aggregates(
     got = joined.groupBy("key", "window_start", "window_end").agg(*aggs)
     flat = [F.col(c) for c in got.columns if not c.startswith("first_late_")]
     for i in range(len(an.names)):
-        for fld in ("t", "n", "emin", "emax"):
-            flat.append(F.col(f"first_late_{i}.{fld}").alias(f"first_late_{fld}_{i}"))
+        for fld, name, fill in (
+            ("t", "time", _BIG), ("n", "n", 0), ("emin", "emin", _BIG), ("emax", "emax", _SMALL)
+        ):
+            column = _or(F.col(f"first_late_{i}.{fld}"), fill)
+            flat.append(column.alias(f"first_late_{name}_{i}"))
     out = to_pandas(got.select(*flat))
     return out.sort_values(["window_end", "key"], kind="stable").reset_index(drop=True)
 
 
-def _column(got: pd.DataFrame, name: str, fill: int) -> np.ndarray:
-    """An aggregate column as int64, nulls (no such elements) as ``fill``."""
-    return got[name].fillna(fill).to_numpy(dtype=np.int64)
+#: Fills of the aggregates over no element (never read: their counts are 0), so every
+#: column is a non-null bigint and reaches pandas as exact int64, not float.
+_BIG, _SMALL = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+
+
+def _or(column: Column, fill: int) -> Column:
+    """``column``, or ``fill`` where it is null."""
+    return F.coalesce(column, F.lit(int(fill)).cast("long"))
+
+
+def _column(got: pd.DataFrame, name: str) -> np.ndarray:
+    """An aggregate column as int64 (exact: the Spark side leaves no nulls)."""
+    return got[name].to_numpy(dtype=np.int64)
 
 
 def _strategy_windows(name: str, got: pd.DataFrame, i: int, firing: Firing) -> pd.DataFrame:
     """Strategy ``i``'s rows of :func:`windows` from :func:`_aggregates`."""
-    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-    agg = WindowAggregates(
-        _column(got, f"ontime_n_{i}", 0),
-        _column(got, f"ontime_emin_{i}", big),
-        _column(got, f"ontime_emax_{i}", small),
-        _column(got, f"late_batches_{i}", 0),
-        _column(got, f"late_n_{i}", 0),
-        _column(got, f"first_late_t_{i}", big),
-        _column(got, f"first_late_n_{i}", 0),
-        _column(got, f"first_late_emin_{i}", big),
-        _column(got, f"first_late_emax_{i}", small),
-    )
+    agg = WindowAggregates(*(_column(got, f"{f}_{i}") for f in WindowAggregates._fields))
     end = got["window_end"].to_numpy(dtype=np.int64)
     elements = got["elements"].to_numpy(dtype=np.int64)
-    p = window_panes(agg, end, _column(got, f"_t{i}", -1), firing)
+    p = window_panes(agg, end, _column(got, f"_t{i}"), firing)
     return pd.DataFrame(
         {
             "strategy": name,
