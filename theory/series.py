@@ -160,7 +160,7 @@ def lag_quantiles(
     if not s.size:
         return tuple(float("nan") for _ in quantiles)
     s_sorted, e_sorted = np.sort(s), np.sort(s + d)
-    b = np.unique(np.concatenate((s_sorted, e_sorted)))
+    b = sorted_union([s_sorted, e_sorted])
     slope = np.searchsorted(s_sorted, b, side="right") - np.searchsorted(
         e_sorted, b, side="right"
     )

@@ -1,6 +1,7 @@
 """The two engines of `watermarks analyze` (issue 13 finding 2): the local engine's
-tables equal Spark's on the same rows; auto picks local for small traces and Spark for
-clusters; a missing file fails before any engine starts; --time-unit on both engines."""
+tables equal Spark's on the same rows, with late firings and a timestamp combiner too;
+auto picks local for small traces and Spark for clusters; a missing file fails before any
+engine starts; --time-unit and the firing options on both engines."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from spark_backend.traces.collect import to_trace
 from spark_backend.traces.generate import generate_trace_df
 from theory.data.generators import generate_trace
 from theory.data.io import write_trace
+from theory.experiments.first_panes import Firing
 from theory.time import SECOND
 
 SPECS = ["perfect", "perfect:oracle", "bounded:1s", "percentile:0.9", "percentile:0.75:hold"]
@@ -43,12 +45,19 @@ def test_local_tables_equal_spark(spark) -> None:
             }
         )
     )
-    on_spark = compare(df, SPECS, 5 * SECOND, seed=1)
-    local = compare_local(tr, SPECS, 5 * SECOND, seed=1)
+    # late firings within 2 s and earliest pane timestamps: every column of the table,
+    # the late panes, final completeness and pane timestamps included, equal
+    firing = Firing(2 * SECOND, True, "earliest")
+    on_spark = compare(df, SPECS, 5 * SECOND, seed=1, firing=firing)
+    local = compare_local(tr, SPECS, 5 * SECOND, seed=1, firing=firing)
     assert on_spark.rows == local.rows == 2_000
     for col, values in on_spark.table.items():
         np.testing.assert_array_equal(np.asarray(values), np.asarray(local.table[col]), col)
-    assert on_spark.table["late_count"][SPECS.index("bounded:1s")] > 0  # not all zeros
+    b = SPECS.index("bounded:1s")
+    assert on_spark.table["late_count"][b] > 0  # not all zeros
+    assert on_spark.table["late_panes"][b] > 0
+    assert on_spark.table["final_completeness_mean"][b] > on_spark.table["completeness_mean"][b]
+    assert on_spark.table["pane_timestamp_lag_p50"][b] > 0
     assert on_spark.holdback is not None and local.holdback is not None
     pd.testing.assert_frame_equal(on_spark.holdback, local.holdback)
     pd.testing.assert_frame_equal(on_spark.whole.grid, local.whole.grid)
@@ -114,10 +123,17 @@ def test_time_unit_gives_the_same_tables_on_both_engines(spark, tmp_path, capsys
     for eng in ("local", "spark"):
         outs[eng] = tmp_path / eng
         argv = ["analyze", str(path), "--engine", eng, "--time-unit", "ms", "--window", "10s",
-                "--strategies", "perfect,bounded:1s,percentile:0.9", "--out", str(outs[eng])]
+                "--strategies", "perfect,bounded:1s,percentile:0.9,bounded:5m",
+                "--allowed-lateness", "5s", "--late-firings", "--timestamp-combiner", "latest",
+                "--out", str(outs[eng])]
         assert cli.main(argv) == 0, capsys.readouterr().err
+        # a bound longer than the trace's 75 s of arrivals is warned about, in the report
+        page = (outs[eng] / "index.html").read_text()
+        assert "strategy bounded:5m: its bound (300 s) is longer than" in page, eng
     local = (outs["local"] / "strategies.csv").read_text()
     assert local == (outs["spark"] / "strategies.csv").read_text()
+    header = local.splitlines()[0].split(",")
+    assert {"late_panes", "final_completeness_mean", "pane_timestamp_lag_p50_us"} <= set(header)
     # the times became µs: 10 s windows over a trace of about 75 s, not 12 windows
     rows = pd.read_csv(outs["local"] / "strategies.csv")
     assert rows["windows"].iloc[0] > 12
