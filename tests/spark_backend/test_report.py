@@ -19,6 +19,7 @@ from spark_backend.report import Report, record_columns
 from spark_backend.traces.collect import to_trace
 from spark_backend.traces.generate import chapter3_trace_df
 from theory.experiments.tradeoff import Strategy, tradeoff
+from theory.series import lag_quantiles
 from theory.time import MINUTE, parse_duration
 from theory.watermarks.heuristic import bounded_out_of_orderness_curve
 from theory.watermarks.perfect import perfect_curve
@@ -81,6 +82,15 @@ def test_every_file_is_written(demo):
     assert [r["strategy"] for r in _rows(out / "strategies.csv")] == list(DEFAULT_STRATEGIES)
 
 
+def test_propagation_shows_the_scenarios(demo):
+    """Issue 13 finding 6: propagation.png's caption names every scenario drawn and the
+    idle-partition contrast in numbers, and explains the traffic model."""
+    html = " ".join((demo / "index.html").read_text().split())
+    assert "one panel per scenario" in html and "An idle partition holds in-band" in html
+    assert re.search(r"here \d+\.\d s against \d+\.\d s out-of-band at depth 5", html)
+    assert "P² + (depth - 1) P³ messages per interval" in html
+
+
 def test_the_stuck_stage_shows_as_a_system_delay(demo):
     """Issue 13 finding 6: the demo injects figure 3.15's system-delay case (a stuck
     flatten stage) beside the data delays; the page shows the longest stalls and the
@@ -126,6 +136,11 @@ def test_strategy_numbers_match_theory(demo, trace):
             name = f"{col}_us" if "latency" in col else col
             assert float(row[name]) == getattr(want, col), (want.strategy, col)
         assert float(row["completeness_mean"]) == pytest.approx(want.completeness_mean, rel=1e-12)
+        # the source lag is exact: the simulator's source watermark gives the same floats
+        curve = expected.results[want.strategy].stages["in"].output_watermark
+        a = trace.arrival_time
+        lags = lag_quantiles(curve, int(a.min()), int(a.max()), (0.5, 0.99))
+        assert (float(row["source_lag_p50_us"]), float(row["source_lag_p99_us"])) == lags
     assert any(int(r["late_count"]) > 0 for r in got.values())  # the comparison says something
     assert int(got["perfect"]["late_count"]) == 0
 

@@ -98,7 +98,7 @@ firings = st.builds(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(rows, st.sampled_from(["perfect", "bounded:3us", "bounded:0us", "percentile:0.5"]),
        firings)
 def test_panes_equal_the_simulator(draw_rows, spec, firing):
