@@ -174,7 +174,8 @@ def compare(
         zoomed = _view(an, z_lo, z_hi, grid_points, sample_elements / max(expected, 1.0), seed)
         done("curves and element samples")
         LOG.info("the source lag of %d strategies (exact)", len(specs))
-        lags = [source_lags(an.curve(s), lo, hi) for s in specs]
+        curves = an.all_curves()
+        lags = [source_lags(curves[s], lo, hi) for s in specs]
         hb = None
         if holder is not None:
             LOG.info("which partition holds the watermark back")

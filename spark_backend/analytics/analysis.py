@@ -124,6 +124,22 @@ class WatermarkAnalysis:
             return out.compressed()
         return out
 
+    def all_curves(self) -> dict[str, StepSeries]:
+        """Every strategy's :meth:`curve`, collected in one Spark job (one Arrow table of
+        the curve rows)."""
+        got = self.curves().toArrow()
+        times = got.column("processing_time").to_numpy()
+        out = {}
+        for s in self.strategies:
+            col = got.column(s.name)
+            ok = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
+            t = times[ok]
+            order = np.argsort(t, kind="stable")
+            v = pc.fill_null(col, 0).to_numpy()[ok]
+            series = StepSeries(t[order], v[order], MIN_TIMESTAMP)
+            out[s.name] = series.compressed() if s.kind == "percentile" else series
+        return out
+
     def values_at(self, times: ArrayLike, *, strict: bool = False) -> pd.DataFrame:
         """Every curve at the given processing times (µs), exactly: ``W.at(t)`` (the
         value after every step at or before ``t``), or with ``strict`` ``W.before(t)``

@@ -68,39 +68,43 @@ def fire_times(
     size, off = _size_and_offset(window_size, offset)
     _check_last_end(an, size, off)
     ends = _window_ends(an, size, off)
-    return _fire_times_of(an, ends, size, finish, shift)
+    return _fire_times_many(an, ends, size, finish, [shift])[0]
 
 
-def _fire_times_of(
-    an: WatermarkAnalysis, ends: np.ndarray, size: int, finish: bool, shift: int
-) -> pd.DataFrame:
-    """:func:`fire_times` for the given window ends (one Spark job). A threshold past
-    MAX_TIMESTAMP is never reached (but by the finish)."""
-    out = pd.DataFrame({"window_end": ends})
-    base = int(ends[0]) - size + shift
-    last = min(int(ends[-1]) + shift, MAX_TIMESTAMP + 1)
-    if base >= last:  # every threshold is past MAX_TIMESTAMP
-        for n in an.names:
-            out[n] = an.layout.last_arrival if finish else -1
-        return out
-    got = _first_time_per_count(an, base, last, size)
+def _fire_times_many(
+    an: WatermarkAnalysis, ends: np.ndarray, size: int, finish: bool, shifts: list[int]
+) -> list[pd.DataFrame]:
+    """:func:`fire_times` for the given window ends, once per shift, in one Spark job. A
+    threshold past MAX_TIMESTAMP is never reached (but by the finish)."""
+    ns = len(an.names)
+    bounds = [
+        (int(ends[0]) - size + shift, min(int(ends[-1]) + shift, MAX_TIMESTAMP + 1))
+        for shift in shifts
+    ]
+    reachable = [j for j, (base, last) in enumerate(bounds) if base < last]
+    got = _first_time_per_count(an, [bounds[j] for j in reachable], size)
     # window k (k-th end from the first) fires at the first step where more than k
     # window ends are <= W: the earliest time over the counts c > k
     k = (ends - ends[0]) // size
-    for i, n in enumerate(an.names):
-        sel = got[got["s"] == i].sort_values("c")
-        c = sel["c"].to_numpy(np.int64)
-        t = sel["t"].to_numpy(np.int64)
-        fire = np.full(ends.size, _NEVER, dtype=np.int64)
-        if c.size:
-            suffix_min = np.minimum.accumulate(t[::-1])[::-1]
-            j = np.searchsorted(c, k + 1, side="left")
-            has = j < c.size
-            fire[has] = suffix_min[j[has]]
-        if finish:
-            fire = np.minimum(fire, an.layout.last_arrival)
-        fire[fire == _NEVER] = -1
-        out[n] = fire
+    out = []
+    for j in range(len(shifts)):
+        frame = pd.DataFrame({"window_end": ends})
+        for i, n in enumerate(an.names):
+            fire = np.full(ends.size, _NEVER, dtype=np.int64)
+            if j in reachable:
+                sel = got[got["s"] == i + ns * reachable.index(j)].sort_values("c")
+                c = sel["c"].to_numpy(np.int64)
+                t = sel["t"].to_numpy(np.int64)
+                if c.size:
+                    suffix_min = np.minimum.accumulate(t[::-1])[::-1]
+                    idx = np.searchsorted(c, k + 1, side="left")
+                    has = idx < c.size
+                    fire[has] = suffix_min[idx[has]]
+            if finish:
+                fire = np.minimum(fire, an.layout.last_arrival)
+            fire[fire == _NEVER] = -1
+            frame[n] = fire
+        out.append(frame)
     return out
 
 
@@ -121,19 +125,23 @@ def _window_ends(an: WatermarkAnalysis, size: int, off: int) -> np.ndarray:
 
 
 def _first_time_per_count(
-    an: WatermarkAnalysis, base: int, last_end: int, size: int
+    an: WatermarkAnalysis, bounds: list[tuple[int, int]], size: int
 ) -> pd.DataFrame:
-    """Per strategy ``s`` and count ``c`` of window ends ``<= W`` (from ``W`` clamped to
-    ``[base, last_end]``, so no overflow), the first processing time ``t`` it is reached."""
+    """Per strategy and bounds ``(base, last_end)`` (``s = strategy + strategies *
+    bounds index``) and count ``c`` of window ends ``<= W`` (from ``W`` clamped to
+    ``[base, last_end]``, so no overflow), the first processing time ``t`` it is
+    reached. One Spark job for every bounds."""
+    ns = len(an.names)
     counts = [
         F.struct(
-            F.lit(i).alias("s"),
-            (F.least(F.greatest(by_name(n), F.lit(base)), F.lit(last_end)) - F.lit(base)).alias(
-                "x"
-            ),
+            F.lit(i + ns * j).alias("s"),
+            (F.least(F.greatest(by_name(n), F.lit(base)), F.lit(last)) - F.lit(base)).alias("x"),
         )
+        for j, (base, last) in enumerate(bounds)
         for i, n in enumerate(an.names)
     ]
+    if not counts:
+        return pd.DataFrame({"s": [], "c": [], "t": []})
     return to_pandas(
         an.curves()
         .select("processing_time", F.explode(F.array(*counts)).alias("y"))
@@ -169,8 +177,9 @@ def windows(
     size, off = _size_and_offset(window_size, offset)
     _check_last_end(an, size, off)
     ends = _window_ends(an, size, off)
-    on_time = _fire_times_of(an, ends, size, finish, 0)
-    expiry = _fire_times_of(an, ends, size, finish, firing.allowed_lateness + 1)
+    on_time, expiry = _fire_times_many(
+        an, ends, size, finish, [0, firing.allowed_lateness + 1]
+    )
     got = _aggregates(an, on_time, expiry, size, off)
     frames = [_strategy_windows(name, got, i, firing) for i, name in enumerate(an.names)]
     return pd.concat(frames, ignore_index=True)

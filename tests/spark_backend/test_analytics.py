@@ -156,8 +156,12 @@ def test_sample_is_the_curve_on_a_grid(traces, analyses):
     grid = got["processing_time"].to_numpy()
     assert grid[0] == traces["tied"][1].arrival_time.min()
     assert grid[-1] >= traces["tied"][1].arrival_time.max()
+    every = an.all_curves()  # one collect: the same series as one curve() per strategy
     for spec in STRATEGIES:
         assert np.array_equal(got[spec].to_numpy(), an.curve(spec).at(grid)), spec
+        one = an.curve(spec)
+        assert np.array_equal(every[spec].times, one.times), spec
+        assert np.array_equal(every[spec].values, one.values), spec
 
 
 def _first_panes(panes) -> dict:
