@@ -19,6 +19,7 @@ import numpy as np
 
 from theory.columns import check_bool
 from theory.time import MAX_TIMESTAMP
+from theory.windowing.count_path import run_count_columns
 from theory.windowing.engine import GroupByWindowEngine, Pane
 from theory.windowing.fast_path import Refusal, ScriptColumns, run_fast_columns, script_columns
 from theory.windowing.pane_columns import PaneColumns
@@ -102,7 +103,12 @@ def _run_vectorised(
 ) -> ScriptResult | str:
     """The vectorised path for the window fn (sessions or non-merging), or its refusal."""
     merging = getattr(strategy.window_fn, "is_merging", False)
-    run = run_sessions_columns if merging else run_fast_columns
+    if merging:
+        run = run_sessions_columns
+    elif strategy.trigger.watermark_only():
+        run = run_fast_columns
+    else:
+        run = run_count_columns
     result = run(columns, strategy, build=build)
     if isinstance(result, ScriptResult):
         return replace(result, path="vectorised")

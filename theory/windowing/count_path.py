@@ -1,0 +1,395 @@
+"""The vectorised path for the count-based rich triggers on non-merging windows: a whole
+script at once. All times are µs.
+
+Triggers modelled (each ``AfterCount`` wrapped in ``Repeatedly``, as Beam does):
+
+- ``Repeatedly(AfterCount(n))``;
+- ``AfterWatermark(early=AfterCount(n), late=AfterCount(m))``, either side optional (not
+  both absent: that is :mod:`theory.windowing.fast_path`'s).
+
+under every :class:`TimestampCombiner`, both accumulation modes and any allowed lateness.
+Processing-time sub-triggers, other composites and merging windows go to the engine.
+
+What the engine does per (key, window), batch by batch (a batch is the window's rows of
+one event), and how this path computes it:
+
+- **Counting.** A count trigger adds the batch's size and fires once it reaches its
+  count, then starts again from 0 (Beam's ``Repeatedly`` resets ``AfterCount``; a batch
+  fires at most one pane, whatever its size). :func:`_count_fires` is a cumulative sum
+  when every batch is one row or fires, else a scan of plain integers.
+- **AfterWatermark.** Batches before the window's end-of-window timer count for
+  ``early`` (EARLY panes, which keep their holds: the trigger has an ON_TIME pane); the
+  timer fires the ON_TIME pane at the first watermark event reaching ``window.end``,
+  even empty, releasing every hold; later batches count for ``late``, or are dropped as
+  ``closed`` without it (the trigger finished). A window whose first batch is already
+  late fires at once (its first pane), as in :mod:`theory.windowing.fast_path`.
+- **Holds.** Each batch adds its hold (:mod:`theory.windowing.strategy`), kept until the
+  next pane of its window that releases holds (for ever if none: a stall). The output
+  watermark is then ``min(input, smallest hold - 1 µs)``
+  (:func:`theory.windowing.fast_path._interval_min`).
+- **The output watermark's part.** A pane fired by data has its timing from the output
+  watermark as the batch finds it: EARLY at or before ``window.max_timestamp``, else
+  LATE. Under ``Repeatedly`` the timing is read off the computed output watermark; a
+  late pane of ``AfterWatermark`` that would be EARLY keeps its hold, which this path
+  refuses (:attr:`Refusal.HELD_LATE_PANE`), as it refuses an element older than the
+  input watermark that is not too late to hold (:attr:`Refusal.OLD_ELEMENT_HOLDS`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from theory.arrays import range_min
+from theory.time import MAX_TIMESTAMP
+from theory.windowing.engine import Timing
+from theory.windowing.fast_path import (
+    Refusal,
+    ScriptColumns,
+    _before,
+    _interval_min,
+    _rank_in_run,
+    _Rows,
+    _rows,
+    _run_starts,
+)
+from theory.windowing.pane_columns import TIMINGS, PaneColumns
+from theory.windowing.script import ScriptResult
+from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
+from theory.windowing.triggers import AfterCount, AfterWatermark, Repeatedly, Trigger
+from theory.windowing.windows import GlobalWindows
+
+__all__ = ["CountTriggers", "count_triggers", "run_count_columns"]
+
+_EARLY, _ON_TIME, _LATE = (TIMINGS.index(t) for t in (Timing.EARLY, Timing.ON_TIME, Timing.LATE))
+
+
+class CountTriggers(NamedTuple):
+    """A modelled trigger's counts (0: absent): ``early`` and ``late`` of an
+    ``AfterWatermark`` (``watermark``), or ``early`` alone for ``Repeatedly(AfterCount)``."""
+
+    watermark: bool
+    early: int
+    late: int
+
+
+def _repeated_count(trigger: Trigger | None) -> int | None:
+    """n for ``Repeatedly(AfterCount(n))``, 0 for None, else None (not modelled)."""
+    if trigger is None:
+        return 0
+    if type(trigger) is Repeatedly and type(trigger.underlying) is AfterCount:
+        return int(trigger.underlying.count)
+    return None
+
+
+def count_triggers(strategy: WindowingStrategy) -> CountTriggers | Refusal:
+    """The counts of ``strategy``'s trigger when this path models the strategy, else why
+    not."""
+    trigger = strategy.trigger
+    if getattr(strategy.window_fn, "is_merging", False):
+        return Refusal.MERGING
+    if not isinstance(strategy.timestamp_combiner, TimestampCombiner):
+        return Refusal.ELEMENT_POLICY
+    if type(trigger) is AfterWatermark:
+        early, late = _repeated_count(trigger.early), _repeated_count(trigger.late)
+        if early is None or late is None or early == late == 0:
+            return Refusal.TRIGGER
+        return CountTriggers(True, early, late)
+    n = _repeated_count(trigger)
+    if not n:
+        return Refusal.TRIGGER
+    return CountTriggers(False, n, 0)
+
+
+def run_count_columns(
+    scan: ScriptColumns, strategy: WindowingStrategy, *, build: bool = True
+) -> ScriptResult | Refusal:
+    """The result of a script given as columns (its last event's watermark at
+    ``MAX_TIMESTAMP``) under a count-trigger ``strategy``, identical to the incremental
+    engine's, or why this path does not model it. Panes are built as tuples only if
+    ``build`` (they are always in ``result.pane_columns``)."""
+    counts = count_triggers(strategy)
+    if isinstance(counts, Refusal):
+        return counts
+    rows = _rows(scan, strategy)
+    if isinstance(rows, Refusal):
+        return rows
+    policy = strategy.timestamp_combiner
+    assert isinstance(policy, TimestampCombiner)  # (count_triggers checked it)
+    b = _batches(rows, counts)
+    n_ev = scan.iw_after.size
+    hold = _interval_min(n_ev, *_hold_intervals(rows, b, policy, counts, n_ev))
+    ow_before = _before(np.minimum(scan.iw_after, hold))
+    refusal = _unmodelled(rows, b, ow_before, policy, counts)
+    if refusal is not None:
+        return refusal
+    grouped, pane_event, order = _panes(rows, b, ow_before, policy, counts, strategy)
+    panes = grouped.take(order)
+    kept = np.repeat(~b.closed, b.last - b.first)
+    ow_after = np.minimum(scan.iw_after, hold)
+    return ScriptResult(
+        panes.panes() if build else [],
+        pane_event,
+        scan.pt_after,
+        scan.iw_after,
+        ow_after,
+        {"expired": rows.n_expired, "closed": int(np.sum((b.last - b.first)[b.closed]))},
+        int(np.count_nonzero(kept & (rows.ts < rows.iw))),
+        bool(ow_after[-1] < MAX_TIMESTAMP),
+        0,
+        state_hold=hold,
+        pane_columns=panes,
+    )
+
+
+# --------------------------------------------------------------------------- batches
+
+
+class _Batches(NamedTuple):
+    """The (window, event) runs of rows and what each does."""
+
+    first: np.ndarray  # first row
+    last: np.ndarray  # one past the last row
+    gid: np.ndarray  # the window (group)
+    event: np.ndarray
+    late: np.ndarray  # the window's end-of-window timer was due when it arrived
+    fires: np.ndarray  # it fires a pane
+    closed: np.ndarray  # dropped: the trigger finished
+    first_late: np.ndarray  # AfterWatermark: a window's first batch, already late
+    release: np.ndarray  # the event at which its hold is released (int64 max: never)
+
+
+def _count_fires(segment: np.ndarray, size: np.ndarray, n: int) -> np.ndarray:
+    """Which batches fire a count trigger of ``n`` that counts the batches of each
+    segment (contiguous ids) from 0, fires when its count reaches ``n`` and restarts
+    from 0."""
+    if n <= 1 or bool(np.all(size >= n)):
+        return np.ones(size.size, bool)
+    if bool(np.all(size == 1)):
+        return (_rank_in_run(segment) + 1) % n == 0
+    fires = np.zeros(size.size, bool)
+    count, current = 0, -1
+    for i, (s, k) in enumerate(zip(segment.tolist(), size.tolist(), strict=True)):
+        if s != current:
+            count, current = 0, s
+        count += k
+        if count >= n:
+            fires[i] = True
+            count = 0
+    return fires
+
+
+def _batches(rows: _Rows, counts: CountTriggers) -> _Batches:
+    """Each batch's firing, closing and hold release (see the module docstring)."""
+    first = np.flatnonzero(_run_starts(rows.gid, rows.event))
+    last = np.append(first[1:], rows.element.size)
+    gid, event = rows.gid[first], rows.event[first]
+    size = last - first
+    late = ~rows.ontime[first]
+    nb = first.size
+    fires = np.zeros(nb, bool)
+    closed = np.zeros(nb, bool)
+    first_late = np.zeros(nb, bool)
+    if not counts.watermark:
+        fires = _count_fires(gid, size, counts.early)
+    else:
+        on = np.flatnonzero(~late)
+        if counts.early:
+            fires[on] = _count_fires(gid[on], size[on], counts.early)
+        lb = np.flatnonzero(late)
+        created_late = rows.g_on[gid[lb]] == 0
+        rank = _rank_in_run(gid[lb])
+        first_late[lb] = created_late & (rank == 0)
+        counting = lb[~first_late[lb]]
+        if counts.late:
+            fires[counting] = _count_fires(gid[counting], size[counting], counts.late)
+        else:
+            closed[counting] = True  # the trigger finished at the window's first pane
+        fires |= first_late
+    release = _releases(rows, gid, event, late, fires, counts)
+    return _Batches(first, last, gid, event, late, fires, closed, first_late, release)
+
+
+def _releases(
+    rows: _Rows,
+    gid: np.ndarray,
+    event: np.ndarray,
+    late: np.ndarray,
+    fires: np.ndarray,
+    counts: CountTriggers,
+) -> np.ndarray:
+    """Per batch, the event of the pane that releases its hold: the ON_TIME pane for an
+    on-time batch under AfterWatermark (its early panes keep the holds), else the next
+    pane its window fires at or after it; ``MAX`` (never) when there is none."""
+    nb = gid.size
+    releasing = fires & late if counts.watermark else fires
+    at = np.flatnonzero(releasing)
+    nxt = np.searchsorted(at, np.arange(nb), side="left")
+    out = np.full(nb, np.iinfo(np.int64).max, np.int64)
+    has = nxt < at.size
+    idx = np.flatnonzero(has)
+    same = gid[at[nxt[idx]]] == gid[idx]
+    out[idx[same]] = event[at[nxt[idx[same]]]]
+    if counts.watermark:
+        on = ~late
+        out[on] = rows.g_fire[gid[on]]
+    return out
+
+
+# ----------------------------------------------------------------------------- holds
+
+
+def _passing(rows: _Rows, policy: TimestampCombiner) -> np.ndarray:
+    """Rows that add a hold under EARLIEST/LATEST: those not older than the input
+    watermark (older ones are too late to hold: checked by :func:`_unmodelled`)."""
+    return rows.ts >= rows.iw
+
+
+def _hold_intervals(
+    rows: _Rows, b: _Batches, policy: TimestampCombiner, counts: CountTriggers, n_ev: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The batches' holds as event intervals ``[lo, hi]`` with their value (hold - 1
+    µs): from the batch's event to the one before its release."""
+    keep = ~b.closed
+    hi = np.minimum(b.release, n_ev) - 1
+    if policy is TimestampCombiner.OUTPUT_AT_EOW:
+        value = rows.g_end[b.gid] - 1
+    else:
+        passing = _passing(rows, policy)
+        ts = rows.ts
+        if policy is TimestampCombiner.OUTPUT_AT_LATEST:
+            v = np.where(passing, ts, np.iinfo(np.int64).min)
+            value = np.maximum.reduceat(v, b.first) if v.size else v
+            keep &= value > np.iinfo(np.int64).min
+        else:
+            v = np.where(passing, ts, np.iinfo(np.int64).max)
+            value = np.minimum.reduceat(v, b.first) if v.size else v
+            keep &= value < np.iinfo(np.int64).max
+    return b.event[keep], hi[keep], value[keep] - 1
+
+
+def _unmodelled(
+    rows: _Rows,
+    b: _Batches,
+    ow_before: np.ndarray,
+    policy: TimestampCombiner,
+    counts: CountTriggers,
+) -> Refusal | None:
+    """The cases where the output watermark makes the engine differ from this path."""
+    if counts.watermark:
+        late_panes = b.fires & b.late
+        if np.any(ow_before[b.event[late_panes]] < rows.g_end[b.gid[late_panes]]):
+            return Refusal.HELD_LATE_PANE
+    if policy is not TimestampCombiner.OUTPUT_AT_EOW:
+        kept = np.repeat(~b.closed, b.last - b.first)
+        old = kept & (rows.ts < rows.iw)
+        if np.any(rows.ts[old] >= ow_before[rows.event[old]]):
+            return Refusal.OLD_ELEMENT_HOLDS
+    return None
+
+
+# ----------------------------------------------------------------------------- panes
+
+
+def _panes(
+    rows: _Rows,
+    b: _Batches,
+    ow_before: np.ndarray,
+    policy: TimestampCombiner,
+    counts: CountTriggers,
+    strategy: WindowingStrategy,
+) -> tuple[PaneColumns, np.ndarray, np.ndarray]:
+    """The panes grouped by window in firing order, their events in event order, and the
+    order that puts the panes in event order (stable: by window within an event)."""
+    fb = np.flatnonzero(b.fires)
+    data_gid, data_event, data_hi = b.gid[fb], b.event[fb], b.last[fb]
+    if counts.watermark:
+        on = np.flatnonzero(rows.g_on > 0)  # windows with an ON_TIME pane
+        gid = np.concatenate([data_gid, on])
+        event = np.concatenate([data_event, rows.g_fire[on]])
+        hi = np.concatenate([data_hi, rows.g_first[on] + rows.g_on[on]])
+        is_timer = np.concatenate([np.zeros(fb.size, bool), np.ones(on.size, bool)])
+        src = np.concatenate([fb, np.full(on.size, -1)])
+        order = np.lexsort((is_timer, event, gid))
+        gid, event, hi = gid[order], event[order], hi[order]
+        is_timer, src = is_timer[order], src[order]
+    else:
+        gid, event, hi, src = data_gid, data_event, data_hi, fb
+        is_timer = np.zeros(fb.size, bool)
+    n = gid.size
+    index = _rank_in_run(gid)
+    prev_hi = np.where(index > 0, np.roll(hi, 1), rows.g_first[gid])
+    accumulating = strategy.accumulation_mode is AccumulationMode.ACCUMULATING
+    lo = rows.g_first[gid] if accumulating else prev_hi
+    end = rows.g_end[gid]
+    data_late = np.zeros(n, bool)
+    data_late[~is_timer] = b.late[src[~is_timer]]
+    if counts.watermark:
+        early = ~is_timer & ~data_late
+        timing = np.where(early, _EARLY, np.where(is_timer, _ON_TIME, _LATE))
+        # the ON_TIME pane and late panes are non-speculative, counted from the first
+        nonspec_from = np.where(early, n, np.arange(n))
+    else:
+        # timing from the output watermark as the batch found it
+        is_early = ow_before[event] < end
+        timing = np.where(is_early, _EARLY, _LATE)
+        nonspec_from = np.where(is_early, n, np.arange(n))
+    first_nonspec = _segment_min(gid, nonspec_from)
+    nonspec = np.where(np.arange(n) >= first_nonspec, np.arange(n) - first_nonspec, -1)
+    # holds since the last release: under AfterWatermark early panes and the ON_TIME
+    # pane see every hold since the window began, the others those since the last pane
+    hold_lo = prev_hi
+    if counts.watermark:
+        hold_lo = np.where(data_late, prev_hi, rows.g_first[gid])
+    stamp = _pane_timestamps(rows, policy, hold_lo, hi, end)
+    is_last = np.zeros(n, bool)
+    if counts.watermark and not counts.late:
+        is_last = is_timer.copy()
+        is_last[~is_timer] = b.first_late[src[~is_timer]]
+    order = np.argsort(event, kind="stable")
+    panes = PaneColumns(
+        list(map(rows.keys.__getitem__, rows.key[rows.g_first[gid]].tolist())),
+        rows.start[rows.g_first[gid]],
+        end,
+        stamp,
+        timing.astype(np.int8),
+        index,
+        nonspec,
+        is_last,
+        lo,
+        hi,
+        rows.values[rows.element],
+        isinstance(strategy.window_fn, GlobalWindows),
+    )
+    return panes, event[order], order
+
+
+def _segment_min(gid: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Per entry, the minimum of ``value`` over its run of equal ``gid``."""
+    if gid.size == 0:
+        return value.copy()
+    starts = np.flatnonzero(_run_starts(gid))
+    mins = np.minimum.reduceat(value, starts)
+    return np.repeat(mins, np.diff(np.append(starts, gid.size)))
+
+
+def _pane_timestamps(
+    rows: _Rows, policy: TimestampCombiner, lo: np.ndarray, hi: np.ndarray, end: np.ndarray
+) -> np.ndarray:
+    """Each pane's timestamp: the policy over the holding rows ``lo..hi``, or
+    ``window.max_timestamp`` under END_OF_WINDOW or where no row holds."""
+    max_timestamp = end - 1
+    if policy is TimestampCombiner.OUTPUT_AT_EOW or lo.size == 0:
+        return max_timestamp
+    passing = _passing(rows, policy)
+    big = np.iinfo(np.int64).max
+    latest = policy is TimestampCombiner.OUTPUT_AT_LATEST
+    key = np.where(passing, -rows.ts if latest else rows.ts, big)
+    nonempty = hi > lo
+    out = np.full(lo.size, big, np.int64)
+    if np.any(nonempty):
+        out[nonempty] = range_min(key, lo[nonempty], hi[nonempty])
+    found = out != big
+    value = -out if latest else out
+    return np.where(found, value, max_timestamp)
