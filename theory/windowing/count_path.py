@@ -29,10 +29,12 @@ one event), and how this path computes it:
   (:func:`theory.windowing.fast_path._interval_min`).
 - **The output watermark's part.** A pane fired by data has its timing from the output
   watermark as the batch finds it: EARLY at or before ``window.max_timestamp``, else
-  LATE. Under ``Repeatedly`` the timing is read off the computed output watermark; a
-  late pane of ``AfterWatermark`` that would be EARLY keeps its hold, which this path
-  refuses (:attr:`Refusal.HELD_LATE_PANE`), as it refuses an element older than the
-  input watermark that is not too late to hold (:attr:`Refusal.OLD_ELEMENT_HOLDS`).
+  LATE; its non-speculative index counts from the window's first pane that is not
+  EARLY. Such a late pane of ``AfterWatermark`` keeps its window's holds when EARLY:
+  under EARLIEST/LATEST the window has none then (no late row holds), under
+  END_OF_WINDOW the path refuses it (:attr:`Refusal.HELD_LATE_PANE`). It also refuses an
+  element older than the input watermark that is not too late to hold
+  (:attr:`Refusal.OLD_ELEMENT_HOLDS`).
 """
 
 from __future__ import annotations
@@ -118,15 +120,16 @@ def run_count_columns(
     policy = strategy.timestamp_combiner
     assert isinstance(policy, TimestampCombiner)  # (count_triggers checked it)
     b = _batches(rows, counts)
-    n_ev = scan.iw_after.size
-    hold = _interval_min(n_ev, *_hold_intervals(rows, b, policy, counts, n_ev))
-    ow_before = _before(np.minimum(scan.iw_after, hold))
-    refusal = _unmodelled(rows, b, ow_before, policy, counts)
-    if refusal is not None:
-        return refusal
-    grouped, pane_event, order = _panes(rows, b, ow_before, policy, counts, strategy)
-    panes = grouped.take(order)
     kept = np.repeat(~b.closed, b.last - b.first)
+    held = _output_watermark(scan, rows, b, policy, kept)
+    if held is None:
+        return Refusal.OLD_ELEMENT_HOLDS
+    hold, passing = held
+    ow_before = _before(np.minimum(scan.iw_after, hold))
+    if _held_late_pane(rows, b, ow_before, passing, counts):
+        return Refusal.HELD_LATE_PANE
+    grouped, pane_event, order = _panes(rows, b, ow_before, passing, policy, counts, strategy)
+    panes = grouped.take(order)
     ow_after = np.minimum(scan.iw_after, hold)
     return ScriptResult(
         panes.panes() if build else [],
@@ -240,53 +243,76 @@ def _releases(
 # ----------------------------------------------------------------------------- holds
 
 
-def _passing(rows: _Rows, policy: TimestampCombiner) -> np.ndarray:
-    """Rows that add a hold under EARLIEST/LATEST: those not older than the input
-    watermark (older ones are too late to hold: checked by :func:`_unmodelled`)."""
-    return rows.ts >= rows.iw
+#: How many rounds :func:`_output_watermark` tries before it refuses the script.
+_ROUNDS = 8
+
+
+def _output_watermark(
+    scan: ScriptColumns, rows: _Rows, b: _Batches, policy: TimestampCombiner, kept: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The state hold after each event (µs) and which rows add a hold, or None.
+
+    A kept row holds unless it is too late to hold (below the output watermark as its
+    batch finds it; always under END_OF_WINDOW), and the output watermark depends on the
+    holds. Starting from the rows not older than the input watermark (they always hold),
+    each round recomputes the holds, then the rows at or above the output watermark,
+    until they agree: that is the engine's run (it is causal, so the agreeing one is
+    unique). None if they do not within :data:`_ROUNDS` rounds."""
+    n_ev = scan.iw_after.size
+    if policy is TimestampCombiner.OUTPUT_AT_EOW:
+        return _interval_min(n_ev, *_hold_intervals(rows, b, policy, kept, n_ev)), kept
+    passing = kept & (rows.ts >= rows.iw)
+    for _ in range(_ROUNDS):
+        hold = _interval_min(n_ev, *_hold_intervals(rows, b, policy, passing, n_ev))
+        ow_before = _before(np.minimum(scan.iw_after, hold))
+        again = kept & (rows.ts >= ow_before[rows.event])
+        if np.array_equal(again, passing):
+            return hold, passing
+        passing = again
+    return None
 
 
 def _hold_intervals(
-    rows: _Rows, b: _Batches, policy: TimestampCombiner, counts: CountTriggers, n_ev: int
+    rows: _Rows, b: _Batches, policy: TimestampCombiner, passing: np.ndarray, n_ev: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The batches' holds as event intervals ``[lo, hi]`` with their value (hold - 1
-    µs): from the batch's event to the one before its release."""
-    keep = ~b.closed
+    µs): from the batch's event to the one before its release; ``passing``: the rows
+    that hold (under END_OF_WINDOW a batch holds at ``max_timestamp`` if it is kept)."""
     hi = np.minimum(b.release, n_ev) - 1
     if policy is TimestampCombiner.OUTPUT_AT_EOW:
+        keep = ~b.closed
         value = rows.g_end[b.gid] - 1
     else:
-        passing = _passing(rows, policy)
         ts = rows.ts
         if policy is TimestampCombiner.OUTPUT_AT_LATEST:
-            v = np.where(passing, ts, np.iinfo(np.int64).min)
+            none = np.iinfo(np.int64).min
+            v = np.where(passing, ts, none)
             value = np.maximum.reduceat(v, b.first) if v.size else v
-            keep &= value > np.iinfo(np.int64).min
         else:
-            v = np.where(passing, ts, np.iinfo(np.int64).max)
+            none = np.iinfo(np.int64).max
+            v = np.where(passing, ts, none)
             value = np.minimum.reduceat(v, b.first) if v.size else v
-            keep &= value < np.iinfo(np.int64).max
+        keep = value != none
     return b.event[keep], hi[keep], value[keep] - 1
 
 
-def _unmodelled(
+def _held_late_pane(
     rows: _Rows,
     b: _Batches,
     ow_before: np.ndarray,
-    policy: TimestampCombiner,
+    passing: np.ndarray,
     counts: CountTriggers,
-) -> Refusal | None:
-    """The cases where the output watermark makes the engine differ from this path."""
-    if counts.watermark:
-        late_panes = b.fires & b.late
-        if np.any(ow_before[b.event[late_panes]] < rows.g_end[b.gid[late_panes]]):
-            return Refusal.HELD_LATE_PANE
-    if policy is not TimestampCombiner.OUTPUT_AT_EOW:
-        kept = np.repeat(~b.closed, b.last - b.first)
-        old = kept & (rows.ts < rows.iw)
-        if np.any(rows.ts[old] >= ow_before[rows.event[old]]):
-            return Refusal.OLD_ELEMENT_HOLDS
-    return None
+) -> bool:
+    """Whether an ``AfterWatermark`` late pane would be EARLY (the output watermark at or
+    before its window) in a window where a late row holds: the pane would keep that
+    hold, which this path does not model."""
+    if not counts.watermark:
+        return False
+    late_rows = np.repeat(b.late, b.last - b.first) & passing
+    held_windows = np.zeros(rows.g_first.size, bool)
+    held_windows[rows.gid[late_rows]] = True
+    late_panes = b.fires & b.late & held_windows[b.gid]
+    return bool(np.any(ow_before[b.event[late_panes]] < rows.g_end[b.gid[late_panes]]))
 
 
 # ----------------------------------------------------------------------------- panes
@@ -296,6 +322,7 @@ def _panes(
     rows: _Rows,
     b: _Batches,
     ow_before: np.ndarray,
+    passing: np.ndarray,
     policy: TimestampCombiner,
     counts: CountTriggers,
     strategy: WindowingStrategy,
@@ -325,16 +352,12 @@ def _panes(
     end = rows.g_end[gid]
     data_late = np.zeros(n, bool)
     data_late[~is_timer] = b.late[src[~is_timer]]
-    if counts.watermark:
-        early = ~is_timer & ~data_late
-        timing = np.where(early, _EARLY, np.where(is_timer, _ON_TIME, _LATE))
-        # the ON_TIME pane and late panes are non-speculative, counted from the first
-        nonspec_from = np.where(early, n, np.arange(n))
-    else:
-        # timing from the output watermark as the batch found it
-        is_early = ow_before[event] < end
-        timing = np.where(is_early, _EARLY, _LATE)
-        nonspec_from = np.where(is_early, n, np.arange(n))
+    # a pane fired by data is EARLY while the output watermark (as the batch found it)
+    # is at or before the window's max_timestamp, else LATE; a timer's pane is ON_TIME
+    is_early = ~is_timer & (ow_before[event] < end)
+    timing = np.where(is_early, _EARLY, np.where(is_timer, _ON_TIME, _LATE))
+    # the non-speculative index counts from the window's first pane that is not EARLY
+    nonspec_from = np.where(is_early, n, np.arange(n))
     first_nonspec = _segment_min(gid, nonspec_from)
     nonspec = np.where(np.arange(n) >= first_nonspec, np.arange(n) - first_nonspec, -1)
     # holds since the last release: under AfterWatermark early panes and the ON_TIME
@@ -342,7 +365,7 @@ def _panes(
     hold_lo = prev_hi
     if counts.watermark:
         hold_lo = np.where(data_late, prev_hi, rows.g_first[gid])
-    stamp = _pane_timestamps(rows, policy, hold_lo, hi, end)
+    stamp = _pane_timestamps(rows, policy, passing, hold_lo, hi, end)
     is_last = np.zeros(n, bool)
     if counts.watermark and not counts.late:
         is_last = is_timer.copy()
@@ -375,14 +398,18 @@ def _segment_min(gid: np.ndarray, value: np.ndarray) -> np.ndarray:
 
 
 def _pane_timestamps(
-    rows: _Rows, policy: TimestampCombiner, lo: np.ndarray, hi: np.ndarray, end: np.ndarray
+    rows: _Rows,
+    policy: TimestampCombiner,
+    passing: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    end: np.ndarray,
 ) -> np.ndarray:
     """Each pane's timestamp: the policy over the holding rows ``lo..hi``, or
     ``window.max_timestamp`` under END_OF_WINDOW or where no row holds."""
     max_timestamp = end - 1
     if policy is TimestampCombiner.OUTPUT_AT_EOW or lo.size == 0:
         return max_timestamp
-    passing = _passing(rows, policy)
     big = np.iinfo(np.int64).max
     latest = policy is TimestampCombiner.OUTPUT_AT_LATEST
     key = np.where(passing, -rows.ts if latest else rows.ts, big)
