@@ -55,6 +55,7 @@ from theory.windowing.fast_path import (
     _Rows,
     _rows,
     _run_starts,
+    with_external,
 )
 from theory.windowing.pane_columns import TIMINGS, PaneColumns
 from theory.windowing.script import ScriptResult
@@ -105,12 +106,17 @@ def count_triggers(strategy: WindowingStrategy) -> CountTriggers | Refusal:
 
 
 def run_count_columns(
-    scan: ScriptColumns, strategy: WindowingStrategy, *, build: bool = True
+    scan: ScriptColumns,
+    strategy: WindowingStrategy,
+    *,
+    build: bool = True,
+    external: np.ndarray | None = None,
 ) -> ScriptResult | Refusal:
     """The result of a script given as columns (its last event's watermark at
     ``MAX_TIMESTAMP``) under a count-trigger ``strategy``, identical to the incremental
     engine's, or why this path does not model it. Panes are built as tuples only if
-    ``build`` (they are always in ``result.pane_columns``)."""
+    ``build`` (they are always in ``result.pane_columns``); ``external``: a hold (µs)
+    after each event from state outside the stage's own."""
     counts = count_triggers(strategy)
     if isinstance(counts, Refusal):
         return counts
@@ -121,16 +127,16 @@ def run_count_columns(
     assert isinstance(policy, TimestampCombiner)  # (count_triggers checked it)
     b = _batches(rows, counts)
     kept = np.repeat(~b.closed, b.last - b.first)
-    held = _output_watermark(scan, rows, b, policy, kept)
+    held = _output_watermark(scan, rows, b, policy, kept, external)
     if held is None:
         return Refusal.OLD_ELEMENT_HOLDS
     hold, passing = held
-    ow_before = _before(np.minimum(scan.iw_after, hold))
+    ow_after = with_external(np.minimum(scan.iw_after, hold), external)
+    ow_before = _before(ow_after)
     if _held_late_pane(rows, b, ow_before, passing, counts):
         return Refusal.HELD_LATE_PANE
     grouped, pane_event, order = _panes(rows, b, ow_before, passing, policy, counts, strategy)
     panes = grouped.take(order)
-    ow_after = np.minimum(scan.iw_after, hold)
     return ScriptResult(
         panes.panes() if build else [],
         pane_event,
@@ -248,7 +254,12 @@ _ROUNDS = 8
 
 
 def _output_watermark(
-    scan: ScriptColumns, rows: _Rows, b: _Batches, policy: TimestampCombiner, kept: np.ndarray
+    scan: ScriptColumns,
+    rows: _Rows,
+    b: _Batches,
+    policy: TimestampCombiner,
+    kept: np.ndarray,
+    external: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """The state hold after each event (µs) and which rows add a hold, or None.
 
@@ -264,7 +275,7 @@ def _output_watermark(
     passing = kept & (rows.ts >= rows.iw)
     for _ in range(_ROUNDS):
         hold = _interval_min(n_ev, *_hold_intervals(rows, b, policy, passing, n_ev))
-        ow_before = _before(np.minimum(scan.iw_after, hold))
+        ow_before = _before(with_external(np.minimum(scan.iw_after, hold), external))
         again = kept & (rows.ts >= ow_before[rows.event])
         if np.array_equal(again, passing):
             return hold, passing
