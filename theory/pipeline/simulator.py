@@ -40,9 +40,21 @@ from theory.windowing.fast_path import ScriptColumns
 from theory.windowing.pane_columns import TIMINGS, PaneColumns
 from theory.windowing.runner import run_columns
 from theory.windowing.script import ScriptResult
+from theory.windowing.strategy import WindowingStrategy
 
 #: The hold component name for elements a stage has received but not yet emitted.
 BUFFER_HOLD = "buffer:output"
+
+#: Runs one grouping stage's script: ``(columns, strategy, fast) -> result``, as
+#: :func:`theory.windowing.runner.run_columns` does (the default, in this process);
+#: ``spark_backend.simulation.SparkGrouping`` runs it on Spark, partitioned by key.
+GroupRunner = Callable[[ScriptColumns, WindowingStrategy, bool], ScriptResult]
+
+
+def run_here(columns: ScriptColumns, strategy: WindowingStrategy, fast: bool) -> ScriptResult:
+    """The default :data:`GroupRunner`: the stage in this process, panes as columns."""
+    return run_columns(columns, strategy, fast=fast, build=False)
+
 
 _NO_HOLD = StepSeries(np.empty(0, np.int64), np.empty(0, np.int64), MAX_TIMESTAMP)
 
@@ -150,13 +162,15 @@ def simulate(
     seed: int = 0,
     on_stage: Callable[[str], None] | None = None,
     fast: bool = True,
+    grouping: GroupRunner = run_here,
 ) -> SimulationResult:
     """Run ``pipeline`` over one trace per Source stage; deterministic for a given seed.
 
     ``on_stage(name)`` is called after each stage is simulated (for progress reporting).
     Grouping stages run on the engine's vectorised path where it models them (``fast``,
     the default; each stage's ``path`` says which ran), else event by event; the results
-    are the same.
+    are the same. ``grouping`` runs each grouping stage (:data:`GroupRunner`; e.g. on
+    Spark, with the same result).
     """
     _check_traces(pipeline, traces)
     check_seed(seed)
@@ -170,7 +184,7 @@ def simulate(
         else:
             stream, iw = _merged_input([outputs[u] for u in spec.inputs])
         if isinstance(spec, GroupByWindow):
-            out, result = _run_group(spec, stream, iw, stage_rng, fast)
+            out, result = _run_group(spec, stream, iw, stage_rng, fast, grouping)
         else:
             out, result = _run_elementwise(spec, stream, iw, stage_rng)
         outputs[name] = (out, result.output_watermark)
@@ -267,12 +281,17 @@ def _run_elementwise(
 
 
 def _run_group(
-    spec: GroupByWindow, stream: Stream, iw: StepSeries, rng: np.random.Generator, fast: bool
+    spec: GroupByWindow,
+    stream: Stream,
+    iw: StepSeries,
+    rng: np.random.Generator,
+    fast: bool,
+    grouping: GroupRunner,
 ) -> tuple[Stream, StageResult]:
     iw = iw.latched()
     instants = sorted_union([stream.time, iw.times])
     columns = _script_columns(spec, stream, iw, instants)
-    run = run_columns(columns, spec.strategy, fast=fast, build=False)
+    run = grouping(columns, spec.strategy, fast)
     panes, fire_times, state = _stage_outputs(run, instants, columns.key)
     table, out = _pane_outputs(spec, panes, fire_times, rng)
     buffer = inflight_min(table.fire_time, table.emit_time, table.timestamp)
@@ -408,9 +427,11 @@ _TIMING_VALUES = np.array([t.value for t in TIMINGS], dtype=object)
 __all__ = [
     "BUFFER_HOLD",
     "MIN_TIMESTAMP",
+    "GroupRunner",
     "PaneTable",
     "SimulationResult",
     "StageResult",
     "Stream",
+    "run_here",
     "simulate",
 ]
