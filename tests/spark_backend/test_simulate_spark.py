@@ -49,7 +49,8 @@ def test_spark_simulation_equals_local(spark):
     traces = chapter3.traces(3_000, seed=4)
     grouping = SparkGrouping(spark, partitions=3)
     assert_same_simulation(simulate(pipe, traces), simulate(pipe, traces, grouping=grouping))
-    assert len(grouping.rounds) == 3 and min(grouping.rounds) >= 2
+    # two session stages over many keys settle in >= 2 rounds; the global mean has one key
+    assert len(grouping.rounds) == 3 and min(grouping.rounds[:2]) >= 2 == grouping.rounds[2] + 1
     # late firings under EARLIEST on one trace: the count path, whose holds depend on
     # the other keys' (the rounds settle them)
     pipe = grouping_pipeline(
