@@ -66,3 +66,35 @@ def test_spark_simulation_equals_local(spark):
 def test_spark_connect_is_refused():
     with pytest.raises(ValueError, match="classic Spark session"):
         SparkGrouping(object())
+
+
+@pytest.mark.slow
+def test_cli_engines_write_the_same_outputs(spark, tmp_path, capsys):
+    """``simulate --engine spark`` and ``--engine local`` write identical series and
+    metrics, and each states its engine and its peak memory per event."""
+    import pyarrow.parquet as pq
+
+    from spark_backend import cli
+
+    outs = {}
+    for engine in ("local", "spark"):
+        out = tmp_path / engine
+        argv = ["simulate", "--events", "2000", "--watermark", "bounded:30s",
+                "--engine", engine, "--partitions", "2", "--out", str(out)]  # fmt: skip
+        assert cli.main(argv) == 0
+        said = capsys.readouterr().out
+        assert f"({engine} engine)" in said
+        assert "bytes per event at most" in said
+        outs[engine] = out
+    local, on_spark = (pq.read_table(outs[e] / "series.parquet") for e in ("local", "spark"))
+    assert local.num_rows > 0 and local.equals(on_spark)
+    metrics = [(outs[e] / "metrics.csv").read_text() for e in ("local", "spark")]
+    assert metrics[0] == metrics[1]
+
+
+def test_cli_refuses_bad_partitions_before_work(tmp_path, capsys):
+    from spark_backend import cli
+
+    argv = ["simulate", "--events", "10", "--partitions", "0", "--out", str(tmp_path / "o")]
+    assert cli.main(argv) == 2
+    assert "--partitions must be >= 1, got 0" in capsys.readouterr().err
