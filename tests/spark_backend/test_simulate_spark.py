@@ -2,43 +2,16 @@
 the local simulator's result, every stage's series, holds and panes (a small trace; the
 1M-event equality is ``bench/simulate_spark.py``'s). Times are µs."""
 
-from dataclasses import fields
-
-import numpy as np
 import pytest
 
 from spark_backend.simulation import SparkGrouping
 from theory.experiments.tradeoff import STAGE, grouping_pipeline
 from theory.pipeline import chapter3
-from theory.pipeline.simulator import simulate
-from theory.series import StepSeries
-
-
-def _same_series(a: StepSeries, b: StepSeries, what: str) -> None:
-    assert np.array_equal(a.times, b.times) and np.array_equal(a.values, b.values), what
-    assert a.initial == b.initial, what
+from theory.pipeline.simulator import differences, simulate
 
 
 def assert_same_simulation(local, spark) -> None:
-    assert np.array_equal(local.times, spark.times)
-    assert list(local.stages) == list(spark.stages)
-    for name, a in local.stages.items():
-        b = spark.stages[name]
-        _same_series(a.input_watermark, b.input_watermark, f"{name} input")
-        _same_series(a.output_watermark, b.output_watermark, f"{name} output")
-        _same_series(a.processing_hold, b.processing_hold, f"{name} processing hold")
-        assert a.holds.keys() == b.holds.keys()
-        for hold in a.holds:
-            _same_series(a.holds[hold], b.holds[hold], f"{name} {hold}")
-        assert (a.arrivals, a.dropped, a.late_grouped) == (b.arrivals, b.dropped, b.late_grouped)
-        for f in ("late", "late_timestamp", "late_arrival"):
-            assert np.array_equal(getattr(a, f), getattr(b, f)), f"{name} {f}"
-        if a.panes is None:
-            assert b.panes is None
-            continue
-        for f in fields(a.panes):
-            x, y = getattr(a.panes, f.name), getattr(b.panes, f.name)
-            assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), f"{name} panes {f.name}"
+    assert differences(local, spark) == []
 
 
 @pytest.mark.slow

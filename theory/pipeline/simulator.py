@@ -198,6 +198,45 @@ def simulate(
     return SimulationResult(pipeline, results, times)
 
 
+def differences(a: SimulationResult, b: SimulationResult) -> list[str]:
+    """What differs between two simulations of one pipeline (empty: identical): the
+    time grid, and per stage its watermark and hold series, arrivals, lateness, drops
+    and panes (NaN equal to NaN)."""
+    out: list[str] = []
+    if not np.array_equal(a.times, b.times):
+        out.append("times")
+    if list(a.stages) != list(b.stages):
+        return [*out, f"stages {list(a.stages)} != {list(b.stages)}"]
+    for name, x in a.stages.items():
+        y = b.stages[name]
+        series = {"input": (x.input_watermark, y.input_watermark),
+                  "output": (x.output_watermark, y.output_watermark),
+                  "processing hold": (x.processing_hold, y.processing_hold)}  # fmt: skip
+        if x.holds.keys() != y.holds.keys():
+            out.append(f"{name}: holds {sorted(x.holds)} != {sorted(y.holds)}")
+        series.update({h: (x.holds[h], y.holds.get(h, _NO_HOLD)) for h in x.holds})
+        for what, (s, t) in series.items():
+            if not (
+                np.array_equal(s.times, t.times)
+                and np.array_equal(s.values, t.values)
+                and s.initial == t.initial
+            ):
+                out.append(f"{name}: {what} series")
+        if (x.arrivals, x.dropped, x.late_grouped) != (y.arrivals, y.dropped, y.late_grouped):
+            out.append(f"{name}: arrivals, dropped or late_grouped")
+        for f in ("late", "late_timestamp", "late_arrival"):
+            if not np.array_equal(getattr(x, f), getattr(y, f)):
+                out.append(f"{name}: {f}")
+        if (x.panes is None) != (y.panes is None):
+            out.append(f"{name}: panes on one side only")
+        elif x.panes is not None and y.panes is not None:
+            for f in PaneTable.__dataclass_fields__:
+                u, v = getattr(x.panes, f), getattr(y.panes, f)
+                if not np.array_equal(u, v, equal_nan=u.dtype.kind == "f"):
+                    out.append(f"{name}: panes' {f}")
+    return out
+
+
 def _check_traces(pipeline: Pipeline, traces: Mapping[str, Trace]) -> None:
     """GraphError unless ``traces`` has exactly one trace per Source stage."""
     missing = [s for s in pipeline.source_names() if s not in traces]
@@ -432,6 +471,7 @@ __all__ = [
     "SimulationResult",
     "StageResult",
     "Stream",
+    "differences",
     "run_here",
     "simulate",
 ]
