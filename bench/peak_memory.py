@@ -9,10 +9,12 @@ from pathlib import Path
 
 class PeakMemory:
     """The peak resident memory (bytes) of this process and all its descendants (the
-    Spark JVM and its Python workers), sampled every 0.5 s while in the ``with``."""
+    Spark JVM and its Python workers), or of this process alone (``tree=False``),
+    sampled every 0.5 s while in the ``with``."""
 
-    def __init__(self) -> None:
+    def __init__(self, tree: bool = True) -> None:
         self.peak = 0
+        self._tree = tree
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -26,9 +28,15 @@ class PeakMemory:
 
     def _sample(self) -> None:
         while True:
-            self.peak = max(self.peak, tree_rss(os.getpid()))
+            pid = os.getpid()
+            self.peak = max(self.peak, tree_rss(pid) if self._tree else _rss(pid))
             if self._stop.wait(0.5):
                 return
+
+
+def _rss(pid: int) -> int:
+    """Resident bytes of process ``pid``."""
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def tree_rss(root: int) -> int:

@@ -5,8 +5,9 @@ For each size it generates the chapter-3 traces (seed 0), simulates them in this
 process (unless ``--no-local``) and with every grouping stage on Spark
 (:class:`spark_backend.simulation.SparkGrouping`, ``--partitions`` key partitions), and
 prints wall and CPU time of this process, the rounds each grouping stage took, and the
-peak resident memory of the process tree (driver, JVM and Python workers, sampled every
-0.5 s; the trace is generated before), then whether the two results are identical
+peak resident memory (sampled every 0.5 s; the trace is generated before) of the
+process tree for Spark (driver, JVM and Python workers) and of this process for the
+local run, then whether the two results are identical
 (:func:`theory.pipeline.simulator.differences`). Usage::
 
     nice python bench/simulate_spark.py --events 1e6 [--partitions 4] [--no-local]
@@ -27,9 +28,10 @@ from theory.pipeline import chapter3
 from theory.pipeline.simulator import differences, simulate
 
 
-def timed(fn):
-    """(wall s, CPU s of this process, peak bytes of the process tree, result)."""
-    with PeakMemory() as memory:
+def timed(fn, tree=True):
+    """(wall s, CPU s of this process, peak bytes of the process tree or of this process
+    alone, result)."""
+    with PeakMemory(tree) as memory:
         c0, t0 = time.process_time(), time.perf_counter()
         out = fn()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -61,10 +63,10 @@ def main() -> None:
         )
         if args.no_local:
             continue
-        wall, cpu, peak, local = timed(partial(simulate, pipe, traces))
+        wall, cpu, peak, local = timed(partial(simulate, pipe, traces), tree=False)
         print(
             f"{n:>11,} local: {wall:8.1f} s wall, {cpu:7.1f} s CPU, {n / wall:9,.0f} ev/s, "
-            f"peak {peak / 2**20:,.0f} MiB (this process; the Spark JVM idles beside it)",
+            f"peak {peak / 2**20:,.0f} MiB (this process alone)",
             flush=True,
         )
         diff = differences(local, on_spark)
