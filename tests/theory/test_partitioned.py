@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.windowing import script_of, script_ops
 from theory.windowing.fast_path import script_columns
 from theory.windowing.pane_columns import PaneColumns
 from theory.windowing.partitioned import local_parts, run_partitioned, split_by_key
@@ -46,29 +47,10 @@ def canon(r):
 
 
 def columns_of(ops):
-    events, value, wm = [], 0, 0
-    for op, arg in ops:
-        if op == "el":
-            events.append(ElementEvent([(k, value + i, wm + d) for i, (k, d) in enumerate(arg)]))
-            value += len(arg)
-        else:
-            wm += arg
-            events.append(WatermarkEvent(wm))
-    return script_columns(Script(events).events)
+    return script_columns(Script(script_of(ops)).events)
 
 
-OPS = st.lists(
-    st.one_of(
-        st.tuples(
-            st.just("el"),
-            st.lists(
-                st.tuples(st.sampled_from("abcdef"), st.integers(-12, 30)), min_size=1, max_size=4
-            ),
-        ),
-        st.tuples(st.just("wm"), st.integers(0, 12)),
-    ),
-    max_size=30,
-)
+OPS = script_ops("abcdef", processing_time=False)
 
 
 @settings(max_examples=250, deadline=None)
