@@ -61,7 +61,11 @@ __all__ = [
 class Refusal(StrEnum):
     """Why the vectorised path does not run a script (the engine then does)."""
 
-    TRIGGER = "the trigger is not DefaultTrigger or a bare AfterWatermark()"
+    TRIGGER = (
+        "a trigger no vectorised path models (they take DefaultTrigger, AfterWatermark() "
+        "and, on non-merging windows, AfterCount early/late firings and "
+        "Repeatedly(AfterCount))"
+    )
     MERGING = "merging windows"
     ELEMENT_POLICY = "a user-chosen output policy"
     EVENT_TYPE = "an event not exactly an ElementEvent, WatermarkEvent or ProcessingTimeEvent"

@@ -50,10 +50,13 @@ def run_script(
     ``to_infinity`` ends the script with the watermark at ``MAX_TIMESTAMP`` (a TestStream
     always does; the final entry of the watermark arrays is that step).
 
-    With ``fast`` (default), scripts under DefaultTrigger or AfterWatermark() go through
-    a vectorised path that gives the same result as the incremental engine (tested):
-    :func:`theory.windowing.fast_path.run_fast` for non-merging windows,
-    :func:`theory.windowing.session_path.run_sessions_columns` for sessions. It falls back to the
+    With ``fast`` (default), scripts go through a vectorised path that gives the same
+    result as the incremental engine (tested) where one models them:
+    :func:`theory.windowing.fast_path.run_fast` for non-merging windows under
+    DefaultTrigger or AfterWatermark(), :func:`theory.windowing.count_path.run_count_columns`
+    for non-merging windows under count-based early/late firings or
+    ``Repeatedly(AfterCount)``, :func:`theory.windowing.session_path.run_sessions_columns`
+    for sessions under the former. It falls back to the
     engine where it does not model the script; ``result.path`` says which ran and
     ``result.refusal`` why the vectorised one did not (a
     :class:`~theory.windowing.fast_path.Refusal`).
