@@ -172,11 +172,36 @@ class _Batches(NamedTuple):
 def _count_fires(segment: np.ndarray, size: np.ndarray, n: int) -> np.ndarray:
     """Which batches fire a count trigger of ``n`` that counts the batches of each
     segment (contiguous ids) from 0, fires when its count reaches ``n`` and restarts
-    from 0."""
+    from 0: at once when every batch is one row or fires, else one firing per segment
+    per round (a search in the running sum of sizes), or, where a segment fires more
+    than :data:`_MAX_ROUNDS` times, a scan of plain integers."""
     if n <= 1 or bool(np.all(size >= n)):
         return np.ones(size.size, bool)
     if bool(np.all(size == 1)):
         return (_rank_in_run(segment) + 1) % n == 0
+    csum = np.cumsum(size)
+    pos = np.flatnonzero(_run_starts(segment))
+    end = np.append(pos[1:], size.size)
+    if int(((csum[end - 1] - csum[pos] + size[pos]) // n).max()) > _MAX_ROUNDS:
+        return _count_fires_scan(segment, size, n)
+    fires = np.zeros(size.size, bool)
+    while pos.size:
+        base = csum[pos] - size[pos]  # the rows before the count restarts
+        at = np.searchsorted(csum, base + n, side="left")
+        ok = at < end
+        fires[at[ok]] = True
+        pos, end = at[ok] + 1, end[ok]
+        going = pos < end
+        pos, end = pos[going], end[going]
+    return fires
+
+
+#: Rounds :func:`_count_fires` takes at most (else it scans).
+_MAX_ROUNDS = 2_000
+
+
+def _count_fires_scan(segment: np.ndarray, size: np.ndarray, n: int) -> np.ndarray:
+    """:func:`_count_fires` batch by batch."""
     fires = np.zeros(size.size, bool)
     count, current = 0, -1
     for i, (s, k) in enumerate(zip(segment.tolist(), size.tolist(), strict=True)):
