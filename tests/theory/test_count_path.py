@@ -12,6 +12,7 @@ from theory.windowing.runner import run_script
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
 from theory.windowing.triggers import (
     AfterCount,
+    AfterProcessingTime,
     AfterWatermark,
     Repeatedly,
 )
@@ -25,6 +26,8 @@ TRIGGERS = [
     AfterWatermark(late=AfterCount(2)),
     AfterWatermark(early=AfterCount(1), late=AfterCount(1)),
     AfterWatermark(early=AfterCount(3), late=AfterCount(2)),
+    Repeatedly(AfterProcessingTime(0)),
+    Repeatedly(AfterProcessingTime(4)),
 ]
 FNS = {"fixed": FixedWindows(10, 3), "sliding": SlidingWindows(12, 4), "global": GlobalWindows()}
 

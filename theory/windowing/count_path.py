@@ -1,9 +1,14 @@
-"""The vectorised path for the count-based rich triggers on non-merging windows: a whole
-script at once. All times are µs.
+"""The vectorised path for the count-based rich triggers (and repeated processing-time
+firings) on non-merging windows: a whole script at once. All times are µs.
 
 Triggers modelled (each ``AfterCount`` wrapped in ``Repeatedly``, as Beam does):
 
 - ``Repeatedly(AfterCount(n))``;
+- ``Repeatedly(AfterProcessingTime(d))``: a window's first batch after a firing sets a
+  timer at its processing time plus d; the timer fires a pane with every batch up to
+  the event whose processing time reaches it, EARLY or LATE by the *timer's* time
+  against ``window.max_timestamp`` (Beam passes the timer's time as the watermark);
+  timers never reached stay pending (:func:`_timer_cycles`);
 - ``AfterWatermark(early=AfterCount(n), late=AfterCount(m))``, either side optional (not
   both absent: that is :mod:`theory.windowing.fast_path`'s).
 
@@ -60,7 +65,13 @@ from theory.windowing.fast_path import (
 from theory.windowing.pane_columns import TIMINGS, PaneColumns
 from theory.windowing.script import ScriptResult
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
-from theory.windowing.triggers import AfterCount, AfterWatermark, Repeatedly, Trigger
+from theory.windowing.triggers import (
+    AfterCount,
+    AfterProcessingTime,
+    AfterWatermark,
+    Repeatedly,
+    Trigger,
+)
 from theory.windowing.windows import GlobalWindows
 
 __all__ = ["CountTriggers", "count_triggers", "run_count_columns"]
@@ -70,11 +81,13 @@ _EARLY, _ON_TIME, _LATE = (TIMINGS.index(t) for t in (Timing.EARLY, Timing.ON_TI
 
 class CountTriggers(NamedTuple):
     """A modelled trigger's counts (0: absent): ``early`` and ``late`` of an
-    ``AfterWatermark`` (``watermark``), or ``early`` alone for ``Repeatedly(AfterCount)``."""
+    ``AfterWatermark`` (``watermark``), or ``early`` alone for ``Repeatedly(AfterCount)``;
+    ``delay`` (µs) for ``Repeatedly(AfterProcessingTime(delay))``, else -1."""
 
     watermark: bool
     early: int
     late: int
+    delay: int = -1
 
 
 def _repeated_count(trigger: Trigger | None) -> int | None:
@@ -99,6 +112,8 @@ def count_triggers(strategy: WindowingStrategy) -> CountTriggers | Refusal:
         if early is None or late is None or early == late == 0:
             return Refusal.TRIGGER
         return CountTriggers(True, early, late)
+    if type(trigger) is Repeatedly and type(trigger.underlying) is AfterProcessingTime:
+        return CountTriggers(False, 0, 0, int(trigger.underlying.delay))
     n = _repeated_count(trigger)
     if not n:
         return Refusal.TRIGGER
@@ -125,7 +140,9 @@ def run_count_columns(
         return rows
     policy = strategy.timestamp_combiner
     assert isinstance(policy, TimestampCombiner)  # (count_triggers checked it)
-    b = _batches(rows, counts)
+    b = _batches(rows, counts, scan.pt_after)
+    if b is None:
+        return Refusal.MANY_TIMER_CYCLES
     kept = np.repeat(~b.closed, b.last - b.first)
     held = _output_watermark(scan, rows, b, policy, kept, external)
     if held is None:
@@ -146,7 +163,7 @@ def run_count_columns(
         {"expired": rows.n_expired, "closed": int(np.sum((b.last - b.first)[b.closed]))},
         int(np.count_nonzero(kept & (rows.ts < rows.iw))),
         bool(ow_after[-1] < MAX_TIMESTAMP),
-        0,
+        b.pending,
         state_hold=hold,
         pane_columns=panes,
     )
@@ -167,6 +184,9 @@ class _Batches(NamedTuple):
     closed: np.ndarray  # dropped: the trigger finished
     first_late: np.ndarray  # AfterWatermark: a window's first batch, already late
     release: np.ndarray  # the event at which its hold is released (int64 max: never)
+    fire_event: np.ndarray  # a firing batch's pane's event (its own, or its timer's)
+    timer: np.ndarray  # a firing batch's processing-time timer (µs), if it has one
+    pending: int  # processing-time timers that never fire
 
 
 def _count_fires(segment: np.ndarray, size: np.ndarray, n: int) -> np.ndarray:
@@ -214,8 +234,9 @@ def _count_fires_scan(segment: np.ndarray, size: np.ndarray, n: int) -> np.ndarr
     return fires
 
 
-def _batches(rows: _Rows, counts: CountTriggers) -> _Batches:
-    """Each batch's firing, closing and hold release (see the module docstring)."""
+def _batches(rows: _Rows, counts: CountTriggers, pt_after: np.ndarray) -> _Batches | None:
+    """Each batch's firing, closing and hold release (see the module docstring); None
+    where a window's processing-time timer fires more than :data:`_MAX_ROUNDS` times."""
     first = np.flatnonzero(_run_starts(rows.gid, rows.event))
     last = np.append(first[1:], rows.element.size)
     gid, event = rows.gid[first], rows.event[first]
@@ -225,7 +246,13 @@ def _batches(rows: _Rows, counts: CountTriggers) -> _Batches:
     fires = np.zeros(nb, bool)
     closed = np.zeros(nb, bool)
     first_late = np.zeros(nb, bool)
-    if not counts.watermark:
+    fire_event, timer, pending = event, np.zeros(nb, np.int64), 0
+    if counts.delay >= 0:
+        cycles = _timer_cycles(gid, event, pt_after, counts.delay)
+        if cycles is None:
+            return None
+        fires, fire_event, timer, pending = cycles
+    elif not counts.watermark:
         fires = _count_fires(gid, size, counts.early)
     else:
         on = np.flatnonzero(~late)
@@ -241,14 +268,56 @@ def _batches(rows: _Rows, counts: CountTriggers) -> _Batches:
         else:
             closed[counting] = True  # the trigger finished at the window's first pane
         fires |= first_late
-    release = _releases(rows, gid, event, late, fires, counts)
-    return _Batches(first, last, gid, event, late, fires, closed, first_late, release)
+    release = _releases(rows, gid, fire_event, late, fires, counts)
+    return _Batches(
+        first, last, gid, event, late, fires, closed, first_late, release, fire_event, timer,
+        pending,
+    )  # fmt: skip
+
+
+def _timer_cycles(
+    gid: np.ndarray, event: np.ndarray, pt_after: np.ndarray, delay: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+    """``Repeatedly(AfterProcessingTime(delay))`` per window: a batch with no timer set
+    sets one at its processing time plus ``delay``; it fires at the first event whose
+    processing time reaches it (the batch's own if already due), with every batch up to
+    that event, and the next batch sets a new one. Per batch: whether it ends a cycle
+    (fires), the cycle's event and timer (µs); and how many timers never fire. Found one
+    cycle per window per round; None beyond :data:`_MAX_ROUNDS` rounds."""
+    nb, n_ev = gid.size, pt_after.size
+    fires = np.zeros(nb, bool)
+    fire_event = event.copy()
+    timer = np.zeros(nb, np.int64)
+    if nb == 0:
+        return fires, fire_event, timer, 0
+    if (int(gid[-1]) + 1) * (n_ev + 1) >= 1 << 62:
+        return None
+    key = gid * (n_ev + 1) + event  # ascending: batches by (window, event)
+    pt_before = np.concatenate(([0], pt_after[:-1]))
+    pos = np.flatnonzero(_run_starts(gid))
+    end = np.append(pos[1:], nb)
+    pending = 0
+    for _ in range(_MAX_ROUNDS):
+        if not pos.size:
+            return fires, fire_event, timer, pending
+        at = pt_before[event[pos]] + delay
+        f = np.maximum(np.searchsorted(pt_after, at, side="left"), event[pos])
+        never = f >= n_ev
+        pending += int(np.count_nonzero(never))
+        pos, end, at, f = pos[~never], end[~never], at[~never], f[~never]
+        nxt = np.searchsorted(key, gid[pos] * (n_ev + 1) + f, side="right")
+        fires[nxt - 1] = True
+        fire_event[nxt - 1] = f
+        timer[nxt - 1] = at
+        going = nxt < end
+        pos, end = nxt[going], end[going]
+    return None
 
 
 def _releases(
     rows: _Rows,
     gid: np.ndarray,
-    event: np.ndarray,
+    fire_event: np.ndarray,
     late: np.ndarray,
     fires: np.ndarray,
     counts: CountTriggers,
@@ -264,7 +333,7 @@ def _releases(
     has = nxt < at.size
     idx = np.flatnonzero(has)
     same = gid[at[nxt[idx]]] == gid[idx]
-    out[idx[same]] = event[at[nxt[idx[same]]]]
+    out[idx[same]] = fire_event[at[nxt[idx[same]]]]
     if counts.watermark:
         on = ~late
         out[on] = rows.g_fire[gid[on]]
@@ -366,7 +435,7 @@ def _panes(
     """The panes grouped by window in firing order, their events in event order, and the
     order that puts the panes in event order (stable: by window within an event)."""
     fb = np.flatnonzero(b.fires)
-    data_gid, data_event, data_hi = b.gid[fb], b.event[fb], b.last[fb]
+    data_gid, data_event, data_hi = b.gid[fb], b.fire_event[fb], b.last[fb]
     if counts.watermark:
         on = np.flatnonzero(rows.g_on > 0)  # windows with an ON_TIME pane
         gid = np.concatenate([data_gid, on])
@@ -391,6 +460,8 @@ def _panes(
     # a pane fired by data is EARLY while the output watermark (as the batch found it)
     # is at or before the window's max_timestamp, else LATE; a timer's pane is ON_TIME
     is_early = ~is_timer & (ow_before[event] < end)
+    if counts.delay >= 0:  # a processing-time timer's pane: its timer's time decides
+        is_early = b.timer[src] < end
     timing = np.where(is_early, _EARLY, np.where(is_timer, _ON_TIME, _LATE))
     # the non-speculative index counts from the window's first pane that is not EARLY
     nonspec_from = np.where(is_early, n, np.arange(n))

@@ -63,8 +63,8 @@ class Refusal(StrEnum):
 
     TRIGGER = (
         "a trigger no vectorised path models (they take DefaultTrigger, AfterWatermark() "
-        "and, on non-merging windows, AfterCount early/late firings and "
-        "Repeatedly(AfterCount))"
+        "and, on non-merging windows, AfterCount early/late firings, "
+        "Repeatedly(AfterCount) and Repeatedly(AfterProcessingTime))"
     )
     MERGING = "merging windows"
     ELEMENT_POLICY = "a user-chosen output policy"
@@ -75,6 +75,7 @@ class Refusal(StrEnum):
     HELD_LATE_PANE = "a late pane while the output watermark is held at or before its window"
     OLD_ELEMENT_HOLDS = "an element older than the input watermark still adds a hold"
     LATE_SESSION_DATA = "late data for a session (a part of it may have fired already)"
+    MANY_TIMER_CYCLES = "a window fires on processing time more than 2,000 times"
     SPLIT_SESSION_BATCH = "under OUTPUT_AT_LATEST, a batch over parts of a session not yet joined"
 
 
