@@ -57,6 +57,7 @@ from theory.windowing.fast_path import (
     _before,
     _interval_min,
     _rank_in_run,
+    _records,
     _Rows,
     _rows,
     _run_starts,
@@ -398,7 +399,10 @@ def _hold_intervals(
             v = np.where(passing, ts, none)
             value = np.minimum.reduceat(v, b.first) if v.size else v
         keep = value != none
-    return b.event[keep], hi[keep], value[keep] - 1
+    event, hi, value, gid = b.event[keep], hi[keep], value[keep] - 1, b.gid[keep]
+    # a window's holds released together: only those below every earlier one matter
+    record = _records(np.cumsum(_run_starts(gid, hi)) - 1, value)
+    return event[record], hi[record], value[record]
 
 
 def _held_late_pane(
