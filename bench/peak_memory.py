@@ -6,6 +6,8 @@ import os
 import threading
 from pathlib import Path
 
+from spark_backend.memory import rss
+
 
 class PeakMemory:
     """The peak resident memory (bytes) of this process and all its descendants (the
@@ -29,14 +31,9 @@ class PeakMemory:
     def _sample(self) -> None:
         while True:
             pid = os.getpid()
-            self.peak = max(self.peak, tree_rss(pid) if self._tree else _rss(pid))
+            self.peak = max(self.peak, tree_rss(pid) if self._tree else rss())
             if self._stop.wait(0.5):
                 return
-
-
-def _rss(pid: int) -> int:
-    """Resident bytes of process ``pid``."""
-    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def tree_rss(root: int) -> int:
