@@ -6,7 +6,9 @@ watermark, a few percent late and some droppable; whole milliseconds), under two
 - ``default``: FixedWindows(1 s), DefaultTrigger, 5 s allowed lateness, end-of-window
   output: what most pipelines run; the engine's vectorised path.
 - ``early-late``: FixedWindows(1 s), AfterWatermark(early=AfterCount(5),
-  late=AfterCount(1)), accumulating, earliest output: the general trigger machinery.
+  late=AfterCount(1)), accumulating, earliest output: the count path
+  (:mod:`theory.windowing.count_path`; the incremental engine runs Beam's trigger
+  machinery).
 - ``sessions``: Sessions(100 ms), DefaultTrigger, 5 s allowed lateness, end-of-window
   output, over 100 keys with no late data (a session with late data would go to the
   incremental engine: a "mixed" run).

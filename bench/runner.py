@@ -80,7 +80,6 @@ import os
 import random
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -92,6 +91,7 @@ import apache_beam as beam
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.transforms import window
 from apache_beam.utils.timestamp import Timestamp
+from peak_memory import PeakMemory  # bench/peak_memory.py (this script's folder)
 
 from spark_backend.runner import PySparkRunner
 from spark_backend.session import get_session
@@ -172,52 +172,6 @@ WORKLOADS: dict[str, Callable[[beam.Pipeline, int], Any]] = {
     "windowed_combine": windowed_combine,
     "session_gbk": session_gbk,
 }
-
-
-class PeakMemory:
-    """The peak resident memory (bytes) of this process and all its descendants (the
-    Spark JVM and its Python workers), sampled every 0.5 s while in the ``with``."""
-
-    def __init__(self) -> None:
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def __enter__(self) -> PeakMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _sample(self) -> None:
-        while True:
-            self.peak = max(self.peak, tree_rss(os.getpid()))
-            if self._stop.wait(0.5):
-                return
-
-
-def tree_rss(root: int) -> int:
-    """Resident bytes of process ``root`` and its descendants (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(parent, []).append(int(entry))
-    total, frontier = 0, [root]
-    while frontier:
-        pid = frontier.pop()
-        frontier.extend(children.get(pid, ()))
-        try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
-        except OSError:
-            continue
-    return total * os.sysconf("SC_PAGE_SIZE")
 
 
 def run_once(workload: str, n: int, runner: Any) -> tuple[float, str, int]:

@@ -86,9 +86,11 @@ def _write_simulation(result: object, out: Path) -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Simulate the chapter-3 pipeline (or, with --trace, your trace through one grouping
     stage) and report per stage."""
+    from spark_backend.engine import choose_engine
+    from spark_backend.memory import peak_rss, rss
     from theory.pipeline import chapter3
     from theory.pipeline.metrics import stage_metrics
-    from theory.pipeline.simulator import simulate
+    from theory.pipeline.simulator import GroupRunner, run_here, simulate
 
     if args.trace is None:
         given = [f for f in ("windowing", "allowed_lateness", "time_unit") if getattr(args, f)]
@@ -104,8 +106,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         what = f"{args.events:,} events"
     else:
         pipe = _trace_pipeline(args)
+    engine, why = choose_engine(args.engine, args.master, _simulate_need(args))
+    LOG.info("engine %s: %s", engine, why)
     t0 = time.perf_counter()
-    bar = Progress(len(pipe.stages) + 1)
+    bar = Progress(len(pipe.stages) + 1 + (engine == "spark"))
+    grouping: GroupRunner = run_here
+    if engine == "spark":
+        from spark_backend.session import get_session
+        from spark_backend.simulation import SparkGrouping
+
+        LOG.info("starting Spark")
+        grouping = SparkGrouping(get_session(args.master, args.conf), args.partitions)
+        bar.step(f"Spark session ({grouping.partitions} key partitions per grouping stage)")
     if args.trace is None:
         inputs = chapter3.traces(args.events, seed=args.seed)
         bar.step(f"generated {args.events:,} events")
@@ -116,13 +128,47 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         inputs = {"in": trace}
         what = f"{len(trace):,} rows of {args.trace}"
         bar.step(f"read {what}")
-    result = simulate(pipe, inputs, seed=args.seed, on_stage=lambda s: bar.step(f"stage {s}"))
+    n_events = sum(len(t) for t in inputs.values())
+    before = rss()
+    result = simulate(
+        pipe,
+        inputs,
+        seed=args.seed,
+        on_stage=lambda s: bar.step(f"stage {s}"),
+        grouping=grouping,
+    )
     elapsed = time.perf_counter() - t0
+    peak = peak_rss()
     _print_stages(stage_metrics(result))
     out = Path(args.out)
     _write_simulation(result, out)
-    print(f"\n{what} simulated in {elapsed:.1f}s; series and metrics in {out}/")
+    print(
+        f"\n{what} simulated in {elapsed:.1f}s ({engine} engine); series and metrics in {out}/"
+    )
+    print(
+        f"peak memory of this process {peak / 2**20:,.0f} MiB; the simulation added "
+        f"{max(0, peak - before) / max(1, n_events):,.0f} bytes per event at most (peak "
+        "resident set above the set before it)"
+    )
     return 0
+
+
+#: Bytes per event the simulator needs at its peak (driver side), for ``--engine auto``:
+#: about 3x the ~200 B/event ``bench/simulate_throughput.py`` traces, for the process's
+#: own copies and allocator slack.
+SIMULATE_BYTES_PER_EVENT = 600
+
+
+def _simulate_need(args: argparse.Namespace) -> int | None:
+    """The simulation's estimated in-memory size (bytes) for ``choose_engine``."""
+    from spark_backend.engine import BYTES_PER_ROW, estimated_bytes
+    from spark_backend.trace_input import local_files
+
+    if args.trace is None:
+        return args.events * SIMULATE_BYTES_PER_EVENT
+
+    need = estimated_bytes(local_files(args.trace))
+    return None if need is None else need * SIMULATE_BYTES_PER_EVENT // BYTES_PER_ROW
 
 
 def _trace_pipeline(args: argparse.Namespace) -> Pipeline:
@@ -260,8 +306,13 @@ def _all_forms() -> tuple[str, ...]:
 
 
 #: The specs the comparison computes (both engines).
-_COMPARED = ("perfect", "perfect:oracle", "bounded:<duration>", "percentile:<p>",
-             "percentile:<p>:hold")
+_COMPARED = (
+    "perfect",
+    "perfect:oracle",
+    "bounded:<duration>",
+    "percentile:<p>",
+    "percentile:<p>:hold",
+)
 
 
 def _add_spark_options(p: argparse.ArgumentParser) -> None:
@@ -367,10 +418,23 @@ def build_parser() -> argparse.ArgumentParser:
             )
             p.add_argument(
                 "--engine",
-                choices=("auto", "local"),
+                choices=("auto", "local", "spark"),
                 default="auto",
-                help="the simulator runs in this process (local); a Spark engine for "
-                "simulate is not built yet, so auto is local",
+                help="local: the simulator in this process; spark: each grouping stage on "
+                "Spark, partitioned by key (watermarks and holds reduced on the driver; the "
+                "same result); auto: spark when --master or SPARK_REMOTE is given or the "
+                "simulation needs more than a quarter of the available memory, else local",
+            )
+            p.add_argument("--master", default=None, help="Spark master URL (None: local[*])")
+            p.add_argument(
+                "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
+            )
+            p.add_argument(
+                "--partitions",
+                type=int,
+                default=None,
+                help="with --engine spark: key partitions per grouping stage (None: Spark's "
+                "default parallelism)",
             )
             p.add_argument(
                 "--trace",

@@ -150,6 +150,10 @@ def check_args(args: argparse.Namespace) -> None:
         from theory.pipeline import chapter3
 
         chapter3.pipeline(watermark=args.watermark)
+        parse_conf(args.conf)
+        check_master(args.master)
+        if args.partitions is not None and args.partitions < 1:
+            raise ValueError(f"--partitions must be >= 1, got {args.partitions}")
     if command in ("demo", "analyze"):
         from spark_backend.cli import _strategies
         from spark_backend.comparison import check_request

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.windowing import canon
 from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import STATE_HOLD, GroupByWindowEngine, Timing
 from theory.windowing.fast_path import Refusal, run_fast, strategy_refusal
@@ -286,13 +287,6 @@ def test_engine_invariants(ops, fn_name, lateness, combiner):
             assert p.timestamp == p.window.max_timestamp
 
 
-def _canon(result):
-    return sorted(
-        (int(ev), repr(p.key), p.window.start, p.window.end, tuple(sorted(p.values)), p[3:])
-        for p, ev in zip(result.panes, result.pane_event, strict=True)
-    )
-
-
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
@@ -338,7 +332,7 @@ def test_fast_path_equals_incremental_engine(ops, fn_name, trigger, mode, combin
     strat = WindowingStrategy(fn, trigger, mode, lateness, combiner, allow_unsafe_triggers=True)
     slow = run_script(events, strat, fast=False)
     fast = run_script(events, strat)
-    assert _canon(fast) == _canon(slow)
+    assert canon(fast) == canon(slow)
     assert np.array_equal(fast.output_watermark, slow.output_watermark)
     assert np.array_equal(fast.input_watermark, slow.input_watermark)
     assert np.array_equal(fast.processing_time, slow.processing_time)
@@ -409,7 +403,7 @@ def test_fast_path_refuses_what_it_does_not_model(reason, events, strat):
     assert run_fast(evs, strat) is reason
     assert strategy_refusal(strat) is (reason if reason in _STRATEGY_REFUSALS else None)
     fast, slow = run_script(events, strat), run_script(events, strat, fast=False)
-    assert _canon(fast) == _canon(slow)
+    assert canon(fast) == canon(slow)
     assert np.array_equal(fast.output_watermark, slow.output_watermark)
 
 

@@ -116,8 +116,9 @@ def test_message_model_valve_advances_on_every_update_in_steady_state(p):
     rng = np.random.default_rng(p)
     phases = rng.permutation(interval)[:p]
     valve = StatusWatermarkValve(p)
-    updates = sorted((int(ph) + k * interval, ch) for ch, ph in enumerate(phases)
-                     for k in range(50))
+    updates = sorted(
+        (int(ph) + k * interval, ch) for ch, ph in enumerate(phases) for k in range(50)
+    )
     emitted = 0
     for t, ch in updates:
         emitted += sum(1 for x in valve.input_watermark(ch, t - SECOND) if isinstance(x, int))
@@ -139,3 +140,66 @@ def test_latency_follows_the_design_parameters():
     c = run_out_of_band(OutOfBand(aggregator_latency=2 * SECOND), 5, 10, "steady", rng())
     d = run_out_of_band(OutOfBand(aggregator_latency=0), 5, 10, "steady", rng())
     assert c.latency - d.latency == 2 * SECOND
+
+
+def _brute_hop(design, sent, p, rng):
+    """A hop drawn as the model states it: every channel's delay, parallelism² draws."""
+    e = rng.exponential(1.0, (sent.size, p))
+    return sent[:, None] + np.round(design.hop_delay + design.hop_delay * design.hop_jitter * e)
+
+
+@pytest.mark.parametrize("spread", [0, 400, 200_000])
+def test_thinned_hop_has_the_law_of_every_channel_drawn(spread):
+    """The last arrival per task (drawn from the channels above max(sent) + d only) and
+    the full matrix built around it have the law of the brute-force hop: two-sample KS
+    tests on 4,000 draws each, and a changed jitter is told apart (the test can fail)."""
+    from scipy.stats import ks_2samp
+
+    from theory.experiments.propagation import _arrival_matrix, _last_arrivals
+
+    design = InBand(hop_jitter=0.5)
+    rng = np.random.default_rng(spread)
+    sent = 1_000_000 + rng.integers(0, spread + 1, 40)
+    fast = np.concatenate([_last_arrivals(design, sent, 40, rng)[0] for _ in range(100)])
+    brute = np.concatenate([_brute_hop(design, sent, 40, rng).max(axis=0) for _ in range(100)])
+    assert ks_2samp(fast, brute).pvalue > 1e-3
+    other = InBand(hop_jitter=0.6)
+    wider = np.concatenate([_brute_hop(other, sent, 40, rng).max(axis=0) for _ in range(100)])
+    assert ks_2samp(fast, wider).pvalue < 1e-6
+    # the full matrix: its column maxima are the last arrivals, its entries the model's
+    hop = _last_arrivals(design, sent, 40, rng)
+    matrix = _arrival_matrix(design, sent, *hop, np.random.default_rng(1))
+    assert np.array_equal(matrix.max(axis=0), hop[0])
+    entries = np.concatenate(
+        [
+            _arrival_matrix(design, sent, *_last_arrivals(design, sent, 40, rng), rng)[
+                :, :3
+            ].ravel()
+            for _ in range(30)
+        ]
+    )
+    assert ks_2samp(entries, _brute_hop(design, sent, 90, rng).ravel()).pvalue > 1e-3
+
+
+def test_grid_cells_equal_runs_one_by_one():
+    """propagation() draws each trial once at the deepest depth and shares it across
+    depths and scenarios; every cell equals its own runs at that depth."""
+    rows = propagation(depths=(1, 4), parallelisms=(3, 50), trials=3, seed=7).rows
+    for r in rows:
+        if r.design != "in-band":
+            continue
+        runs = [
+            run_in_band(InBand(), r.depth, r.parallelism, r.scenario,
+                        np.random.default_rng([7, r.parallelism, t])).latency
+            for t in range(3)
+        ]  # fmt: skip
+        assert r.latency == pytest.approx(np.median(runs), nan_ok=True)
+
+
+def test_no_jitter_hops_cost_exactly_the_hop_delay():
+    design = InBand(hop_jitter=0.0, hop_delay=7)
+    times = in_band_times(design, 3, 4, 100, np.random.default_rng(0))
+    for k in range(1, 4):
+        assert np.all(times[k] == times[0].max() + 7 * k)
+    valve = in_band_times_by_valve(design, 3, 4, 100, np.random.default_rng(0))
+    assert all(np.array_equal(a, b) for a, b in zip(times, valve, strict=True))

@@ -7,12 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.windowing import assert_same, script_of, script_ops
 from theory.windowing.fast_path import Refusal, script_columns
 from theory.windowing.runner import run_script
 from theory.windowing.script import (
     ElementEvent,
     Event,
-    ProcessingTimeEvent,
     Script,
     WatermarkEvent,
 )
@@ -22,60 +22,8 @@ from theory.windowing.triggers import AfterCount, AfterWatermark, DefaultTrigger
 from theory.windowing.windows import Sessions
 
 
-def _canon(result):
-    return sorted(
-        (int(ev), repr(p.key), p.window.start, p.window.end, tuple(sorted(p.values)), p[3:])
-        for p, ev in zip(result.panes, result.pane_event, strict=True)
-    )
-
-
-def assert_same(fast, slow, path="vectorised"):
-    assert fast.path == path, fast.refusal
-    assert slow.path == "incremental"
-    assert _canon(fast) == _canon(slow)
-    for series in ("processing_time", "input_watermark", "output_watermark"):
-        assert np.array_equal(getattr(fast, series), getattr(slow, series)), series
-    assert (fast.dropped, fast.late_elements, fast.stalled, fast.pending_processing_timers) == (
-        slow.dropped,
-        slow.late_elements,
-        slow.stalled,
-        slow.pending_processing_timers,
-    )
-
-
-def _script(ops):
-    """Element batches drawn around the watermark (a negative offset is late data, which
-    the path refuses), watermark steps, processing-time steps."""
-    events: list[Event] = []
-    value = wm = 0
-    for op, arg in ops:
-        if op == "el":
-            events.append(ElementEvent([(k, value + i, wm + d) for i, (k, d) in enumerate(arg)]))
-            value += len(arg)
-        elif op == "wm":
-            wm += arg
-            events.append(WatermarkEvent(wm))
-        else:
-            events.append(ProcessingTimeEvent(arg))
-    return events
-
-
 def ops(late):
-    return st.lists(
-        st.one_of(
-            st.tuples(
-                st.just("el"),
-                st.lists(
-                    st.tuples(st.sampled_from("abc"), st.integers(-8 if late else 0, 40)),
-                    min_size=1,
-                    max_size=5,
-                ),
-            ),
-            st.tuples(st.just("wm"), st.integers(0, 15)),
-            st.tuples(st.just("pt"), st.integers(1, 5)),
-        ),
-        max_size=30,
-    )
+    return script_ops(offsets=(-8 if late else 0, 40), batch=5, step=15)
 
 
 @settings(max_examples=300, deadline=None)
@@ -91,7 +39,7 @@ def test_session_path_equals_incremental_engine(ops, gap, trigger, mode, combine
     strat = WindowingStrategy(
         Sessions(gap), trigger, mode, lateness, combiner, allow_unsafe_triggers=True
     )
-    events = _script(ops)
+    events = script_of(ops)
     fast = run_script(events, strat)
     slow = run_script(events, strat, fast=False)
     if fast.path == "incremental":  # refused: a split batch under LATEST

@@ -38,7 +38,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 
@@ -122,34 +121,129 @@ def _source_emissions(
     return t0 + (phase - t0) % design.emit_interval
 
 
-def _hop(
+def _last_arrivals(
     design: InBand, sent: np.ndarray, parallelism: int, rng: np.random.Generator
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """One all-to-all hop, sampled exactly without drawing its parallelism² delays.
+
+    The arrival on channel (i, j) is ``sent[i] + round(d + c·E)`` with ``d = hop_delay``,
+    ``c = d·hop_jitter`` and ``E ~ Exp(1)``; task j's valve advances at the last of its
+    channels. Every arrival from a task that sent last is at least ``T = max(sent) + d``,
+    so only the channels above ``T`` matter: channel (i, j) is above it with probability
+    ``q_i = exp(-(T - sent[i] - d) / c)``, and then (memoryless) at ``T + round(c·E')``.
+    So the last arrival at j is ``T + round(c·X_j)``, ``X_j`` the largest of ``N_j``
+    fresh Exp(1) draws and ``N_j`` the number of channels into j above ``T``: the
+    channels are drawn row by row with geometric skips (about
+    ``parallelism·(1 + ln parallelism)`` draws, not parallelism²), ``X_j`` by inverting
+    ``F^N``. Returns the last arrival per downstream task (µs), the channels above ``T``
+    as (upstream, downstream) index arrays, and ``X`` (for :func:`_arrival_matrix`)."""
+    top = int(sent.max())
+    threshold = top + design.hop_delay
+    c = design.hop_delay * design.hop_jitter
+    if c == 0:
+        rows = np.repeat(np.flatnonzero(sent == top), parallelism)
+        cols = np.tile(np.arange(parallelism), rows.size // parallelism)
+        return np.full(parallelism, threshold, np.int64), (rows, cols), np.zeros(parallelism)
+    q = np.exp(-(top - sent).astype(np.float64) / c)
+    rows, cols = _bernoulli_successes(q, parallelism, rng)
+    n = np.bincount(cols, minlength=parallelism)  # >= 1: the top rows are always above
+    x = -np.log1p(-(rng.random(parallelism) ** (1.0 / n)))
+    return threshold + np.round(c * x).astype(np.int64), (rows, cols), x
+
+
+def _bernoulli_successes(
+    q: np.ndarray, width: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """The successes of independent Bernoulli(q[i]) trials on the grid
+    ``len(q) × width``, as (row, column) index arrays, by geometric skips drawn in
+    rounds for all rows at once (about ``width·sum(q) + len(q)`` draws)."""
+    rows = np.flatnonzero(q > 0)
+    pos = np.full(rows.size, -1, np.int64)  # each active row's last column so far
+    out_r, out_c = [], []
+    while rows.size:
+        qr = q[rows]
+        left = width - 1 - pos  # columns still to draw, >= 1
+        mean = left * qr
+        m = np.minimum(np.ceil(mean + 3.0 * np.sqrt(mean) + 2.0).astype(np.int64), left)
+        gaps = rng.geometric(np.repeat(qr, m))
+        # a gap past the row's end is as good as any (and a tiny q's may overflow int64)
+        gaps[(gaps < 1) | (gaps > width)] = width + 1
+        csum = np.cumsum(gaps)
+        ends = np.cumsum(m)
+        before = np.concatenate(([0], csum[ends[:-1] - 1]))
+        at = csum - np.repeat(before - pos, m)  # the columns, ascending within a row
+        keep = at < width
+        out_r.append(np.repeat(rows, m)[keep])
+        out_c.append(at[keep])
+        last = at[ends - 1]
+        more = last < width - 1  # the row's draws ran out before its last column
+        rows, pos = rows[more], last[more]
+    if not out_r:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate(out_r), np.concatenate(out_c)
+
+
+def _arrival_matrix(
+    design: InBand,
+    sent: np.ndarray,
+    last: np.ndarray,
+    above: tuple[np.ndarray, np.ndarray],
+    x: np.ndarray,
+    fill: np.random.Generator,
 ) -> np.ndarray:
-    """Arrival times matrix [upstream, downstream] of one all-to-all hop."""
-    stretch = 1.0 + design.hop_jitter * rng.exponential(1.0, (sent.size, parallelism))
-    return sent[:, None] + np.round(design.hop_delay * stretch).astype(np.int64)
+    """The hop's full arrival matrix [upstream, downstream] (µs), the rest drawn from
+    ``fill`` given :func:`_last_arrivals`' draws, so that its law is that of independent
+    ``sent[i] + round(d + c·E)`` and each column's maximum is ``last``: the channels below
+    ``T`` have E truncated to ``[0, (T - sent[i] - d) / c]``; those above are
+    ``T + round(c·E')``, one of them (at random) at ``X_j``, the others with E' below it."""
+    p, d = last.size, design.hop_delay
+    c = d * design.hop_jitter
+    top = int(sent.max())
+    if c == 0:
+        return np.repeat(sent[:, None] + d, p, axis=1).astype(np.int64)
+    a = ((top - sent) / c)[:, None]
+    e = -np.log1p(fill.random((sent.size, p)) * np.expm1(-a))
+    out = sent[:, None] + np.round(d + c * e).astype(np.int64)
+    rows, cols = above
+    xj = x[cols]
+    e2 = -np.log1p(fill.random(cols.size) * np.expm1(-xj))
+    out[rows, cols] = top + d + np.round(c * e2).astype(np.int64)
+    pick = fill.permutation(cols.size)
+    chosen = np.empty(p, np.int64)
+    chosen[cols[pick]] = pick  # (the last write per column wins: a random one)
+    out[rows[chosen], np.arange(p)] = last
+    return out
 
 
 def in_band_times(
     design: InBand, depth: int, parallelism: int, t0: int, rng: np.random.Generator
 ) -> list[np.ndarray]:
     """Per stage (sources first), when each task's input/emission reaches W1 (vectorised:
-    a task's valve advances when the last of its channels has delivered W1)."""
+    a task's valve advances when the last of its channels has delivered W1; see
+    :func:`_last_arrivals`). The first k hops draw the same numbers whatever ``depth``."""
     times = [_source_emissions(design, parallelism, t0, rng)]
     for _ in range(depth):
-        times.append(_hop(design, times[-1], parallelism, rng).max(axis=0))
+        times.append(_last_arrivals(design, times[-1], parallelism, rng)[0])
     return times
 
 
 def in_band_times_by_valve(
-    design: InBand, depth: int, parallelism: int, t0: int, rng: np.random.Generator
+    design: InBand,
+    depth: int,
+    parallelism: int,
+    t0: int,
+    rng: np.random.Generator,
+    fill: np.random.Generator | None = None,
 ) -> list[np.ndarray]:
-    """The same as :func:`in_band_times`, event by event through real valves (small
-    workloads; a test shows the two agree)."""
+    """The same as :func:`in_band_times` (the same draws from ``rng``), event by event
+    through real valves, every channel's arrival drawn (the rest from ``fill``); for
+    small workloads (a test shows the two agree)."""
+    fill = np.random.default_rng(0) if fill is None else fill
     emitted = _source_emissions(design, parallelism, t0, rng)
     times = [emitted]
     for _ in range(depth):
-        arrivals = _hop(design, emitted, parallelism, rng)
+        hop = _last_arrivals(design, emitted, parallelism, rng)
+        arrivals = _arrival_matrix(design, emitted, *hop, fill)
         stage = np.empty(parallelism, dtype=np.int64)
         for j in range(parallelism):
             valve = StatusWatermarkValve(parallelism)
@@ -174,17 +268,46 @@ def in_band_messages_per_second(design: InBand, depth: int, parallelism: int) ->
     return per_tick / (design.emit_interval / SECOND)
 
 
+class _InBandTrial:
+    """One seeded trial's in-band propagation times up to ``depth`` hops, drawn once and
+    shared by every scenario and smaller depth (the first k hops draw the same numbers
+    whatever the depth): ``first`` from ``t0``, ``restart`` from ``t0 + restart_delay``
+    (worker failure), each from its own stream spawned from ``rng``."""
+
+    T0 = 10 * SECOND
+
+    def __init__(
+        self, design: InBand, depth: int, parallelism: int, rng: np.random.Generator
+    ) -> None:
+        self.design, self.depth, self.parallelism = design, depth, parallelism
+        self._rngs = rng.spawn(2)
+        self._times: dict[int, list[np.ndarray]] = {}
+
+    def times(self, which: int) -> list[np.ndarray]:
+        """Per stage, when each task reaches W1 (µs): 0 the first run, 1 the restart."""
+        got = self._times.get(which)
+        if got is None:
+            t0 = self.T0 + (self.design.restart_delay if which else 0)
+            got = in_band_times(self.design, self.depth, self.parallelism, t0, self._rngs[which])
+            self._times[which] = got
+        return got
+
+
 def run_in_band(
     design: InBand, depth: int, parallelism: int, scenario: str, rng: np.random.Generator
 ) -> Outcome:
     """Propagation latency and traffic of the in-band design on one workload."""
     _check_workload(depth, parallelism, scenario)
-    t0 = 10 * SECOND
+    return _in_band_outcome(design, depth, scenario, _InBandTrial(design, depth, parallelism, rng))
+
+
+def _in_band_outcome(design: InBand, depth: int, scenario: str, trial: _InBandTrial) -> Outcome:
+    """The in-band outcome at ``depth`` (<= the trial's) under ``scenario``."""
+    parallelism, t0 = trial.parallelism, trial.T0
     msgs = in_band_messages_per_second(design, depth, parallelism)
     if scenario == "stale_holder":
         return Outcome("in-band", depth, parallelism, scenario, math.nan, msgs)
-    times = in_band_times(design, depth, parallelism, t0, rng)
-    latency = float(times[-1].max() - t0)
+    latency = float(trial.times(0)[depth].max() - t0)
     if scenario == "idle_partition":
         if design.idle_timeout is None:
             latency = math.inf  # the silent channel holds its old watermark forever
@@ -196,8 +319,7 @@ def run_in_band(
             latency = max(latency, float(idle_at - t0 + depth * design.hop_delay))
     elif scenario == "worker_failure":
         # A failed task stops the job; everything restarts and sources re-emit.
-        restarted = in_band_times(design, depth, parallelism, t0 + design.restart_delay, rng)
-        latency = float(restarted[-1].max() - t0)
+        latency = float(trial.times(1)[depth].max() - t0)
     return Outcome("in-band", depth, parallelism, scenario, latency, msgs)
 
 
@@ -293,16 +415,33 @@ def propagation(
 ) -> PropagationTable:
     """Run both designs over the grid; each cell is the median of ``trials`` seeded runs."""
     check_count(trials, "trials", minimum=1)
-    designs = (partial(run_in_band, in_band), partial(run_out_of_band, out_of_band))
+    for scenario in scenarios:
+        for depth in depths:
+            for p in parallelisms:
+                _check_workload(depth, p, scenario)
+    deepest = max(depths, default=1)
+    # The same seeds at every depth and scenario: the in-band trials are drawn once per
+    # parallelism at the deepest depth, so the cells differ by what depth itself does.
+    in_band_trials = {
+        p: [_InBandTrial(in_band, deepest, p, np.random.default_rng([seed, p, t]))
+            for t in range(trials)]
+        for p in parallelisms
+    }  # fmt: skip
     rows = []
     for scenario in scenarios:
         for depth in depths:
             for p in parallelisms:
-                for run in designs:
-                    # The same seeds at every depth: the source phases are shared, so the
-                    # cells differ by what depth itself does.
-                    rngs = [np.random.default_rng([seed, p, t]) for t in range(trials)]
-                    rows.append(_median_cell([run(depth, p, scenario, g) for g in rngs]))
+                rows.append(
+                    _median_cell(
+                        [_in_band_outcome(in_band, depth, scenario, t) for t in in_band_trials[p]]
+                    )
+                )
+                rngs = [np.random.default_rng([seed, p, t]) for t in range(trials)]
+                rows.append(
+                    _median_cell(
+                        [run_out_of_band(out_of_band, depth, p, scenario, g) for g in rngs]
+                    )
+                )
     return PropagationTable(rows)
 
 

@@ -40,9 +40,21 @@ from theory.windowing.fast_path import ScriptColumns
 from theory.windowing.pane_columns import TIMINGS, PaneColumns
 from theory.windowing.runner import run_columns
 from theory.windowing.script import ScriptResult
+from theory.windowing.strategy import WindowingStrategy
 
 #: The hold component name for elements a stage has received but not yet emitted.
 BUFFER_HOLD = "buffer:output"
+
+#: Runs one grouping stage's script: ``(columns, strategy, fast) -> result``, as
+#: :func:`theory.windowing.runner.run_columns` does (the default, in this process);
+#: ``spark_backend.simulation.SparkGrouping`` runs it on Spark, partitioned by key.
+GroupRunner = Callable[[ScriptColumns, WindowingStrategy, bool], ScriptResult]
+
+
+def run_here(columns: ScriptColumns, strategy: WindowingStrategy, fast: bool) -> ScriptResult:
+    """The default :data:`GroupRunner`: the stage in this process, panes as columns."""
+    return run_columns(columns, strategy, fast=fast, build=False)
+
 
 _NO_HOLD = StepSeries(np.empty(0, np.int64), np.empty(0, np.int64), MAX_TIMESTAMP)
 
@@ -150,13 +162,15 @@ def simulate(
     seed: int = 0,
     on_stage: Callable[[str], None] | None = None,
     fast: bool = True,
+    grouping: GroupRunner = run_here,
 ) -> SimulationResult:
     """Run ``pipeline`` over one trace per Source stage; deterministic for a given seed.
 
     ``on_stage(name)`` is called after each stage is simulated (for progress reporting).
     Grouping stages run on the engine's vectorised path where it models them (``fast``,
     the default; each stage's ``path`` says which ran), else event by event; the results
-    are the same.
+    are the same. ``grouping`` runs each grouping stage (:data:`GroupRunner`; e.g. on
+    Spark, with the same result).
     """
     _check_traces(pipeline, traces)
     check_seed(seed)
@@ -170,7 +184,7 @@ def simulate(
         else:
             stream, iw = _merged_input([outputs[u] for u in spec.inputs])
         if isinstance(spec, GroupByWindow):
-            out, result = _run_group(spec, stream, iw, stage_rng, fast)
+            out, result = _run_group(spec, stream, iw, stage_rng, fast, grouping)
         else:
             out, result = _run_elementwise(spec, stream, iw, stage_rng)
         outputs[name] = (out, result.output_watermark)
@@ -182,6 +196,45 @@ def simulate(
         + [r.output_watermark for r in results.values()]
     )
     return SimulationResult(pipeline, results, times)
+
+
+def differences(a: SimulationResult, b: SimulationResult) -> list[str]:
+    """What differs between two simulations of one pipeline (empty: identical): the
+    time grid, and per stage its watermark and hold series, arrivals, lateness, drops
+    and panes (NaN equal to NaN)."""
+    out: list[str] = []
+    if not np.array_equal(a.times, b.times):
+        out.append("times")
+    if list(a.stages) != list(b.stages):
+        return [*out, f"stages {list(a.stages)} != {list(b.stages)}"]
+    for name, x in a.stages.items():
+        y = b.stages[name]
+        series = {"input": (x.input_watermark, y.input_watermark),
+                  "output": (x.output_watermark, y.output_watermark),
+                  "processing hold": (x.processing_hold, y.processing_hold)}  # fmt: skip
+        if x.holds.keys() != y.holds.keys():
+            out.append(f"{name}: holds {sorted(x.holds)} != {sorted(y.holds)}")
+        series.update({h: (x.holds[h], y.holds.get(h, _NO_HOLD)) for h in x.holds})
+        for what, (s, t) in series.items():
+            if not (
+                np.array_equal(s.times, t.times)
+                and np.array_equal(s.values, t.values)
+                and s.initial == t.initial
+            ):
+                out.append(f"{name}: {what} series")
+        if (x.arrivals, x.dropped, x.late_grouped) != (y.arrivals, y.dropped, y.late_grouped):
+            out.append(f"{name}: arrivals, dropped or late_grouped")
+        for f in ("late", "late_timestamp", "late_arrival"):
+            if not np.array_equal(getattr(x, f), getattr(y, f)):
+                out.append(f"{name}: {f}")
+        if (x.panes is None) != (y.panes is None):
+            out.append(f"{name}: panes on one side only")
+        elif x.panes is not None and y.panes is not None:
+            for f in PaneTable.__dataclass_fields__:
+                u, v = getattr(x.panes, f), getattr(y.panes, f)
+                if not np.array_equal(u, v, equal_nan=u.dtype.kind == "f"):
+                    out.append(f"{name}: panes' {f}")
+    return out
 
 
 def _check_traces(pipeline: Pipeline, traces: Mapping[str, Trace]) -> None:
@@ -267,12 +320,17 @@ def _run_elementwise(
 
 
 def _run_group(
-    spec: GroupByWindow, stream: Stream, iw: StepSeries, rng: np.random.Generator, fast: bool
+    spec: GroupByWindow,
+    stream: Stream,
+    iw: StepSeries,
+    rng: np.random.Generator,
+    fast: bool,
+    grouping: GroupRunner,
 ) -> tuple[Stream, StageResult]:
     iw = iw.latched()
     instants = sorted_union([stream.time, iw.times])
     columns = _script_columns(spec, stream, iw, instants)
-    run = run_columns(columns, spec.strategy, fast=fast, build=False)
+    run = grouping(columns, spec.strategy, fast)
     panes, fire_times, state = _stage_outputs(run, instants, columns.key)
     table, out = _pane_outputs(spec, panes, fire_times, rng)
     buffer = inflight_min(table.fire_time, table.emit_time, table.timestamp)
@@ -408,9 +466,12 @@ _TIMING_VALUES = np.array([t.value for t in TIMINGS], dtype=object)
 __all__ = [
     "BUFFER_HOLD",
     "MIN_TIMESTAMP",
+    "GroupRunner",
     "PaneTable",
     "SimulationResult",
     "StageResult",
     "Stream",
+    "differences",
+    "run_here",
     "simulate",
 ]

@@ -1,5 +1,7 @@
 """Windowing: window functions (``windows``), the windowing strategy (``strategy``),
 triggers (``triggers``), scripts and their results (``script``), the incremental grouping
-engine (``engine``), its vectorised paths (``fast_path`` for non-merging windows,
-``session_path`` for sessions), panes as columns (``pane_columns``) and the script runner
-that picks between them (``runner``)."""
+engine (``engine``), its vectorised paths (``fast_path`` for non-merging windows under
+watermark-only triggers, ``count_path`` for the count-based rich triggers,
+``session_path`` for sessions), panes as columns (``pane_columns``), the script runner
+that picks between them (``runner``) and a stage run as key partitions
+(``partitioned``)."""

@@ -61,7 +61,11 @@ __all__ = [
 class Refusal(StrEnum):
     """Why the vectorised path does not run a script (the engine then does)."""
 
-    TRIGGER = "the trigger is not DefaultTrigger or a bare AfterWatermark()"
+    TRIGGER = (
+        "a trigger no vectorised path models (they take DefaultTrigger, AfterWatermark() "
+        "and, on non-merging windows, AfterCount early/late firings, "
+        "Repeatedly(AfterCount) and Repeatedly(AfterProcessingTime))"
+    )
     MERGING = "merging windows"
     ELEMENT_POLICY = "a user-chosen output policy"
     EVENT_TYPE = "an event not exactly an ElementEvent, WatermarkEvent or ProcessingTimeEvent"
@@ -71,6 +75,7 @@ class Refusal(StrEnum):
     HELD_LATE_PANE = "a late pane while the output watermark is held at or before its window"
     OLD_ELEMENT_HOLDS = "an element older than the input watermark still adds a hold"
     LATE_SESSION_DATA = "late data for a session (a part of it may have fired already)"
+    MANY_TIMER_CYCLES = "a window fires on processing time more than 2,000 times"
     SPLIT_SESSION_BATCH = "under OUTPUT_AT_LATEST, a batch over parts of a session not yet joined"
 
 
@@ -99,11 +104,16 @@ def run_fast(evs: tuple[Event, ...], strategy: WindowingStrategy) -> ScriptResul
 
 
 def run_fast_columns(
-    scan: ScriptColumns, strategy: WindowingStrategy, *, build: bool = True
+    scan: ScriptColumns,
+    strategy: WindowingStrategy,
+    *,
+    build: bool = True,
+    external: np.ndarray | None = None,
 ) -> ScriptResult | Refusal:
     """:func:`run_fast` on a script given as columns (the last event's watermark must be
     ``MAX_TIMESTAMP``); the panes are built as tuples only if ``build`` (they are always
-    in ``result.pane_columns``)."""
+    in ``result.pane_columns``). ``external``: a hold (µs) after each event from state
+    outside the stage's own (see :func:`theory.windowing.runner.run_columns`)."""
     refusal = strategy_refusal(strategy)
     if refusal is not None:
         return refusal
@@ -114,7 +124,7 @@ def run_fast_columns(
     policy = strategy.timestamp_combiner
     assert isinstance(policy, TimestampCombiner)  # (strategy_refusal checked it)
     hold = _interval_min(scan.iw_after.size, *_hold_intervals(rows, batches, policy))
-    ow_after = np.minimum(scan.iw_after, hold)
+    ow_after = with_external(np.minimum(scan.iw_after, hold), external)
     refusal = _unmodelled(rows, batches, ow_after, policy)
     if refusal is not None:
         return refusal
@@ -183,6 +193,12 @@ def script_columns(evs: tuple[Event, ...]) -> ScriptColumns | None:
         np.fromiter(map(_TS, flat), np.int64, n),
         np.repeat(pos, counts),
     )
+
+
+def with_external(ow_after: np.ndarray, external: np.ndarray | None) -> np.ndarray:
+    """The output watermark after each event held by ``external`` too (µs; None: no
+    external hold)."""
+    return ow_after if external is None else np.minimum(ow_after, external)
 
 
 def key_codes(keys: Sequence[Hashable]) -> tuple[np.ndarray, list[Hashable]] | None:

@@ -67,10 +67,11 @@ class PaneColumns(NamedTuple):
 
     def panes(self) -> list[Pane]:
         """The :class:`Pane` tuples (no per-pane Python call but tuple's)."""
+        values = tuple(self.grouped_values.tolist())  # a tuple's slices are tuples: one copy
         fields = zip(
             self.key,
             self.window_objects(),
-            map(tuple, self.value_lists()),
+            map(values.__getitem__, map(slice, self.lo.tolist(), self.hi.tolist())),
             self.timestamp.tolist(),
             map(TIMINGS.__getitem__, self.timing.tolist()),
             self.pane_index.tolist(),

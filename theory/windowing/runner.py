@@ -19,6 +19,7 @@ import numpy as np
 
 from theory.columns import check_bool
 from theory.time import MAX_TIMESTAMP
+from theory.windowing.count_path import run_count_columns
 from theory.windowing.engine import GroupByWindowEngine, Pane
 from theory.windowing.fast_path import Refusal, ScriptColumns, run_fast_columns, script_columns
 from theory.windowing.pane_columns import PaneColumns
@@ -49,10 +50,13 @@ def run_script(
     ``to_infinity`` ends the script with the watermark at ``MAX_TIMESTAMP`` (a TestStream
     always does; the final entry of the watermark arrays is that step).
 
-    With ``fast`` (default), scripts under DefaultTrigger or AfterWatermark() go through
-    a vectorised path that gives the same result as the incremental engine (tested):
-    :func:`theory.windowing.fast_path.run_fast` for non-merging windows,
-    :func:`theory.windowing.session_path.run_sessions_columns` for sessions. It falls back to the
+    With ``fast`` (default), scripts go through a vectorised path that gives the same
+    result as the incremental engine (tested) where one models them:
+    :func:`theory.windowing.fast_path.run_fast` for non-merging windows under
+    DefaultTrigger or AfterWatermark(), :func:`theory.windowing.count_path.run_count_columns`
+    for non-merging windows under count-based early/late firings or
+    ``Repeatedly(AfterCount)``, :func:`theory.windowing.session_path.run_sessions_columns`
+    for sessions under the former. It falls back to the
     engine where it does not model the script; ``result.path`` says which ran and
     ``result.refusal`` why the vectorised one did not (a
     :class:`~theory.windowing.fast_path.Refusal`).
@@ -79,40 +83,60 @@ def run_script(
 
 
 def run_columns(
-    columns: ScriptColumns, strategy: WindowingStrategy, *, fast: bool = True, build: bool = True
+    columns: ScriptColumns,
+    strategy: WindowingStrategy,
+    *,
+    fast: bool = True,
+    build: bool = True,
+    external: np.ndarray | None = None,
 ) -> ScriptResult:
     """:func:`run_script` on a script given as columns (the simulator's form: at each event
     its elements arrive, then the watermark and processing time move; the last event's
     watermark must be ``MAX_TIMESTAMP``). Timestamps must already be validated; a window
     bound past int64 raises ``OverflowError``. Without ``build``, a vectorised run leaves
-    ``panes`` empty and gives them only as ``pane_columns``."""
+    ``panes`` empty and gives them only as ``pane_columns``.
+
+    ``external``: a hold (µs) after each event from state kept outside this run (other
+    keys of the same stage, run elsewhere): the output watermark is held by it too, as
+    the batches of the next event find it; ``state_hold`` stays this run's own."""
     if columns.iw_after.size == 0 or columns.iw_after[-1] != MAX_TIMESTAMP:
         raise ValueError("columns: the last event's watermark must be MAX_TIMESTAMP")
     refusal = None
     if fast:
-        result = _run_vectorised(columns, strategy, build)
+        result = _run_vectorised(columns, strategy, build, external)
         if isinstance(result, ScriptResult):
             return result
         refusal = result
-    return replace(_run_incremental_columns(columns, strategy), refusal=refusal)
+    return replace(_run_incremental_columns(columns, strategy, external), refusal=refusal)
 
 
 def _run_vectorised(
-    columns: ScriptColumns, strategy: WindowingStrategy, build: bool = True
+    columns: ScriptColumns,
+    strategy: WindowingStrategy,
+    build: bool = True,
+    external: np.ndarray | None = None,
 ) -> ScriptResult | str:
     """The vectorised path for the window fn (sessions or non-merging), or its refusal."""
     merging = getattr(strategy.window_fn, "is_merging", False)
-    run = run_sessions_columns if merging else run_fast_columns
-    result = run(columns, strategy, build=build)
+    if merging:
+        run = run_sessions_columns
+    elif strategy.trigger.watermark_only():
+        run = run_fast_columns
+    else:
+        run = run_count_columns
+    result = run(columns, strategy, build=build, external=external)
     if isinstance(result, ScriptResult):
         return replace(result, path="vectorised")
     if result is Refusal.LATE_SESSION_DATA:
-        return _run_mixed(columns, strategy, build)
+        return _run_mixed(columns, strategy, build, external)
     return str(result)
 
 
 def _run_mixed(
-    columns: ScriptColumns, strategy: WindowingStrategy, build: bool
+    columns: ScriptColumns,
+    strategy: WindowingStrategy,
+    build: bool,
+    external: np.ndarray | None = None,
 ) -> ScriptResult | str:
     """Sessions with late data on the engine, the others on the vectorised path, the
     engine's output watermark held by theirs too. Exact: sessions never merge with each
@@ -123,7 +147,9 @@ def _run_mixed(
     if isinstance(simple, Refusal):
         return str(simple)
     assert simple.state_hold is not None and simple.pane_columns is not None
-    slow = _run_incremental_columns(_subset(columns, late), strategy, simple.state_hold)
+    held = simple.state_hold if external is None else np.minimum(simple.state_hold, external)
+    slow = _run_incremental_columns(_subset(columns, late), strategy, held)
+    assert slow.state_hold is not None
     event = np.concatenate([simple.pane_event, slow.pane_event])
     order = np.argsort(event, kind="stable")
     both = PaneColumns.concat([simple.pane_columns, PaneColumns.from_panes(slow.panes)])
@@ -135,6 +161,7 @@ def _run_mixed(
         dropped={k: simple.dropped.get(k, 0) + v for k, v in slow.dropped.items()},
         late_elements=simple.late_elements + slow.late_elements,
         pane_columns=both.take(order),
+        state_hold=np.minimum(simple.state_hold, slow.state_hold),
         path="mixed",
         refusal=str(Refusal.LATE_SESSION_DATA),
     )
@@ -211,7 +238,7 @@ class _Recorder:
         self.input_watermark[i] = engine.input_watermark
         self.output_watermark[i] = engine.output_watermark
         hold = engine.min_hold_value()
-        self.state_hold[i] = min(engine.external_hold, MAX_TIMESTAMP if hold is None else hold)
+        self.state_hold[i] = MAX_TIMESTAMP if hold is None else hold
 
     def result(self, engine: GroupByWindowEngine) -> ScriptResult:
         return ScriptResult(
@@ -264,7 +291,7 @@ def _run_incremental_columns(
     """The columns event by event on a :class:`GroupByWindowEngine`: each event's rows,
     then its watermark, then its processing time; ``external``: a hold (µs) after each
     event from state run beside the engine (:meth:`GroupByWindowEngine.hold_externally`),
-    counted in the recorded state hold."""
+    which holds its output watermark (the recorded state hold is the engine's own)."""
     engine = GroupByWindowEngine(strategy)
     n_ev = columns.iw_after.size
     recorder = _Recorder(n_ev)

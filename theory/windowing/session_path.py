@@ -31,6 +31,7 @@ and Beam's bundles keep no order either).
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -47,6 +48,7 @@ from theory.windowing.fast_path import (
     _records,
     _run_starts,
     assign_and_code,
+    with_external,
 )
 from theory.windowing.pane_columns import TIMINGS, build_panes
 from theory.windowing.script import ScriptResult
@@ -69,12 +71,18 @@ def sessions_refusal(strategy: WindowingStrategy) -> Refusal | None:
 
 
 def run_sessions_columns(
-    scan: ScriptColumns, strategy: WindowingStrategy, *, build: bool = True
+    scan: ScriptColumns,
+    strategy: WindowingStrategy,
+    *,
+    build: bool = True,
+    external: np.ndarray | None = None,
 ) -> ScriptResult | Refusal:
     """The result of a script given as columns (its last event's watermark at
     ``MAX_TIMESTAMP``) under a Sessions ``strategy``, identical to the incremental
     engine's (values as multisets), or why this path does not model it. The panes are
-    built as tuples only if ``build`` (they are always in ``result.pane_columns``)."""
+    built as tuples only if ``build`` (they are always in ``result.pane_columns``).
+    ``external``: a hold (µs) after each event from state outside the stage's own; it
+    holds the output watermark, on which these sessions do not depend (no late data)."""
     refusal = sessions_refusal(strategy)
     if refusal is not None:
         return refusal
@@ -87,7 +95,8 @@ def run_sessions_columns(
     if isinstance(holds, Refusal):
         return holds
     hold = _interval_min(scan.iw_after.size, *holds)
-    return _result(scan, rows, hold, strategy, policy, build)
+    result = _result(scan, rows, hold, strategy, policy, build)
+    return replace(result, output_watermark=with_external(result.output_watermark, external))
 
 
 class _SessionRows(NamedTuple):

@@ -1,0 +1,58 @@
+"""Peak resident memory of this process tree, for the bench scripts (bytes)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from spark_backend.memory import rss
+
+
+class PeakMemory:
+    """The peak resident memory (bytes) of this process and all its descendants (the
+    Spark JVM and its Python workers), or of this process alone (``tree=False``),
+    sampled every 0.5 s while in the ``with``."""
+
+    def __init__(self, tree: bool = True) -> None:
+        self.peak = 0
+        self._tree = tree
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while True:
+            pid = os.getpid()
+            self.peak = max(self.peak, tree_rss(pid) if self._tree else rss())
+            if self._stop.wait(0.5):
+                return
+
+
+def tree_rss(root: int) -> int:
+    """Resident bytes of process ``root`` and its descendants (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry))
+    total, frontier = 0, [root]
+    while frontier:
+        pid = frontier.pop()
+        frontier.extend(children.get(pid, ()))
+        try:
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+        except OSError:
+            continue
+    return total * os.sysconf("SC_PAGE_SIZE")
