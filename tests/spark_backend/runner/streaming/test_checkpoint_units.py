@@ -114,7 +114,9 @@ def test_first_difference_names_where_shapes_differ(build: Any, message: str) ->
 
 def test_first_difference_names_a_transform_only_one_side_has() -> None:
     shape = pipeline_shape(proto_of(counting))
-    assert first_difference(shape[:-1], shape) == f"transform {shape[-1]['label']!r} exists only here"
+    assert (
+        first_difference(shape[:-1], shape) == f"transform {shape[-1]['label']!r} exists only here"
+    )
 
 
 # -- the checkpoint directory -----------------------------------------------------------------
@@ -137,7 +139,7 @@ def test_bad_checkpoint_directories_are_refused_naming_why(tmp_path: Path) -> No
         open_checkpoint(str(tmp_path / "file"), shape, 2)
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "data.csv").write_text("x")
-    with pytest.raises(CheckpointError, match="not empty and holds no checkpoint.json"):
+    with pytest.raises(CheckpointError, match=r"not empty and holds no checkpoint\.json"):
         open_checkpoint(str(tmp_path / "full"), shape, 2)
     (tmp_path / "alien").mkdir()
     (tmp_path / "alien" / "checkpoint.json").write_text('{"format": "spark-structured"}')
@@ -153,7 +155,7 @@ def test_bad_checkpoint_directories_are_refused_naming_why(tmp_path: Path) -> No
     with pytest.raises(CheckpointError, match="--key_partitions 2, this run has 4"):
         open_checkpoint(str(tmp_path / "ours"), shape, 4)
     (tmp_path / "ours" / "commit-000000003.pkl").write_bytes(b"not a pickle")
-    with pytest.raises(CheckpointError, match="commit-000000003.pkl is unreadable"):
+    with pytest.raises(CheckpointError, match=r"commit-000000003\.pkl is unreadable"):
         open_checkpoint(str(tmp_path / "ours"), shape, 2)
 
 
