@@ -1,14 +1,12 @@
-"""Checkpoints, shapes, stopping options, sinks and refusals without Spark: the resumed
-schedule, the pipeline shape and its first difference, the checks of a checkpoint
+"""Checkpoints, shapes, stopping options, sinks and refusals without Spark: the pipeline
+shape and its first difference, the checks of a checkpoint
 directory, the batch sink on Beam's FnApiRunner, and what is refused before any work."""
 
 # ruff: noqa: B008
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -19,48 +17,12 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.test_stream import TestStream as BeamTestStream
 from apache_beam.transforms import environments
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from beam_pipelines.sinks import WriteBatchesToText, batch_directory, in_batch
 from spark_backend.runner import PySparkRunner, UnsupportedTransformError
 from spark_backend.runner.streaming.checkpoint import FORMAT, CheckpointError, open_checkpoint
 from spark_backend.runner.streaming.checks import check_streaming
-from spark_backend.runner.streaming.driver import schedule
-from spark_backend.runner.streaming.positions import Position
 from spark_backend.runner.streaming.shape import first_difference, pipeline_shape
-from spark_backend.runner.streaming.sources import (
-    ELEMENTS,
-    PROCESSING_TIME,
-    WATERMARK,
-    TestStreamSource,
-)
-
-_EVENT = st.one_of(
-    st.tuples(st.just(ELEMENTS), st.just(((b"x", 0),))),
-    st.tuples(st.just(WATERMARK), st.integers(0, 10**6)),
-    st.tuples(st.just(PROCESSING_TIME), st.integers(1, 10**6)),
-)
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    streams=st.lists(st.lists(_EVENT, max_size=6), max_size=3),
-    impulses=st.lists(st.sampled_from(["i1", "i2"]), unique=True),
-)
-def test_a_schedule_resumed_from_any_batch_sends_the_rest_unchanged(
-    streams: list[list[tuple[str, object]]], impulses: list[str]
-) -> None:
-    sources = {f"s{i}": TestStreamSource(f"s{i}", "c", tuple(e)) for i, e in enumerate(streams)}
-    batches = list(schedule(sources, impulses))
-    assert batches[-1].position == Position(len(batches), {}, finished=True)
-    for k, batch in enumerate(batches):
-        assert batch.position is not None and batch.position.number == k + 1
-        # through a pickle, as a checkpoint stores it
-        start = pickle.loads(pickle.dumps(batch.position))
-        resumed = [dataclasses.asdict(b) for b in schedule(sources, impulses, start)]
-        assert resumed == [dataclasses.asdict(b) for b in batches[k + 1 :]]
-
 
 # -- shapes ---------------------------------------------------------------------------------
 
