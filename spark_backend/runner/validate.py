@@ -61,7 +61,8 @@ _COMPOSITES_RUN_WHOLE: Final[frozenset[str]] = frozenset(
 
 def check_pipeline(pipeline: beam_runner_api_pb2.Pipeline, streaming: bool = False) -> None:
     """Raise :class:`UnsupportedTransformError` for the first transform the runner
-    cannot run (a streaming-only one, such as TestStream, unless ``streaming``), or
+    cannot run (a streaming-only one, such as TestStream or a transform making an
+    unbounded PCollection from bounded inputs, unless ``streaming``), or
     ValueError for a requirement it cannot honour; else return."""
     for requirement in pipeline.requirements:
         if requirement not in SUPPORTED_REQUIREMENTS:
