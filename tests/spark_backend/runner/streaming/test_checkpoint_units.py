@@ -17,6 +17,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.test_stream import TestStream as BeamTestStream
 from apache_beam.transforms import environments
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from beam_pipelines.sinks import WriteBatchesToText, batch_directory, in_batch
 from spark_backend.runner import PySparkRunner, UnsupportedTransformError
@@ -79,6 +81,28 @@ def test_first_difference_names_a_transform_only_one_side_has() -> None:
     assert (
         first_difference(shape[:-1], shape) == f"transform {shape[-1]['label']!r} exists only here"
     )
+
+
+_ENTRY = st.fixed_dictionaries(
+    {
+        "label": st.sampled_from(["a", "b", "c"]),
+        "urn": st.sampled_from(["pardo", "gbk"]),
+        "inputs": st.lists(st.sampled_from(["None=a", "None=b"]), max_size=1),
+        "outputs": st.lists(st.sampled_from(["None=varint", "None=bytes"]), max_size=1),
+    }
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(written=st.lists(_ENTRY, max_size=4), current=st.lists(_ENTRY, max_size=4))
+def test_first_difference_is_none_exactly_for_equal_shapes_and_names_a_label(
+    written: list[dict[str, Any]], current: list[dict[str, Any]]
+) -> None:
+    found = first_difference(written, current)
+    assert (found is None) == (written == current)
+    if found is not None:
+        labels = {t["label"] for t in written + current}
+        assert any(f"'{label}'" in found for label in labels), found
 
 
 # -- the checkpoint directory -----------------------------------------------------------------
