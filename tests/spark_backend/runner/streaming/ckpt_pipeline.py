@@ -7,7 +7,7 @@ Per-key sums in 10 s windows, early firings by processing time (the test clock),
 firings, accumulating (so every pane depends on the state kept between batches), written
 with :class:`beam_pipelines.sinks.WriteBatchesToText` under ``OUT/batch-N/``. A counter
 counts the elements read. With ``EXIT_ONCE_MARKER``, the Python worker running the element
-``("b", 30)`` exits (``os._exit``) unless the marker file exists (it creates it first):
+``("b", 20)`` exits (``os._exit``) unless the marker file exists (it creates it first):
 the task dies on its first attempt and Spark must retry it. Prints one JSON line: the
 final state, the batches run and the counter.
 """
@@ -31,7 +31,7 @@ from beam_pipelines.sinks import WriteBatchesToText
 
 S = 1_000_000
 #: The TestStream's events: each is one micro-batch, plus the last one.
-ROUNDS = 4
+ROUNDS = 2
 
 
 def events() -> TestStream:
@@ -60,7 +60,7 @@ class Read(beam.DoFn):
 
     def process(self, element: Any) -> Any:
         self.read.inc()
-        if self.exit_once and element == ("b", 30) and not Path(self.exit_once).exists():
+        if self.exit_once and element == ("b", 20) and not Path(self.exit_once).exists():
             Path(self.exit_once).touch()
             os._exit(17)  # the Python worker dies mid-task
         yield element
