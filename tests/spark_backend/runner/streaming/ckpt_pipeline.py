@@ -7,7 +7,7 @@ Per-key sums in 10 s windows, early firings by processing time (the test clock),
 firings, accumulating (so every pane depends on the state kept between batches), written
 with :class:`beam_pipelines.sinks.WriteBatchesToText` under ``OUT/batch-N/``. A counter
 counts the elements read. With ``EXIT_ONCE_MARKER``, the Python worker running the element
-``("b", 20)`` exits (``os._exit``) unless the marker file exists (it creates it first):
+``("b", 10)`` exits (``os._exit``) unless the marker file exists (it creates it first):
 the task dies on its first attempt and Spark must retry it. Prints one JSON line: the
 final state, the batches run and the counter.
 """
@@ -31,7 +31,7 @@ from beam_pipelines.sinks import WriteBatchesToText
 
 S = 1_000_000
 #: The TestStream's events: each is one micro-batch, plus the last one.
-ROUNDS = 2
+ROUNDS = 1
 
 
 def events() -> TestStream:
@@ -42,7 +42,7 @@ def events() -> TestStream:
             stream.add_elements([tv("a", r + 1, t + 1), tv("b", 10 * (r + 1), t + 3)])
             .advance_processing_time(2)
             .add_elements([tv("a", 100 * (r + 1), t + 2)])
-            .advance_watermark_to(Timestamp(micros=(t + 6) * S))
+            .advance_watermark_to(Timestamp(micros=(t + 12) * S))
         )
     return stream.add_elements([tv("a", 1000, 4)]).advance_watermark_to_infinity()  # late
 
@@ -60,7 +60,7 @@ class Read(beam.DoFn):
 
     def process(self, element: Any) -> Any:
         self.read.inc()
-        if self.exit_once and element == ("b", 20) and not Path(self.exit_once).exists():
+        if self.exit_once and element == ("b", 10) and not Path(self.exit_once).exists():
             Path(self.exit_once).touch()
             os._exit(17)  # the Python worker dies mid-task
         yield element
