@@ -24,6 +24,7 @@ from beam_pipelines.sinks import WriteBatchesToText, batch_directory, in_batch
 from spark_backend.runner import PySparkRunner, UnsupportedTransformError
 from spark_backend.runner.streaming.checkpoint import FORMAT, CheckpointError, open_checkpoint
 from spark_backend.runner.streaming.checks import check_streaming
+from spark_backend.runner.streaming.positions import Position
 from spark_backend.runner.streaming.shape import first_difference, pipeline_shape
 
 # -- shapes ---------------------------------------------------------------------------------
@@ -237,3 +238,67 @@ def test_batch_sink_in_a_batch_writes_to_the_batchs_staging_directory(tmp_path: 
     ]
     assert (staged / "stage-00001-0000.txt").read_text() == "a\nb\n"
     assert (staged / "stage-00001-0001.txt").read_text() == "3\n"
+
+
+# -- committing -----------------------------------------------------------------------------
+
+
+def test_a_replayed_batch_replaces_its_committed_output(tmp_path: Path) -> None:
+    from spark_backend.runner.streaming.sinks import BatchSinks
+
+    def build(p: beam.Pipeline) -> None:
+        p | "events" >> BeamTestStream().add_elements(["x"]) | WriteBatchesToText(str(tmp_path))
+
+    sinks = BatchSinks(proto_of(build))
+    assert sinks.directories == (str(tmp_path),)
+    staged = tmp_path / ".staging" / batch_directory(4)
+
+    def run_batch(files: dict[str, str]) -> None:
+        sinks.begin(4)  # what a killed run staged is dropped
+        staged.mkdir(parents=True)
+        for name, text in files.items():
+            (staged / name).write_text(text)
+        sinks.commit(4)
+
+    run_batch({"s-00000-0000.txt": "old\n", "s-00001-0000.txt": "old\n"})
+    (staged).mkdir(parents=True)
+    (staged / "s-00001-0000.txt").write_text("left by a killed run\n")
+    run_batch({"s-00000-0000.txt": "new\n"})  # the replay
+    committed = tmp_path / batch_directory(4)
+    assert sorted(p.name for p in committed.glob("*.txt")) == ["s-00000-0000.txt"]
+    assert (committed / "s-00000-0000.txt").read_text() == "new\n"
+    assert not staged.exists()
+
+
+def test_tasks_save_their_partition_state_and_a_commit_keeps_only_what_it_names(
+    tmp_path: Path,
+) -> None:
+    from spark_backend.runner.streaming.checkpoint import _load_state
+
+    shape = pipeline_shape(proto_of(counting))
+    store = open_checkpoint(str(tmp_path), shape, 2)
+
+    def task(index: int, records: Any) -> Any:
+        yield index, f"state {index}".encode()  # a partition's state record
+        yield "output", b"chunk"  # anything else passes through unsaved
+
+    for batch in (0, 1):
+        saving = store.saving(b"group:g", batch, task)
+        for p in range(2):
+            assert list(saving(p, [])) == [(p, f"state {p}".encode()), ("output", b"chunk")]
+        store.commit(
+            batch,
+            Position(batch + 1, {"events": batch + 1}),
+            7,
+            {"marks": 1},
+            {b"group:g": ["summary"]},
+            {},
+        )
+    assert sorted(p.name for p in tmp_path.glob("commit-*.pkl")) == ["commit-000000001.pkl"]
+    (folder,) = (tmp_path / "state").glob("*/*")
+    assert folder.name == "000000001"
+    assert _load_state(str(folder), 1) == (1, b"state 1")
+    reopened = open_checkpoint(str(tmp_path), shape, 2)
+    assert reopened.latest is not None and reopened.latest.position == Position(2, {"events": 2})
+    assert reopened.latest.clock == 7 and reopened.summaries(b"group:g") == ["summary"]
+    assert reopened.summaries(b"group:other") is None
