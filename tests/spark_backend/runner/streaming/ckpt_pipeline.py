@@ -136,5 +136,6 @@ def outputs(out: Path) -> dict[str, list[str]]:
 
 if __name__ == "__main__":
     out_dir, checkpoint_dir, master, *marker = sys.argv[1:]
-    done = run(out_dir, checkpoint_dir, "--spark_master", master, exit_once=(marker or [None])[0])
+    flags = ("--spark_master", master, "--spark_conf", "spark.driver.memory=1g")  # beside the suite's
+    done = run(out_dir, checkpoint_dir, *flags, exit_once=(marker or [None])[0])
     print(json.dumps({"state": str(done.state), "batches": done.batches, "read": read_count(done)}))
