@@ -136,6 +136,7 @@ def outputs(out: Path) -> dict[str, list[str]]:
 
 if __name__ == "__main__":
     out_dir, checkpoint_dir, master, *marker = sys.argv[1:]
-    flags = ("--spark_master", master, "--spark_conf", "spark.driver.memory=1g")  # beside the suite's
+    # a small driver beside the suite's own sessions
+    flags = ("--spark_master", master, "--spark_conf", "spark.driver.memory=1g")
     done = run(out_dir, checkpoint_dir, *flags, exit_once=(marker or [None])[0])
     print(json.dumps({"state": str(done.state), "batches": done.batches, "read": read_count(done)}))
