@@ -25,7 +25,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.runner import PipelineState
-from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.test_stream import TestStream as BeamTestStream
 
 from spark_backend.runner.streaming.checkpoint import CheckpointError
 from tests.spark_backend.runner.streaming import ckpt_pipeline as ckpt
@@ -47,6 +47,15 @@ class Reference:
     batches: int
     checkpoint: Path
     directory: Path
+    marks: dict[str, dict[str, tuple[list[int], list[int]]]]
+
+
+def watermark_series(result: Any) -> dict[str, dict[str, tuple[list[int], list[int]]]]:
+    """Every transform's watermark and hold series as plain lists (times, values)."""
+    return {
+        label: {name: (s.times.tolist(), s.values.tolist()) for name, s in series.items()}
+        for label, series in result.watermarks().items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +68,8 @@ def reference(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Reference
     panes = [json.loads(line) for lines in out.values() for line in lines]
     timings = {p[4] for p in panes}
     assert len(out) >= 3 and timings == {0, 1, 2}, "want early, on-time and late panes"
-    return Reference(out, read_count(result), result.batches, root / "ckpt", root / "out")
+    marks = watermark_series(result)
+    return Reference(out, read_count(result), result.batches, root / "ckpt", root / "out", marks)
 
 
 def _child(*args: str, log: Path) -> subprocess.Popen[bytes]:
@@ -110,6 +120,9 @@ def test_driver_killed_mid_run_resumes_with_no_lost_or_duplicated_panes(
     assert result.batches == reference.batches - (killed_after + 1)  # resumed, not rerun
     assert outputs(out) == reference.out  # nothing lost, nothing twice
     assert read_count(result) == reference.read  # the counter too, over both processes
+    # watermarks, holds and the test clock went on from the checkpoint: the whole history
+    # (restored, then continued) equals the uninterrupted run's
+    assert watermark_series(result) == reference.marks
     assert not list((out / ".staging").glob("*/*")), "uncommitted batches left behind"
 
 
@@ -153,11 +166,11 @@ def test_a_finished_checkpoint_runs_nothing_and_a_changed_pipeline_is_refused(
 # -- stopping with a drain -----------------------------------------------------------------
 
 
-def _first_events(n: int) -> TestStream:
+def _first_events(n: int) -> BeamTestStream:
     """The pipeline's first ``n`` TestStream events, then the watermark at infinity: what a
     drain after ``n`` batches must give."""
     events = ckpt.events()
-    cut = TestStream(coder=events.coder, events=events._events[:n], output_tags=[None])
+    cut = BeamTestStream(coder=events.coder, events=events._events[:n], output_tags=[None])
     return cut.advance_watermark_to_infinity()
 
 
