@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from theory.data.io import write_file_atomically
+
 #: The file every output directory holds, so a later run knows it may replace it.
 MARKER = ".watermarks-output"
 
@@ -197,4 +199,12 @@ def atomic_directory(dest: str | os.PathLike[str]) -> Iterator[Path]:
         os.close(lock)
 
 
-__all__ = ["MARKER", "Terminated", "atomic_directory", "exchange", "remove_stale", "umask"]
+__all__ = [
+    "MARKER",
+    "Terminated",
+    "atomic_directory",
+    "exchange",
+    "remove_stale",
+    "umask",
+    "write_file_atomically",  # one home: theory.data.io (beam_pipelines' sinks use it too)
+]

@@ -10,6 +10,7 @@ runs Beam's bundle processor inside RDD tasks.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
@@ -23,8 +24,10 @@ __all__ = [
     "DEFAULT_MASTER",
     "PySparkRunnerOptions",
     "SparkTarget",
+    "StreamingOptions",
     "spark_target",
     "streaming_option",
+    "streaming_options",
 ]
 
 #: The master used when neither --spark_master nor --spark_master_url is given.
@@ -46,7 +49,8 @@ _MASTER_FORMS: Final[tuple[re.Pattern[str], ...]] = tuple(
 
 class PySparkRunnerOptions(PipelineOptions):
     """``--spark_master``, repeatable ``--spark_conf KEY=VALUE``, and (with Beam's
-    ``--streaming``) ``--max_batches N``."""
+    ``--streaming``) ``--max_batches N``, ``--key_partitions N``, ``--checkpoint_dir DIR``
+    and ``--drain``."""
 
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
@@ -75,6 +79,21 @@ class PySparkRunnerOptions(PipelineOptions):
             default=None,
             help="With --streaming: how many Spark partitions hold each GroupByKey's "
             "keys and state (N >= 1; default: the SparkContext's default parallelism).",
+        )
+        parser.add_argument(
+            "--checkpoint_dir",
+            default=None,
+            help="With --streaming: commit state, timers, watermarks and source positions "
+            "here after every micro-batch, and resume from the last commit on a restart "
+            "of the same pipeline.",
+        )
+        parser.add_argument(
+            "--drain",
+            action="store_true",
+            default=False,
+            help="With --streaming: when the run stops (--max_batches, or the result's "
+            "drain()), the sources stop reading, every watermark goes to +inf and every "
+            "pending window fires before the run ends.",
         )
 
 
@@ -146,3 +165,35 @@ def streaming_option(options: PipelineOptions, name: str) -> int | None:
     if value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
     return value
+
+
+@dataclass(frozen=True)
+class StreamingOptions:
+    """The streaming options, checked (None: not given)."""
+
+    max_batches: int | None = None
+    key_partitions: int | None = None
+    checkpoint_dir: str | None = None
+    drain: bool = False
+
+    def given(self) -> list[str]:
+        """The names of the options given (to refuse them without ``--streaming``)."""
+        return [
+            name
+            for name, value in dataclasses.asdict(self).items()
+            if value is not None and value is not False
+        ]
+
+
+def streaming_options(options: PipelineOptions) -> StreamingOptions:
+    """Every streaming option, checked (TypeError or ValueError names the option)."""
+    ours = options.view_as(PySparkRunnerOptions)
+    directory = ours.checkpoint_dir
+    if directory is not None and (not isinstance(directory, str) or not directory.strip()):
+        raise ValueError(f"checkpoint_dir must be a non-empty path, got {directory!r}")
+    return StreamingOptions(
+        streaming_option(options, "max_batches"),
+        streaming_option(options, "key_partitions"),
+        directory,
+        bool(ours.drain),
+    )

@@ -16,7 +16,7 @@ from apache_beam.runners.runner import PipelineRunner
 from apache_beam.transforms import environments
 
 from spark_backend.runner.executor import StageExecutor
-from spark_backend.runner.options import SparkTarget, spark_target, streaming_option
+from spark_backend.runner.options import SparkTarget, spark_target, streaming_options
 from spark_backend.runner.plan import Plan, plan_pipeline
 from spark_backend.runner.result import PySparkPipelineResult
 from spark_backend.runner.streaming.run import start_streaming
@@ -44,12 +44,10 @@ class PySparkRunner(PipelineRunner):
         ``wait_until_finish`` blocks until it ends (``with Pipeline()`` calls it)."""
         target = spark_target(options)
         streaming = bool(options.view_as(pipeline_options.StandardOptions).streaming)
-        batches = streaming_option(options, "max_batches")
-        partitions = streaming_option(options, "key_partitions")
+        stream_options = streaming_options(options)
         if not streaming:
-            for name, value in (("max_batches", batches), ("key_partitions", partitions)):
-                if value is not None:
-                    raise ValueError(f"--{name} needs --streaming (it is a streaming option)")
+            for name in stream_options.given():
+                raise ValueError(f"--{name} needs --streaming (it is a streaming option)")
         RuntimeValueProvider.set_runtime_options({})
         _with_fn_api_experiment(options)
         type_options = options.view_as(pipeline_options.TypeOptions)
@@ -61,7 +59,7 @@ class PySparkRunner(PipelineRunner):
         )
         check_pipeline(proto, streaming)
         if streaming:
-            return start_streaming(proto, _spark_context(target), batches, partitions)
+            return start_streaming(proto, _spark_context(target), stream_options)
         plan = plan_pipeline(proto, self.fast_paths)
         result = _start(plan, target)
         result.paths = plan.paths

@@ -41,6 +41,7 @@ __all__ = [
     "read_trace",
     "trace_files",
     "trace_format",
+    "write_file_atomically",
     "write_trace",
 ]
 
@@ -218,6 +219,28 @@ def _same_key_type(traces: list[Trace]) -> list[Trace]:
         t if t.has_string_keys else t.with_columns(key=t.key.astype(str).astype(object))
         for t in traces
     ]
+
+
+def write_file_atomically(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to the file ``path`` atomically: to a temporary file beside it
+    (synced, mode ``0666 & ~umask``), then ``os.replace``, so a reader sees the old file
+    or the new one, never a part. Concurrent writers of one path (a retried task) each
+    write their own temporary file; the last rename wins."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def write_trace(trace: Trace, path: str | os.PathLike[str]) -> None:

@@ -29,9 +29,23 @@ The engine's output watermark is Beam Python's (not latched; it decides holds an
 timing); the tracker's, which ``watermarks()`` shows and downstream stages read, is
 latched as DESIGN.md says.
 
+5. **Checkpoints** (:mod:`.checkpoint`, ``--checkpoint_dir``): after every batch, each
+   keyed step's per-partition state (saved by its tasks), the watermarks and holds, the
+   sources' positions (:mod:`.positions`), the processing clock, the metrics and the batch
+   number are committed atomically; a restart of the same pipeline resumes after the last
+   commit. The directory records the pipeline's shape (:mod:`.shape`: labels, URNs,
+   coders); another shape is refused naming the first difference.
+6. **Batch sinks** (:mod:`.sinks`): :class:`beam_pipelines.sinks.WriteBatchesToText`
+   writes each batch's output under ``batch-N/``, committed atomically before the
+   checkpoint, so a replayed batch replaces its output.
+7. **Stopping**: ``result.cancel()`` at a batch boundary; ``wait_until_finish(duration)``
+   returns after ``duration`` ms; ``--max_batches N`` stops after N batches of this run;
+   ``--drain`` (or ``result.drain()``) stops the sources, puts every watermark at
+   ``MAX_TIMESTAMP`` in one last batch (every pending window fires), then ends.
+
 Not yet supported (refused before any Spark work, naming the transform): stateful DoFns
 and timers, side inputs, splittable DoFns and unbounded reads, TestStreams with several
-output tags; checkpoints; ``--max_batches`` stops after that many batches.
+output tags, Beam's batch file sink (``iobase.Write``).
 """
 
 from __future__ import annotations

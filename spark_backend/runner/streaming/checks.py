@@ -3,8 +3,8 @@
 What ``--streaming`` does not run yet is refused with
 :class:`~spark_backend.runner.errors.UnsupportedTransformError` naming the transform:
 stateful DoFns and timers, side inputs, splittable DoFns and ``Read`` (unbounded reads),
-and a GroupByKey whose windowing theory's engine does not model (a custom WindowFn or
-trigger).
+a GroupByKey whose windowing theory's engine does not model (a custom WindowFn or
+trigger), and Beam's batch file sink (``iobase.Write``, under WriteToText and the like).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ _P = common_urns.primitives
 def check_streaming(pipeline: pb.Pipeline) -> None:
     """Raise :class:`UnsupportedTransformError` for the first transform ``--streaming``
     cannot run yet (see the module docstring)."""
+    _check_batch_sinks(pipeline)
     context = pipeline_context.PipelineContext(pipeline.components)
     for transform in leaf_transforms(pipeline):
         urn = transform.spec.urn
@@ -58,3 +59,20 @@ def _check_par_do(transform: pb.PTransform) -> None:
         raise UnsupportedTransformError(
             label, _P.PAR_DO.urn, "splittable DoFns are not supported in streaming yet"
         )
+
+
+def _check_batch_sinks(pipeline: pb.Pipeline) -> None:
+    """Refuse Beam's file sink (``iobase.Write``: WriteToText, WriteToParquet, ...): its
+    bounded form writes once, when its input ends (never, on an unbounded read), and its
+    unbounded form needs side inputs."""
+    for transform in pipeline.components.transforms.values():
+        label = transform.unique_name
+        if transform.subtransforms and (label == "WriteImpl" or label.endswith("/WriteImpl")):
+            writer = label.removesuffix("WriteImpl").rstrip("/").removesuffix("/Write")
+            raise UnsupportedTransformError(
+                writer or label,
+                "Beam's iobase.Write (a batch file sink)",
+                "it writes its files once, when its input ends; in a streaming pipeline "
+                "write with beam_pipelines.sinks.WriteBatchesToText (one directory per "
+                "micro-batch)",
+            )

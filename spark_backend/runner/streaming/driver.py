@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.metrics.monitoring_infos import consolidate
-from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.portability.api import beam_fn_api_pb2, metrics_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.timestamp import Timestamp
@@ -45,6 +45,7 @@ from spark_backend.runner.errors import PipelineFailedError
 from spark_backend.runner.executor import _is_buffer, _is_metrics, _keyed, _stage_task
 from spark_backend.runner.plan import IMPULSE, GroupSpec, Plan, StageSpec
 from spark_backend.runner.spark_errors import python_error_message
+from spark_backend.runner.streaming.checkpoint import CheckpointStore
 from spark_backend.runner.streaming.grouping import (
     OUTPUT,
     SUMMARY,
@@ -53,6 +54,8 @@ from spark_backend.runner.streaming.grouping import (
     group_batch,
     partition_of,
 )
+from spark_backend.runner.streaming.positions import Position
+from spark_backend.runner.streaming.sinks import BatchSinks
 from spark_backend.runner.streaming.sources import (
     ELEMENTS,
     PROCESSING_TIME,
@@ -64,7 +67,7 @@ from spark_backend.runner.task_context import coder
 from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import STATE_HOLD
 
-__all__ = ["Batch", "StreamingDriver", "schedule"]
+__all__ = ["Batch", "StreamingDriver", "last_batch", "schedule"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -82,38 +85,55 @@ class Batch:
     impulses: tuple[str, ...] = ()
     watermarks: dict[str, int] = field(default_factory=dict)
     clock_advance: int = 0
+    position: Position | None = None  # the sources after this batch (for checkpoints)
 
 
-def schedule(sources: dict[str, TestStreamSource], impulses: Sequence[str]) -> Iterator[Batch]:
-    """The batches the sources send, numbered from 0: the TestStreams take turns (in the
-    order of ``sources``), one event each per batch; the Impulses emit in batch 0; a last
-    batch puts every source's watermark at ``MAX_TIMESTAMP``."""
-    cursors = {label: 0 for label in sources}
-    number = 0
-    pending: Batch | None = Batch(0, impulses=tuple(impulses)) if impulses or not sources else None
+def schedule(
+    sources: dict[str, TestStreamSource], impulses: Sequence[str], start: Position | None = None
+) -> Iterator[Batch]:
+    """The batches the sources send, numbered from 0 (or from ``start``, the position a
+    checkpoint committed): the TestStreams take turns (in the order of ``sources``), one
+    event each per batch; the Impulses emit in batch 0; a last batch puts every source's
+    watermark at ``MAX_TIMESTAMP``. Each batch carries the position after it."""
+    start = start or Position(0)
+    if start.finished:
+        return
+    cursors = {label: int(start.sources.get(label, 0)) for label in sources}
+    number = start.number
+    first = number == 0 and (impulses or not sources)
+    pending: Batch | None = Batch(0, impulses=tuple(impulses)) if first else None
     while True:
         live = [s for s in sources if cursors[s] < len(sources[s].events)]
         if not live:
             break
-        for label in live:
-            batch = pending or Batch(number)
-            batch.source = label
-            pending = None
-            kind, payload = sources[label].events[cursors[label]]
-            cursors[label] += 1
-            if kind == ELEMENTS:
-                batch.elements[label] = payload  # type: ignore[assignment]
-            elif kind == WATERMARK:
-                batch.watermarks[label] = payload  # type: ignore[assignment]
-            else:
-                assert kind == PROCESSING_TIME
-                batch.clock_advance = payload  # type: ignore[assignment]
-            yield batch
-            number += 1
-    last = pending or Batch(number)
-    last.watermarks.update(dict.fromkeys(sources, MAX_TIMESTAMP))
-    last.watermarks.update(dict.fromkeys(impulses, MAX_TIMESTAMP))
-    yield last
+        # a turn goes round the live streams in order: the next is the first one behind
+        low = min(cursors[s] for s in live)
+        label = next(s for s in live if cursors[s] == low)
+        batch = pending or Batch(number)
+        batch.source = label
+        pending = None
+        kind, payload = sources[label].events[cursors[label]]
+        cursors[label] += 1
+        if kind == ELEMENTS:
+            batch.elements[label] = payload  # type: ignore[assignment]
+        elif kind == WATERMARK:
+            batch.watermarks[label] = payload  # type: ignore[assignment]
+        else:
+            assert kind == PROCESSING_TIME
+            batch.clock_advance = payload  # type: ignore[assignment]
+        number += 1
+        batch.position = Position(number, dict(cursors))
+        yield batch
+    yield last_batch(pending or Batch(number), sources, impulses)
+
+
+def last_batch(batch: Batch, sources: Iterable[str], impulses: Iterable[str]) -> Batch:
+    """``batch`` made the run's last: every source's watermark at ``MAX_TIMESTAMP`` (as a
+    TestStream ends, or as a drain stops the sources)."""
+    batch.watermarks.update(dict.fromkeys(sources, MAX_TIMESTAMP))
+    batch.watermarks.update(dict.fromkeys(impulses, MAX_TIMESTAMP))
+    batch.position = Position(batch.number + 1, {}, finished=True)
+    return batch
 
 
 @dataclass
@@ -149,6 +169,9 @@ class StreamingDriver:
         impulses: set[str],
         partitions: int,
         max_batches: int | None = None,
+        checkpoint: CheckpointStore | None = None,
+        sinks: BatchSinks | None = None,
+        drain: bool = False,
     ) -> None:
         self._sc = spark_context
         self._plan = plan
@@ -169,11 +192,18 @@ class StreamingDriver:
         self.batches_run = 0
         self._jobs = 0
         self._stop = threading.Event()
+        self._checkpoint = checkpoint
+        self._sinks = sinks or None
+        self.drain = drain  # on a stop (max_batches, stop()), drain rather than halt
+        self.drained = False  # whether the run ended by a drain
 
     # -- control ---------------------------------------------------------------------
 
-    def stop(self) -> None:
-        """Stop at the next batch boundary."""
+    def stop(self, drain: bool = False) -> None:
+        """Stop at the next batch boundary; with ``drain`` (or ``--drain``), first run a
+        last batch with every source's watermark at ``MAX_TIMESTAMP`` (the sources read
+        no more; every pending window fires)."""
+        self.drain = self.drain or drain
         self._stop.set()
 
     @property
@@ -195,15 +225,39 @@ class StreamingDriver:
         Spark jobs under ``job_group``."""
         self._sc.setJobGroup(job_group, "Beam pipeline on PySparkRunner (streaming)", True)
         try:
-            for batch in schedule(self._sources, self._impulses):
-                if self._stop.is_set():
-                    return
-                if self._max_batches is not None and batch.number >= self._max_batches:
+            start = self._restore()
+            for batch in schedule(self._sources, self._impulses, start):
+                stopping = self._stop.is_set() or (
+                    self._max_batches is not None and self.batches_run >= self._max_batches
+                )
+                if stopping:
+                    if self.drain:
+                        sources = [*self._sources, *self._impulses]
+                        self._run_batch(last_batch(Batch(batch.number), sources, ()))
+                        self.batches_run += 1
+                        self.drained = True
                     return
                 self._run_batch(batch)
                 self.batches_run += 1
         finally:
             self._release()
+
+    def _restore(self) -> Position | None:
+        """Take up the checkpoint's last commit (None without one): clock, watermarks,
+        metrics and each GroupByKey's state; the sources' position to resume from."""
+        commit = self._checkpoint.latest if self._checkpoint else None
+        if commit is None:
+            return None
+        assert self._checkpoint is not None
+        self.clock = commit.clock if self._test_clock else max(commit.clock, _now())
+        self.watermarks = pickle.loads(commit.watermarks)
+        for stage, infos in commit.metrics.items():
+            self._infos[stage] = [metrics_pb2.MonitoringInfo.FromString(i) for i in infos]
+        for buffer, state in self._groups.items():
+            state.step = self._checkpoint.restored(self._sc, buffer)
+            state.summaries = self._checkpoint.summaries(buffer) or []
+        _LOG.info("resuming after batch %d from %s", commit.batch, self._checkpoint.directory)
+        return commit.position
 
     # -- one batch -----------------------------------------------------------------------
 
@@ -231,6 +285,8 @@ class StreamingDriver:
             tracker.apply(source_watermarks=watermarks)
         started = time.perf_counter()
         jobs = self._jobs
+        if self._sinks:
+            self._sinks.begin(batch.number)
         try:
             for spec in self._plan.stages:
                 self._run_stage(spec, run)
@@ -239,12 +295,29 @@ class StreamingDriver:
             for rdd in run.persisted:
                 rdd.unpersist(blocking=False)
         self.watermarks.record(self.clock)
+        if self._sinks:
+            self._sinks.commit(batch.number)
+        if self._checkpoint is not None:
+            self._commit(batch)
         _LOG.info(
             "batch %d: %d Spark job(s) in %.2f s (processing time %d µs)",
             batch.number,
             self._jobs - jobs,
             time.perf_counter() - started,
             self.clock,
+        )
+
+    def _commit(self, batch: Batch) -> None:
+        assert self._checkpoint is not None and batch.position is not None
+        infos = self.monitoring_infos
+        self._infos = defaultdict(list, infos)  # consolidated: a commit's size stays flat
+        self._checkpoint.commit(
+            batch.number,
+            batch.position,
+            self.clock,
+            self.watermarks,
+            {buffer: state.summaries for buffer, state in self._groups.items()},
+            infos,
         )
 
     def _run_stage(self, spec: StageSpec, run: _BatchRun) -> None:
@@ -258,7 +331,12 @@ class StreamingDriver:
             return
         rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
         task = functools.partial(_nonempty_stage_task, spec, self._plan.job_id, self._components)
-        output = rdd.mapPartitions(task).persist()
+        if self._sinks:
+            output = rdd.mapPartitionsWithIndex(
+                self._sinks.task(run.batch.number, spec.name, task)
+            ).persist()
+        else:
+            output = rdd.mapPartitions(task).persist()
         run.persisted.append(output)
         run.pending.append(output.filter(_is_metrics).map(functools.partial(_named, spec.name)))
         for buffer in set(spec.outputs.values()):
@@ -328,6 +406,8 @@ class StreamingDriver:
         rdd = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
         rdd = rdd.partitionBy(self._partitions, partition_of)
         task = functools.partial(_group_task, group, job, components, times)
+        if self._checkpoint is not None:
+            task = self._checkpoint.saving(buffer, run.batch.number, task)
         out = rdd.mapPartitionsWithIndex(task, preservesPartitioning=True).persist()
         out.localCheckpoint()  # cut the lineage to the previous batches once computed
         run.steps[buffer] = out

@@ -9,13 +9,18 @@ Besides Beam's ``PipelineResult`` (state, ``wait_until_finish``, ``cancel``, met
   processing time;
 - :attr:`stalled` and :attr:`batches`.
 
-``cancel`` stops the run at the next batch boundary (the batch running finishes).
+``cancel`` stops the run at the next batch boundary (the batch running finishes);
+``drain`` stops it there too, after one last batch that fires every pending window.
+``wait_until_finish(duration)`` returns None when the run is still going after
+``duration`` ms (it goes on).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from apache_beam.runners.runner import PipelineState
 
 from spark_backend.runner.result import PySparkPipelineResult
 from spark_backend.runner.streaming.driver import StreamingDriver
@@ -39,6 +44,17 @@ class StreamingPipelineResult(PySparkPipelineResult):
     def cancel(self) -> Any:
         """Stop at the next batch boundary; the state is CANCELLED unless it had ended."""
         return super().cancel()
+
+    def drain(self) -> Any:
+        """Drain at the next batch boundary: the sources read no more, every watermark
+        goes to ``MAX_TIMESTAMP`` in one last batch (every pending window fires), then
+        the run ends; returns the state then, DRAINED unless it had ended already."""
+        self._driver.stop(drain=True)
+        self._thread.join()
+        with self._lock:
+            if self._state == PipelineState.DONE and self._driver.drained:
+                self._state = PipelineState.DRAINED
+        return self.wait_until_finish()
 
     def watermarks(self) -> dict[str, dict[str, StepSeries]]:
         """Per transform label: ``"input"``, ``"output"`` and each named hold (µs, a hold

@@ -6,10 +6,14 @@ from typing import Any
 
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
 
+from spark_backend.runner.options import StreamingOptions
 from spark_backend.runner.plan import plan_pipeline
+from spark_backend.runner.streaming.checkpoint import open_checkpoint
 from spark_backend.runner.streaming.checks import check_streaming
 from spark_backend.runner.streaming.driver import StreamingDriver
 from spark_backend.runner.streaming.result import StreamingPipelineResult
+from spark_backend.runner.streaming.shape import pipeline_shape
+from spark_backend.runner.streaming.sinks import BatchSinks
 from spark_backend.runner.streaming.sources import impulse_labels, streaming_proto
 from spark_backend.runner.streaming.watermarks import PipelineWatermarks
 
@@ -17,14 +21,17 @@ __all__ = ["start_streaming"]
 
 
 def start_streaming(
-    pipeline: pb.Pipeline,
-    spark_context: Any,
-    max_batches: int | None,
-    key_partitions: int | None = None,
+    pipeline: pb.Pipeline, spark_context: Any, options: StreamingOptions | None = None
 ) -> StreamingPipelineResult:
     """Check ``pipeline`` (a proto the batch checks passed with ``streaming``) for what
-    streaming runs, then start it on ``spark_context`` in a driver thread."""
+    streaming runs, and its checkpoint directory if any, then start it on
+    ``spark_context`` in a driver thread."""
+    options = options or StreamingOptions()
     check_streaming(pipeline)
+    partitions = options.key_partitions or spark_context.defaultParallelism
+    checkpoint = None
+    if options.checkpoint_dir is not None:
+        checkpoint = open_checkpoint(options.checkpoint_dir, pipeline_shape(pipeline), partitions)
     prepared, sources = streaming_proto(pipeline)
     plan = plan_pipeline(prepared)
     driver = StreamingDriver(
@@ -33,7 +40,10 @@ def start_streaming(
         PipelineWatermarks(prepared),
         sources,
         impulse_labels(prepared) - set(sources),
-        key_partitions or spark_context.defaultParallelism,
-        max_batches,
+        partitions,
+        options.max_batches,
+        checkpoint=checkpoint,
+        sinks=BatchSinks(pipeline),
+        drain=options.drain,
     )
     return StreamingPipelineResult(driver, f"beam-{plan.job_id}")

@@ -1,7 +1,11 @@
-"""The streaming runner's driver-side parts without Spark: the sources' schedule, the
+"""The streaming runner's driver-side parts without Spark: the sources' schedule (and
+its resumption from a checkpoint's position), the
 Beam -> theory windowing conversion, and the stage graph of a pipeline."""
 
 from __future__ import annotations
+
+import dataclasses
+import pickle
 
 import apache_beam as beam
 import numpy as np
@@ -15,6 +19,7 @@ from beam_pipelines.beam_runner import beam_windowing
 from beam_pipelines.convert import to_theory
 from beam_pipelines.differential import random_strategy
 from spark_backend.runner.streaming.driver import schedule
+from spark_backend.runner.streaming.positions import Position
 from spark_backend.runner.streaming.sources import (
     ELEMENTS,
     PROCESSING_TIME,
@@ -38,7 +43,7 @@ _EVENT = st.one_of(
     streams=st.lists(st.lists(_EVENT, max_size=6), max_size=3),
     impulses=st.lists(st.sampled_from(["i1", "i2"]), unique=True),
 )
-def test_schedule_sends_each_event_once_in_order_one_per_batch(
+def test_schedule_sends_each_event_once_in_turn_one_per_batch_and_resumes_anywhere(
     streams: list[list[tuple[str, object]]], impulses: list[str]
 ) -> None:
     sources = {f"s{i}": TestStreamSource(f"s{i}", "c", tuple(e)) for i, e in enumerate(streams)}
@@ -56,6 +61,17 @@ def test_schedule_sends_each_event_once_in_order_one_per_batch(
     assert all(w == MAX_TIMESTAMP for w in batches[-1].watermarks.values())
     assert set(batches[-1].watermarks) == {*sources, *impulses}
     assert set(batches[0].impulses) == set(impulses)
+    rounds = max((len(e) for e in streams), default=0)
+    turns = [s for r in range(rounds) for s in sources if r < len(sources[s].events)]
+    assert [b.source for b in batches[:-1]] == turns  # the streams take turns
+    # resumed from the position after any batch, the schedule sends the rest unchanged
+    assert batches[-1].position == Position(len(batches), {}, finished=True)
+    for k, batch in enumerate(batches):
+        assert batch.position is not None and batch.position.number == k + 1
+        # through a pickle, as a checkpoint stores it
+        start = pickle.loads(pickle.dumps(batch.position))
+        resumed = [dataclasses.asdict(b) for b in schedule(sources, impulses, start)]
+        assert resumed == [dataclasses.asdict(b) for b in batches[k + 1 :]]
 
 
 @pytest.mark.parametrize("seed", range(40))

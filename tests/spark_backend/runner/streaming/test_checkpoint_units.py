@@ -1,0 +1,304 @@
+"""Checkpoints, shapes, stopping options, sinks and refusals without Spark: the pipeline
+shape and its first difference, the checks of a checkpoint
+directory, the batch sink on Beam's FnApiRunner, and what is refused before any work."""
+
+# ruff: noqa: B008
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import apache_beam as beam
+import pytest
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.testing.test_stream import TestStream as BeamTestStream
+from apache_beam.transforms import environments
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from beam_pipelines.sinks import WriteBatchesToText, batch_directory, in_batch
+from spark_backend.runner import PySparkRunner, UnsupportedTransformError
+from spark_backend.runner.streaming.checkpoint import FORMAT, CheckpointError, open_checkpoint
+from spark_backend.runner.streaming.checks import check_streaming
+from spark_backend.runner.streaming.positions import Position
+from spark_backend.runner.streaming.shape import first_difference, pipeline_shape
+
+# -- shapes ---------------------------------------------------------------------------------
+
+
+def proto_of(build: Any) -> Any:
+    p = beam.Pipeline(options=PipelineOptions(streaming=True))
+    build(p)
+    return p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
+
+
+def counting(p: beam.Pipeline, label: str = "count", as_type: type = str) -> None:
+    (
+        p
+        | "events" >> BeamTestStream().add_elements([("a", 1)])
+        | "window" >> beam.WindowInto(beam.window.FixedWindows(10))
+        | label >> beam.CombinePerKey(sum)
+        | "format" >> beam.Map(str).with_output_types(as_type)
+    )
+
+
+def other(p: beam.Pipeline) -> None:
+    p | "numbers" >> beam.Create([1, 2]) | "double" >> beam.Map(lambda x: 2 * x)
+
+
+def test_the_same_code_gives_the_same_shape_and_no_pickled_function() -> None:
+    first, second = pipeline_shape(proto_of(counting)), pipeline_shape(proto_of(counting))
+    assert first == second and first_difference(first, second) is None
+    assert json.loads(json.dumps(first)) == first  # JSON-ready: no pickled payloads
+    labels = [t["label"] for t in first]
+    assert {"events", "window", "count", "count/GroupByKey", "format"} <= set(labels)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda p: counting(p, label="total"), r"transform #\d+ is 'total' here but 'count'"),
+        (
+            lambda p: counting(p, as_type=bytes),
+            r"transform 'format': outputs .*coder:bytes.* here but .*string_utf8.* in the "
+            "checkpoint",
+        ),
+        (other, r"written by another pipeline \(no transform label in common"),
+    ],
+)
+def test_first_difference_names_where_shapes_differ(build: Any, message: str) -> None:
+    written = pipeline_shape(proto_of(counting))
+    found = first_difference(written, pipeline_shape(proto_of(build)))
+    assert found is not None
+    assert pytest.importorskip("re").search(message, found), found
+
+
+def test_first_difference_names_a_transform_only_one_side_has() -> None:
+    shape = pipeline_shape(proto_of(counting))
+    assert (
+        first_difference(shape[:-1], shape) == f"transform {shape[-1]['label']!r} exists only here"
+    )
+
+
+_ENTRY = st.fixed_dictionaries(
+    {
+        "label": st.sampled_from(["a", "b", "c"]),
+        "urn": st.sampled_from(["pardo", "gbk"]),
+        "inputs": st.lists(st.sampled_from(["None=a", "None=b"]), max_size=1),
+        "outputs": st.lists(st.sampled_from(["None=varint", "None=bytes"]), max_size=1),
+    }
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(written=st.lists(_ENTRY, max_size=4), current=st.lists(_ENTRY, max_size=4))
+def test_first_difference_is_none_exactly_for_equal_shapes_and_names_a_label(
+    written: list[dict[str, Any]], current: list[dict[str, Any]]
+) -> None:
+    found = first_difference(written, current)
+    assert (found is None) == (written == current)
+    if found is not None:
+        labels = {t["label"] for t in written + current}
+        assert any(f"'{label}'" in found for label in labels), found
+
+
+# -- the checkpoint directory -----------------------------------------------------------------
+
+
+def test_a_new_checkpoint_records_format_shape_and_partitions(tmp_path: Path) -> None:
+    shape = pipeline_shape(proto_of(counting))
+    store = open_checkpoint(str(tmp_path / "new"), shape, 3)
+    meta = json.loads((tmp_path / "new" / "checkpoint.json").read_text())
+    assert meta == {"format": FORMAT, "key_partitions": 3, "shape": shape}
+    assert store.latest is None
+    again = open_checkpoint(str(tmp_path / "new"), shape, 3)  # no commit yet: a fresh start
+    assert again.latest is None
+
+
+def test_bad_checkpoint_directories_are_refused_naming_why(tmp_path: Path) -> None:
+    shape = pipeline_shape(proto_of(counting))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(CheckpointError, match=r"checkpoint_dir '.*/file' is a file"):
+        open_checkpoint(str(tmp_path / "file"), shape, 2)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "data.csv").write_text("x")
+    with pytest.raises(CheckpointError, match=r"not empty and holds no checkpoint\.json"):
+        open_checkpoint(str(tmp_path / "full"), shape, 2)
+    (tmp_path / "alien").mkdir()
+    (tmp_path / "alien" / "checkpoint.json").write_text('{"format": "spark-structured"}')
+    with pytest.raises(CheckpointError, match="not a checkpoint of this runner"):
+        open_checkpoint(str(tmp_path / "alien"), shape, 2)
+    open_checkpoint(str(tmp_path / "ours"), shape, 2)
+    with pytest.raises(CheckpointError, match=r"another pipeline.*'numbers'"):
+        open_checkpoint(str(tmp_path / "ours"), pipeline_shape(proto_of(other)), 2)
+    with pytest.raises(CheckpointError, match=r"'total' here but 'count' in the checkpoint"):
+        open_checkpoint(
+            str(tmp_path / "ours"), pipeline_shape(proto_of(lambda p: counting(p, "total"))), 2
+        )
+    with pytest.raises(CheckpointError, match="--key_partitions 2, this run has 4"):
+        open_checkpoint(str(tmp_path / "ours"), shape, 4)
+    (tmp_path / "ours" / "commit-000000003.pkl").write_bytes(b"not a pickle")
+    with pytest.raises(CheckpointError, match=r"commit-000000003\.pkl is unreadable"):
+        open_checkpoint(str(tmp_path / "ours"), shape, 2)
+
+
+# -- refusals before any work ---------------------------------------------------------------
+
+
+class _Offsets(beam.transforms.core.RestrictionProvider):
+    def initial_restriction(self, element: Any) -> OffsetRange:
+        return OffsetRange(0, 10)
+
+    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element: Any, restriction: OffsetRange) -> int:
+        return int(restriction.size())
+
+
+class _Ticks(beam.DoFn):
+    @beam.DoFn.unbounded_per_element()
+    def process(self, element: Any, tracker: Any = beam.DoFn.RestrictionParam(_Offsets())) -> Any:
+        yield element
+
+
+def run_refused(build: Any, *flags: str) -> None:
+    p = beam.Pipeline(runner=PySparkRunner(), options=PipelineOptions(list(flags)))
+    build(p)
+    p.run()
+
+
+def test_an_unbounded_read_in_a_batch_pipeline_is_refused_as_streaming_only() -> None:
+    def build(p: beam.Pipeline) -> None:
+        p | beam.Create([1]) | "Ticks" >> beam.ParDo(_Ticks()) | "after" >> beam.Map(str)
+
+    with pytest.raises(
+        UnsupportedTransformError, match=r"'Ticks'.*output is unbounded.*--streaming"
+    ):
+        run_refused(build)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--checkpoint_dir", "/tmp/x"], "--checkpoint_dir needs --streaming"),
+        (["--drain"], "--drain needs --streaming"),
+        (["--streaming", "--checkpoint_dir", " "], "checkpoint_dir must be a non-empty path"),
+    ],
+)
+def test_streaming_stop_and_checkpoint_options_are_checked(flags: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        run_refused(lambda p: p | beam.Create([1]), *flags)
+
+
+def test_beams_batch_file_sink_in_a_streaming_pipeline_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    def build(p: beam.Pipeline) -> None:
+        words = p | "words" >> beam.Create(["a"])
+        words | "save" >> beam.io.WriteToText(str(tmp_path / "out"))
+
+    with pytest.raises(
+        UnsupportedTransformError, match=r"'save'.*batch file sink.*WriteBatchesToText"
+    ):
+        check_streaming(proto_of(build))
+
+
+# -- the batch sink elsewhere ---------------------------------------------------------------
+
+
+def test_batch_sink_on_fn_api_runner_writes_every_line_once(tmp_path: Path) -> None:
+    lines = [f"line {i}" for i in range(50)]
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        p | beam.Create(lines) | WriteBatchesToText(str(tmp_path))
+    files = sorted(tmp_path.glob("bundle-*.txt"))
+    assert files, "no bundle file written"
+    written = [line for f in files for line in f.read_text().splitlines()]
+    assert sorted(written) == sorted(lines)
+
+
+def test_batch_sink_in_a_batch_writes_to_the_batchs_staging_directory(tmp_path: Path) -> None:
+    from beam_pipelines.sinks import _WriteBundles
+
+    fn = _WriteBundles(str(tmp_path))
+    with in_batch(7, "stage-00001"):
+        for bundle in (["a", b"b"], [3]):
+            fn.start_bundle()
+            for element in bundle:
+                list(fn.process(element))
+            fn.finish_bundle()
+    staged = tmp_path / ".staging" / batch_directory(7)
+    assert sorted(p.name for p in staged.iterdir()) == [
+        "stage-00001-0000.txt",
+        "stage-00001-0001.txt",
+    ]
+    assert (staged / "stage-00001-0000.txt").read_text() == "a\nb\n"
+    assert (staged / "stage-00001-0001.txt").read_text() == "3\n"
+
+
+# -- committing -----------------------------------------------------------------------------
+
+
+def test_a_replayed_batch_replaces_its_committed_output(tmp_path: Path) -> None:
+    from spark_backend.runner.streaming.sinks import BatchSinks
+
+    def build(p: beam.Pipeline) -> None:
+        p | "events" >> BeamTestStream().add_elements(["x"]) | WriteBatchesToText(str(tmp_path))
+
+    sinks = BatchSinks(proto_of(build))
+    assert sinks.directories == (str(tmp_path),)
+    staged = tmp_path / ".staging" / batch_directory(4)
+
+    def run_batch(files: dict[str, str]) -> None:
+        sinks.begin(4)  # what a killed run staged is dropped
+        staged.mkdir(parents=True)
+        for name, text in files.items():
+            (staged / name).write_text(text)
+        sinks.commit(4)
+
+    run_batch({"s-00000-0000.txt": "old\n", "s-00001-0000.txt": "old\n"})
+    (staged).mkdir(parents=True)
+    (staged / "s-00001-0000.txt").write_text("left by a killed run\n")
+    run_batch({"s-00000-0000.txt": "new\n"})  # the replay
+    committed = tmp_path / batch_directory(4)
+    assert sorted(p.name for p in committed.glob("*.txt")) == ["s-00000-0000.txt"]
+    assert (committed / "s-00000-0000.txt").read_text() == "new\n"
+    assert not staged.exists()
+
+
+def test_tasks_save_their_partition_state_and_a_commit_keeps_only_what_it_names(
+    tmp_path: Path,
+) -> None:
+    from spark_backend.runner.streaming.checkpoint import _load_state
+
+    shape = pipeline_shape(proto_of(counting))
+    store = open_checkpoint(str(tmp_path), shape, 2)
+
+    def task(index: int, records: Any) -> Any:
+        yield index, f"state {index}".encode()  # a partition's state record
+        yield "output", b"chunk"  # anything else passes through unsaved
+
+    for batch in (0, 1):
+        saving = store.saving(b"group:g", batch, task)
+        for p in range(2):
+            assert list(saving(p, [])) == [(p, f"state {p}".encode()), ("output", b"chunk")]
+        store.commit(
+            batch,
+            Position(batch + 1, {"events": batch + 1}),
+            7,
+            {"marks": 1},
+            {b"group:g": ["summary"]},
+            {},
+        )
+    assert sorted(p.name for p in tmp_path.glob("commit-*.pkl")) == ["commit-000000001.pkl"]
+    (folder,) = (tmp_path / "state").glob("*/*")
+    assert folder.name == "000000001"
+    assert _load_state(str(folder), 1) == (1, b"state 1")
+    reopened = open_checkpoint(str(tmp_path), shape, 2)
+    assert reopened.latest is not None and reopened.latest.position == Position(2, {"events": 2})
+    assert reopened.latest.clock == 7 and reopened.summaries(b"group:g") == ["summary"]
+    assert reopened.summaries(b"group:other") is None
