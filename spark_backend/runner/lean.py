@@ -36,8 +36,9 @@ from apache_beam.runners import common, pipeline_context
 from apache_beam.runners.worker import bundle_processor, statesampler
 from apache_beam.utils.counters import CounterFactory
 
-from spark_backend.runner.lean_batch import Batch, decode, encode
+from spark_backend.runner.lean_batch import Batch, decode
 from spark_backend.runner.lean_combine import combine_phase_op, precombine_op
+from spark_backend.runner.lean_encode import BatchEncoder
 from spark_backend.runner.lean_pardo import Emit, pardo_op
 from spark_backend.runner.lean_windows import window_into_op
 from spark_backend.runner.summary import METRICS, PartitionSummary
@@ -66,7 +67,7 @@ class _Flatten:
 class _Sink:
     label: str
     transform_id: str
-    impl: Any
+    encoder: BatchEncoder
     chunks: list[bytes] = field(default_factory=list)
 
     def setup(self) -> None:
@@ -77,7 +78,7 @@ class _Sink:
 
     def process(self, batch: Batch, emit: Emit) -> None:
         if len(batch):
-            self.chunks.append(encode(batch, self.impl))
+            self.chunks.append(self.encoder.encode(batch))
 
     def finish(self, emit: Emit) -> None:
         return None
@@ -129,12 +130,12 @@ def lean_program(descriptor: beam_fn_api_pb2.ProcessBundleDescriptor) -> Program
         urn = t.spec.urn
         if urn in (bundle_processor.DATA_INPUT_URN, bundle_processor.DATA_OUTPUT_URN):
             port = beam_fn_api_pb2.RemoteGrpcPort.FromString(t.spec.payload)
-            impl = context.coders[port.coder_id].get_impl()
+            coder = context.coders[port.coder_id]
             if urn == bundle_processor.DATA_INPUT_URN:
                 (pcoll,) = t.outputs.values()
-                inputs[tid] = (pcoll, impl)
+                inputs[tid] = (pcoll, coder.get_impl())
             else:
-                sinks[tid] = _Sink(t.unique_name, tid, impl)
+                sinks[tid] = _Sink(t.unique_name, tid, BatchEncoder(coder))
             continue
         builder = _BUILDERS.get(urn)
         if builder is None:

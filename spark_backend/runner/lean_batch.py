@@ -7,7 +7,7 @@ in the global window (:data:`GLOBAL`), every element in one interval window give
 ``start``/``end`` arrays (:class:`Intervals`), one pane shared by all; otherwise one
 Beam window tuple and one ``PaneInfo`` per element. Nothing is rounded here: a batch
 lives inside a fused stage, and the rounding to milliseconds happens only where Beam's
-does, in the coder at the stage's edge (:func:`encode`, :func:`decode`).
+does, in the coder at the stage's edge (:mod:`.lean_encode`, :func:`decode`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from apache_beam.transforms.window import GlobalWindow, IntervalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN, PaneInfo, WindowedValue
 
-__all__ = ["GLOBAL", "Batch", "Intervals", "decode", "encode", "interval_window"]
+__all__ = ["GLOBAL", "Batch", "Intervals", "decode", "interval_window"]
 
 
 class _Global:
@@ -136,8 +136,3 @@ def decode(chunks: Sequence[bytes], impl: Any) -> Batch:
     """The elements of encoded ``chunks`` (Beam's windowed coder ``impl``)."""
     elements = [e for chunk in chunks for e in impl.decode_all(chunk)]
     return Batch.of(elements)
-
-
-def encode(batch: Batch, impl: Any) -> bytes:
-    """``batch`` encoded with Beam's windowed coder ``impl`` (nested, concatenated)."""
-    return bytes(impl.encode_all(list(batch.windowed_values())))

@@ -54,7 +54,8 @@ def _kernel(fn: Any) -> str:
         return "count"
     if type(fn) is combiners.MeanCombineFn:
         return "mean"
-    if type(fn) is core.CallableWrapperCombineFn and fn._fn in (sum, min, max):
+    wrappers = (core.CallableWrapperCombineFn, core.NoSideInputsCallableWrapperCombineFn)
+    if type(fn) in wrappers and fn._fn in (sum, min, max):
         return fn._fn.__name__
     return ""
 
@@ -122,7 +123,7 @@ class PrecombineOp:
         if not (isinstance(windows, Intervals) or (windows is GLOBAL and self._default)):
             return False
         keys = [k for k, _ in batch.values]
-        values = None
+        column = None
         if self._kernel != "count":
             values = [v for _, v in batch.values]
             if not all(type(v) is int for v in values):
@@ -135,16 +136,22 @@ class PrecombineOp:
                 return False
         index: dict[Any, int] = {}
         codes = np.fromiter((index.setdefault(k, len(index)) for k in keys), np.int64, len(keys))
-        if not isinstance(windows, Intervals):
-            stacked = codes[:, None]
-        else:
-            stacked = np.stack([codes, windows.start, windows.end], axis=1)
-        groups, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        partials = self._reduce(inverse, len(groups), None if values is None else column)
+        n = len(keys)
+        if isinstance(windows, Intervals):  # dense codes of (start, end), then of (key, window)
+            _, starts = np.unique(windows.start, return_inverse=True)
+            _, ends = np.unique(windows.end, return_inverse=True)
+            pairs = starts.reshape(-1) * n + ends.reshape(-1)
+            _, dense = np.unique(pairs, return_inverse=True)
+            codes = codes * n + dense.reshape(-1)
+        _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        partials = self._reduce(inverse.reshape(-1), len(first), column)
         merge = _MERGE[self._kernel]
-        for g, (row, at) in enumerate(zip(groups.tolist(), first.tolist(), strict=True)):
-            slot = (0, 0, keys[at]) if windows is GLOBAL else (row[1], row[2], keys[at])
+        if isinstance(windows, Intervals):
+            starts_at, ends_at = windows.start[first].tolist(), windows.end[first].tolist()
+        else:
+            starts_at = ends_at = [0] * len(first)
+        for g, at in enumerate(first.tolist()):
+            slot = (starts_at[g], ends_at[g], keys[at])
             old = self._fast.get(slot)
             self._fast[slot] = partials[g] if old is None else merge(old, partials[g])
         if len(self._fast) >= MAX_KEYS:

@@ -26,16 +26,18 @@ from apache_beam.portability.api import beam_runner_api_pb2 as pb
 from apache_beam.pvalue import TaggedOutput
 from apache_beam.runners.common import DoFnSignature
 from apache_beam.transforms import core
-from apache_beam.transforms.window import TimestampedValue, WindowFn
+from apache_beam.transforms.window import GlobalWindow, GlobalWindows, TimestampedValue, WindowFn
 from apache_beam.utils import proto_utils
-from apache_beam.utils.windowed_value import WindowedValue
+from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN, PaneInfo, WindowedValue
 
-from spark_backend.runner.lean_batch import Batch
+from spark_backend.runner.lean_batch import GLOBAL, Batch
 
 __all__ = ["CHUNK", "ParDoOp", "augmented", "pardo_op"]
 
 #: A ParDo hands on its output in batches of about this many elements.
 CHUNK: Final[int] = 1 << 16
+_GLOBAL_WINDOW: Final = GlobalWindow()
+_SPECIAL: Final = (TaggedOutput, TimestampedValue, WindowedValue)
 
 Emit = Callable[[Batch], None]
 
@@ -118,6 +120,7 @@ class ParDoOp:
         self.transform_id = transform_id
         self._fn = fn
         self._window_fn = window_fn
+        self._global = type(window_fn) is GlobalWindows
         self._tag = tag
         signature = DoFnSignature(fn)
         self._process = signature.process_method.method_value
@@ -136,7 +139,6 @@ class ParDoOp:
         process = self._process
         values: list[Any] = []
         parents: list[int] = []
-        special: dict[int, Any] = {}
         for i, value in enumerate(batch.values):
             try:
                 results = process(value)
@@ -150,28 +152,53 @@ class ParDoOp:
                         )
                 if results is None:
                     continue
-                for result in results:
-                    if isinstance(result, (TaggedOutput, TimestampedValue, WindowedValue)):
-                        result = self._special(batch, i, result)
-                        if result is None:
-                            continue
-                        special[len(values)] = result
-                    values.append(result)
-                    parents.append(i)
+                before = len(values)
+                values.extend(results)
             except Exception as exn:
                 raise augmented(exn, self.label) from exn
+            added = len(values) - before
+            if added == 1:
+                parents.append(i)
+            elif added:
+                parents.extend([i] * added)
             if len(values) >= CHUNK:
-                emit(_outputs(batch, values, parents, special))
-                values, parents, special = [], [], {}
+                emit(self._outputs(batch, values, parents))
+                values, parents = [], []
         if values:
-            emit(_outputs(batch, values, parents, special))
+            emit(self._outputs(batch, values, parents))
 
     def finish(self, emit: Emit) -> None:
         return None
 
-    def _special(self, batch: Batch, i: int, result: Any) -> Any:
-        """``result`` as Beam's output handler turns it into a WindowedValue (None:
-        dropped, a TaggedOutput to another tag)."""
+    def _outputs(self, batch: Batch, values: list[Any], parents: list[int]) -> Batch:
+        """The batch of a chunk of outputs: plain values inherit their parent's
+        metadata; TaggedOutput, TimestampedValue and WindowedValue outputs are turned
+        into their value and their own metadata as Beam does."""
+        found = [j for j, v in enumerate(values) if isinstance(v, _SPECIAL)]
+        if not found:
+            return batch.take(parents, values)
+        special: dict[int, Meta] = {}
+        dropped: set[int] = set()
+        for j in found:
+            try:
+                out = self._special(batch, parents[j], values[j])
+            except Exception as exn:
+                raise augmented(exn, self.label) from exn
+            if out is None:
+                dropped.add(j)
+            else:
+                values[j], special[j] = out
+        if dropped:
+            keep = [j for j in range(len(values)) if j not in dropped]
+            renumber = {j: n for n, j in enumerate(keep)}
+            values = [values[j] for j in keep]
+            parents = [parents[j] for j in keep]
+            special = {renumber[j]: m for j, m in special.items()}
+        return _with_meta(batch, values, parents, special)
+
+    def _special(self, batch: Batch, i: int, result: Any) -> tuple[Any, Meta] | None:
+        """``result``'s value and metadata as Beam's output handler makes its
+        WindowedValue (None: a TaggedOutput to another tag, dropped)."""
         if isinstance(result, TaggedOutput):
             if not isinstance(result.tag, str):
                 raise TypeError(f"In {self}, tag {result.tag} is not a string")
@@ -179,17 +206,29 @@ class ParDoOp:
                 return None
             result = result.value
             if not isinstance(result, (TimestampedValue, WindowedValue)):
-                return batch.windowed_value(i).with_value(result)
+                return result, _meta(batch.windowed_value(i))
         count = _window_count(batch, i)
         if isinstance(result, WindowedValue):
             if count != 1:
                 result.windows *= count
-            return result
+            return result.value, _meta(result)
+        if self._global and count == 1:  # the common case, without objects
+            return result.value, (result.timestamp.micros, None, PANE_INFO_UNKNOWN)
         context = WindowFn.AssignContext(result.timestamp, result.value)
         out = WindowedValue(result.value, result.timestamp, self._window_fn.assign(context))
         if count != 1:
             out.windows *= count
-        return out
+        return out.value, _meta(out)
+
+
+#: An output's own metadata: µs, windows (None: the global window alone), pane.
+Meta = tuple[int, Any, Any]
+
+
+def _meta(wv: Any) -> Meta:
+    windows = tuple(wv.windows)
+    alone = len(windows) == 1 and type(windows[0]) is GlobalWindow
+    return wv.timestamp_micros, None if alone else windows, wv.pane_info
 
 
 def _window_count(batch: Batch, i: int) -> int:
@@ -197,13 +236,25 @@ def _window_count(batch: Batch, i: int) -> int:
     return 1 if not isinstance(windows, list) else len(windows[i])
 
 
-def _outputs(batch: Batch, values: list[Any], parents: list[int], special: dict[int, Any]) -> Batch:
+def _with_meta(
+    batch: Batch, values: list[Any], parents: list[int], special: dict[int, Meta]
+) -> Batch:
     """The output batch: ``values`` inheriting their parents' metadata, except the
-    ``special`` ones (index -> WindowedValue) that bring their own."""
+    ``special`` ones that bring their own."""
+    base = batch.take(parents, values)
     if not special:
-        return batch.take(parents, values)
-    elements = []
-    for j, (value, parent) in enumerate(zip(values, parents, strict=True)):
-        wv = special.get(j)
-        elements.append(wv if wv is not None else batch.windowed_value(parent).with_value(value))
-    return Batch.of(elements)
+        return base
+    micros = base.micros.copy()
+    for j, (m, _, _) in special.items():
+        micros[j] = m
+    windows: Any = base.windows
+    if not (windows is GLOBAL and all(ws is None for _, ws, _ in special.values())):
+        windows = base.window_lists()
+        for j, (_, ws, _) in special.items():
+            windows[j] = (_GLOBAL_WINDOW,) if ws is None else ws
+    panes: Any = base.panes
+    if not (isinstance(panes, PaneInfo) and all(p == panes for _, _, p in special.values())):
+        panes = list(base.pane_list())
+        for j, (_, _, p) in special.items():
+            panes[j] = p
+    return Batch(values, micros, windows, panes)
