@@ -162,10 +162,15 @@ class ParDoOp:
             elif added:
                 parents.extend([i] * added)
             if len(values) >= CHUNK:
-                emit(self._outputs(batch, values, parents))
+                self._emit(batch, values, parents, emit)
                 values, parents = [], []
         if values:
-            emit(self._outputs(batch, values, parents))
+            self._emit(batch, values, parents, emit)
+
+    def _emit(self, batch: Batch, values: list[Any], parents: list[int], emit: Emit) -> None:
+        """Hand on outputs in batches of at most CHUNK (one element may have many)."""
+        for lo in range(0, len(values), CHUNK):
+            emit(self._outputs(batch, values[lo : lo + CHUNK], parents[lo : lo + CHUNK]))
 
     def finish(self, emit: Emit) -> None:
         return None
