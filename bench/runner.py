@@ -283,8 +283,9 @@ def run_once(workload: str, n: int, runner: Any) -> Run:
 def oracle_digest(n: int) -> str:
     """The digest windowed_combine must give at ``n``, computed in plain Python from the
     same seeded draws (no runner): sums per (key, 60 s window), each output at its
-    window's ``max_timestamp()`` in whole milliseconds (as a runner's coder leaves it). Checked against FnApiRunner wherever it runs, it
-    checks PySparkRunner where FnApiRunner is too slow (10M)."""
+    window's ``max_timestamp()`` in whole milliseconds (as a runner's coder leaves it).
+    Checked against FnApiRunner wherever it runs, it checks PySparkRunner where
+    FnApiRunner is too slow (10M)."""
     sums: dict[tuple[str, int], int] = {}
     for shard, count in shards(n):
         rng = random.Random(1000 + shard)
