@@ -64,11 +64,13 @@ def pardo_op(transform: pb.PTransform, transform_id: str, stage: Any) -> ParDoOp
         return "splittable or finalizing"
     if payload.requires_time_sorted_input or payload.requires_stable_input:
         return "needs sorted or stable input"
-    if payload.do_fn.urn != python_urns.PICKLED_DOFN_INFO:
+    known = core.StatelessDoFnInfo.REGISTERED_DOFNS  # KeyWithNone, ...
+    if payload.do_fn.urn != python_urns.PICKLED_DOFN_INFO and payload.do_fn.urn not in known:
         return f"DoFn kind {payload.do_fn.urn}"
     if len(transform.outputs) != 1 or len(transform.inputs) != 1:
         return "more than one input or output"
-    fn, args, kwargs, side, windowing = pickler.loads(payload.do_fn.payload)
+    info = core.DoFnInfo.from_runner_api(payload.do_fn, stage.context)
+    fn, args, kwargs, side, windowing = pickler.loads(info.serialized_dofn_data())
     if args or kwargs or side:
         return "extra arguments"
     reason = _plain(fn)

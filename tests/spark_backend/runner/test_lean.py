@@ -184,6 +184,7 @@ def random_pipeline(seed: int) -> Any:
         else:
             out = events | beam.CombinePerKey(combine)
         _ = out | "Last" >> beam.Map(lambda kv: (kv[0], repr(kv[1])))
+        _ = events | beam.combiners.Count.Globally().without_defaults()
 
     return build
 
