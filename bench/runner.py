@@ -84,9 +84,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -251,8 +250,7 @@ def tree_cpu(root: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-@dataclass(frozen=True)
-class Run:
+class Run(NamedTuple):
     """One run: wall seconds, CPU seconds of the process tree, digest, peak bytes."""
 
     wall: float
