@@ -41,8 +41,17 @@ def run_cli(trace: Path, out: Path, engine: str) -> tuple[float, float, str]:
     the process and its children: less sensitive to the load, though Spark's JVM
     threads count too), and its log (stderr)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "spark_backend.cli", "analyze", str(trace), "--engine",
-            engine, "--out", str(out)]
+    argv = [
+        sys.executable,
+        "-m",
+        "spark_backend.cli",
+        "analyze",
+        str(trace),
+        "--engine",
+        engine,
+        "--out",
+        str(out),
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -66,8 +75,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     sizes = [int(float(s)) for s in args.sizes.split(",")]
-    print(f"{'rows':>9} {'auto s':>8} {'cpu s':>6} {'chose':>6} {'spark s':>8} {'cpu s':>6} "
-          f"{'spark/auto':>10} {'goal s':>7} {'met':>4} {'same':>5}  load before / after")
+    print(
+        f"{'rows':>9} {'auto s':>8} {'cpu s':>6} {'chose':>6} {'spark s':>8} {'cpu s':>6} "
+        f"{'spark/auto':>10} {'goal s':>7} {'met':>4} {'same':>5}  load before / after"
+    )
     with tempfile.TemporaryDirectory(prefix="cli_engines.") as tmp:
         d = Path(tmp)
         for n in sizes:
@@ -96,9 +107,12 @@ def main() -> None:
             sc = statistics.median(spark_cpu) if spark_cpu else float("nan")
             goal = GOALS.get(n)
             met = "-" if goal is None else ("yes" if a <= goal else "no")
-            print(f"{n:>9,} {a:>8.1f} {ac:>6.1f} {chose:>6} {s:>8.1f} {sc:>6.1f} {s / a:>10.1f} "
-                  f"{goal if goal else float('nan'):>7.0f} {met:>4} {same:>5}  "
-                  f"{before} / {load()}", flush=True)
+            print(
+                f"{n:>9,} {a:>8.1f} {ac:>6.1f} {chose:>6} {s:>8.1f} {sc:>6.1f} {s / a:>10.1f} "
+                f"{goal if goal else float('nan'):>7.0f} {met:>4} {same:>5}  "
+                f"{before} / {load()}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def main() -> None:
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:cut])
-    command = argv[cut + 1:]
+    command = argv[cut + 1 :]
     if not command:
         parser.error("no command given (after --)")
     if command[0] == "python":
@@ -160,8 +160,10 @@ def main() -> None:
         )
     clock = "CPU time (--cpu-clock)" if args.cpu_clock else "wall time"
     print(f"\nA = {trees['A']}\nB = {trees['B']}\ncommand: {' '.join(command)}\nclock: {clock}")
-    print(f"medians of {args.rounds} interleaved runs each; load (1 min) "
-          f"{min(loads):.1f}-{max(loads):.1f}, median {statistics.median(loads):.1f}")
+    print(
+        f"medians of {args.rounds} interleaved runs each; load (1 min) "
+        f"{min(loads):.1f}-{max(loads):.1f}, median {statistics.median(loads):.1f}"
+    )
     print(f"{'metric':>24} {'A':>10} {'B':>10} {'B/A':>6}  round ratios")
     for name, med_a, med_b, ratio, lo, hi in summarise(runs, "A", "B"):
         print(f"{name:>24} {med_a:>10.4g} {med_b:>10.4g} {ratio:>6.2f}  {lo:.2f}-{hi:.2f}")

@@ -200,28 +200,46 @@ def main() -> None:
     cases: list[tuple[str, Callable[[], int], Callable[[], int], Callable[[], int]]] = []
     for items in args.items:
         k, w, n = move_ops(items, args.ops, args.seed)
-        cases.append((
-            f"move {items}",
-            lambda k=k, w=w, n=n: run_move_heap(k, w, n),
-            lambda k=k, w=w, n=n: run_move_frontier(k, w, n, False),
-            lambda k=k, w=w, n=n: run_move_frontier(k, w, n, True),
-        ))
+        cases.append(
+            (
+                f"move {items}",
+                lambda k=k, w=w, n=n: run_move_heap(k, w, n),
+                lambda k=k, w=w, n=n: run_move_frontier(k, w, n, False),
+                lambda k=k, w=w, n=n: run_move_frontier(k, w, n, True),
+            )
+        )
     lazy = lazy_ops(args.ops, args.seed)
-    cases.append(("lazy", lambda: run_lazy_heap(lazy), lambda: run_lazy_frontier(lazy, False),
-                  lambda: run_lazy_frontier(lazy, True)))
+    cases.append(
+        (
+            "lazy",
+            lambda: run_lazy_heap(lazy),
+            lambda: run_lazy_frontier(lazy, False),
+            lambda: run_lazy_frontier(lazy, True),
+        )
+    )
     down = down_ops(args.ops, args.seed)
-    cases.append(("down", lambda: run_down_heap(down), lambda: run_down_frontier(down, False),
-                  lambda: run_down_frontier(down, True)))
-    print(f"{'pattern':>10} {'structure s':>12} {'update_iter s':>14} {'cheap s':>9} "
-          f"{'ratio upd':>10} {'ratio cheap':>12}")
+    cases.append(
+        (
+            "down",
+            lambda: run_down_heap(down),
+            lambda: run_down_frontier(down, False),
+            lambda: run_down_frontier(down, True),
+        )
+    )
+    print(
+        f"{'pattern':>10} {'structure s':>12} {'update_iter s':>14} {'cheap s':>9} "
+        f"{'ratio upd':>10} {'ratio cheap':>12}"
+    )
     for name, own, rep, cheap in cases:
         t_own, r_own = median_s(own, args.repeats)
         t_rep, r_rep = median_s(rep, args.repeats)
         t_cheap, r_cheap = median_s(cheap, args.repeats)
         if not r_own == r_rep == r_cheap:
             raise SystemExit(f"{name}: the structures disagree ({r_own}, {r_rep}, {r_cheap})")
-        print(f"{name:>10} {t_own:>12.4f} {t_rep:>14.4f} {t_cheap:>9.4f} "
-              f"{t_rep / t_own:>10.2f} {t_cheap / t_own:>12.2f}")
+        print(
+            f"{name:>10} {t_own:>12.4f} {t_rep:>14.4f} {t_cheap:>9.4f} "
+            f"{t_rep / t_own:>10.2f} {t_cheap / t_own:>12.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -139,9 +139,7 @@ def run_sketch(
     return time.perf_counter() - t0
 
 
-def sketch_quality(
-    p: float, params: dict[str, Any], ev: Any, every: int
-) -> dict[str, float]:
+def sketch_quality(p: float, params: dict[str, Any], ev: Any, every: int) -> dict[str, float]:
     """Untimed run beside an exact mirror (:class:`OrderStatisticList`): peak footprint
     (``memory_bytes``), the largest stated bound ``E / n``, the largest true rank error
     ``/ n`` (how far the answer's rank range in the exact active set is from the target
@@ -226,20 +224,33 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=1000)
     parser.add_argument("--naive", type=int, default=20_000)
     parser.add_argument("--skip-quality", action="store_true", help="no sketch memory run")
-    parser.add_argument("--vector-ps", type=float, nargs="*", default=[0.5, 0.99, 1.0],
-                        help="more p for the vectorised curve alone")
+    parser.add_argument(
+        "--vector-ps",
+        type=float,
+        nargs="*",
+        default=[0.5, 0.99, 1.0],
+        help="more p for the vectorised curve alone",
+    )
     parser.add_argument("--only-vectorised", action="store_true")
-    parser.add_argument("--general", action="store_true",
-                        help="also the vectorised curve of a stage (the general sweep)")
-    parser.add_argument("--keep-freed-memory", action="store_true",
-                        help="glibc keeps freed memory (isolates first-touch costs)")
+    parser.add_argument(
+        "--general",
+        action="store_true",
+        help="also the vectorised curve of a stage (the general sweep)",
+    )
+    parser.add_argument(
+        "--keep-freed-memory",
+        action="store_true",
+        help="glibc keeps freed memory (isolates first-touch costs)",
+    )
     args = parser.parse_args()
     p = args.p
     if args.keep_freed_memory:
         keep_freed_memory()
-    print(f"p={p}  repeats={args.repeats}  load average {os.getloadavg()[0]:.1f} "
-          f"on {os.cpu_count()} CPUs (medians; contention lowers every rate)  allocator: "
-          f"{'glibc keeping freed memory' if args.keep_freed_memory else 'default'}")
+    print(
+        f"p={p}  repeats={args.repeats}  load average {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} CPUs (medians; contention lowers every rate)  allocator: "
+        f"{'glibc keeping freed memory' if args.keep_freed_memory else 'default'}"
+    )
 
     for n in args.sizes:
         tr = generate_trace(n, seed=0)

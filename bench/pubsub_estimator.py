@@ -109,9 +109,7 @@ def comparison(seeds: int, duration: int) -> None:
             )
             r = simulate_pubsub(pt, et, cfg)
             book = r.record.series(**{**cfg.estimator_params(), "cap_at_idle_lag": False})
-            r = dataclasses.replace(
-                r, watermarks={**r.watermarks, "tracking-book": book.watermark}
-            )
+            r = dataclasses.replace(r, watermarks={**r.watermarks, "tracking-book": book.watermark})
             sizes.append(pt.size)
             buckets.append(r.counters["max_buckets"])
             for name in ESTIMATORS:

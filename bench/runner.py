@@ -70,6 +70,36 @@ The engine against Beam's trigger driver (``PySparkRunner(fast_paths=False)``) a
 GroupByKey sees only the lifted accumulators). What is left is Beam's per-element work
 in the first fused stage (the user's FlatMap, WindowInto, the partial combine), the
 same code FnApiRunner runs; the >= 5x goal needs that stage vectorised.
+
+Third version (2026-11-27: lean stages, spark_backend.runner.lean: the first stage
+runs the user's functions in a tight loop over columnar batches, windows assigned and
+int sums combined with numpy, outputs written in Beam's coder bytes directly), n = 1M,
+medians of 3 rounds, ``spark.executor.pyspark.memory=1g``, load average 15-30 on the 2
+cores throughout (other sessions' test suites), so wall times measure the queue more
+than the runners; CPU = CPU seconds of the whole process tree (driver, JVM, Python
+workers) against FnApiRunner's process; outputs identical in every run:
+
+    workload          PySparkRunner          FnApiRunner    ratio wall / CPU      peak
+    wordcount         15.7k el/s (CPU 9.0 s)  38.2k el/s    0.41x / 0.22x      1,270 MiB
+    windowed_combine  18.5k el/s (CPU 15.1 s) 13.5k el/s    1.37x / 1.83x      1,453 MiB
+    session_gbk       19.6k el/s (CPU 23.7 s)  7.2k el/s    2.73x / 2.47x      1,505 MiB
+    (hand-written RDD windowed_combine: 26.5k el/s)
+
+Without Spark (tests/spark_backend/runner/in_process.py, one core, CPU time, 300k,
+load ~5), the lean stage against Beam's bundle processor on the same input:
+windowed_combine 1.65 s vs 5.48 s (3.3x), session_gbk 1.53 s vs 3.78 s (2.5x), wordcount
+0.31 s vs 0.30 s (Beam's Cython path is as fast there; the user's functions dominate).
+At 10M (windowed_combine, one run, load 13.6, no Python memory cap): 61.2k el/s
+(163.4 s wall, 65.4 s CPU of the tree, peak 2,266 MiB), output = the plain-Python
+oracle's (the oracle equals FnApiRunner's at every size both ran); hand-written RDD
+77.8k el/s in the same run. With ``spark.executor.pyspark.memory=1g`` the 10M run
+fails with a MemoryError in the user's FlatMap (each of the 16 shards returns a
+625k-element list; that cap is on address space). The >= 200k el/s goal is not met as
+measured; the run got about 0.4 of the 2 cores (65 s CPU in 163 s).
+The >= 5x goal is not met: in wordcount Spark's fixed cost (five Spark jobs, the JVM's
+CPU) is most of the run, and in the windowed workloads the user's generator
+(``TimestampedValue`` and ``Timestamp`` objects, ~5 us an element, paid by both
+runners) and the GroupByKey's shuffle (decode, key, decode again) remain.
 """
 
 from __future__ import annotations
@@ -78,12 +108,13 @@ import argparse
 import hashlib
 import os
 import random
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -174,20 +205,84 @@ WORKLOADS: dict[str, Callable[[beam.Pipeline, int], Any]] = {
 }
 
 
-def run_once(workload: str, n: int, runner: Any) -> tuple[float, str, int]:
-    """Seconds to run ``workload`` at ``n`` elements on ``runner``, its digest, and the
-    peak resident bytes of this process tree meanwhile."""
+def _stats() -> dict[int, tuple[int, int]]:
+    """(parent pid, CPU ticks of it and its reaped children) of every process."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            # utime + stime, and cutime + cstime: the ended workers Spark waited for
+            found[int(entry)] = (int(fields[1]), sum(int(f) for f in fields[11:15]))
+    return found
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds used so far by process ``root`` and its live descendants (the Spark
+    JVM and its Python workers: Spark's CPU is mostly theirs, not the driver's)."""
+    stats = _stats()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    total, frontier = 0, [root]
+    while frontier:
+        pid = frontier.pop()
+        frontier.extend(children.get(pid, ()))
+        total += stats.get(pid, (0, 0))[1]
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+class Run(NamedTuple):
+    """One run: wall seconds, CPU seconds of the process tree, digest, peak bytes."""
+
+    wall: float
+    cpu: float
+    digest: str
+    peak: int
+
+
+def run_once(workload: str, n: int, runner: Any) -> Run:
+    """Run ``workload`` at ``n`` elements on ``runner``: wall and tree CPU seconds, its
+    digest, and the peak resident bytes of this process tree meanwhile. (Python
+    workers that Spark keeps between runs count their CPU from their start: the
+    difference before/after is what this run used.)"""
     fd, path = tempfile.mkstemp(prefix="runner-bench-", suffix=".digest")
     os.close(fd)
     try:
         with PeakMemory() as memory:
+            cpu0 = tree_cpu(os.getpid())
             start = time.perf_counter()
             with beam.Pipeline(runner=runner) as p:
                 digest(WORKLOADS[workload](p, n), path)
             elapsed = time.perf_counter() - start
-        return elapsed, Path(path).read_text(), memory.peak
+            cpu = tree_cpu(os.getpid()) - cpu0
+        return Run(elapsed, cpu, Path(path).read_text(), memory.peak)
     finally:
         os.unlink(path)
+
+
+def oracle_digest(n: int) -> str:
+    """The digest windowed_combine must give at ``n``, computed in plain Python from the
+    same seeded draws (no runner): sums per (key, 60 s window), each output at its
+    window's ``max_timestamp()`` in whole milliseconds (as a runner's coder leaves it).
+    Checked against FnApiRunner wherever it runs, it checks PySparkRunner where
+    FnApiRunner is too slow (10M)."""
+    sums: dict[tuple[str, int], int] = {}
+    for shard, count in shards(n):
+        rng = random.Random(1000 + shard)
+        for _ in range(count):
+            key, value = f"k{rng.randrange(100)}", rng.randrange(1000)
+            start = rng.randrange(SPAN_MICROS) // 60_000_000 * 60_000_000
+            sums[key, start] = sums.get((key, start), 0) + value
+    total = 0
+    for (key, start), value in sums.items():
+        w = window.IntervalWindow(Timestamp(micros=start), Timestamp(micros=start + 60_000_000))
+        stamp = w.max_timestamp().micros // 1000 * 1000  # as it comes out of Beam's coder
+        text = repr(((key, value), stamp, repr(w))).encode()
+        total += int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
+    return str(total % (1 << 64))
 
 
 def rdd_windowed_combine(spark: Any, n: int) -> float:
@@ -206,6 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default="1e5", help="comma-separated element counts")
     parser.add_argument("--fnapi-max", type=float, default=1e6, help="largest n FnApiRunner runs")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--rounds", type=int, default=1, help="runs per runner (medians)")
     parser.add_argument(
         "--spark-conf",
         action="append",
@@ -220,29 +316,43 @@ def main(argv: list[str] | None = None) -> None:
     jvm = time.perf_counter() - start
     print(f"Spark session start (JVM): {jvm:.1f} s; master {spark.sparkContext.master}")
     print(f"Spark settings: {args.spark_conf or 'the defaults of spark_backend.session'}")
+    print(f"medians of {args.rounds} round(s); CPU = the process tree's (driver, JVM, workers)")
     run_once("wordcount", 1000, PySparkRunner())  # Python workers up, not reported
     for n in sizes:
         print(f"\nn = {n:,}  (load average {os.getloadavg()[0]:.1f})")
         for name in args.workloads.split(","):
-            report(name, n, jvm, n <= args.fnapi_max, spark)
+            report(name, n, jvm, n <= args.fnapi_max, spark, args.rounds)
 
 
-def report(name: str, n: int, jvm: float, with_fnapi: bool, spark: Any) -> None:
-    spark_s, spark_digest, peak = run_once(name, n, PySparkRunner())
+def _median(runs: list[Run], field: str) -> float:
+    return statistics.median(getattr(r, field) for r in runs)
+
+
+def report(name: str, n: int, jvm: float, with_fnapi: bool, spark: Any, rounds: int = 1) -> None:
+    load = os.getloadavg()[0]
+    ours = [run_once(name, n, PySparkRunner()) for _ in range(max(1, rounds))]
+    if len({r.digest for r in ours}) != 1:
+        raise SystemExit(f"{name} at n={n}: PySparkRunner's runs differ")
+    wall, cpu = _median(ours, "wall"), _median(ours, "cpu")
     line = (
-        f"  {name:17s} PySparkRunner {n / spark_s:9,.0f} el/s ({spark_s:6.1f} s, "
-        f"peak {peak / 2**20:,.0f} MiB driver+JVM+workers)"
+        f"  {name:17s} PySparkRunner {n / wall:9,.0f} el/s ({wall:6.1f} s, CPU {cpu:6.1f} s, "
+        f"peak {max(r.peak for r in ours) / 2**20:,.0f} MiB driver+JVM+workers, load {load:.1f})"
     )
     if with_fnapi:
-        fn_s, fn_digest, _ = run_once(name, n, FnApiRunner())
-        if fn_digest != spark_digest:
-            raise SystemExit(f"{name} at n={n}: outputs differ ({spark_digest} vs {fn_digest})")
+        theirs = [run_once(name, n, FnApiRunner()) for _ in range(max(1, rounds))]
+        if {r.digest for r in theirs} != {ours[0].digest}:
+            raise SystemExit(f"{name} at n={n}: outputs differ ({ours[0].digest} vs {theirs})")
+        fn_wall, fn_cpu = _median(theirs, "wall"), _median(theirs, "cpu")
         line += (
-            f"  FnApiRunner {n / fn_s:9,.0f} el/s  ratio {fn_s / spark_s:5.2f}x excl. JVM, "
-            f"{fn_s / (spark_s + jvm):5.2f}x incl.  outputs identical"
+            f"  FnApiRunner {n / fn_wall:9,.0f} el/s  ratio {fn_wall / wall:5.2f}x wall excl. "
+            f"JVM, {fn_wall / (wall + jvm):5.2f}x incl., {fn_cpu / cpu:5.2f}x CPU  "
+            "outputs identical"
         )
     print(line, flush=True)
     if name == "windowed_combine":
+        if oracle_digest(n) != ours[0].digest:
+            raise SystemExit(f"{name} at n={n}: output differs from the oracle")
+        print(f"  {'':17s} PySparkRunner's output = the plain-Python oracle's", flush=True)
         rdd_s = rdd_windowed_combine(spark, n)
         print(
             f"  {'(hand-written RDD)':17s} map+reduceByKey {n / rdd_s:9,.0f} el/s ({rdd_s:6.1f} s)"

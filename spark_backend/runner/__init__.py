@@ -29,6 +29,16 @@ Architecture (as Beam's portable Flink and Spark runners are built)
    DoFn lifecycle, parameters, tagged outputs, windowing, state and timers are Beam's
    own code. Timers and SDF residuals run in further bundles of the same task; the
    restrictions Beam's SplitAndSize produced are spread one per record over tasks.
+   **Lean stages** (:mod:`.lean`): a stage made only of known transforms -- plain
+   ParDos (Map/FlatMap/Filter and DoFns that ask for no timestamp, window, pane, state,
+   side input), WindowInto, a lifted combine's phases, Flatten -- runs without the
+   bundle processor: columnar batches (:mod:`.lean_batch`), the user's function in a
+   tight loop (:mod:`.lean_pardo`), windows assigned on the int64 µs column
+   (:mod:`.lean_windows`), the partial combine of built-in CombineFns on int values by
+   numpy (:mod:`.lean_combine`), outputs written in Beam's coder bytes without a Beam
+   object per element (:mod:`.lean_encode`). ``StageSpec.path`` and the result's
+   ``stage_paths`` say which path ran each stage, ``Plan.reasons`` why a stage is not
+   lean; ``PySparkRunner(fast_paths=False)`` runs every stage on Beam's bundles.
 5. **Grouping** (:mod:`.grouping`): after the shuffle, windows, merged sessions,
    timestamps (TimestampCombiner) and panes are assigned by theory's
    ``GroupByWindowEngine`` (:mod:`.engine_grouping`, the fast path) for Fixed, Sliding
@@ -48,9 +58,9 @@ with FnApiRunner and caught the one divergence, an extra stage boundary rounding
 timestamps), and once user DoFns run, the per-element cost is Beam's either way. A
 hand-written ``map`` + ``reduceByKey`` of the windowed combine was 1.5-4x faster than
 this generic path at 100k elements (``bench/runner.py``), which is where fast paths
-for known WindowFns and CombineFns will pay; only the grouping one (theory's engine in
-place of Beam's trigger driver) is built, and this generic path stays the reference
-and the fallback for everything else. Spark Connect
+for known WindowFns and CombineFns pay: the lean stages and the grouping path (theory's
+engine in place of Beam's trigger driver) are built, and this generic path stays the
+reference and the fallback for everything else. Spark Connect
 is refused: it has no RDDs.
 
 Streaming (``--streaming``, TestStream sources, micro-batches with watermarks per

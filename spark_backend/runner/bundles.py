@@ -34,12 +34,10 @@ from apache_beam.runners.portability.fn_api_runner.worker_handlers import (
 
 from spark_backend.runner.plan import StageSpec
 from spark_backend.runner.side_inputs import load_side_inputs
+from spark_backend.runner.summary import METRICS, PartitionSummary
 from spark_backend.runner.task_context import coder_impl
 
 __all__ = ["METRICS", "PartitionSummary", "run_partition"]
-
-#: The buffer id of the metrics record a partition yields last.
-METRICS: Final[bytes] = b"__metrics__"
 
 #: Bound on the timer and residual rounds of one partition (a DoFn that sets a timer
 #: from every firing would otherwise loop for ever).
@@ -48,14 +46,6 @@ MAX_ROUNDS: Final[int] = 100_000
 _PROVISION = ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(retrieval_token="unused"))
 
 TimerKey = tuple[str, str]
-
-
-@dataclass(frozen=True)
-class PartitionSummary:
-    """What a partition reports besides its output: metrics and output sizes."""
-
-    metrics: bytes  # a serialised ProcessBundleResponse holding the monitoring infos
-    sizes: dict[bytes, int]  # buffer id -> encoded bytes written
 
 
 class _Descriptors:

@@ -46,7 +46,8 @@ from spark_backend.runner.grouping import (
     keyed_elements,
     split_elements,
 )
-from spark_backend.runner.plan import IMPULSE, THEORY_ENGINE, GroupSpec, Plan, StageSpec
+from spark_backend.runner.lean import run_lean_partition
+from spark_backend.runner.plan import IMPULSE, LEAN, THEORY_ENGINE, GroupSpec, Plan, StageSpec
 from spark_backend.runner.schedule import run_stages
 from spark_backend.runner.spark_errors import python_error_message
 from spark_backend.runner.task_context import coder
@@ -233,6 +234,8 @@ def _is_buffer(buffer: bytes, record: tuple[bytes, bytes]) -> bool:
 def _stage_task(
     spec: StageSpec, job_id: str, components: Any, side: Any, records: Iterable[Any]
 ) -> Iterator[tuple[bytes, bytes]]:
+    if spec.path == LEAN:
+        return run_lean_partition(spec.descriptor, spec.outputs, records)
     side_data = side.value if side is not None else {}
     return run_partition(spec, job_id, components.value, side_data, records)
 

@@ -15,6 +15,7 @@ a PCollection crossing stages, ``b"group:<gbk>"`` for a GroupByKey's input.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,11 +37,14 @@ from apache_beam.runners.worker import bundle_processor
 from apache_beam.utils import proto_utils
 
 from spark_backend.runner.engine_grouping import engine_strategy
+from spark_backend.runner.lean import lean_program
 from spark_backend.runner.task_context import windowing
 
 __all__ = [
+    "BUNDLE_PROCESSOR",
     "GLOBAL_PANE",
     "IMPULSE",
+    "LEAN",
     "THEORY_ENGINE",
     "TRIGGER_DRIVER",
     "GroupSpec",
@@ -51,6 +55,7 @@ __all__ = [
 ]
 
 IMPULSE = translations.IMPULSE_BUFFER
+_LOG = logging.getLogger(__name__)
 
 _PHASES = (
     translations.annotate_downstream_side_inputs,
@@ -95,12 +100,18 @@ class StageSpec:
     side_inputs: tuple[SideInputSpec, ...]
     stateful: bool  # holds user state or timers: a key must stay in one task
     keyed_input: bool  # stateful, and its one data input feeds the stateful DoFn
+    path: str = ""  # LEAN or BUNDLE_PROCESSOR (set by plan_pipeline)
+    reason: str = ""  # why the stage is not lean
 
     @property
     def label(self) -> str:
         """The stage's name as Beam's fusion writes it, ``(A)+(B)``, shortened."""
         return self.name if len(self.name) <= 200 else self.name[:197] + "..."
 
+
+#: How a stage's transforms run in a task.
+LEAN = "lean"  # known transforms only, run by spark_backend.runner.lean
+BUNDLE_PROCESSOR = "beam-bundle-processor"  # Beam's SdkWorker (the reference)
 
 #: How a GroupByKey assigns windows, timestamps and panes after its shuffle.
 GLOBAL_PANE = "global-pane"  # default windowing: one pane in the global window
@@ -137,10 +148,23 @@ class Plan:
         """Which path runs each GroupByKey, by its label (tests assert fast paths ran)."""
         return {g.label: g.path for g in self.groups.values()}
 
+    @property
+    def stage_paths(self) -> dict[str, str]:
+        """Which path runs each fused stage (:data:`LEAN` or :data:`BUNDLE_PROCESSOR`),
+        by the stage's name; ``reasons`` says why a stage is not lean."""
+        return {s.name: s.path for s in self.stages}
 
-def plan_pipeline(pipeline: pb.Pipeline, fast_paths: bool = True) -> Plan:
+    @property
+    def reasons(self) -> dict[str, str]:
+        """Why each stage on Beam's bundle processor is not lean, by stage name."""
+        return {s.name: s.reason for s in self.stages if s.path != LEAN}
+
+
+def plan_pipeline(pipeline: pb.Pipeline, fast_paths: bool = True, lean: bool = False) -> Plan:
     """Beam's fused stages of ``pipeline`` (a proto already checked), in run order;
-    ``fast_paths=False`` keeps every GroupByKey on Beam's trigger driver (the reference)."""
+    ``fast_paths=False`` keeps every GroupByKey on Beam's trigger driver (the reference);
+    ``lean=True`` runs the stages made of known transforms on the lean path
+    (:mod:`spark_backend.runner.lean`), the others on Beam's bundle processor."""
     validate_pipeline_graph(pipeline)
     pipeline = merge_common_environments(merge_superset_dep_environments(pipeline))
     context, stages = translations.create_and_optimize_stages(
@@ -168,6 +192,7 @@ def plan_pipeline(pipeline: pb.Pipeline, fast_paths: bool = True) -> Plan:
         specs = tuple(_stage_spec(runner_context, s, *buffers[s.name], context) for s in stages)
     finally:
         manager.close_all()
+    specs = tuple(_choose_stage_path(spec, lean) for spec in specs)
     job_id = uuid.uuid4().hex
     components = context.components.SerializeToString()
     groups = {
@@ -217,6 +242,17 @@ def _stage_spec(
         stateful=stage.is_stateful(),
         keyed_input=stage.is_stateful() and _keyed_input(stage),
     )
+
+
+def _choose_stage_path(spec: StageSpec, lean: bool) -> StageSpec:
+    if not lean:
+        return dataclasses.replace(spec, path=BUNDLE_PROCESSOR, reason="lean stages are off")
+    program = lean_program(beam_fn_api_pb2.ProcessBundleDescriptor.FromString(spec.descriptor))
+    if isinstance(program, str):
+        _LOG.info("stage %s on Beam's bundle processor: %s", spec.label, program)
+        return dataclasses.replace(spec, path=BUNDLE_PROCESSOR, reason=program)
+    _LOG.info("stage %s lean", spec.label)
+    return dataclasses.replace(spec, path=LEAN)
 
 
 def _keyed_input(stage: translations.Stage) -> bool:

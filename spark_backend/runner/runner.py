@@ -31,7 +31,8 @@ class PySparkRunner(PipelineRunner):
     with ``--streaming`` (:mod:`spark_backend.runner.streaming`).
 
     ``fast_paths=False`` runs every batch GroupByKey on the generic path (Beam's trigger
-    driver), the reference the fast paths are tested against."""
+    driver) and every stage on Beam's bundle processor (no lean stages): the reference
+    the fast paths are tested against."""
 
     def __init__(self, fast_paths: bool = True) -> None:
         super().__init__()
@@ -60,9 +61,10 @@ class PySparkRunner(PipelineRunner):
         check_pipeline(proto, streaming)
         if streaming:
             return start_streaming(proto, _spark_context(target), stream_options)
-        plan = plan_pipeline(proto, self.fast_paths)
+        plan = plan_pipeline(proto, self.fast_paths, lean=self.fast_paths)
         result = _start(plan, target)
         result.paths = plan.paths
+        result.stage_paths = plan.stage_paths
         return result
 
 

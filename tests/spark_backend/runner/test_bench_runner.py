@@ -27,5 +27,6 @@ def test_bench_runner_smoke(spark: Any, capsys: pytest.CaptureFixture[str]) -> N
     lines = re.findall(r"^  (\w+) +PySparkRunner .* outputs identical$", out, re.M)
     assert lines == ["wordcount", "windowed_combine", "session_gbk"], out
     assert "hand-written RDD" in out
+    assert "PySparkRunner's output = the plain-Python oracle's" in out
     peaks = [int(m.replace(",", "")) for m in re.findall(r"peak ([\d,]+) MiB driver", out)]
     assert len(peaks) == 3 and all(p > 100 for p in peaks), out  # a JVM alone is > 100 MiB

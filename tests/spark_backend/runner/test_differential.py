@@ -29,7 +29,7 @@ from apache_beam.transforms.userstate import (
 from apache_beam.utils.timestamp import Timestamp
 
 from spark_backend.runner import PipelineFailedError
-from spark_backend.runner.plan import THEORY_ENGINE, TRIGGER_DRIVER
+from spark_backend.runner.plan import BUNDLE_PROCESSOR, LEAN, THEORY_ENGINE, TRIGGER_DRIVER
 
 pytestmark = pytest.mark.slow
 
@@ -102,6 +102,9 @@ def test_group_by_key_and_combine_in_random_windows(differential: Any) -> None:
     for seed in SEEDS:
         assert result.paths[f"Group{seed}"] == THEORY_ENGINE
         assert result.paths[f"Sum{seed}/Group"] == THEORY_ENGINE
+        # the stage that stamps, windows and partially combines the events ran lean
+        (first,) = [n for n in result.stage_paths if f"W{seed}" in n and "Precombine" in n]
+        assert result.stage_paths[first] == LEAN
 
 
 def test_the_generic_path_gives_the_same_output(differential: Any) -> None:
@@ -112,6 +115,7 @@ def test_the_generic_path_gives_the_same_output(differential: Any) -> None:
     result = differential(lambda p: _grouped_in_random_windows(p, [5]), on=PySparkRunner(False))
     assert result.paths["Group5"] == TRIGGER_DRIVER  # sessions: merging on Beam's driver
     assert result.paths["Sum5/Group"] == TRIGGER_DRIVER
+    assert set(result.stage_paths.values()) == {BUNDLE_PROCESSOR}  # and no lean stage
 
 
 def test_timestamp_combiners(differential: Any) -> None:

@@ -15,6 +15,7 @@ from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from spark_backend.runner import PipelineFailedError
+from spark_backend.runner.plan import LEAN
 
 pytestmark = pytest.mark.slow
 
@@ -52,6 +53,8 @@ def test_metrics_equal_fn_api_runners(runner: Any) -> None:
         results.append(result)
     reference, spark = results
     assert spark.state == PipelineState.DONE
+    (measure,) = [path for name, path in spark.stage_paths.items() if "Measure" in name]
+    assert measure == LEAN  # the metrics below come from the lean path's containers
     assert _committed(spark, "seen", "counters") == _committed(reference, "seen", "counters") == 50
     assert _committed(spark, "sizes", "distributions") == _committed(
         reference, "sizes", "distributions"

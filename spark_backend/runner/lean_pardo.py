@@ -1,0 +1,267 @@
+"""The lean path's ParDo: a plain DoFn called in a tight loop over a batch's values.
+
+:func:`pardo_op` takes only the DoFns Beam itself runs with its ``SimpleInvoker``
+or with its ``PerWindowInvoker`` passing the element alone (no side inputs, no extra
+arguments, no ``process`` parameter such as ``TimestampParam``/``WindowParam``/
+``PaneInfoParam``/state/timers; plain Python defaults are fine, Beam leaves them too),
+with one output, no ``process_batch``, no splittable or watermark-estimating DoFn,
+and no ``start_bundle``/``finish_bundle``; anything else returns a reason and the stage
+stays on Beam's bundle processor. Outputs follow Beam's ``_OutputHandler`` rule for
+rule: ``None`` means no output; a ``TaggedOutput`` to the one output tag goes to it and
+to another tag is dropped; a ``TimestampedValue`` gets the input windowing's windows;
+a ``WindowedValue`` is taken as it is (its windows repeated per input window); any
+other value keeps the input element's timestamp, windows and pane.
+"""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+from collections.abc import Callable
+from typing import Any, Final
+
+from apache_beam.internal import pickler
+from apache_beam.portability import python_urns
+from apache_beam.portability.api import beam_runner_api_pb2 as pb
+from apache_beam.pvalue import TaggedOutput
+from apache_beam.runners.common import DoFnSignature
+from apache_beam.transforms import core
+from apache_beam.transforms.window import GlobalWindow, GlobalWindows, TimestampedValue, WindowFn
+from apache_beam.utils import proto_utils
+from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN, PaneInfo, WindowedValue
+
+from spark_backend.runner.lean_batch import GLOBAL, Batch
+
+__all__ = ["CHUNK", "ParDoOp", "augmented", "pardo_op"]
+
+#: A ParDo hands on its output in batches of about this many elements.
+CHUNK: Final[int] = 1 << 16
+_GLOBAL_WINDOW: Final = GlobalWindow()
+_SPECIAL: Final = (TaggedOutput, TimestampedValue, WindowedValue)
+
+Emit = Callable[[Batch], None]
+
+
+def augmented(exn: BaseException, label: str) -> BaseException:
+    """``exn`` with Beam's `` [while running 'label']`` suffix (as ``DoFnRunner`` does)."""
+    if getattr(exn, "_tagged_with_step", False):
+        return exn
+    note = f" [while running '{label}']"
+    try:
+        new: BaseException = type(exn)(exn.args[0] + note, *exn.args[1:])
+    except Exception:
+        new = RuntimeError(traceback.format_exception_only(type(exn), exn)[-1].strip() + note)
+    new._tagged_with_step = True  # type: ignore[attr-defined]
+    return new
+
+
+def pardo_op(transform: pb.PTransform, transform_id: str, stage: Any) -> ParDoOp | str:
+    """The lean op for a ParDo ``transform``, or why it is not one."""
+    payload = proto_utils.parse_Bytes(transform.spec.payload, pb.ParDoPayload)
+    if payload.side_inputs or payload.state_specs or payload.timer_family_specs:
+        return "side inputs, state or timers"
+    if payload.restriction_coder_id or payload.requests_finalization:
+        return "splittable or finalizing"
+    if payload.requires_time_sorted_input or payload.requires_stable_input:
+        return "needs sorted or stable input"
+    known = core.StatelessDoFnInfo.REGISTERED_DOFNS  # KeyWithNone, ...
+    if payload.do_fn.urn != python_urns.PICKLED_DOFN_INFO and payload.do_fn.urn not in known:
+        return f"DoFn kind {payload.do_fn.urn}"
+    if len(transform.outputs) != 1 or len(transform.inputs) != 1:
+        return "more than one input or output"
+    info = core.DoFnInfo.from_runner_api(payload.do_fn, stage.context)
+    fn, args, kwargs, side, windowing = pickler.loads(info.serialized_dofn_data())
+    if args or kwargs or side:
+        return "extra arguments"
+    reason = _plain(fn)
+    if reason:
+        return reason
+    if windowing is None:
+        (pcoll,) = transform.inputs.values()
+        windowing = stage.windowing_of(pcoll)
+    (tag,) = transform.outputs
+    return ParDoOp(transform.unique_name, transform_id, fn, windowing.windowfn, tag)
+
+
+def _plain(fn: Any) -> str:
+    """Empty if Beam runs ``fn`` with its SimpleInvoker and nothing else, else why not."""
+    if not isinstance(fn, core.DoFn):
+        return "not a DoFn"
+    if type(fn).__module__.startswith("apache_beam.typehints"):
+        return "a type-checking wrapper"
+    signature = DoFnSignature(fn)
+    if signature.is_stateful_dofn() or signature.is_splittable_dofn():
+        return "stateful or splittable"
+    if any(_is_param(d) for d in signature.process_method.defaults):
+        return "process asks for parameters (timestamp, window, pane, ...)"
+    if fn._process_batch_defined or fn._process_yields_batches:
+        return "batched DoFn"
+    for method in ("start_bundle", "finish_bundle"):
+        if _overrides(fn, method):
+            return f"DoFn overrides {method}"
+    return ""
+
+
+def _is_param(default: Any) -> bool:
+    """Whether a default of ``process`` asks Beam for something (``TimestampParam``,
+    ``WindowParam``, state, ...); plain defaults are left to Python, as Beam leaves them."""
+    return isinstance(default, core._DoFnParam) or (
+        isinstance(default, type) and issubclass(default, core._DoFnParam)
+    )
+
+
+def _overrides(fn: Any, method: str) -> bool:
+    return getattr(type(fn), method, None) is not getattr(core.DoFn, method, None)
+
+
+class ParDoOp:
+    """A plain DoFn over batches (see the module docstring)."""
+
+    def __init__(self, label: str, transform_id: str, fn: Any, window_fn: Any, tag: str) -> None:
+        self.label = label
+        self.transform_id = transform_id
+        self._fn = fn
+        self._window_fn = window_fn
+        self._global = type(window_fn) is GlobalWindows
+        self._tag = tag
+        signature = DoFnSignature(fn)
+        self._process = signature.process_method.method_value
+        self._check = not isinstance(fn, core.CallableWrapperDoFn) and not (
+            inspect.isgeneratorfunction(self._process)
+        )
+
+    def setup(self) -> None:
+        self._fn.setup()
+
+    def teardown(self) -> None:
+        self._fn.teardown()
+
+    def process(self, batch: Batch, emit: Emit) -> None:
+        """Call the DoFn on every value of ``batch``; emit outputs in chunks."""
+        process = self._process
+        values: list[Any] = []
+        parents: list[int] = []
+        for i, value in enumerate(batch.values):
+            try:
+                results = process(value)
+                if self._check:
+                    self._check = False
+                    if isinstance(results, (str, bytes, dict)):
+                        raise TypeError(
+                            f"Returning a {type(results).__name__} from a ParDo or FlatMap "
+                            f"is not allowed. Please use list({results!r}) if you really "
+                            "want this behavior."
+                        )
+                if results is None:
+                    continue
+                before = len(values)
+                values.extend(results)
+            except Exception as exn:
+                raise augmented(exn, self.label) from exn
+            added = len(values) - before
+            if added == 1:
+                parents.append(i)
+            elif added:
+                parents.extend([i] * added)
+            if len(values) >= CHUNK:
+                self._emit(batch, values, parents, emit)
+                values, parents = [], []
+        if values:
+            self._emit(batch, values, parents, emit)
+
+    def _emit(self, batch: Batch, values: list[Any], parents: list[int], emit: Emit) -> None:
+        """Hand on outputs in batches of at most CHUNK (one element may have many)."""
+        for lo in range(0, len(values), CHUNK):
+            emit(self._outputs(batch, values[lo : lo + CHUNK], parents[lo : lo + CHUNK]))
+
+    def finish(self, emit: Emit) -> None:
+        return None
+
+    def _outputs(self, batch: Batch, values: list[Any], parents: list[int]) -> Batch:
+        """The batch of a chunk of outputs: plain values inherit their parent's
+        metadata; TaggedOutput, TimestampedValue and WindowedValue outputs are turned
+        into their value and their own metadata as Beam does."""
+        found = [j for j, v in enumerate(values) if isinstance(v, _SPECIAL)]
+        if not found:
+            return batch.take(parents, values)
+        special: dict[int, Meta] = {}
+        dropped: set[int] = set()
+        for j in found:
+            try:
+                out = self._special(batch, parents[j], values[j])
+            except Exception as exn:
+                raise augmented(exn, self.label) from exn
+            if out is None:
+                dropped.add(j)
+            else:
+                values[j], special[j] = out
+        if dropped:
+            keep = [j for j in range(len(values)) if j not in dropped]
+            renumber = {j: n for n, j in enumerate(keep)}
+            values = [values[j] for j in keep]
+            parents = [parents[j] for j in keep]
+            special = {renumber[j]: m for j, m in special.items()}
+        return _with_meta(batch, values, parents, special)
+
+    def _special(self, batch: Batch, i: int, result: Any) -> tuple[Any, Meta] | None:
+        """``result``'s value and metadata as Beam's output handler makes its
+        WindowedValue (None: a TaggedOutput to another tag, dropped)."""
+        if isinstance(result, TaggedOutput):
+            if not isinstance(result.tag, str):
+                raise TypeError(f"In {self}, tag {result.tag} is not a string")
+            if result.tag != self._tag:
+                return None
+            result = result.value
+            if not isinstance(result, (TimestampedValue, WindowedValue)):
+                return result, _meta(batch.windowed_value(i))
+        count = _window_count(batch, i)
+        if isinstance(result, WindowedValue):
+            if count != 1:
+                result.windows *= count
+            return result.value, _meta(result)
+        if self._global and count == 1:  # the common case, without objects
+            return result.value, (result.timestamp.micros, None, PANE_INFO_UNKNOWN)
+        context = WindowFn.AssignContext(result.timestamp, result.value)
+        out = WindowedValue(result.value, result.timestamp, self._window_fn.assign(context))
+        if count != 1:
+            out.windows *= count
+        return out.value, _meta(out)
+
+
+#: An output's own metadata: µs, windows (None: the global window alone), pane.
+Meta = tuple[int, Any, Any]
+
+
+def _meta(wv: Any) -> Meta:
+    windows = tuple(wv.windows)
+    alone = len(windows) == 1 and type(windows[0]) is GlobalWindow
+    return wv.timestamp_micros, None if alone else windows, wv.pane_info
+
+
+def _window_count(batch: Batch, i: int) -> int:
+    windows = batch.windows
+    return 1 if not isinstance(windows, list) else len(windows[i])
+
+
+def _with_meta(
+    batch: Batch, values: list[Any], parents: list[int], special: dict[int, Meta]
+) -> Batch:
+    """The output batch: ``values`` inheriting their parents' metadata, except the
+    ``special`` ones that bring their own."""
+    base = batch.take(parents, values)
+    if not special:
+        return base
+    micros = base.micros.copy()
+    for j, (m, _, _) in special.items():
+        micros[j] = m
+    windows: Any = base.windows
+    if not (windows is GLOBAL and all(ws is None for _, ws, _ in special.values())):
+        windows = base.window_lists()
+        for j, (_, ws, _) in special.items():
+            windows[j] = (_GLOBAL_WINDOW,) if ws is None else ws
+    panes: Any = base.panes
+    if not (isinstance(panes, PaneInfo) and all(p == panes for _, _, p in special.values())):
+        panes = list(base.pane_list())
+        for j, (_, _, p) in special.items():
+            panes[j] = p
+    return Batch(values, micros, windows, panes)

@@ -1,0 +1,106 @@
+"""A plan's stages run in this process, without Spark: the lean path against Beam's
+bundle processor on the very same stage inputs.
+
+:func:`run_in_process` runs every stage in plan order on Beam's bundle processor (one
+partition, GroupByKeys grouped as the executor groups them); for each stage the plan
+made lean it also runs :func:`~spark_backend.runner.lean.run_lean_partition` on the
+same records and returns both outputs, element by element as encoded bytes, so a test
+compares them as multisets: values, timestamps, windows and panes to the byte.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
+
+from spark_backend.runner.bundles import run_partition
+from spark_backend.runner.grouping import (
+    engine_partition,
+    group_partition,
+    keyed_elements,
+    split_elements,
+)
+from spark_backend.runner.lean import run_lean_partition
+from spark_backend.runner.plan import IMPULSE, LEAN, THEORY_ENGINE, GroupSpec, Plan
+from spark_backend.runner.summary import METRICS
+from spark_backend.runner.task_context import coder_impl
+
+
+def _grouped(plan: Plan, group: GroupSpec, chunks: list[bytes]) -> list[bytes]:
+    pairs = [p for c in chunks for p in keyed_elements(c, group, plan.job_id, plan.components)]
+    if group.path == THEORY_ENGINE:
+        return list(engine_partition(pairs, group, plan.job_id, plan.components))
+    by_key: dict[bytes, list[bytes]] = defaultdict(list)
+    for key, element in pairs:
+        by_key[key].append(element)
+    return list(group_partition(by_key.items(), group, plan.job_id, plan.components))
+
+
+def _elements(plan: Plan, coder_id: str, chunks: list[bytes]) -> Counter[bytes]:
+    impl = coder_impl(plan.job_id, plan.components, coder_id)
+    return Counter(e for c in chunks for _, e in split_elements(c, impl))
+
+
+def run_in_process(plan: Plan, partitions: int = 2) -> list[tuple[str, Counter, Counter]]:
+    """For each lean stage: (stage name, bundle outputs, lean outputs), each a multiset
+    of (buffer, encoded element); the stage's input is dealt over ``partitions``."""
+    buffers: dict[bytes, list[bytes]] = defaultdict(list)
+    compared = []
+    for spec in plan.stages:
+        records: list[tuple[str, bytes]] = []
+        for tid, buffer in spec.inputs.items():
+            if buffer == IMPULSE:
+                chunks = [ENCODED_IMPULSE_VALUE]
+            elif buffer.startswith(b"group:"):
+                chunks = _grouped(plan, plan.groups[buffer], buffers[buffer])
+            else:
+                chunks = buffers[buffer]
+            records.extend((tid, c) for c in chunks)
+        parts = (
+            [records[i::partitions] for i in range(partitions)] if not spec.stateful else [records]
+        )
+        side = {s.buffer_id: list(buffers[s.buffer_id]) for s in spec.side_inputs}
+        reference: dict[bytes, list[bytes]] = defaultdict(list)
+        lean: dict[bytes, list[bytes]] = defaultdict(list)
+        for part in parts:
+            for buffer, chunk in run_partition(spec, plan.job_id, plan.components, side, part):
+                if buffer != METRICS:
+                    reference[buffer].append(chunk)
+            if spec.path == LEAN:
+                for buffer, chunk in run_lean_partition(spec.descriptor, spec.outputs, part):
+                    if buffer != METRICS:
+                        lean[buffer].append(chunk)
+        for buffer, chunks in reference.items():
+            buffers[buffer].extend(chunks)
+        if spec.path == LEAN:
+            coders = _output_coders(plan, spec)
+            compared.append(
+                (
+                    spec.name,
+                    _multiset(plan, coders, reference),
+                    _multiset(plan, coders, lean),
+                )
+            )
+    return compared
+
+
+def _output_coders(plan: Plan, spec: Any) -> dict[bytes, str]:
+    from apache_beam.portability.api import beam_fn_api_pb2
+
+    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(spec.descriptor)
+    return {
+        buffer: beam_fn_api_pb2.RemoteGrpcPort.FromString(
+            descriptor.transforms[tid].spec.payload
+        ).coder_id
+        for tid, buffer in spec.outputs.items()
+    }
+
+
+def _multiset(plan: Plan, coders: dict[bytes, str], out: dict[bytes, list[bytes]]) -> Counter:
+    total: Counter = Counter()
+    for buffer, chunks in out.items():
+        for element, n in _elements(plan, coders[buffer], chunks).items():
+            total[buffer, element] += n
+    return total
