@@ -138,14 +138,22 @@ class Plan:
         return {g.label: g.path for g in self.groups.values()}
 
 
-def plan_pipeline(pipeline: pb.Pipeline, fast_paths: bool = True) -> Plan:
+def plan_pipeline(
+    pipeline: pb.Pipeline, fast_paths: bool = True, stateful_roots: bool = False
+) -> Plan:
     """Beam's fused stages of ``pipeline`` (a proto already checked), in run order;
-    ``fast_paths=False`` keeps every GroupByKey on Beam's trigger driver (the reference)."""
+    ``fast_paths=False`` keeps every GroupByKey on Beam's trigger driver (the reference).
+    ``stateful_roots`` starts a stage at every stateful DoFn (Beam's
+    ``annotate_stateful_dofns_as_roots``), so that its one data input is its keyed main
+    input: streaming keeps state per key partition between batches."""
     validate_pipeline_graph(pipeline)
     pipeline = merge_common_environments(merge_superset_dep_environments(pipeline))
+    phases = list(_PHASES)
+    if stateful_roots:
+        phases.insert(1, translations.annotate_stateful_dofns_as_roots)
     context, stages = translations.create_and_optimize_stages(
         pipeline,
-        phases=list(_PHASES),
+        phases=phases,
         known_runner_urns=frozenset(
             [common_urns.primitives.FLATTEN.urn, common_urns.primitives.GROUP_BY_KEY.urn]
         ),

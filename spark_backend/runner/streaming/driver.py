@@ -42,22 +42,39 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from spark_backend.runner.bundles import METRICS, PartitionSummary
 from spark_backend.runner.errors import PipelineFailedError
-from spark_backend.runner.executor import _is_buffer, _is_metrics, _keyed, _stage_task
+from spark_backend.runner.executor import (
+    _is_buffer,
+    _is_metrics,
+    _key_tagged,
+    _keyed,
+    _stage_task,
+)
 from spark_backend.runner.plan import IMPULSE, GroupSpec, Plan, StageSpec
 from spark_backend.runner.spark_errors import python_error_message
 from spark_backend.runner.streaming.grouping import (
     OUTPUT,
     SUMMARY,
     BatchTimes,
-    GroupSummary,
     group_batch,
     partition_of,
+)
+from spark_backend.runner.streaming.keyed_state import (
+    TIMER_HOLD,
+    stateful_batch,
+    stateful_label,
 )
 from spark_backend.runner.streaming.sources import (
     ELEMENTS,
     PROCESSING_TIME,
     WATERMARK,
     TestStreamSource,
+)
+from spark_backend.runner.streaming.unbounded import (
+    ESTIMATOR_HOLD,
+    Residual,
+    SourceSummary,
+    sdf_batch,
+    sdf_labels,
 )
 from spark_backend.runner.streaming.watermarks import PipelineWatermarks
 from spark_backend.runner.task_context import coder
@@ -70,6 +87,13 @@ _LOG = logging.getLogger(__name__)
 
 #: Elements of one source in one batch go to at most this many partitions.
 _MAX_SOURCE_PARTITIONS: Final[int] = 8
+
+#: The hold of a stateful or splittable DoFn while its batch runs: its output watermark
+#: stays where it was until its tasks report their timers' or residuals' holds.
+IN_FLIGHT: Final[str] = "buffer:in-flight"
+
+#: With a real clock, the longest wait for a residual's resume time (µs).
+_MAX_WAIT: Final[int] = 1_000_000
 
 
 @dataclass
@@ -117,12 +141,16 @@ def schedule(sources: dict[str, TestStreamSource], impulses: Sequence[str]) -> I
 
 
 @dataclass
-class _GroupState:
-    """A GroupByKey's engine state between batches: the RDD of its last step (state,
-    output and summary records; cached, lineage cut) and its partitions' summaries."""
+class _StepState:
+    """A keyed step's state between batches (a GroupByKey's engines, a stateful stage's
+    user state and timers, an unbounded SDF's residuals): the RDD of its last step
+    (state, output and summary records; cached, lineage cut; None for an SDF, whose
+    residuals the driver keeps) and its partitions' summaries (hold, next timers)."""
 
+    labels: tuple[str, ...]
+    hold_name: str
     step: Any = None
-    summaries: list[GroupSummary] = field(default_factory=list)
+    summaries: list[Any] = field(default_factory=list)
 
     def hold(self) -> int | None:
         holds = [s.hold for s in self.summaries if s.hold is not None]
@@ -159,11 +187,18 @@ class StreamingDriver:
         self._max_batches = max_batches
         self._test_clock = bool(sources)
         self.clock = 0 if self._test_clock else _now()
-        self._groups: dict[bytes, _GroupState] = {b: _GroupState() for b in plan.groups}
-        labels = {g.label for g in plan.groups.values()}
-        self._upstream_groups = {
-            g.label: _ancestors(watermarks, g.label) & labels for g in plan.groups.values()
+        self._steps: dict[bytes, _StepState] = {
+            b: _StepState((g.label,), STATE_HOLD) for b, g in plan.groups.items()
         }
+        for spec in plan.stages:
+            if spec.stateful:
+                self._steps[_stateful_id(spec)] = _StepState((stateful_label(spec),), TIMER_HOLD)
+            elif spec.residual_inputs:
+                self._steps[_sdf_id(spec)] = _StepState(tuple(sdf_labels(spec)), ESTIMATOR_HOLD)
+        labels = {label for step in self._steps.values() for label in step.labels}
+        self._upstream_steps = {label: _ancestors(watermarks, label) & labels for label in labels}
+        held = (st for b, st in self._steps.items() if not b.startswith(b"group:"))
+        self._held = sorted({label for st in held for label in st.labels})
         self._components = spark_context.broadcast(plan.components)
         self._infos: dict[str, list[Any]] = defaultdict(list)
         self.batches_run = 0
@@ -187,23 +222,58 @@ class StreamingDriver:
         infinity (Beam's runners report "pipeline stall")."""
         tracker = self.watermarks.tracker
         return any(
-            tracker.output_watermark(g.label) < MAX_TIMESTAMP for g in self._plan.groups.values()
+            tracker.output_watermark(label) < MAX_TIMESTAMP
+            for step in self._steps.values()
+            for label in step.labels
         )
+
+    @property
+    def residuals(self) -> list[Residual]:
+        """The unbounded reads' pending residuals (their positions) after the last batch."""
+        return [
+            r
+            for step in self._steps.values()
+            for s in step.summaries
+            if isinstance(s, SourceSummary)
+            for r in s.residuals
+        ]
 
     def run(self, job_group: str) -> None:
         """Run batches until the sources end (or ``max_batches``, or :meth:`stop`), the
         Spark jobs under ``job_group``."""
         self._sc.setJobGroup(job_group, "Beam pipeline on PySparkRunner (streaming)", True)
         try:
+            number = 0
             for batch in schedule(self._sources, self._impulses):
-                if self._stop.is_set():
+                if not self._run_one(batch):
                     return
-                if self._max_batches is not None and batch.number >= self._max_batches:
+                number = batch.number + 1
+            while self.residuals:  # unbounded reads go on until they end or are stopped
+                self._wait_for_residuals()
+                if not self._run_one(Batch(number)):
                     return
-                self._run_batch(batch)
-                self.batches_run += 1
+                number += 1
         finally:
             self._release()
+
+    def _run_one(self, batch: Batch) -> bool:
+        """Run ``batch`` unless the run is stopped; whether it ran."""
+        if self._stop.is_set():
+            return False
+        if self._max_batches is not None and batch.number >= self._max_batches:
+            return False
+        self._run_batch(batch)
+        self.batches_run += 1
+        return True
+
+    def _wait_for_residuals(self) -> None:
+        """With a real clock, wait (at most ``_MAX_WAIT``) until a residual may resume."""
+        if self._test_clock:
+            self.clock = max(self.clock, min(r.resume_at for r in self.residuals))
+            return
+        wait = min(r.resume_at for r in self.residuals) - _now()
+        if wait > 0:
+            self._stop.wait(min(wait, _MAX_WAIT) / 1e6)
 
     # -- one batch -----------------------------------------------------------------------
 
@@ -221,14 +291,14 @@ class StreamingDriver:
         run = _BatchRun(
             batch,
             clock_before,
-            {g.label: tracker.input_watermark(g.label) for g in self._plan.groups.values()},
+            {label: tracker.input_watermark(label) for label in self._upstream_steps},
         )
         watermarks = dict(batch.watermarks)
         if batch.number == 0:
             # an Impulse has sent its one element once the first batch ran
             watermarks.update(dict.fromkeys(self._impulses, MAX_TIMESTAMP))
-        if watermarks:
-            tracker.apply(source_watermarks=watermarks)
+        in_flight = {(label, IN_FLIGHT): tracker.output_watermark(label) for label in self._held}
+        tracker.apply(source_watermarks=watermarks, holds=in_flight)
         started = time.perf_counter()
         jobs = self._jobs
         try:
@@ -238,6 +308,7 @@ class StreamingDriver:
         finally:
             for rdd in run.persisted:
                 rdd.unpersist(blocking=False)
+        tracker.apply(holds=dict.fromkeys(in_flight))  # steps that did not run
         self.watermarks.record(self.clock)
         _LOG.info(
             "batch %d: %d Spark job(s) in %.2f s (processing time %d µs)",
@@ -248,23 +319,93 @@ class StreamingDriver:
         )
 
     def _run_stage(self, spec: StageSpec, run: _BatchRun) -> None:
-        """Add the stage's RDD for this batch (none when all its inputs are empty)."""
+        """Add the stage's RDD for this batch (none when all its inputs are empty and it
+        has nothing due)."""
         tagged = []
         for transform_id, buffer in spec.inputs.items():
             rdd = self._input(spec, transform_id, buffer, run)
             if rdd is not None:
                 tagged.append(rdd.map(functools.partial(_tag, transform_id)))
+        if spec.stateful:
+            self._stateful_stage(spec, tagged, run)
+            return
+        if spec.residual_inputs:
+            self._sdf_stage(spec, tagged, run)
+            return
         if not tagged:
             return
         rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
         task = functools.partial(_nonempty_stage_task, spec, self._plan.job_id, self._components)
-        output = rdd.mapPartitions(task).persist()
+        self._outputs(spec, rdd.mapPartitions(task).persist(), run)
+
+    def _outputs(self, spec: StageSpec, output: Any, run: _BatchRun) -> None:
+        """Register a stage's output RDD: persisted, its metrics pending, its buffers."""
         run.persisted.append(output)
         run.pending.append(output.filter(_is_metrics).map(functools.partial(_named, spec.name)))
         for buffer in set(spec.outputs.values()):
             run.buffers[buffer].append(
                 output.filter(functools.partial(_is_buffer, buffer)).values()
             )
+
+    def _times(self, step: _StepState, run: _BatchRun) -> BatchTimes:
+        """The times of a keyed step for this batch, once its upstream steps synced."""
+        (label,) = step.labels
+        if run.unsynced & self._upstream_steps[label]:
+            self._sync(run)  # its input watermark depends on their holds
+        tracker = self.watermarks.tracker
+        before = run.inputs_before.get(label, tracker.input_watermark(label))
+        after = tracker.input_watermark(label)
+        hold = step.hold()
+        output_before = before if hold is None else min(before, hold)
+        return BatchTimes(before, after, output_before, run.clock_before, self.clock)
+
+    def _stateful_stage(self, spec: StageSpec, tagged: list[Any], run: _BatchRun) -> None:
+        """A stateful stage's batch (:mod:`.keyed_state`): its keyed input and its
+        partitions' state records, partitioned alike, one task per partition."""
+        step_id = _stateful_id(spec)
+        step = self._steps[step_id]
+        times = self._times(step, run)
+        if not tagged and not step.due(times.input_after, self.clock):
+            return
+        job, components = self._plan.job_id, self._components
+        parts = []
+        if step.step is not None:
+            parts.append(step.step.filter(_is_state))
+        if tagged:
+            rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
+            parts.append(rdd.flatMap(functools.partial(_key_tagged, spec, job, components)))
+        rdd = parts[0] if len(parts) == 1 else self._sc.union(parts)
+        rdd = rdd.partitionBy(self._partitions, partition_of)
+        task = functools.partial(_stateful_task, spec, job, components, times)
+        out = rdd.mapPartitionsWithIndex(task, preservesPartitioning=True).persist()
+        out.localCheckpoint()  # cut the lineage to the previous batches once computed
+        run.steps[step_id] = out
+        run.unsynced.update(step.labels)
+        run.pending.append(out.filter(_is_summary).map(functools.partial(_named, step_id)))
+        self._outputs(spec, out, run)
+
+    def _sdf_stage(self, spec: StageSpec, tagged: list[Any], run: _BatchRun) -> None:
+        """An unbounded SDF stage's batch (:mod:`.unbounded`): new restrictions and the
+        residuals due by now, one bundle per partition; the rest wait on the driver."""
+        step_id = _sdf_id(spec)
+        step = self._steps[step_id]
+        residuals = [r for s in step.summaries for r in s.residuals]
+        due = [r for r in residuals if r.resume_at <= self.clock]
+        waiting = tuple(r for r in residuals if r.resume_at > self.clock)
+        if due:
+            parts = max(1, min(self._partitions, len(due)))
+            records = [(r.input_id, r.element) for r in due]
+            tagged = [*tagged, self._sc.parallelize(records, parts)]
+        if not tagged:
+            return
+        rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
+        task = functools.partial(_sdf_task, spec, self._plan.job_id, self._components, self.clock)
+        out = rdd.mapPartitions(task).persist()
+        run.steps[step_id] = None
+        run.carried[step_id] = SourceSummary(waiting)
+        run.unsynced.update(step.labels)
+        run.pending.append(out.filter(_is_summary).map(functools.partial(_named, step_id)))
+        self._outputs(spec, out, run)
 
     def _input(self, spec: StageSpec, transform_id: str, buffer: bytes, run: _BatchRun) -> Any:
         """This batch's RDD of chunks for one data input of a stage, None when empty."""
@@ -299,24 +440,12 @@ class StreamingDriver:
         """The RDD of the GroupByKey of ``buffer`` for this batch (its output chunks), or
         None when it has no input and nothing due."""
         group: GroupSpec = self._plan.groups[buffer]
-        state = self._groups[buffer]
+        state = self._steps[buffer]
         label = group.label
-        if run.unsynced & self._upstream_groups[label]:
-            self._sync(run)  # its input watermark depends on their holds
-        tracker = self.watermarks.tracker
-        before = run.inputs_before.get(label, tracker.input_watermark(label))
-        after = tracker.input_watermark(label)
+        times = self._times(state, run)
         chunks = run.buffers.get(buffer)
-        if not chunks and not state.due(after, self.clock):
+        if not chunks and not state.due(times.input_after, self.clock):
             return None
-        hold = state.hold()
-        times = BatchTimes(
-            before,
-            after,
-            before if hold is None else min(before, hold),
-            run.clock_before,
-            self.clock,
-        )
         job, components = self._plan.job_id, self._components
         parts = []
         if state.step is not None:
@@ -348,7 +477,7 @@ class StreamingDriver:
             label = f"(batch {run.batch.number})"
             raise PipelineFailedError(label, python_error_message(err)) from None
         run.pending = []
-        summaries: dict[bytes, list[GroupSummary]] = defaultdict(list)
+        summaries: dict[bytes, list[Any]] = defaultdict(list)
         for name, blob in records:
             if isinstance(name, bytes):
                 summaries[name].append(pickle.loads(blob))
@@ -357,20 +486,25 @@ class StreamingDriver:
                 response = beam_fn_api_pb2.ProcessBundleResponse.FromString(summary.metrics)
                 self._infos[name].extend(response.monitoring_infos)
         holds: dict[tuple[str, str], int | None] = {}
-        for buffer, step in run.steps.items():
-            state = self._groups[buffer]
+        for step_id, step in run.steps.items():
+            state = self._steps[step_id]
             if state.step is not None:
                 state.step.unpersist(blocking=False)
             state.step = step
-            state.summaries = summaries[buffer]
-            holds[self._plan.groups[buffer].label, STATE_HOLD] = state.hold()
+            state.summaries = summaries[step_id]
+            if step_id in run.carried:
+                state.summaries.append(run.carried.pop(step_id))
+            for label in state.labels:
+                holds[label, state.hold_name] = state.hold()
+                if label in self._held:
+                    holds[label, IN_FLIGHT] = None
         run.steps = {}
         run.unsynced = set()
         if holds:
             self.watermarks.tracker.apply(holds=holds)
 
     def _release(self) -> None:
-        for state in self._groups.values():
+        for state in self._steps.values():
             if state.step is not None:
                 state.step.unpersist(blocking=False)
         self._components.destroy()
@@ -386,8 +520,9 @@ class _BatchRun:
     buffers: dict[bytes, list[Any]] = field(default_factory=lambda: defaultdict(list))
     pending: list[Any] = field(default_factory=list)  # RDDs of (name, summary) records
     persisted: list[Any] = field(default_factory=list)
-    steps: dict[bytes, Any] = field(default_factory=dict)  # group steps not yet computed
+    steps: dict[bytes, Any] = field(default_factory=dict)  # keyed steps not yet computed
     unsynced: set[str] = field(default_factory=set)
+    carried: dict[bytes, SourceSummary] = field(default_factory=dict)  # waiting residuals
 
 
 def _ancestors(watermarks: PipelineWatermarks, label: str) -> set[str]:
@@ -404,6 +539,14 @@ def _ancestors(watermarks: PipelineWatermarks, label: str) -> set[str]:
 
 def _now() -> int:
     return time.time_ns() // 1000
+
+
+def _stateful_id(spec: StageSpec) -> bytes:
+    return b"stateful:" + spec.name.encode()
+
+
+def _sdf_id(spec: StageSpec) -> bytes:
+    return b"sdf:" + spec.name.encode()
 
 
 # Task functions: module level, so that Spark pickles them without the driver.
@@ -452,6 +595,23 @@ def _group_task(
     records: Iterable[Any],
 ) -> Iterator[Any]:
     return group_batch(group, job_id, components.value, times, index, records)
+
+
+def _stateful_task(
+    spec: StageSpec,
+    job_id: str,
+    components: Any,
+    times: BatchTimes,
+    index: int,
+    records: Iterable[Any],
+) -> Iterator[Any]:
+    return stateful_batch(spec, job_id, components.value, times, index, records)
+
+
+def _sdf_task(
+    spec: StageSpec, job_id: str, components: Any, clock: int, records: Iterable[Any]
+) -> Iterator[Any]:
+    return sdf_batch(spec, job_id, components.value, clock, records)
 
 
 def _window_elements(

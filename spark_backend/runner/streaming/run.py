@@ -26,7 +26,7 @@ def start_streaming(
     streaming runs, then start it on ``spark_context`` in a driver thread."""
     check_streaming(pipeline)
     prepared, sources = streaming_proto(pipeline)
-    plan = plan_pipeline(prepared)
+    plan = plan_pipeline(prepared, stateful_roots=True)
     driver = StreamingDriver(
         spark_context,
         plan,
