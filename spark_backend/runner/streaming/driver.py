@@ -338,9 +338,11 @@ class StreamingDriver:
         task = functools.partial(_nonempty_stage_task, spec, self._plan.job_id, self._components)
         self._outputs(spec, rdd.mapPartitions(task).persist(), run)
 
-    def _outputs(self, spec: StageSpec, output: Any, run: _BatchRun) -> None:
-        """Register a stage's output RDD: persisted, its metrics pending, its buffers."""
-        run.persisted.append(output)
+    def _outputs(self, spec: StageSpec, output: Any, run: _BatchRun, kept: bool = False) -> None:
+        """Register a stage's output RDD: its metrics pending, its buffers; released after
+        the batch unless ``kept`` (a stateful step's, holding its state for the next)."""
+        if not kept:
+            run.persisted.append(output)
         run.pending.append(output.filter(_is_metrics).map(functools.partial(_named, spec.name)))
         for buffer in set(spec.outputs.values()):
             run.buffers[buffer].append(
@@ -359,6 +361,10 @@ class StreamingDriver:
         output_before = before if hold is None else min(before, hold)
         return BatchTimes(before, after, output_before, run.clock_before, self.clock)
 
+    def _idle(self, step: _StepState) -> None:
+        """A held step that does not run in this batch: its output may move at once."""
+        self.watermarks.tracker.apply(holds={(label, IN_FLIGHT): None for label in step.labels})
+
     def _stateful_stage(self, spec: StageSpec, tagged: list[Any], run: _BatchRun) -> None:
         """A stateful stage's batch (:mod:`.keyed_state`): its keyed input and its
         partitions' state records, partitioned alike, one task per partition."""
@@ -366,6 +372,7 @@ class StreamingDriver:
         step = self._steps[step_id]
         times = self._times(step, run)
         if not tagged and not step.due(times.input_after, self.clock):
+            self._idle(step)
             return
         job, components = self._plan.job_id, self._components
         parts = []
@@ -382,7 +389,7 @@ class StreamingDriver:
         run.steps[step_id] = out
         run.unsynced.update(step.labels)
         run.pending.append(out.filter(_is_summary).map(functools.partial(_named, step_id)))
-        self._outputs(spec, out, run)
+        self._outputs(spec, out, run, kept=True)
 
     def _sdf_stage(self, spec: StageSpec, tagged: list[Any], run: _BatchRun) -> None:
         """An unbounded SDF stage's batch (:mod:`.unbounded`): new restrictions and the
@@ -397,6 +404,7 @@ class StreamingDriver:
             records = [(r.input_id, r.element) for r in due]
             tagged = [*tagged, self._sc.parallelize(records, parts)]
         if not tagged:
+            self._idle(step)
             return
         rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
         task = functools.partial(_sdf_task, spec, self._plan.job_id, self._components, self.clock)

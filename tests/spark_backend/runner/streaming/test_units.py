@@ -131,7 +131,7 @@ class _Sums(beam.DoFn):
         return iter(())
 
     @_us.on_timer(AT)
-    def fire(self, key=beam.DoFn.KeyParam, bag=beam.DoFn.StateParam(BAG)):  # type: ignore[no-untyped-def]  # noqa: B008
+    def fire(self, key=beam.DoFn.KeyParam, bag=beam.DoFn.StateParam(BAG)):  # noqa: B008
         yield (key, sum(bag.read()))
 
 
@@ -177,7 +177,7 @@ def test_stateful_task_keeps_state_and_timers_in_one_pickled_record_per_partitio
         )
         return b"k", (input_id, element_coder.get_impl().encode_nested(wv))
 
-    def run(times: BatchTimes, records: list) -> dict:  # type: ignore[type-arg]
+    def run(times: BatchTimes, records: list) -> dict:
         out: dict = {"outputs": [], "state": None}
         for key, value in stateful_batch(spec, plan.job_id, plan.components, times, 0, records):
             if isinstance(key, int):
