@@ -196,3 +196,37 @@ def test_stateful_task_keeps_state_and_timers_in_one_pickled_record_per_partitio
     second = run(BatchTimes(5 * s, 10 * s, 5 * s, 0, 0), [(0, first["state"]), element(4)])
     assert second["outputs"] == [("k", 7)]  # 1 + 2 restored from the record, + 4
     assert second["summary"].hold is None and second["summary"].fired == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    timers=st.lists(
+        st.tuples(st.integers(0, 20), st.integers(0, 20), st.booleans(), st.sampled_from("fg")),
+        max_size=12,
+    ),
+    watermark=st.integers(0, 20),
+    clock=st.integers(0, 20),
+)
+def test_due_timers_fire_in_fire_then_setting_order_and_only_when_due(
+    timers: list[tuple[int, int, bool, str]], watermark: int, clock: int
+) -> None:
+    """``keyed_state._rounds``: a round fires exactly the timers due (event time against
+    the input watermark, processing time against the clock), sorted by fire timestamp
+    then by when their slot was first set, one bundle per run of one family."""
+    from spark_backend.runner.streaming.grouping import BatchTimes
+    from spark_backend.runner.streaming.keyed_state import PartitionState, PendingTimer, _rounds
+
+    state = PartitionState()
+    for i, (fire, hold, event_time, family) in enumerate(timers):
+        slot = ("t", family, bytes([i]))
+        state.timers[slot] = PendingTimer(fire, hold, event_time, bytes([i]), i)
+    pending = dict(state.timers)
+    fired = [0]
+    rounds = list(_rounds(None, state, [], BatchTimes(0, watermark, 0, 0, clock), fired))  # type: ignore[arg-type]
+    order = [t for r in rounds for chunk in r.timers.values() for t in chunk]
+    due = [t for t in pending.values() if t.fire <= (watermark if t.event_time else clock)]
+    expected = sorted(due, key=lambda t: (t.fire, t.order))
+    assert order == [t.encoded[0] for t in expected]
+    assert all(len(r.timers) == 1 for r in rounds)  # one family per bundle
+    assert fired == [len(due)]
+    assert set(state.timers.values()) == set(pending.values()) - set(due)
