@@ -383,7 +383,7 @@ class StreamingDriver:
             parts.append(rdd.flatMap(functools.partial(_key_tagged, spec, job, components)))
         rdd = parts[0] if len(parts) == 1 else self._sc.union(parts)
         rdd = rdd.partitionBy(self._partitions, partition_of)
-        task = functools.partial(_stateful_task, spec, job, components, times)
+        task = functools.partial(_keyed_task, stateful_batch, spec, job, components, times)
         out = rdd.mapPartitionsWithIndex(task, preservesPartitioning=True).persist()
         out.localCheckpoint()  # cut the lineage to the previous batches once computed
         run.steps[step_id] = out
@@ -464,7 +464,7 @@ class StreamingDriver:
             parts.append(keyed.partitionBy(self._partitions, partition_of))
         rdd = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
         rdd = rdd.partitionBy(self._partitions, partition_of)
-        task = functools.partial(_group_task, group, job, components, times)
+        task = functools.partial(_keyed_task, group_batch, group, job, components, times)
         out = rdd.mapPartitionsWithIndex(task, preservesPartitioning=True).persist()
         out.localCheckpoint()  # cut the lineage to the previous batches once computed
         run.steps[buffer] = out
@@ -594,26 +594,18 @@ def _is_output(record: tuple[Any, bytes]) -> bool:
     return record[0] == OUTPUT
 
 
-def _group_task(
-    group: GroupSpec,
+def _keyed_task(
+    batch: Any,
+    spec: GroupSpec | StageSpec,
     job_id: str,
     components: Any,
     times: BatchTimes,
     index: int,
     records: Iterable[Any],
 ) -> Iterator[Any]:
-    return group_batch(group, job_id, components.value, times, index, records)
-
-
-def _stateful_task(
-    spec: StageSpec,
-    job_id: str,
-    components: Any,
-    times: BatchTimes,
-    index: int,
-    records: Iterable[Any],
-) -> Iterator[Any]:
-    return stateful_batch(spec, job_id, components.value, times, index, records)
+    """A keyed step's partition: ``batch`` is :func:`group_batch` or
+    :func:`stateful_batch`."""
+    return batch(spec, job_id, components.value, times, index, records)
 
 
 def _sdf_task(
