@@ -78,6 +78,7 @@ def pipeline(topic: str, base: str, tracking: str) -> Any:
                     time.time_ns() // 1000,
                 )
             )
+            | "unwindow" >> beam.WindowInto(window.GlobalWindows())  # one coder into Flatten
         )
         (read, panes) | beam.Flatten() | "capture" >> beam.ParDo(capture)
 
