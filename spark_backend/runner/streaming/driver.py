@@ -361,6 +361,16 @@ class StreamingDriver:
         output_before = before if hold is None else min(before, hold)
         return BatchTimes(before, after, output_before, run.clock_before, self.clock)
 
+    def _with_state(self, step: _StepState, keyed: Any) -> Any:
+        """The step's state records (if any) and its keyed input (if any), partitioned
+        alike: each task gets its partition's state and keys."""
+        parts = [] if step.step is None else [step.step.filter(_is_state)]
+        if keyed is not None:
+            parts.append(keyed)
+        # RDD.union of two RDDs with one partitioner keeps it: the state is not moved
+        rdd = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
+        return rdd.partitionBy(self._partitions, partition_of)
+
     def _idle(self, step: _StepState) -> None:
         """A held step that does not run in this batch: its output may move at once."""
         self.watermarks.tracker.apply(holds={(label, IN_FLIGHT): None for label in step.labels})
@@ -375,14 +385,11 @@ class StreamingDriver:
             self._idle(step)
             return
         job, components = self._plan.job_id, self._components
-        parts = []
-        if step.step is not None:
-            parts.append(step.step.filter(_is_state))
+        keyed = None
         if tagged:
             rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
-            parts.append(rdd.flatMap(functools.partial(_key_tagged, spec, job, components)))
-        rdd = parts[0] if len(parts) == 1 else self._sc.union(parts)
-        rdd = rdd.partitionBy(self._partitions, partition_of)
+            keyed = rdd.flatMap(functools.partial(_key_tagged, spec, job, components))
+        rdd = self._with_state(step, keyed)
         task = functools.partial(_keyed_task, stateful_batch, spec, job, components, times)
         out = rdd.mapPartitionsWithIndex(task, preservesPartitioning=True).persist()
         out.localCheckpoint()  # cut the lineage to the previous batches once computed
@@ -455,15 +462,12 @@ class StreamingDriver:
         if not chunks and not state.due(times.input_after, self.clock):
             return None
         job, components = self._plan.job_id, self._components
-        parts = []
-        if state.step is not None:
-            parts.append(state.step.filter(_is_state))
+        keyed = None
         if chunks:
             raw = chunks[0] if len(chunks) == 1 else self._sc.union(chunks)
             keyed = raw.flatMap(functools.partial(_keyed, group, job, components))
-            parts.append(keyed.partitionBy(self._partitions, partition_of))
-        rdd = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
-        rdd = rdd.partitionBy(self._partitions, partition_of)
+            keyed = keyed.partitionBy(self._partitions, partition_of)
+        rdd = self._with_state(state, keyed)
         task = functools.partial(_keyed_task, group_batch, group, job, components, times)
         out = rdd.mapPartitionsWithIndex(task, preservesPartitioning=True).persist()
         out.localCheckpoint()  # cut the lineage to the previous batches once computed

@@ -24,6 +24,7 @@ from apache_beam.transforms import window
 
 from beam_pipelines.emulator import Emulator
 from beam_pipelines.pubsub_sdf import ReadFromPubSubWithTrackingWatermark
+from tests.helpers.streaming import stamped_pane
 from theory.time import MILLISECOND, SECOND
 
 pytestmark = pytest.mark.slow
@@ -90,15 +91,7 @@ def pipeline(topic: str, base: str, tracking: str) -> Any:
             | "window" >> beam.WindowInto(window.FixedWindows(1))
             | "key" >> beam.Map(lambda r: ("all", r.record_id))
             | GROUP >> beam.GroupByKey()
-            | "pane"
-            >> beam.MapTuple(
-                lambda k, ids, w=beam.DoFn.WindowParam: (
-                    "pane",
-                    int(w.end.micros),
-                    sorted(ids),
-                    time.time_ns() // 1000,
-                )
-            )
+            | "pane" >> beam.MapTuple(stamped_pane)
             | "unwindow" >> beam.WindowInto(window.GlobalWindows())  # one coder into Flatten
         )
         (read, panes) | beam.Flatten() | "capture" >> beam.ParDo(capture)
@@ -150,11 +143,12 @@ def test_windows_fire_by_the_tracking_watermark_while_pubsub_is_read(
     dropped = {r[1] for r in reads if end_of(r[2]) <= final and r[1] not in in_panes}
     expected = {r[1] for r in reads if end_of(r[2]) <= before(batch_of(r[3]))}
     t0 = int(starts[0])
+    late_ones = sorted(((r[3] - t0) // 1000, (r[2] - t0) // 1000) for r in reads if r[1][0] == "s")
     assert expected, (
         "no record came after the watermark: the test would say nothing; "
         f"batches at {[(int(t) - t0) // 1000 for t in starts]} ms, watermarks "
         f"{[(int(v) - t0) // 1000 for v in estimate.values]} ms, stragglers read "
-        f"{sorted(((r[3] - t0) // 1000, (r[2] - t0) // 1000) for r in reads if r[1][0] == 's')[:20]}"
+        f"{late_ones[:20]}"
     )
     assert dropped == expected
     stragglers = {r[1] for r in reads if r[1].startswith("s")}

@@ -39,6 +39,7 @@ from beam_pipelines.estimators import (
     ProcessingTimeLagEstimatorProvider,
 )
 from spark_backend.runner.streaming.unbounded import ESTIMATOR_HOLD
+from tests.helpers.streaming import stamped_pane
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 pytestmark = pytest.mark.slow
@@ -141,15 +142,7 @@ def sources(p: beam.Pipeline, capture: Any) -> None:
         | "window" >> beam.WindowInto(window.FixedWindows(2))
         | "key" >> beam.Map(lambda e: ("manual", e[1]))
         | "group" >> beam.GroupByKey()
-        | "pane"
-        >> beam.MapTuple(
-            lambda k, ps, w=beam.DoFn.WindowParam: (
-                "pane",
-                int(w.end.micros),
-                sorted(ps),
-                time.time_ns() // 1000,
-            )
-        )
+        | "pane" >> beam.MapTuple(stamped_pane)
         | "unwindow" >> beam.WindowInto(window.GlobalWindows())  # one coder into Flatten
     )
     (*outputs, delayed, panes) | beam.Flatten() | "capture" >> beam.ParDo(capture)
