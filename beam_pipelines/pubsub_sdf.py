@@ -38,6 +38,7 @@ time) when ``dead_letter`` is on, and is acked either way.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -164,6 +165,10 @@ class ReadWithTrackingWatermarkFn(
     ``idle_advance_after``, ``idle_lag``, ``bucket_width``, ``cap_at_idle_lag``; µs); ``clock``
     gives processing time (µs); ``records_per_bundle`` records are emitted before the
     DoFn checkpoints itself (``defer_remainder``).
+
+    ``PUBSUB_EMULATOR_HOST`` is read when the DoFn is built and set in the worker at
+    ``setup`` when the worker lacks it: a runner's workers (Spark's Python workers, say)
+    need not share the environment of the process that built the pipeline.
     """
 
     def __init__(
@@ -195,6 +200,7 @@ class ReadWithTrackingWatermarkFn(
             raise ValueError(f"idle_poll must be >= 0 s, got {idle_poll}")
         self.idle_poll = float(idle_poll)
         self.backlog_factory = backlog_factory
+        self.emulator_host = os.environ.get("PUBSUB_EMULATOR_HOST")
         self._subscriber: Any = None
         self._last_record: dict[str, float] = {}
         self._checked: set[PubsubReadSpec] = set()
@@ -215,6 +221,8 @@ class ReadWithTrackingWatermarkFn(
     def setup(self) -> None:
         from google.cloud import pubsub_v1
 
+        if self.emulator_host:
+            os.environ.setdefault("PUBSUB_EMULATOR_HOST", self.emulator_host)
         self._subscriber = pubsub_v1.SubscriberClient()
 
     def teardown(self) -> None:

@@ -37,7 +37,17 @@ from spark_backend.runner.side_inputs import load_side_inputs
 from spark_backend.runner.summary import METRICS, PartitionSummary
 from spark_backend.runner.task_context import coder_impl
 
-__all__ = ["METRICS", "PartitionSummary", "run_partition"]
+__all__ = [
+    "METRICS",
+    "BundleResult",
+    "PartitionSummary",
+    "Round",
+    "TimerKey",
+    "bundle_worker",
+    "metrics_record",
+    "run_bundle",
+    "run_partition",
+]
 
 #: Bound on the timer and residual rounds of one partition (a DoFn that sets a timer
 #: from every firing would otherwise loop for ever).
@@ -56,7 +66,7 @@ class _Descriptors:
 
 
 @dataclass
-class _Round:
+class Round:
     """One bundle's input: element chunks per data input, timers per timer family."""
 
     data: dict[str, list[bytes]] = field(default_factory=dict)
@@ -64,6 +74,30 @@ class _Round:
 
     def empty(self) -> bool:
         return not any(self.data.values()) and not self.timers
+
+
+@dataclass
+class BundleResult:
+    """What one bundle gave back: its response, output chunks ``(buffer, chunk)`` and the
+    timers it wrote (encoded, per timer family, clears included, in writing order)."""
+
+    response: beam_fn_api_pb2.ProcessBundleResponse
+    outputs: list[tuple[bytes, bytes]]
+    written: dict[TimerKey, list[bytes]]
+
+
+def bundle_worker(spec: StageSpec, state: StateServicer) -> tuple[EmbeddedWorkerHandler, str]:
+    """An embedded SDK worker for ``spec``'s bundles over ``state`` (side inputs, user
+    state), and the descriptor id; the caller stops it (``stop_worker``)."""
+    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(spec.descriptor)
+    manager: Any = _Descriptors(descriptor)  # the one attribute the handler reads
+    return EmbeddedWorkerHandler(None, state, _PROVISION, manager), descriptor.id
+
+
+def metrics_record(infos: Iterable[Any], sizes: Mapping[bytes, int]) -> tuple[bytes, bytes]:
+    """The ``(METRICS, pickled PartitionSummary)`` record of a partition."""
+    metrics = beam_fn_api_pb2.ProcessBundleResponse(monitoring_infos=list(infos))
+    return METRICS, pickle.dumps(PartitionSummary(metrics.SerializeToString(), dict(sizes)))
 
 
 def run_partition(
@@ -75,50 +109,48 @@ def run_partition(
 ) -> Iterator[tuple[bytes, bytes]]:
     """Run ``spec`` over ``records`` (``(input transform id, chunk)``), one bundle
     then its timer and residual rounds; yield output chunks and the metrics record."""
-    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(spec.descriptor)
     state = StateServicer()
     load_side_inputs(state, spec.side_inputs, side_data, job_id, components)
-    manager: Any = _Descriptors(descriptor)  # the one attribute the handler reads
-    worker = EmbeddedWorkerHandler(None, state, _PROVISION, manager)
+    worker, descriptor_id = bundle_worker(spec, state)
     infos: list[Any] = []
     sizes: dict[bytes, int] = defaultdict(int)
     try:
-        pending = _Round(data=_by_input(spec, records))
+        pending = Round(data=by_input(spec, records))
         for number in itertools.count():
             if number >= MAX_ROUNDS:
                 raise RuntimeError(f"more than {MAX_ROUNDS} timer rounds in one partition")
-            response, outputs, pending = _run_bundle(
-                worker, spec, descriptor.id, pending, job_id, components, number
-            )
-            for buffer, chunk in outputs:
+            result = run_bundle(worker, spec, descriptor_id, pending, number)
+            for buffer, chunk in result.outputs:
                 sizes[buffer] += len(chunk)
                 yield buffer, chunk
-            infos = list(consolidate(itertools.chain(infos, response.monitoring_infos)))
+            infos = list(consolidate(itertools.chain(infos, result.response.monitoring_infos)))
+            pending = Round(
+                data=_residuals(spec, result.response),
+                timers=_fired_timers(spec, result.written, job_id, components),
+            )
             if pending.empty():
                 break
     finally:
         worker.stop_worker()  # DoFn.teardown
-    metrics = beam_fn_api_pb2.ProcessBundleResponse(monitoring_infos=infos)
-    yield METRICS, pickle.dumps(PartitionSummary(metrics.SerializeToString(), dict(sizes)))
+    yield metrics_record(infos, sizes)
 
 
-def _by_input(spec: StageSpec, records: Iterable[tuple[str, bytes]]) -> dict[str, list[bytes]]:
+def by_input(spec: StageSpec, records: Iterable[tuple[str, bytes]]) -> dict[str, list[bytes]]:
+    """A partition's ``(input transform id, chunk)`` records, by data input."""
     data: dict[str, list[bytes]] = {t: [] for t in spec.inputs}
     for transform_id, chunk in records:
         data[transform_id].append(chunk)
     return data
 
 
-def _run_bundle(
+def run_bundle(
     worker: EmbeddedWorkerHandler,
     spec: StageSpec,
     descriptor_id: str,
-    bundle: _Round,
-    job_id: str,
-    components: bytes,
+    bundle: Round,
     number: int,
-) -> tuple[beam_fn_api_pb2.ProcessBundleResponse, list[tuple[bytes, bytes]], _Round]:
-    """Process one bundle; return its response, its output chunks and the next round."""
+) -> BundleResult:
+    """Process one bundle (instruction ``bundle_<number>``): its elements and timers."""
     instruction = f"bundle_{number}"
     _send(worker, spec, instruction, bundle)
     request = beam_fn_api_pb2.InstructionRequest(
@@ -140,14 +172,10 @@ def _run_bundle(
             outputs.append((spec.outputs[item.transform_id], item.data))
     if response.process_bundle.requires_finalization:
         _finalize(worker, instruction)
-    following = _Round(
-        data=_residuals(spec, response.process_bundle),
-        timers=_fired_timers(spec, written, job_id, components),
-    )
-    return response.process_bundle, outputs, following
+    return BundleResult(response.process_bundle, outputs, dict(written))
 
 
-def _send(worker: EmbeddedWorkerHandler, spec: StageSpec, instruction: str, bundle: _Round) -> None:
+def _send(worker: EmbeddedWorkerHandler, spec: StageSpec, instruction: str, bundle: Round) -> None:
     for key in spec.timers:
         out = worker.data_conn.output_timer_stream(instruction, *key)
         if key in bundle.timers:

@@ -160,16 +160,27 @@ class Plan:
         return {s.name: s.reason for s in self.stages if s.path != LEAN}
 
 
-def plan_pipeline(pipeline: pb.Pipeline, fast_paths: bool = True, lean: bool = False) -> Plan:
+def plan_pipeline(
+    pipeline: pb.Pipeline,
+    fast_paths: bool = True,
+    lean: bool = False,
+    stateful_roots: bool = False,
+) -> Plan:
     """Beam's fused stages of ``pipeline`` (a proto already checked), in run order;
     ``fast_paths=False`` keeps every GroupByKey on Beam's trigger driver (the reference);
     ``lean=True`` runs the stages made of known transforms on the lean path
-    (:mod:`spark_backend.runner.lean`), the others on Beam's bundle processor."""
+    (:mod:`spark_backend.runner.lean`), the others on Beam's bundle processor.
+    ``stateful_roots`` starts a stage at every stateful DoFn (Beam's
+    ``annotate_stateful_dofns_as_roots``), so that its one data input is its keyed main
+    input: streaming keeps state per key partition between batches."""
     validate_pipeline_graph(pipeline)
     pipeline = merge_common_environments(merge_superset_dep_environments(pipeline))
+    phases = list(_PHASES)
+    if stateful_roots:
+        phases.insert(1, translations.annotate_stateful_dofns_as_roots)
     context, stages = translations.create_and_optimize_stages(
         pipeline,
-        phases=list(_PHASES),
+        phases=phases,
         known_runner_urns=frozenset(
             [common_urns.primitives.FLATTEN.urn, common_urns.primitives.GROUP_BY_KEY.urn]
         ),

@@ -17,20 +17,41 @@ Architecture (the batch runner's machinery, driven batch by batch)
    key partition, its state kept between batches in a persisted key-partitioned RDD. The
    driver computes each GroupByKey's input and output watermark and hands them to the
    tasks; it reads back only each partition's hold and next timers.
-4. **Watermarks** (:mod:`.watermarks`): theory's stage graph over the pipeline's
-   transforms, with every GroupByKey's ``state:pending-windows`` hold, latched as
-   DESIGN.md defines; a source that sends nothing keeps its watermark. The result's
-   ``watermarks()`` and ``why(label, at)`` read it (:mod:`.result`).
+4. **Stateful DoFns** (:mod:`.keyed_state`): a stage starts at every stateful DoFn;
+   its keyed input and its partitions' state (Beam's user state as the SDK's
+   ``StateServicer`` holds it, and the pending timers) meet in one task per key
+   partition, the state kept between batches as the GroupByKeys' is. Event-time timers
+   fire when the input watermark reaches them, processing-time timers when the clock
+   does, in Beam's direct runner's order; a pending timer's hold timestamp holds the
+   transform's output watermark (``state:timers``). The state contract for checkpoints
+   is in :mod:`.keyed_state`'s docstring.
+5. **Unbounded splittable DoFns** (:mod:`.unbounded`): one bundle per batch; a
+   checkpointed restriction comes back as a residual kept by the driver (the source's
+   position) and resumed in a later batch, after its ``defer_remainder`` delay; its
+   ``WatermarkEstimator``'s watermark is the transform's ``source:watermark-estimator``
+   hold. The run goes on while residuals remain (``--max_batches`` or ``cancel`` stop
+   it).
+6. **Watermarks** (:mod:`.watermarks`): theory's stage graph over the pipeline's
+   transforms, with every GroupByKey's ``state:pending-windows`` hold, every stateful
+   DoFn's ``state:timers`` and every SDF's ``source:watermark-estimator``, latched as
+   DESIGN.md defines; a source that sends nothing keeps its watermark. While a stateful
+   or splittable DoFn's batch runs, ``buffer:in-flight`` keeps its output watermark
+   where it was. The result's ``watermarks()`` and ``why(label, at)`` read it
+   (:mod:`.result`).
 
 Divergences from BundleBasedDirectRunner, each tested: pane timestamps cross Beam's
 windowed-value coder, which keeps whole milliseconds (a pane at a window's
 ``max_timestamp`` = end − 1 µs comes out at end − 1 ms), as on every portable runner.
 The engine's output watermark is Beam Python's (not latched; it decides holds and
 timing); the tracker's, which ``watermarks()`` shows and downstream stages read, is
-latched as DESIGN.md says.
+latched as DESIGN.md says. Stateful DoFns: a pending timer holds the output watermark
+here (the Fn API's hold timestamp), not on BundleBasedDirectRunner (a TODO in Beam's
+``direct_userstate.py``), so a timer's output may be on time downstream here and late
+there; timers and their outputs carry whole milliseconds (Beam's timer coder).
 
 5. **Checkpoints** (:mod:`.checkpoint`, ``--checkpoint_dir``): after every batch, each
-   keyed step's per-partition state (saved by its tasks), the watermarks and holds, the
+   keyed step's per-partition state (saved by its tasks: GroupByKey engines, user
+   state and timers), an unbounded read's residuals, the watermarks and holds, the
    sources' positions (:mod:`.positions`), the processing clock, the metrics and the batch
    number are committed atomically; a restart of the same pipeline resumes after the last
    commit. The directory records the pipeline's shape (:mod:`.shape`: labels, URNs,
@@ -43,9 +64,12 @@ latched as DESIGN.md says.
    ``--drain`` (or ``result.drain()``) stops the sources, puts every watermark at
    ``MAX_TIMESTAMP`` in one last batch (every pending window fires), then ends.
 
-Not yet supported (refused before any Spark work, naming the transform): stateful DoFns
-and timers, side inputs, splittable DoFns and unbounded reads, TestStreams with several
-output tags, Beam's batch file sink (``iobase.Write``).
+Not yet supported (refused before any Spark work, naming the transform): side inputs,
+``Read`` (a splittable DoFn reads instead), map and multimap state, a splittable DoFn
+with state, TestStreams with several output tags, Beam's batch file sink
+(``iobase.Write``). A splittable DoFn must checkpoint itself: the runner does not split
+a running bundle. User state is not garbage-collected when its window expires (nor on
+BundleBasedDirectRunner).
 """
 
 from __future__ import annotations

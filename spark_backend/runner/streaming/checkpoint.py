@@ -94,6 +94,11 @@ class CheckpointStore:
         self._steps[key] = batch
         return functools.partial(_save_states, str(self._state_folder(key, batch)), task)
 
+    def keeping(self, name: bytes | str, batch: int) -> None:
+        """Commit step ``name``'s summaries from ``batch`` on, though it saves no state
+        records: an unbounded read, whose residuals are its summaries."""
+        self._steps[step_key(name)] = batch
+
     def restored(self, spark_context: Any, name: bytes | str) -> Any:
         """The RDD of ``(partition, state)`` records of keyed step ``name`` as last
         committed, or None when it never ran before the commit."""

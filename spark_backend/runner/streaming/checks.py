@@ -1,13 +1,17 @@
 """The streaming run's own checks, before any Spark work (after the batch checks).
 
-What ``--streaming`` does not run yet is refused with
+What ``--streaming`` does not run is refused with
 :class:`~spark_backend.runner.errors.UnsupportedTransformError` naming the transform:
-stateful DoFns and timers, side inputs, splittable DoFns and ``Read`` (unbounded reads),
+side inputs, ``Read`` (use a splittable DoFn), a state kind other than Bag,
+CombiningValue, ReadModifyWrite, Set and OrderedList (map and multimap state), a timer
+in a time domain other than event time and processing time, a stateful splittable DoFn,
 a GroupByKey whose windowing theory's engine does not model (a custom WindowFn or
 trigger), and Beam's batch file sink (``iobase.Write``, under WriteToText and the like).
 """
 
 from __future__ import annotations
+
+from typing import Final
 
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
@@ -21,6 +25,17 @@ from spark_backend.runner.streaming.watermarks import leaf_transforms
 __all__ = ["check_streaming"]
 
 _P = common_urns.primitives
+
+#: The state kinds streaming keeps (``StateSpec`` oneof names).
+SUPPORTED_STATE: Final[frozenset[str]] = frozenset(
+    {"bag_spec", "combining_spec", "read_modify_write_spec", "set_spec", "ordered_list_spec"}
+)
+
+#: The timer domains streaming fires.
+SUPPORTED_TIME_DOMAINS: Final[dict[int, str]] = {
+    pb.TimeDomain.EVENT_TIME: "event time",
+    pb.TimeDomain.PROCESSING_TIME: "processing time",
+}
 
 
 def check_streaming(pipeline: pb.Pipeline) -> None:
@@ -47,18 +62,26 @@ def check_streaming(pipeline: pb.Pipeline) -> None:
 def _check_par_do(transform: pb.PTransform) -> None:
     payload = proto_utils.parse_Bytes(transform.spec.payload, pb.ParDoPayload)
     label = transform.unique_name
-    if payload.state_specs or payload.timer_family_specs:
-        raise UnsupportedTransformError(
-            label, _P.PAR_DO.urn, "stateful DoFns and timers are not supported in streaming yet"
-        )
+
+    def refuse(what: str) -> UnsupportedTransformError:
+        return UnsupportedTransformError(label, _P.PAR_DO.urn, what)
+
+    for name, state in sorted(payload.state_specs.items()):
+        kind = state.WhichOneof("spec")
+        if kind not in SUPPORTED_STATE:
+            supported = ", ".join(sorted(SUPPORTED_STATE))
+            raise refuse(f"state {name!r} is a {kind}; streaming keeps {supported}")
+    for name, timer in sorted(payload.timer_family_specs.items()):
+        if timer.time_domain not in SUPPORTED_TIME_DOMAINS:
+            domain = pb.TimeDomain.Enum.Name(timer.time_domain)
+            raise refuse(
+                f"timer {name!r} is in time domain {domain}; streaming fires "
+                "event-time and processing-time timers"
+            )
     if payload.side_inputs:
-        raise UnsupportedTransformError(
-            label, _P.PAR_DO.urn, "side inputs are not supported in streaming yet"
-        )
-    if payload.restriction_coder_id:
-        raise UnsupportedTransformError(
-            label, _P.PAR_DO.urn, "splittable DoFns are not supported in streaming yet"
-        )
+        raise refuse("side inputs are not supported in streaming yet")
+    if payload.restriction_coder_id and (payload.state_specs or payload.timer_family_specs):
+        raise refuse("a splittable DoFn with state or timers is not supported in streaming")
 
 
 def _check_batch_sinks(pipeline: pb.Pipeline) -> None:

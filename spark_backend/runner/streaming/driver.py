@@ -42,7 +42,13 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from spark_backend.runner.bundles import METRICS, PartitionSummary
 from spark_backend.runner.errors import PipelineFailedError
-from spark_backend.runner.executor import _is_buffer, _is_metrics, _keyed, _stage_task
+from spark_backend.runner.executor import (
+    _is_buffer,
+    _is_metrics,
+    _key_tagged,
+    _keyed,
+    _stage_task,
+)
 from spark_backend.runner.plan import IMPULSE, GroupSpec, Plan, StageSpec
 from spark_backend.runner.spark_errors import python_error_message
 from spark_backend.runner.streaming.checkpoint import CheckpointStore
@@ -50,9 +56,13 @@ from spark_backend.runner.streaming.grouping import (
     OUTPUT,
     SUMMARY,
     BatchTimes,
-    GroupSummary,
     group_batch,
     partition_of,
+)
+from spark_backend.runner.streaming.keyed_state import (
+    TIMER_HOLD,
+    stateful_batch,
+    stateful_label,
 )
 from spark_backend.runner.streaming.positions import Position
 from spark_backend.runner.streaming.sinks import BatchSinks
@@ -61,6 +71,13 @@ from spark_backend.runner.streaming.sources import (
     PROCESSING_TIME,
     WATERMARK,
     TestStreamSource,
+)
+from spark_backend.runner.streaming.unbounded import (
+    ESTIMATOR_HOLD,
+    Residual,
+    SourceSummary,
+    sdf_batch,
+    sdf_labels,
 )
 from spark_backend.runner.streaming.watermarks import PipelineWatermarks
 from spark_backend.runner.task_context import coder
@@ -73,6 +90,13 @@ _LOG = logging.getLogger(__name__)
 
 #: Elements of one source in one batch go to at most this many partitions.
 _MAX_SOURCE_PARTITIONS: Final[int] = 8
+
+#: The hold of a stateful or splittable DoFn while its batch runs: its output watermark
+#: stays where it was until its tasks report their timers' or residuals' holds.
+IN_FLIGHT: Final[str] = "buffer:in-flight"
+
+#: With a real clock, the longest wait for a residual's resume time (µs).
+_MAX_WAIT: Final[int] = 1_000_000
 
 
 @dataclass
@@ -137,12 +161,16 @@ def last_batch(batch: Batch, sources: Iterable[str], impulses: Iterable[str]) ->
 
 
 @dataclass
-class _GroupState:
-    """A GroupByKey's engine state between batches: the RDD of its last step (state,
-    output and summary records; cached, lineage cut) and its partitions' summaries."""
+class _StepState:
+    """A keyed step's state between batches (a GroupByKey's engines, a stateful stage's
+    user state and timers, an unbounded SDF's residuals): the RDD of its last step
+    (state, output and summary records; cached, lineage cut; None for an SDF, whose
+    residuals the driver keeps) and its partitions' summaries (hold, next timers)."""
 
+    labels: tuple[str, ...]
+    hold_name: str
     step: Any = None
-    summaries: list[GroupSummary] = field(default_factory=list)
+    summaries: list[Any] = field(default_factory=list)
 
     def hold(self) -> int | None:
         holds = [s.hold for s in self.summaries if s.hold is not None]
@@ -182,11 +210,18 @@ class StreamingDriver:
         self._max_batches = max_batches
         self._test_clock = bool(sources)
         self.clock = 0 if self._test_clock else _now()
-        self._groups: dict[bytes, _GroupState] = {b: _GroupState() for b in plan.groups}
-        labels = {g.label for g in plan.groups.values()}
-        self._upstream_groups = {
-            g.label: _ancestors(watermarks, g.label) & labels for g in plan.groups.values()
+        self._steps: dict[bytes, _StepState] = {
+            b: _StepState((g.label,), STATE_HOLD) for b, g in plan.groups.items()
         }
+        for spec in plan.stages:
+            if spec.stateful:
+                self._steps[_stateful_id(spec)] = _StepState((stateful_label(spec),), TIMER_HOLD)
+            elif spec.residual_inputs:
+                self._steps[_sdf_id(spec)] = _StepState(tuple(sdf_labels(spec)), ESTIMATOR_HOLD)
+        labels = {label for step in self._steps.values() for label in step.labels}
+        self._upstream_steps = {label: _ancestors(watermarks, label) & labels for label in labels}
+        held = (st for b, st in self._steps.items() if not b.startswith(b"group:"))
+        self._held = sorted({label for st in held for label in st.labels})
         self._components = spark_context.broadcast(plan.components)
         self._infos: dict[str, list[Any]] = defaultdict(list)
         self.batches_run = 0
@@ -202,7 +237,7 @@ class StreamingDriver:
     def stop(self, drain: bool = False) -> None:
         """Stop at the next batch boundary; with ``drain`` (or ``--drain``), first run a
         last batch with every source's watermark at ``MAX_TIMESTAMP`` (the sources read
-        no more; every pending window fires)."""
+        no more, the unbounded reads drop their residuals; every pending window fires)."""
         self.drain = self.drain or drain
         self._stop.set()
 
@@ -217,8 +252,21 @@ class StreamingDriver:
         infinity (Beam's runners report "pipeline stall")."""
         tracker = self.watermarks.tracker
         return any(
-            tracker.output_watermark(g.label) < MAX_TIMESTAMP for g in self._plan.groups.values()
+            tracker.output_watermark(label) < MAX_TIMESTAMP
+            for step in self._steps.values()
+            for label in step.labels
         )
+
+    @property
+    def residuals(self) -> list[Residual]:
+        """The unbounded reads' pending residuals (their positions) after the last batch."""
+        return [
+            r
+            for step in self._steps.values()
+            for s in step.summaries
+            if isinstance(s, SourceSummary)
+            for r in s.residuals
+        ]
 
     def run(self, job_group: str) -> None:
         """Run batches until the sources end (or ``max_batches``, or :meth:`stop`), the
@@ -226,25 +274,52 @@ class StreamingDriver:
         self._sc.setJobGroup(job_group, "Beam pipeline on PySparkRunner (streaming)", True)
         try:
             start = self._restore()
+            number = start.number if start is not None else 0
             for batch in schedule(self._sources, self._impulses, start):
-                stopping = self._stop.is_set() or (
-                    self._max_batches is not None and self.batches_run >= self._max_batches
-                )
-                if stopping:
-                    if self.drain:
-                        sources = [*self._sources, *self._impulses]
-                        self._run_batch(last_batch(Batch(batch.number), sources, ()))
-                        self.batches_run += 1
-                        self.drained = True
+                if not self._run_one(batch):
                     return
-                self._run_batch(batch)
-                self.batches_run += 1
+                number = batch.number + 1
+            while self.residuals:  # unbounded reads go on until they end or are stopped
+                self._wait_for_residuals()
+                if not self._run_one(Batch(number)):
+                    return
+                number += 1
         finally:
             self._release()
 
+    def _run_one(self, batch: Batch) -> bool:
+        """Run ``batch`` unless the run is stopped (``max_batches`` counts this process's
+        batches, so a restart runs that many more); whether the run goes on. A stop with
+        ``drain`` runs one last batch instead, every source at ``MAX_TIMESTAMP``."""
+        stopping = self._stop.is_set() or (
+            self._max_batches is not None and self.batches_run >= self._max_batches
+        )
+        if stopping:
+            if self.drain:
+                self._drop_residuals()
+                sources = [*self._sources, *self._impulses]
+                self._run_batch(last_batch(Batch(batch.number), sources, ()))
+                self.batches_run += 1
+                self.drained = True
+            return False
+        self._run_batch(batch)
+        self.batches_run += 1
+        return True
+
+    def _drop_residuals(self) -> None:
+        """A drain stops the unbounded reads: their residuals and estimator holds go."""
+        holds: dict[tuple[str, str], int | None] = {}
+        for step in self._steps.values():
+            if step.hold_name == ESTIMATOR_HOLD:
+                step.summaries = []
+                holds.update({(label, ESTIMATOR_HOLD): None for label in step.labels})
+        if holds:
+            self.watermarks.tracker.apply(holds=holds)
+
     def _restore(self) -> Position | None:
         """Take up the checkpoint's last commit (None without one): clock, watermarks,
-        metrics and each GroupByKey's state; the sources' position to resume from."""
+        metrics, each keyed step's state and summaries (an unbounded read's residuals are
+        its summaries); the sources' position to resume from."""
         commit = self._checkpoint.latest if self._checkpoint else None
         if commit is None:
             return None
@@ -253,11 +328,21 @@ class StreamingDriver:
         self.watermarks = pickle.loads(commit.watermarks)
         for stage, infos in commit.metrics.items():
             self._infos[stage] = [metrics_pb2.MonitoringInfo.FromString(i) for i in infos]
-        for buffer, state in self._groups.items():
-            state.step = self._checkpoint.restored(self._sc, buffer)
-            state.summaries = self._checkpoint.summaries(buffer) or []
+        for step_id, state in self._steps.items():
+            if state.hold_name != ESTIMATOR_HOLD:  # an SDF's step keeps no state records
+                state.step = self._checkpoint.restored(self._sc, step_id)
+            state.summaries = self._checkpoint.summaries(step_id) or []
         _LOG.info("resuming after batch %d from %s", commit.batch, self._checkpoint.directory)
         return commit.position
+
+    def _wait_for_residuals(self) -> None:
+        """With a real clock, wait (at most ``_MAX_WAIT``) until a residual may resume."""
+        if self._test_clock:
+            self.clock = max(self.clock, min(r.resume_at for r in self.residuals))
+            return
+        wait = min(r.resume_at for r in self.residuals) - _now()
+        if wait > 0:
+            self._stop.wait(min(wait, _MAX_WAIT) / 1e6)
 
     # -- one batch -----------------------------------------------------------------------
 
@@ -275,14 +360,14 @@ class StreamingDriver:
         run = _BatchRun(
             batch,
             clock_before,
-            {g.label: tracker.input_watermark(g.label) for g in self._plan.groups.values()},
+            {label: tracker.input_watermark(label) for label in self._upstream_steps},
         )
         watermarks = dict(batch.watermarks)
         if batch.number == 0:
             # an Impulse has sent its one element once the first batch ran
             watermarks.update(dict.fromkeys(self._impulses, MAX_TIMESTAMP))
-        if watermarks:
-            tracker.apply(source_watermarks=watermarks)
+        in_flight = {(label, IN_FLIGHT): tracker.output_watermark(label) for label in self._held}
+        tracker.apply(source_watermarks=watermarks, holds=in_flight)
         started = time.perf_counter()
         jobs = self._jobs
         if self._sinks:
@@ -294,6 +379,7 @@ class StreamingDriver:
         finally:
             for rdd in run.persisted:
                 rdd.unpersist(blocking=False)
+        tracker.apply(holds=dict.fromkeys(in_flight))  # steps that did not run
         self.watermarks.record(self.clock)
         if self._sinks:
             self._sinks.commit(batch.number)
@@ -308,41 +394,133 @@ class StreamingDriver:
         )
 
     def _commit(self, batch: Batch) -> None:
-        assert self._checkpoint is not None and batch.position is not None
+        """Commit ``batch`` to the checkpoint: every keyed step's summaries (an unbounded
+        read's residuals among them); a batch past the schedule (residuals only) keeps the
+        finished position."""
+        assert self._checkpoint is not None
+        position = batch.position or Position(batch.number + 1, {}, finished=True)
         infos = self.monitoring_infos
         self._infos = defaultdict(list, infos)  # consolidated: a commit's size stays flat
         self._checkpoint.commit(
             batch.number,
-            batch.position,
+            position,
             self.clock,
             self.watermarks,
-            {buffer: state.summaries for buffer, state in self._groups.items()},
+            {step_id: state.summaries for step_id, state in self._steps.items()},
             infos,
         )
 
     def _run_stage(self, spec: StageSpec, run: _BatchRun) -> None:
-        """Add the stage's RDD for this batch (none when all its inputs are empty)."""
+        """Add the stage's RDD for this batch (none when all its inputs are empty and it
+        has nothing due)."""
         tagged = []
         for transform_id, buffer in spec.inputs.items():
             rdd = self._input(spec, transform_id, buffer, run)
             if rdd is not None:
                 tagged.append(rdd.map(functools.partial(_tag, transform_id)))
+        if spec.stateful:
+            self._stateful_stage(spec, tagged, run)
+            return
+        if spec.residual_inputs:
+            self._sdf_stage(spec, tagged, run)
+            return
         if not tagged:
             return
         rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
         task = functools.partial(_nonempty_stage_task, spec, self._plan.job_id, self._components)
         if self._sinks:
-            output = rdd.mapPartitionsWithIndex(
-                self._sinks.task(run.batch.number, spec.name, task)
-            ).persist()
+            sink_task = self._sinks.task(run.batch.number, spec.name, task)
+            self._outputs(spec, rdd.mapPartitionsWithIndex(sink_task).persist(), run)
         else:
-            output = rdd.mapPartitions(task).persist()
-        run.persisted.append(output)
+            self._outputs(spec, rdd.mapPartitions(task).persist(), run)
+
+    def _outputs(self, spec: StageSpec, output: Any, run: _BatchRun, kept: bool = False) -> None:
+        """Register a stage's output RDD: its metrics pending, its buffers; released after
+        the batch unless ``kept`` (a stateful step's, holding its state for the next)."""
+        if not kept:
+            run.persisted.append(output)
         run.pending.append(output.filter(_is_metrics).map(functools.partial(_named, spec.name)))
         for buffer in set(spec.outputs.values()):
             run.buffers[buffer].append(
                 output.filter(functools.partial(_is_buffer, buffer)).values()
             )
+
+    def _times(self, step: _StepState, run: _BatchRun) -> BatchTimes:
+        """The times of a keyed step for this batch, once its upstream steps synced."""
+        (label,) = step.labels
+        if run.unsynced & self._upstream_steps[label]:
+            self._sync(run)  # its input watermark depends on their holds
+        tracker = self.watermarks.tracker
+        before = run.inputs_before.get(label, tracker.input_watermark(label))
+        after = tracker.input_watermark(label)
+        hold = step.hold()
+        output_before = before if hold is None else min(before, hold)
+        return BatchTimes(before, after, output_before, run.clock_before, self.clock)
+
+    def _with_state(self, step: _StepState, keyed: Any) -> Any:
+        """The step's state records (if any) and its keyed input (if any), partitioned
+        alike: each task gets its partition's state and keys."""
+        parts = [] if step.step is None else [step.step.filter(_is_state)]
+        if keyed is not None:
+            parts.append(keyed)
+        # RDD.union of two RDDs with one partitioner keeps it: the state is not moved
+        rdd = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
+        return rdd.partitionBy(self._partitions, partition_of)
+
+    def _idle(self, step: _StepState) -> None:
+        """A held step that does not run in this batch: its output may move at once."""
+        self.watermarks.tracker.apply(holds={(label, IN_FLIGHT): None for label in step.labels})
+
+    def _stateful_stage(self, spec: StageSpec, tagged: list[Any], run: _BatchRun) -> None:
+        """A stateful stage's batch (:mod:`.keyed_state`): its keyed input and its
+        partitions' state records, partitioned alike, one task per partition."""
+        step_id = _stateful_id(spec)
+        step = self._steps[step_id]
+        times = self._times(step, run)
+        if not tagged and not step.due(times.input_after, self.clock):
+            self._idle(step)
+            return
+        job, components = self._plan.job_id, self._components
+        keyed = None
+        if tagged:
+            rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
+            keyed = rdd.flatMap(functools.partial(_key_tagged, spec, job, components))
+        rdd = self._with_state(step, keyed)
+        task = functools.partial(_keyed_task, stateful_batch, spec, job, components, times)
+        if self._checkpoint is not None:
+            task = self._checkpoint.saving(step_id, run.batch.number, task)
+        out = rdd.mapPartitionsWithIndex(task, preservesPartitioning=True).persist()
+        out.localCheckpoint()  # cut the lineage to the previous batches once computed
+        run.steps[step_id] = out
+        run.unsynced.update(step.labels)
+        run.pending.append(out.filter(_is_summary).map(functools.partial(_named, step_id)))
+        self._outputs(spec, out, run, kept=True)
+
+    def _sdf_stage(self, spec: StageSpec, tagged: list[Any], run: _BatchRun) -> None:
+        """An unbounded SDF stage's batch (:mod:`.unbounded`): new restrictions and the
+        residuals due by now, one bundle per partition; the rest wait on the driver."""
+        step_id = _sdf_id(spec)
+        step = self._steps[step_id]
+        residuals = [r for s in step.summaries for r in s.residuals]
+        due = [r for r in residuals if r.resume_at <= self.clock]
+        waiting = tuple(r for r in residuals if r.resume_at > self.clock)
+        if due:
+            parts = max(1, min(self._partitions, len(due)))
+            records = [(r.input_id, r.element) for r in due]
+            tagged = [*tagged, self._sc.parallelize(records, parts)]
+        if not tagged:
+            self._idle(step)
+            return
+        rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
+        task = functools.partial(_sdf_task, spec, self._plan.job_id, self._components, self.clock)
+        if self._checkpoint is not None:
+            self._checkpoint.keeping(step_id, run.batch.number)
+        out = rdd.mapPartitions(task).persist()
+        run.steps[step_id] = None
+        run.carried[step_id] = SourceSummary(waiting)
+        run.unsynced.update(step.labels)
+        run.pending.append(out.filter(_is_summary).map(functools.partial(_named, step_id)))
+        self._outputs(spec, out, run)
 
     def _input(self, spec: StageSpec, transform_id: str, buffer: bytes, run: _BatchRun) -> Any:
         """This batch's RDD of chunks for one data input of a stage, None when empty."""
@@ -377,35 +555,20 @@ class StreamingDriver:
         """The RDD of the GroupByKey of ``buffer`` for this batch (its output chunks), or
         None when it has no input and nothing due."""
         group: GroupSpec = self._plan.groups[buffer]
-        state = self._groups[buffer]
+        state = self._steps[buffer]
         label = group.label
-        if run.unsynced & self._upstream_groups[label]:
-            self._sync(run)  # its input watermark depends on their holds
-        tracker = self.watermarks.tracker
-        before = run.inputs_before.get(label, tracker.input_watermark(label))
-        after = tracker.input_watermark(label)
+        times = self._times(state, run)
         chunks = run.buffers.get(buffer)
-        if not chunks and not state.due(after, self.clock):
+        if not chunks and not state.due(times.input_after, self.clock):
             return None
-        hold = state.hold()
-        times = BatchTimes(
-            before,
-            after,
-            before if hold is None else min(before, hold),
-            run.clock_before,
-            self.clock,
-        )
         job, components = self._plan.job_id, self._components
-        parts = []
-        if state.step is not None:
-            parts.append(state.step.filter(_is_state))
+        keyed = None
         if chunks:
             raw = chunks[0] if len(chunks) == 1 else self._sc.union(chunks)
             keyed = raw.flatMap(functools.partial(_keyed, group, job, components))
-            parts.append(keyed.partitionBy(self._partitions, partition_of))
-        rdd = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
-        rdd = rdd.partitionBy(self._partitions, partition_of)
-        task = functools.partial(_group_task, group, job, components, times)
+            keyed = keyed.partitionBy(self._partitions, partition_of)
+        rdd = self._with_state(state, keyed)
+        task = functools.partial(_keyed_task, group_batch, group, job, components, times)
         if self._checkpoint is not None:
             task = self._checkpoint.saving(buffer, run.batch.number, task)
         out = rdd.mapPartitionsWithIndex(task, preservesPartitioning=True).persist()
@@ -428,7 +591,7 @@ class StreamingDriver:
             label = f"(batch {run.batch.number})"
             raise PipelineFailedError(label, python_error_message(err)) from None
         run.pending = []
-        summaries: dict[bytes, list[GroupSummary]] = defaultdict(list)
+        summaries: dict[bytes, list[Any]] = defaultdict(list)
         for name, blob in records:
             if isinstance(name, bytes):
                 summaries[name].append(pickle.loads(blob))
@@ -437,20 +600,25 @@ class StreamingDriver:
                 response = beam_fn_api_pb2.ProcessBundleResponse.FromString(summary.metrics)
                 self._infos[name].extend(response.monitoring_infos)
         holds: dict[tuple[str, str], int | None] = {}
-        for buffer, step in run.steps.items():
-            state = self._groups[buffer]
+        for step_id, step in run.steps.items():
+            state = self._steps[step_id]
             if state.step is not None:
                 state.step.unpersist(blocking=False)
             state.step = step
-            state.summaries = summaries[buffer]
-            holds[self._plan.groups[buffer].label, STATE_HOLD] = state.hold()
+            state.summaries = summaries[step_id]
+            if step_id in run.carried:
+                state.summaries.append(run.carried.pop(step_id))
+            for label in state.labels:
+                holds[label, state.hold_name] = state.hold()
+                if label in self._held:
+                    holds[label, IN_FLIGHT] = None
         run.steps = {}
         run.unsynced = set()
         if holds:
             self.watermarks.tracker.apply(holds=holds)
 
     def _release(self) -> None:
-        for state in self._groups.values():
+        for state in self._steps.values():
             if state.step is not None:
                 state.step.unpersist(blocking=False)
         self._components.destroy()
@@ -466,8 +634,9 @@ class _BatchRun:
     buffers: dict[bytes, list[Any]] = field(default_factory=lambda: defaultdict(list))
     pending: list[Any] = field(default_factory=list)  # RDDs of (name, summary) records
     persisted: list[Any] = field(default_factory=list)
-    steps: dict[bytes, Any] = field(default_factory=dict)  # group steps not yet computed
+    steps: dict[bytes, Any] = field(default_factory=dict)  # keyed steps not yet computed
     unsynced: set[str] = field(default_factory=set)
+    carried: dict[bytes, SourceSummary] = field(default_factory=dict)  # waiting residuals
 
 
 def _ancestors(watermarks: PipelineWatermarks, label: str) -> set[str]:
@@ -484,6 +653,14 @@ def _ancestors(watermarks: PipelineWatermarks, label: str) -> set[str]:
 
 def _now() -> int:
     return time.time_ns() // 1000
+
+
+def _stateful_id(spec: StageSpec) -> bytes:
+    return b"stateful:" + spec.name.encode()
+
+
+def _sdf_id(spec: StageSpec) -> bytes:
+    return b"sdf:" + spec.name.encode()
 
 
 # Task functions: module level, so that Spark pickles them without the driver.
@@ -523,15 +700,24 @@ def _is_output(record: tuple[Any, bytes]) -> bool:
     return record[0] == OUTPUT
 
 
-def _group_task(
-    group: GroupSpec,
+def _keyed_task(
+    batch: Any,
+    spec: GroupSpec | StageSpec,
     job_id: str,
     components: Any,
     times: BatchTimes,
     index: int,
     records: Iterable[Any],
 ) -> Iterator[Any]:
-    return group_batch(group, job_id, components.value, times, index, records)
+    """A keyed step's partition: ``batch`` is :func:`group_batch` or
+    :func:`stateful_batch`."""
+    return batch(spec, job_id, components.value, times, index, records)
+
+
+def _sdf_task(
+    spec: StageSpec, job_id: str, components: Any, clock: int, records: Iterable[Any]
+) -> Iterator[Any]:
+    return sdf_batch(spec, job_id, components.value, clock, records)
 
 
 def _window_elements(

@@ -33,7 +33,7 @@ def start_streaming(
     if options.checkpoint_dir is not None:
         checkpoint = open_checkpoint(options.checkpoint_dir, pipeline_shape(pipeline), partitions)
     prepared, sources = streaming_proto(pipeline)
-    plan = plan_pipeline(prepared)
+    plan = plan_pipeline(prepared, stateful_roots=True)
     driver = StreamingDriver(
         spark_context,
         plan,

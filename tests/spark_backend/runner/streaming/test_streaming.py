@@ -1,8 +1,6 @@
 """PySparkRunner --streaming: sources and watermarks, GroupByKey/Combine against Beam's
 BundleBasedDirectRunner, the deliberate divergence, stopping, and the refusals."""
 
-# ruff: noqa: B008
-
 from __future__ import annotations
 
 from typing import Any
@@ -14,7 +12,6 @@ from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.runner import PipelineState
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import trigger, window
-from apache_beam.transforms.userstate import BagStateSpec
 from apache_beam.utils.timestamp import Timestamp
 
 from spark_backend.runner import UnsupportedTransformError
@@ -175,16 +172,13 @@ def test_test_stream_in_batch_is_refused_as_streaming_only() -> None:
         run_refused(lambda p: one_stream(p) | beam.Map(str))
 
 
-class _Stateful(beam.DoFn):
-    BAG = BagStateSpec("bag", beam.coders.VarIntCoder())
+def test_side_input_in_streaming_is_refused_naming_it() -> None:
+    def build(p: beam.Pipeline) -> None:
+        side = beam.pvalue.AsList(p | "side" >> beam.Create([1]))
+        one_stream(p) | "Keep" >> beam.Map(lambda kv, s: kv, side)
 
-    def process(self, kv: Any, bag: Any = beam.DoFn.StateParam(BAG)) -> Any:
-        yield kv
-
-
-def test_stateful_dofn_in_streaming_is_refused_naming_it() -> None:
-    with pytest.raises(UnsupportedTransformError, match=r"'Keep'.*stateful DoFns"):
-        run_refused(lambda p: one_stream(p) | "Keep" >> beam.ParDo(_Stateful()), "--streaming")
+    with pytest.raises(UnsupportedTransformError, match=r"'Keep'.*side inputs"):
+        run_refused(build, "--streaming")
 
 
 @pytest.mark.parametrize(

@@ -122,3 +122,127 @@ def test_pipeline_graph_has_the_test_stream_as_source_and_reads_its_events() -> 
     # Combine.PerKey opened: its GroupByKey is a transform of its own
     assert "sum/GroupByKey" in graph.order
     assert graph.upstream("show") == ("sum/Combine/ParDo(CombineValuesDoFn)",)
+
+
+# -- a stateful stage's task, without Spark ----------------------------------------------
+
+
+class _Sums(beam.DoFn):
+    """Adds each value to a bag and sets an event-time timer at 10 s; on firing, emits
+    the bag's sum at the timer's timestamp."""
+
+    from apache_beam.transforms import userstate as _us
+
+    BAG = _us.BagStateSpec("bag", beam.coders.VarIntCoder())
+    AT = _us.TimerSpec("at", _us.TimeDomain.WATERMARK)
+
+    def process(
+        self,
+        kv,  # type: ignore[no-untyped-def]
+        bag=beam.DoFn.StateParam(BAG),  # noqa: B008
+        at=beam.DoFn.TimerParam(AT),  # noqa: B008
+    ):
+        bag.add(kv[1])
+        at.set(beam.utils.timestamp.Timestamp(seconds=10))
+        return iter(())
+
+    @_us.on_timer(AT)
+    def fire(self, key=beam.DoFn.KeyParam, bag=beam.DoFn.StateParam(BAG)):  # noqa: B008
+        yield (key, sum(bag.read()))
+
+
+def test_stateful_task_keeps_state_and_timers_in_one_pickled_record_per_partition() -> None:
+    """Two batches of one partition through ``stateful_batch`` with Beam's SDK worker:
+    the state record of the first (one pickle) restores bag and timer in the second;
+    the hold is the pending timer's until it fires when the watermark reaches it."""
+    import pickle
+
+    from apache_beam.portability.api import beam_fn_api_pb2
+    from apache_beam.transforms.window import GlobalWindow
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    from spark_backend.runner.bundles import METRICS
+    from spark_backend.runner.plan import plan_pipeline
+    from spark_backend.runner.streaming.grouping import SUMMARY, BatchTimes
+    from spark_backend.runner.streaming.keyed_state import PartitionState, stateful_batch
+    from spark_backend.runner.task_context import coder
+
+    p = beam.Pipeline()
+    (
+        p
+        | BeamTestStream().add_elements([("k", 1)])
+        | beam.Map(lambda kv: kv).with_output_types(tuple[str, int])
+        | "Sums" >> beam.ParDo(_Sums())
+        | beam.WindowInto(beam.transforms.window.FixedWindows(60))
+        | beam.GroupByKey()  # a data output of the stage, to read its elements
+    )
+    proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
+    prepared, _ = streaming_proto(proto)
+    plan = plan_pipeline(prepared, stateful_roots=True)
+    (spec,) = [s for s in plan.stages if s.stateful]
+    (input_id,) = spec.inputs
+    element_coder = coder(plan.job_id, plan.components, spec.input_coders[input_id])
+    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(spec.descriptor)
+    (out_id,) = spec.outputs
+    port = beam_fn_api_pb2.RemoteGrpcPort.FromString(descriptor.transforms[out_id].spec.payload)
+    out_coder = coder(plan.job_id, plan.components, port.coder_id)
+
+    def element(value: int) -> tuple[bytes, tuple[str, bytes]]:
+        wv = WindowedValue(
+            ("k", value), beam.utils.timestamp.Timestamp(seconds=value), (GlobalWindow(),)
+        )
+        return b"k", (input_id, element_coder.get_impl().encode_nested(wv))
+
+    def run(times: BatchTimes, records: list) -> dict:
+        out: dict = {"outputs": [], "state": None}
+        for key, value in stateful_batch(spec, plan.job_id, plan.components, times, 0, records):
+            if isinstance(key, int):
+                out["state"] = value
+            elif key == SUMMARY:
+                out["summary"] = pickle.loads(value)
+            elif key != METRICS:
+                out["outputs"] += [v.value for v in out_coder.get_impl().decode_all(value)]
+        return out
+
+    s = 1_000_000
+    first = run(BatchTimes(0, 5 * s, 0, 0, 0), [element(1), element(2)])
+    assert first["outputs"] == []
+    assert isinstance(pickle.loads(first["state"]), PartitionState)
+    assert first["summary"].hold == 10 * s and first["summary"].next_watermark_timer == 10 * s
+    second = run(BatchTimes(5 * s, 10 * s, 5 * s, 0, 0), [(0, first["state"]), element(4)])
+    assert second["outputs"] == [("k", 7)]  # 1 + 2 restored from the record, + 4
+    assert second["summary"].hold is None and second["summary"].fired == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    timers=st.lists(
+        st.tuples(st.integers(0, 20), st.integers(0, 20), st.booleans(), st.sampled_from("fg")),
+        max_size=12,
+    ),
+    watermark=st.integers(0, 20),
+    clock=st.integers(0, 20),
+)
+def test_due_timers_fire_in_fire_then_setting_order_and_only_when_due(
+    timers: list[tuple[int, int, bool, str]], watermark: int, clock: int
+) -> None:
+    """``keyed_state._rounds``: a round fires exactly the timers due (event time against
+    the input watermark, processing time against the clock), sorted by fire timestamp
+    then by when their slot was first set, one bundle per run of one family."""
+    from spark_backend.runner.streaming.grouping import BatchTimes
+    from spark_backend.runner.streaming.keyed_state import PartitionState, PendingTimer, _rounds
+
+    state = PartitionState()
+    for i, (fire, hold, event_time, family) in enumerate(timers):
+        slot = ("t", family, bytes([i]))
+        state.timers[slot] = PendingTimer(fire, hold, event_time, bytes([i]), i)
+    pending = dict(state.timers)
+    fired = [0]
+    rounds = list(_rounds(None, state, [], BatchTimes(0, watermark, 0, 0, clock), fired))  # type: ignore[arg-type]
+    order = [t for r in rounds for chunk in r.timers.values() for t in chunk]
+    due = [t for t in pending.values() if t.fire <= (watermark if t.event_time else clock)]
+    expected = sorted(due, key=lambda t: (t.fire, t.order))
+    assert order == [t.encoded[0] for t in expected]
+    assert all(len(r.timers) == 1 for r in rounds)  # one family per bundle
+    assert fired == [len(due)]
+    assert set(state.timers.values()) == set(pending.values()) - set(due)
