@@ -487,6 +487,8 @@ class StreamingDriver:
             keyed = rdd.flatMap(functools.partial(_key_tagged, spec, job, components))
         rdd = self._with_state(step, keyed)
         task = functools.partial(_keyed_task, stateful_batch, spec, job, components, times)
+        if self._sinks:  # a sink fused after the stateful DoFn writes in this stage
+            task = self._sinks.keyed_task(run.batch.number, spec.name, task)
         if self._checkpoint is not None:
             task = self._checkpoint.saving(step_id, run.batch.number, task)
         out = rdd.mapPartitionsWithIndex(task, preservesPartitioning=True).persist()
@@ -515,7 +517,12 @@ class StreamingDriver:
         task = functools.partial(_sdf_task, spec, self._plan.job_id, self._components, self.clock)
         if self._checkpoint is not None:
             self._checkpoint.keeping(step_id, run.batch.number)
-        out = rdd.mapPartitions(task).persist()
+        if self._sinks:  # a sink fused after the read writes in this stage
+            out = rdd.mapPartitionsWithIndex(
+                self._sinks.task(run.batch.number, spec.name, task)
+            ).persist()
+        else:
+            out = rdd.mapPartitions(task).persist()
         run.steps[step_id] = None
         run.carried[step_id] = SourceSummary(waiting)
         run.unsynced.update(step.labels)

@@ -56,6 +56,14 @@ class BatchSinks:
         name = hashlib.sha1(stage.encode("utf-8")).hexdigest()[:12]
         return functools.partial(_announced, number, name, task)
 
+    def keyed_task(
+        self, number: int, stage: str, task: Callable[[int, Iterable[Any]], Iterable[Any]]
+    ) -> Any:
+        """:meth:`task` for a task that takes the partition's index too (a stateful
+        stage's, whose state is kept by partition)."""
+        name = hashlib.sha1(stage.encode("utf-8")).hexdigest()[:12]
+        return functools.partial(_announced_keyed, number, name, task)
+
     def commit(self, number: int) -> None:
         """Move batch ``number``'s staged files into ``DIR/batch-N/``, atomically."""
         for directory in self.directories:
@@ -82,3 +90,14 @@ def _announced(
 ) -> Iterator[Any]:
     with in_batch(number, f"{stage}-{index:05d}"):
         yield from task(records)
+
+
+def _announced_keyed(
+    number: int,
+    stage: str,
+    task: Callable[[int, Iterable[Any]], Iterable[Any]],
+    index: int,
+    records: Iterable[Any],
+) -> Iterator[Any]:
+    with in_batch(number, f"{stage}-{index:05d}"):
+        yield from task(index, records)
