@@ -21,11 +21,16 @@ from spark_backend.session import parse_conf
 
 __all__ = [
     "DEFAULT_MASTER",
+    "TEST_STREAM_BATCHES",
     "PySparkRunnerOptions",
     "SparkTarget",
     "spark_target",
     "streaming_option",
+    "stream_batching",
 ]
+
+#: What one micro-batch takes from a TestStream (``--test_stream_batches``).
+TEST_STREAM_BATCHES: Final[tuple[str, ...]] = ("event", "instant")
 
 #: The master used when neither --spark_master nor --spark_master_url is given.
 DEFAULT_MASTER: Final[str] = "local[*]"
@@ -46,7 +51,8 @@ _MASTER_FORMS: Final[tuple[re.Pattern[str], ...]] = tuple(
 
 class PySparkRunnerOptions(PipelineOptions):
     """``--spark_master``, repeatable ``--spark_conf KEY=VALUE``, and (with Beam's
-    ``--streaming``) ``--max_batches N``."""
+    ``--streaming``) ``--max_batches N``, ``--key_partitions N`` and
+    ``--test_stream_batches event|instant``."""
 
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
@@ -75,6 +81,14 @@ class PySparkRunnerOptions(PipelineOptions):
             default=None,
             help="With --streaming: how many Spark partitions hold each GroupByKey's "
             "keys and state (N >= 1; default: the SparkContext's default parallelism).",
+        )
+        parser.add_argument(
+            "--test_stream_batches",
+            choices=TEST_STREAM_BATCHES,
+            default="event",
+            help="With --streaming: what one micro-batch takes from a TestStream: one "
+            "event (default), or every event of one processing time, in the order Beam "
+            "would run them (instant).",
         )
 
 
@@ -146,3 +160,14 @@ def streaming_option(options: PipelineOptions, name: str) -> int | None:
     if value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
     return value
+
+
+def stream_batching(options: PipelineOptions) -> str:
+    """``--test_stream_batches`` checked: one of :data:`TEST_STREAM_BATCHES` (ValueError
+    names the option and the choices)."""
+    value = options.view_as(PySparkRunnerOptions).test_stream_batches
+    if value not in TEST_STREAM_BATCHES:
+        raise ValueError(
+            f"test_stream_batches must be one of {', '.join(TEST_STREAM_BATCHES)}, got {value!r}"
+        )
+    return str(value)

@@ -16,7 +16,12 @@ from apache_beam.runners.runner import PipelineRunner
 from apache_beam.transforms import environments
 
 from spark_backend.runner.executor import StageExecutor
-from spark_backend.runner.options import SparkTarget, spark_target, streaming_option
+from spark_backend.runner.options import (
+    SparkTarget,
+    spark_target,
+    streaming_option,
+    stream_batching,
+)
 from spark_backend.runner.plan import Plan, plan_pipeline
 from spark_backend.runner.result import PySparkPipelineResult
 from spark_backend.runner.streaming.run import start_streaming
@@ -46,8 +51,13 @@ class PySparkRunner(PipelineRunner):
         streaming = bool(options.view_as(pipeline_options.StandardOptions).streaming)
         batches = streaming_option(options, "max_batches")
         partitions = streaming_option(options, "key_partitions")
+        per_instant = stream_batching(options) == "instant"
         if not streaming:
-            for name, value in (("max_batches", batches), ("key_partitions", partitions)):
+            for name, value in (
+                ("max_batches", batches),
+                ("key_partitions", partitions),
+                ("test_stream_batches", "instant" if per_instant else None),
+            ):
                 if value is not None:
                     raise ValueError(f"--{name} needs --streaming (it is a streaming option)")
         RuntimeValueProvider.set_runtime_options({})
@@ -61,7 +71,9 @@ class PySparkRunner(PipelineRunner):
         )
         check_pipeline(proto, streaming)
         if streaming:
-            return start_streaming(proto, _spark_context(target), batches, partitions)
+            return start_streaming(
+                proto, _spark_context(target), batches, partitions, per_instant
+            )
         plan = plan_pipeline(proto, self.fast_paths)
         result = _start(plan, target)
         result.paths = plan.paths

@@ -84,10 +84,18 @@ class Batch:
     clock_advance: int = 0
 
 
-def schedule(sources: dict[str, TestStreamSource], impulses: Sequence[str]) -> Iterator[Batch]:
+def schedule(
+    sources: dict[str, TestStreamSource], impulses: Sequence[str], per_instant: bool = False
+) -> Iterator[Batch]:
     """The batches the sources send, numbered from 0: the TestStreams take turns (in the
     order of ``sources``), one event each per batch; the Impulses emit in batch 0; a last
-    batch puts every source's watermark at ``MAX_TIMESTAMP``."""
+    batch puts every source's watermark at ``MAX_TIMESTAMP``.
+
+    With ``per_instant``, a turn takes instead the longest run of a TestStream's events
+    that one batch runs exactly as Beam runs them one by one (:func:`_instant`): a
+    processing-time step first, then elements, then watermarks, all at one processing
+    time. A TestStream replaying a trace (:func:`beam_pipelines.teststream.trace_events`)
+    then sends one batch per distinct arrival time."""
     cursors = {label: 0 for label in sources}
     number = 0
     pending: Batch | None = Batch(0, impulses=tuple(impulses)) if impulses or not sources else None
@@ -99,21 +107,47 @@ def schedule(sources: dict[str, TestStreamSource], impulses: Sequence[str]) -> I
             batch = pending or Batch(number)
             batch.source = label
             pending = None
-            kind, payload = sources[label].events[cursors[label]]
-            cursors[label] += 1
-            if kind == ELEMENTS:
-                batch.elements[label] = payload  # type: ignore[assignment]
-            elif kind == WATERMARK:
-                batch.watermarks[label] = payload  # type: ignore[assignment]
-            else:
-                assert kind == PROCESSING_TIME
-                batch.clock_advance = payload  # type: ignore[assignment]
+            source = sources[label]
+            cursor = cursors[label]
+            cursors[label] = _instant(source, cursor) if per_instant else cursor + 1
+            for index in range(cursor, cursors[label]):
+                _add_event(batch, source, index)
             yield batch
             number += 1
     last = pending or Batch(number)
-    last.watermarks.update(dict.fromkeys(sources, MAX_TIMESTAMP))
+    for source in sources.values():
+        last.watermarks.update(dict.fromkeys(source.outputs, MAX_TIMESTAMP))
     last.watermarks.update(dict.fromkeys(impulses, MAX_TIMESTAMP))
     yield last
+
+
+def _instant(source: TestStreamSource, start: int) -> int:
+    """The end of the run of events from ``start`` that one batch takes: at most one
+    processing-time step, first; then elements; then watermarks (elements after a
+    watermark at the same processing time would not be late in one batch, as they are
+    in Beam, so they start the next)."""
+    end = start + 1
+    kinds = [source.events[start][0]]
+    while end < len(source.events):
+        kind = source.events[end][0]
+        if kind == PROCESSING_TIME or (kind == ELEMENTS and WATERMARK in kinds):
+            break
+        kinds.append(kind)
+        end += 1
+    return end
+
+
+def _add_event(batch: Batch, source: TestStreamSource, index: int) -> None:
+    kind, payload = source.events[index]
+    target = source.target(index)
+    if kind == ELEMENTS:
+        sent = batch.elements.get(target, ())
+        batch.elements[target] = sent + payload  # type: ignore[operator]
+    elif kind == WATERMARK:
+        batch.watermarks[target] = payload  # type: ignore[assignment]
+    else:
+        assert kind == PROCESSING_TIME
+        batch.clock_advance += payload  # type: ignore[operator]
 
 
 @dataclass
@@ -149,11 +183,15 @@ class StreamingDriver:
         impulses: set[str],
         partitions: int,
         max_batches: int | None = None,
+        per_instant: bool = False,
     ) -> None:
         self._sc = spark_context
         self._plan = plan
         self.watermarks = watermarks
         self._sources = sources
+        self._per_instant = per_instant
+        #: the TestStream feeding each source transform (one per output tag)
+        self._outputs = {out: s for s in sources.values() for out in s.outputs}
         self._impulses = sorted(impulses)
         self._partitions = max(1, partitions)
         self._max_batches = max_batches
@@ -195,7 +233,7 @@ class StreamingDriver:
         Spark jobs under ``job_group``."""
         self._sc.setJobGroup(job_group, "Beam pipeline on PySparkRunner (streaming)", True)
         try:
-            for batch in schedule(self._sources, self._impulses):
+            for batch in schedule(self._sources, self._impulses, self._per_instant):
                 if self._stop.is_set():
                     return
                 if self._max_batches is not None and batch.number >= self._max_batches:
@@ -269,7 +307,7 @@ class StreamingDriver:
     def _input(self, spec: StageSpec, transform_id: str, buffer: bytes, run: _BatchRun) -> Any:
         """This batch's RDD of chunks for one data input of a stage, None when empty."""
         if buffer == IMPULSE:
-            if transform_id in self._sources:
+            if transform_id in self._outputs:
                 elements = run.batch.elements.get(transform_id)
                 if not elements:
                     return None
@@ -288,7 +326,7 @@ class StreamingDriver:
         self, coder_id: str, label: str, elements: tuple[tuple[bytes, int], ...]
     ) -> Any:
         """A TestStream's elements of this batch, as windowed chunks (encoded in tasks)."""
-        source = self._sources[label]
+        source = self._outputs[label]
         parts = max(1, min(self._partitions, len(elements), _MAX_SOURCE_PARTITIONS))
         encode = functools.partial(
             _window_elements, source.coder_id, coder_id, self._plan.job_id, self._components

@@ -21,9 +21,12 @@ def start_streaming(
     spark_context: Any,
     max_batches: int | None,
     key_partitions: int | None = None,
+    per_instant: bool = False,
 ) -> StreamingPipelineResult:
     """Check ``pipeline`` (a proto the batch checks passed with ``streaming``) for what
-    streaming runs, then start it on ``spark_context`` in a driver thread."""
+    streaming runs, then start it on ``spark_context`` in a driver thread; with
+    ``per_instant`` a batch takes a TestStream's events of one processing time
+    (:func:`~spark_backend.runner.streaming.driver.schedule`)."""
     check_streaming(pipeline)
     prepared, sources = streaming_proto(pipeline)
     plan = plan_pipeline(prepared)
@@ -32,8 +35,9 @@ def start_streaming(
         plan,
         PipelineWatermarks(prepared),
         sources,
-        impulse_labels(prepared) - set(sources),
+        impulse_labels(prepared) - {o for s in sources.values() for o in s.outputs},
         key_partitions or spark_context.defaultParallelism,
         max_batches,
+        per_instant,
     )
     return StreamingPipelineResult(driver, f"beam-{plan.job_id}")
