@@ -25,8 +25,8 @@ __all__ = [
     "PySparkRunnerOptions",
     "SparkTarget",
     "spark_target",
-    "streaming_option",
     "stream_batching",
+    "streaming_option",
 ]
 
 #: What one micro-batch takes from a TestStream (``--test_stream_batches``).

@@ -19,8 +19,8 @@ from spark_backend.runner.executor import StageExecutor
 from spark_backend.runner.options import (
     SparkTarget,
     spark_target,
-    streaming_option,
     stream_batching,
+    streaming_option,
 )
 from spark_backend.runner.plan import Plan, plan_pipeline
 from spark_backend.runner.result import PySparkPipelineResult
@@ -71,9 +71,7 @@ class PySparkRunner(PipelineRunner):
         )
         check_pipeline(proto, streaming)
         if streaming:
-            return start_streaming(
-                proto, _spark_context(target), batches, partitions, per_instant
-            )
+            return start_streaming(proto, _spark_context(target), batches, partitions, per_instant)
         plan = plan_pipeline(proto, self.fast_paths)
         result = _start(plan, target)
         result.paths = plan.paths

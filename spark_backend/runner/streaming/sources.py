@@ -141,8 +141,9 @@ def _test_stream(transform: pb.PTransform) -> TestStreamSource:
             tag = getattr(event, kind).tag
             if tag not in tags:
                 raise UnsupportedTransformError(
-                    label, common_urns.primitives.TEST_STREAM.urn, f"an event for tag {tag!r}, "
-                    f"which is not an output (outputs: {sorted(tags)})"
+                    label,
+                    common_urns.primitives.TEST_STREAM.urn,
+                    f"an event for tag {tag!r}, which is not an output (outputs: {sorted(tags)})",
                 )
             targets.append(output_label(label, tag))
         else:
