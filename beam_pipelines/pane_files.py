@@ -33,6 +33,7 @@ __all__ = [
     "WritePanes",
     "format_micros",
     "pane_row",
+    "part_files",
     "read_panes",
     "sorted_values",
     "write_part",
@@ -165,26 +166,35 @@ class WritePanes(beam.PTransform):
         return pcoll | beam.ParDo(_WritePaneFiles(self._directory, self._grouped))
 
 
-def read_panes(
-    directory: str | os.PathLike[str], stage: str, on_problem: Callable[[str], None] | None = None
-) -> list[PaneRow]:
-    """The panes :class:`WritePanes` wrote for ``stage``, bundles in start order, each
-    content once; a message a bundle recorded (an element that was not a pair) goes to
-    ``on_problem``, else raises ``ValueError``."""
+def part_files(directory: str | os.PathLike[str], stage: str) -> list[tuple[int, list[Any]]]:
+    """Each part file :class:`WritePanes` wrote for ``stage``: its bundle's start (a
+    monotonic clock, ns) and its rows, in start order, each content once (a retried
+    bundle writes the same content again)."""
     folder = Path(directory) / stage
     if not folder.is_dir():
         return []
-    rows: list[PaneRow] = []
+    parts = []
     seen: set[str] = set()
     for path in sorted(p for p in folder.iterdir() if p.suffix == ".panes"):
-        digest = path.stem.split("-", 1)[1]
-        if digest in seen:
-            continue  # a retried bundle wrote the same panes again
-        seen.add(digest)
-        for row in pickle.loads(path.read_bytes()):
+        started, digest = path.stem.split("-", 1)
+        if digest not in seen:
+            seen.add(digest)
+            parts.append((int(started), pickle.loads(path.read_bytes())))
+    return parts
+
+
+def read_panes(
+    directory: str | os.PathLike[str], stage: str, on_problem: Callable[[str], None] | None = None
+) -> list[PaneRow]:
+    """The panes :class:`WritePanes` wrote for ``stage`` (:func:`part_files`' order); a
+    message a bundle recorded (an element that was not a pair) goes to ``on_problem``,
+    else raises ``ValueError``."""
+    rows: list[PaneRow] = []
+    for _, part in part_files(directory, stage):
+        for row in part:
             if isinstance(row, str):
                 if on_problem is None:
-                    raise ValueError(f"{path}: {row}")
+                    raise ValueError(f"stage {stage!r}: {row}")
                 on_problem(row)
             else:
                 rows.append(row)

@@ -48,9 +48,10 @@ Event = tuple[str, object]
 class TestStreamSource:
     """A TestStream of the pipeline: its label, element coder and events (µs).
 
-    ``targets`` gives, for a TestStream of several output tags, the label of the source
-    transform standing for each event's output (see :func:`streaming_proto`); empty for
-    one output, whose events all go to ``label``.
+    For a TestStream of several output tags, ``split`` lists the labels of the source
+    transforms standing for its outputs and ``targets`` gives each event's (see
+    :func:`streaming_proto`); both are empty for one output, whose events all go to
+    ``label``.
     """
 
     __test__ = False  # not a pytest test class
@@ -59,6 +60,7 @@ class TestStreamSource:
     coder_id: str
     events: tuple[Event, ...] = field(default_factory=tuple)
     targets: tuple[str, ...] = ()
+    split: tuple[str, ...] = ()  # the source transforms of its outputs, when several
 
     def target(self, index: int) -> str:
         """The label of the source transform that event ``index`` feeds."""
@@ -67,7 +69,7 @@ class TestStreamSource:
     @property
     def outputs(self) -> tuple[str, ...]:
         """The labels of the source transforms this TestStream feeds."""
-        return tuple(dict.fromkeys(self.targets)) if self.targets else (self.label,)
+        return self.split or (self.label,)
 
 
 def streaming_proto(
@@ -163,8 +165,10 @@ def _test_stream(transform: pb.PTransform) -> TestStreamSource:
         else:
             advance = event.processing_time_event.advance_duration * MICROS_PER_MILLI
             events.append((PROCESSING_TIME, advance))
-    split = len(tags) > 1
-    return TestStreamSource(label, payload.coder_id, tuple(events), tuple(targets) if split else ())
+    if len(tags) == 1:
+        return TestStreamSource(label, payload.coder_id, tuple(events))
+    split = tuple(output_label(label, tag) for tag in sorted(tags))
+    return TestStreamSource(label, payload.coder_id, tuple(events), tuple(targets), split)
 
 
 def _watermark(millis: int) -> int:
