@@ -9,7 +9,11 @@ Architecture (the batch runner's machinery, driven batch by batch)
 2. **Micro-batches** (:mod:`.driver`): under TestStream each event is one batch and a
    test clock starting at 0 moves only by the TestStream's processing-time events
    (whole milliseconds; Beam's AfterProcessingTime takes whole seconds); without one, a
-   real clock. Each batch runs the fused stages on Spark with the batch runner's bundle
+   real clock. With ``--test_stream_batches=instant`` a batch takes every event of one
+   processing time instead (a clock step, then elements, then watermarks: what Beam
+   runs one by one gives the same panes), so a replayed trace runs one batch per
+   distinct arrival time. A TestStream of several output tags is one source per tag
+   (``label[tag]``), each with its own watermark. Each batch runs the fused stages on Spark with the batch runner's bundle
    machinery (:func:`spark_backend.runner.bundles.run_partition`), skipping stages with no
    input.
 3. **GroupByKey and Combine** (:mod:`.grouping`): theory's Beam-exact
@@ -30,8 +34,8 @@ timing); the tracker's, which ``watermarks()`` shows and downstream stages read,
 latched as DESIGN.md says.
 
 Not yet supported (refused before any Spark work, naming the transform): stateful DoFns
-and timers, side inputs, splittable DoFns and unbounded reads, TestStreams with several
-output tags; checkpoints; ``--max_batches`` stops after that many batches.
+and timers, side inputs, splittable DoFns and unbounded reads; checkpoints.
+``--max_batches`` stops after that many batches.
 """
 
 from __future__ import annotations
