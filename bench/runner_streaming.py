@@ -266,7 +266,7 @@ def chapter3_part(args: argparse.Namespace, master: str) -> None:
                 )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = bench_parser(__doc__ or "")
     parser.add_argument("--elements", type=counts, default=[1_000_000])
     parser.add_argument("--keys", type=int, default=1000)
@@ -278,19 +278,26 @@ def main() -> None:
     parser.add_argument("--ch3-users", type=int, default=10_000)
     parser.add_argument("--ch3-step", type=parse_duration, default=parse_duration("60s"))
     parser.add_argument("--watermark", default="bounded:30s")
-    parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--master", default="local[2]", help="Spark master (ignored when a session runs)"
+    )
     parser.add_argument("--skip", choices=["count", "chapter3"], action="append", default=[])
     parser.add_argument("--cpu", action="store_true", help="print the driver's CPU seconds")
     add_seed(parser, 0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     logging.getLogger("spark_backend.runner.streaming.driver").setLevel(logging.WARNING)
     t0 = time.perf_counter()
-    get_session(args.master, {}, app_name="beam-pyspark-runner")
-    print(f"Spark session ({args.master}) started in {time.perf_counter() - t0:.1f} s ({load()})")
+    from pyspark import SparkContext
+
+    running = SparkContext._active_spark_context
+    session = get_session(None if running else args.master, {}, app_name="beam-pyspark-runner")
+    master = session.sparkContext.master
+    print(f"Spark session ({master}) ready in {time.perf_counter() - t0:.1f} s ({load()})")
+    args.master = master
     if "count" not in args.skip:
-        count_part(args, args.master)
+        count_part(args, master)
     if "chapter3" not in args.skip:
-        chapter3_part(args, args.master)
+        chapter3_part(args, master)
 
 
 if __name__ == "__main__":
