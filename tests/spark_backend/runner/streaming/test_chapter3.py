@@ -69,6 +69,8 @@ def spark_run(
             "--streaming",
             "--test_stream_batches",
             "instant",
+            "--key_partitions",
+            "1",
         ]
     )
     return folder / "out", result
