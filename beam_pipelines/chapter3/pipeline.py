@@ -154,10 +154,12 @@ def batch_sources(pipeline: Any, traces: Mapping[str, Trace]) -> dict[str, Any]:
 def streaming_sources(pipeline: Any, traces: Mapping[str, Trace], watermark: str) -> dict[str, Any]:
     """One ``TestStream`` (:data:`TEST_STREAM_LABEL`) replaying both traces by arrival
     time (processing time = ``arrival_time``), an output per source stage, each with the
-    source watermark ``watermark`` (a spec, e.g. ``bounded:30s``) over its own rows."""
+    source watermark ``watermark`` (a spec, e.g. ``bounded:30s``) over its own rows, at
+    ``MAX_TIMESTAMP`` once its last row has arrived (theory's finished bounded source)."""
     both = Trace.concat([traces[name] for name in SOURCE_STAGES])
     tags = [name for name in SOURCE_STAGES for _ in range(len(traces[name]))]
-    outputs = pipeline | TEST_STREAM_LABEL >> from_trace(both, watermark, tags=tags)
+    stream = from_trace(both, watermark, tags=tags, finish=True)
+    outputs = pipeline | TEST_STREAM_LABEL >> stream
     return {name: outputs[name] for name in SOURCE_STAGES}
 
 
