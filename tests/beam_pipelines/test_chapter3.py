@@ -57,9 +57,7 @@ def assert_same_panes(expected: dict[str, list[PaneRow]], output: Path) -> None:
 # ------------------------------------------------------------------ the trace input
 
 
-def test_a_trace_round_trips_in_both_formats(
-    traces: dict[str, Trace], tmp_path: Path
-) -> None:
+def test_a_trace_round_trips_in_both_formats(traces: dict[str, Trace], tmp_path: Path) -> None:
     for suffix in ("parquet", "csv"):
         path = tmp_path / f"t.{suffix}"
         write_chapter3_trace(traces, path)
@@ -185,3 +183,26 @@ def test_streaming_on_the_direct_runner_equals_the_simulation(
     late = expected.result.stages["mobile_sessions"].late_count
     assert late > 0, "the trace should have late data for the comparison to mean much"
     assert_same_panes(expected.panes, tmp_path)
+
+
+def test_a_finished_input_goes_to_the_end_of_time_at_its_last_arrival(
+    traces: dict[str, Trace],
+) -> None:
+    """With ``finish``, each tag's last watermark is MAX_TIMESTAMP, at its own last
+    arrival (as theory's bounded Source); without, no watermark reaches it."""
+    from beam_pipelines.teststream import trace_events
+    from theory.time import MAX_TIMESTAMP
+    from theory.windowing.script import ProcessingTimeEvent, WatermarkEvent
+
+    both = Trace.concat(list(traces.values()))
+    tags = [name for name, t in traces.items() for _ in range(len(t))]
+    for finish in (True, False):
+        now, ends = 0, {}
+        for tag, event in trace_events(both, "bounded:30s", tags, finish=finish):
+            if isinstance(event, ProcessingTimeEvent):
+                now += event.delta
+            elif isinstance(event, WatermarkEvent) and event.watermark == MAX_TIMESTAMP:
+                ends[tag] = now
+        expected = {name: int(t.arrival_time.max()) for name, t in traces.items()}
+        assert ends == (expected if finish else {})
+        assert len(set(expected.values())) == 2  # the two inputs end at different times
