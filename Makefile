@@ -20,8 +20,10 @@ system:
 demo: java $(STAMP)
 	$(VENV)/bin/watermarks demo
 
+# two pytest workers (pytest-xdist), a test file each at a time: a file's module fixtures
+# (a Spark job, a Flink run) run once, and each worker has its own SparkSession
 test: java system $(STAMP)
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check theory beam_pipelines spark_backend tests bench

@@ -308,7 +308,7 @@ def wait_for(predicate: Any, what: str, timeout: float = 15.0) -> None:
 
 def test_seeded_stream_is_safe_on_time_and_close(pubsub_env: Any) -> None:
     clock = OffsetClock()
-    trace = make_trace(seed=7, n=500, pace=5 * MS, start=system_clock() + 50 * MS)
+    trace = make_trace(seed=7, n=500, pace=10 * MS, start=system_clock() + 50 * MS)
     h = Harness(pubsub_env, clock, trace, seed=7)
     h.run(nack_fraction=0.1)  # give back 10% at random: redelivered out of order
 
@@ -318,7 +318,7 @@ def test_seeded_stream_is_safe_on_time_and_close(pubsub_env: Any) -> None:
     assert not h.reader.rpc_errors and not h.consumer.rpc_errors
     assert h.max_delay <= IDLE_LAG  # the cap's assumption held (D = disorder + latency)
     lags = h.check_distance()
-    assert lags.size > 20
+    assert lags.size > 20, lags.size
     # The typical distance is about band + disorder, never the stream's length.
     assert float(np.median(lags)) <= BAND + h.max_delay + WIDTH + 200 * MS
     assert h.wm >= h.et(trace[-1]) - BAND - h.max_delay - WIDTH

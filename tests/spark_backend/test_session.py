@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from spark_backend import session as S
+from spark_backend.pytest_plugin import worker_conf
 
 pytestmark = pytest.mark.slow
 
@@ -21,6 +22,22 @@ def test_session_defaults_and_reuse(spark):
     assert spark.sparkContext.master.startswith("local")
     assert int(conf.get("spark.sql.shuffle.partitions")) <= 2 * (os.cpu_count() or 2)
     assert os.environ["PYSPARK_PYTHON"] == os.environ["PYSPARK_DRIVER_PYTHON"]
+
+
+def test_the_fixtures_session_takes_its_share_of_driver_memory(spark):
+    wanted = worker_conf().get("spark.driver.memory") or S.default_conf("local[*]").get(
+        "spark.driver.memory")
+    assert spark.sparkContext.getConf().get("spark.driver.memory") == wanted
+
+
+def test_xdist_workers_split_the_driver_memory(monkeypatch):
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    monkeypatch.setattr(S, "_total_memory_bytes", lambda: 24 * 1024**3)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    assert worker_conf() == {}
+    for workers, gib in (("1", None), ("2", "6g"), ("3", "4g"), ("64", "1g")):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", workers)
+        assert worker_conf().get("spark.driver.memory") == gib
 
 
 def test_runtime_conf_passes_through_to_the_running_session(spark):
