@@ -121,3 +121,15 @@ def test_every_stage_watermark_series_equals_the_simulation(
                 f"times, first at {times[diff[0]]} µs: spark {got.at(times[diff[0]])}, "
                 f"simulation {want.at(times[diff[0]])}"
             )
+
+
+def _beam_loaded(_: Any) -> Any:
+    import sys
+
+    yield "apache_beam" in sys.modules
+
+
+def test_python_workers_fork_with_beam_imported(spark: Any) -> None:
+    """spark_backend.runner.worker_daemon: a fresh worker has Beam loaded before its first
+    task (it pays no import, which took 10-30 s per worker under load)."""
+    assert spark.sparkContext.parallelize([0], 1).mapPartitions(_beam_loaded).collect() == [True]
