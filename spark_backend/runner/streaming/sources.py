@@ -84,11 +84,11 @@ def streaming_proto(
         if urn == common_urns.primitives.TEST_STREAM.urn:
             sources[transform.unique_name] = _test_stream(transform)
             transform.spec.CopyFrom(pb.FunctionSpec(urn=common_urns.primitives.IMPULSE.urn))
-    for label, source in sources.items():
-        if source.targets:
-            _split_outputs(proto, label)
         elif urn == common_urns.composites.COMBINE_PER_KEY.urn and transform.subtransforms:
             transform.spec.CopyFrom(pb.FunctionSpec())
+    for label, source in sources.items():
+        if source.split:
+            _split_outputs(proto, label)
     return proto, sources
 
 
