@@ -36,7 +36,7 @@ def test_bench_runner_streaming_smoke(spark: Any, capsys: pytest.CaptureFixture[
             "--ch3-users",
             "30",
             "--ch3-step",
-            "120s",
+            "600s",
         ]
     )
     out = capsys.readouterr().out
