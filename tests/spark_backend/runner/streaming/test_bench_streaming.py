@@ -1,7 +1,8 @@
 """bench/runner_streaming.py runs end to end on a small size, in this process on the test
 session's Spark: its figures print, every pane comes within one micro-batch of its
-watermark, streaming counts equal batch counts, and the chapter-3 module's panes equal
-theory.simulate's."""
+watermark, and streaming counts equal batch counts. (Its chapter-3 part is the module
+run that tests/spark_backend/runner/streaming/test_chapter3.py checks; skipped here to
+keep the suite's time.)"""
 
 from __future__ import annotations
 
@@ -31,12 +32,8 @@ def test_bench_runner_streaming_smoke(spark: Any, capsys: pytest.CaptureFixture[
             "1000",
             "--keys",
             "20",
-            "--ch3-events",
-            "300",
-            "--ch3-users",
-            "30",
-            "--ch3-step",
-            "600s",
+            "--skip",
+            "chapter3",
         ]
     )
     out = capsys.readouterr().out
@@ -45,17 +42,3 @@ def test_bench_runner_streaming_smoke(spark: Any, capsys: pytest.CaptureFixture[
     assert "counts identical" in out, out
     latency = re.search(r"pane latency in micro-batches: .* max (-?\d+) \(goal <= 1\)", out)
     assert latency is not None and 0 <= int(latency.group(1)) <= 1, out
-    stages = re.findall(
-        r"^  (\w+) +([\d,]+) panes simulated, +([\d,]+) written, (\d+) "
-        r"missing, (\d+) unexpected$",
-        out,
-        re.M,
-    )
-    assert [s[0] for s in stages] == [
-        "mobile_sessions",
-        "console_sessions",
-        "average_session_length",
-    ], out
-    for _, simulated, written, missing, unexpected in stages:
-        assert simulated == written != "0" and missing == unexpected == "0", out
-    assert re.search(r"PySparkRunner / simulate: \d+x the time", out), out
