@@ -207,7 +207,8 @@ def _is_stall(exc: BaseException) -> bool:
 def run_and_wait(pipeline: beam.Pipeline, *, timeout: float, test_runner_api: bool = True) -> bool:
     """Run ``pipeline`` and wait at most ``timeout`` s (``TimeoutError`` after, the run
     cancelled); whether the runner reported a pipeline stall (some output watermark never
-    reached infinity). Any other failure of the pipeline is raised."""
+    reached infinity: the direct runner raises, PySparkRunner's result has ``stalled``).
+    Any other failure of the pipeline is raised."""
     result = pipeline.run(test_runner_api=test_runner_api)
     box: list[BaseException] = []
 
@@ -230,8 +231,7 @@ def run_and_wait(pipeline: beam.Pipeline, *, timeout: float, test_runner_api: bo
         if not _is_stall(box[0]):
             raise box[0]
         return True
-    return False
-
+    return bool(getattr(result, "stalled", False))  # a runner that reports it on the result
 
 
 Cases = Sequence[tuple[Script | Iterable[Event], WindowingStrategy]]

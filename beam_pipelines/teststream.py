@@ -142,6 +142,8 @@ def trace_events(
     trace: Trace,
     source_watermark: WatermarkSpecs,
     tags: Sequence[Hashable] | np.ndarray | None = None,
+    *,
+    finish: bool = False,
 ) -> list[tuple[Hashable, Event]]:
     """``(tag, event)`` pairs replaying ``trace`` by arrival time (µs, processing time
     from 0), tag ``None`` when ``tags`` is None.
@@ -152,6 +154,8 @@ def trace_events(
     step, each input's elements ``(key, value, event_time)`` arriving then (one event per
     input), then each input's watermark where it advanced, floored to whole milliseconds
     (a lower watermark is always safe). Element event times must be whole milliseconds.
+    With ``finish``, each input's watermark goes to ``MAX_TIMESTAMP`` once its last row
+    has arrived, as a finished bounded source does in ``theory.simulate``.
     """
     if not isinstance(trace, Trace):
         raise TypeError(f"trace must be a theory Trace, got {type(trace).__name__}")
@@ -204,9 +208,11 @@ def trace_events(
                 elements = [(keys[r], values[r], int(trace.event_time[r])) for r in chosen]
                 out.append((tag, ElementEvent(elements)))
                 cursor[tag] = stop
-        for tag, (_, curve) in per_tag.items():
+        for tag, (rows, curve) in per_tag.items():
             w = int(curve.at(t))
             w = w - w % MICROS_PER_MILLI if w < MAX_TIMESTAMP else MAX_TIMESTAMP
+            if finish and cursor[tag] == rows.size:
+                w = MAX_TIMESTAMP
             if w > watermark[tag]:
                 watermark[tag] = w
                 out.append((tag, WatermarkEvent(w)))
@@ -223,11 +229,14 @@ def from_trace(
     trace: Trace,
     source_watermark: WatermarkSpecs,
     tags: Sequence[Hashable] | np.ndarray | None = None,
+    *,
+    finish: bool = False,
 ) -> ts.TestStream:
     """A ``TestStream`` replaying ``trace`` (elements ``(key, value)`` at their event
     times) under ``source_watermark``; with ``tags`` (one per row) it has one output per
-    tag, each with its own watermark (``p | stream`` is then a dict of PCollections)."""
-    pairs = trace_events(trace, source_watermark, tags)
+    tag, each with its own watermark (``p | stream`` is then a dict of PCollections);
+    ``finish``: see :func:`trace_events`."""
+    pairs = trace_events(trace, source_watermark, tags, finish=finish)
     if tags is None:
         return to_test_stream([ev for _, ev in pairs])
     out: list[ts.Event] = []

@@ -16,10 +16,18 @@ missing internal fails loudly, naming it.
 each instant), :meth:`~WatermarkTrace.records` (every change, in order) and
 :meth:`~WatermarkTrace.after_each_event` (the values after each TestStream event, to
 compare with ``theory.run_script``'s per-event arrays).
+
+:func:`run_with_watermarks` runs a pipeline on any runner that shows its watermarks and
+returns them under the pipeline's own labels (its runner-API leaf transforms), so that
+two runners compare label by label: on the direct runner by tracing (its expansions
+mapped back: a ``GroupByKey``'s ``ReifyWindows`` input and ``GroupByWindow`` output, a
+``TestStream``'s ``_WatermarkController``, ``label[tag]`` per output tag of several); on
+a runner whose result has ``watermarks()`` (PySparkRunner ``--streaming``) from there.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,9 +42,12 @@ from theory.time import MIN_TIMESTAMP
 
 __all__ = [
     "SUPPORTED_BEAM",
+    "RunWatermarks",
     "WatermarkRecord",
     "WatermarkTrace",
     "check_beam_version",
+    "pipeline_labels",
+    "run_with_watermarks",
     "trace_watermarks",
 ]
 
@@ -132,6 +143,57 @@ class WatermarkTrace:
                 raise KeyError(f"no transform labelled {label!r}; traced: {sorted(snap)}")
             out.append(snap[label])
         return out
+
+
+#: A run's watermarks: per transform label, its (input, output) watermark as step
+#: series over processing time (µs).
+RunWatermarks = dict[str, tuple[StepSeries, StepSeries]]
+
+_CONTROLLER = re.compile(r"(.*)/_WatermarkController(\[.*\])?")
+
+
+def pipeline_labels(trace: WatermarkTrace) -> RunWatermarks:
+    """The traced series under the pipeline's own labels (see the module docstring)."""
+    inputs: dict[str, StepSeries] = {}
+    outputs: dict[str, StepSeries] = {}
+    for label in trace.labels():
+        input_wm, output_wm = trace.series(label)
+        controller = _CONTROLLER.fullmatch(label)
+        if controller:  # a TestStream output: its watermark is the controller's output
+            name = controller.group(1) + (controller.group(2) or "")
+            inputs[name] = outputs[name] = output_wm
+        elif label.endswith("/ReifyWindows"):
+            inputs[label.rsplit("/", 1)[0]] = input_wm
+        elif label.endswith("/GroupByWindow"):
+            outputs[label.rsplit("/", 1)[0]] = output_wm
+        elif not label.endswith(("/_TestStream", "/GroupByKey")):
+            inputs[label], outputs[label] = input_wm, output_wm
+    return {label: (inputs[label], outputs[label]) for label in inputs if label in outputs}
+
+
+def run_with_watermarks(pipeline: Any) -> tuple[Any, RunWatermarks]:
+    """Run ``pipeline`` to its end on its runner; its result and every transform's
+    watermarks by label (see the module docstring). ``TypeError`` for a runner that
+    shows none."""
+    from apache_beam.runners.direct.direct_runner import (
+        BundleBasedDirectRunner,
+        SwitchingDirectRunner,
+    )
+
+    if isinstance(pipeline.runner, (BundleBasedDirectRunner, SwitchingDirectRunner)):
+        with trace_watermarks() as trace:
+            result = pipeline.run()
+            result.wait_until_finish()
+        return result, pipeline_labels(trace)
+    result = pipeline.run()
+    result.wait_until_finish()
+    shown = getattr(result, "watermarks", None)
+    if not callable(shown):
+        raise TypeError(
+            f"{type(pipeline.runner).__name__} shows no watermarks: run_with_watermarks "
+            "takes Beam's direct runners or a runner whose result has watermarks()"
+        )
+    return result, {label: (s["input"], s["output"]) for label, s in shown().items()}
 
 
 def _full_label(label: str) -> str:

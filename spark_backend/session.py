@@ -157,6 +157,8 @@ def default_conf(master: str) -> dict[str, str]:
         # Parquet ns timestamps (pyarrow's default unit) as longs, floored to µs by the
         # trace reader; without it Spark refuses them ([PARQUET_TYPE_ILLEGAL])
         "spark.sql.legacy.parquet.nanosAsLong": "true",
+        # Python workers fork from a daemon that has Beam imported already
+        "spark.python.daemon.module": "spark_backend.runner.worker_daemon",
     }
     if _is_local(master):
         cores = os.cpu_count() or 2

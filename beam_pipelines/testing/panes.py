@@ -19,114 +19,27 @@ whole milliseconds.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Hashable, Iterable, Iterator
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
-from apache_beam.transforms import window as bw
-from apache_beam.utils.windowed_value import PaneInfoTiming
+from apache_beam.runners.direct.direct_runner import (
+    BundleBasedDirectRunner,
+    SwitchingDirectRunner,
+)
 
 from beam_pipelines.beam_runner import quiet, run_and_wait
 from beam_pipelines.convert import beam_windowing, to_theory
+from beam_pipelines.pane_files import PaneRow, WritePanes, format_micros, read_panes, sorted_values
 from beam_pipelines.teststream import to_test_stream
-from theory.time import MAX_TIMESTAMP, MICROS_PER_SECOND, MIN_TIMESTAMP, format_timestamp
+from theory.time import MICROS_PER_MILLI, MICROS_PER_SECOND
 from theory.windowing.runner import run_script
 from theory.windowing.script import Event, ProcessingTimeEvent, Script
 from theory.windowing.strategy import TimestampCombiner, WindowingStrategy
-from theory.windowing.windows import GLOBAL_WINDOW
 
 __all__ = ["PaneRow", "assert_panes", "check_beam_limits"]
-
-#: Where the capturing DoFn puts each run's panes (the direct runner runs in-process).
-_SINK: dict[str, list[PaneRow | str]] = {}
-
-
-@dataclass(frozen=True)
-class PaneRow:
-    """One pane as compared: window ``[start, end)`` and timestamp in µs."""
-
-    key: Hashable
-    start: int
-    end: int
-    timestamp: int
-    timing: str
-    index: int
-    is_first: bool
-    is_last: bool
-    value: Any
-
-    def where(self) -> tuple[str, int, int]:
-        return (repr(self.key), self.start, self.end)
-
-    def line(self) -> str:
-        return (
-            f"key={self.key!r} window=[{_t(self.start)}, {_t(self.end)}) "
-            f"timestamp={_t(self.timestamp)} {self.timing} index={self.index} "
-            f"first={self.is_first} last={self.is_last} value={self.value!r}"
-        )
-
-
-def _t(micros: int) -> str:
-    """µs as seconds (``12.5s``) near the epoch, else ISO-8601; ``±inf`` at the ends."""
-    if micros <= MIN_TIMESTAMP or micros >= MAX_TIMESTAMP:
-        return format_timestamp(micros)
-    if abs(micros) < 10**6 * 86_400 * 365:
-        seconds = f"{micros / MICROS_PER_SECOND:.6f}".rstrip("0").rstrip(".")
-        return f"{seconds}s"
-    return format_timestamp(micros)
-
-
-def _sorted_values(values: Iterable[Any]) -> list[Any]:
-    items = list(values)
-    try:
-        return sorted(items)
-    except TypeError:
-        return sorted(items, key=repr)
-
-
-class _Capture(beam.DoFn):
-    """Appends each output pane to ``_SINK[run_id]``."""
-
-    def __init__(self, run_id: str, grouped: bool) -> None:
-        self.run_id = run_id
-        self.grouped = grouped
-
-    def process(
-        self,
-        element: Any,
-        window: Any = beam.DoFn.WindowParam,
-        timestamp: Any = beam.DoFn.TimestampParam,
-        pane: Any = beam.DoFn.PaneInfoParam,
-    ) -> Iterator[None]:
-        sink = _SINK.get(self.run_id)
-        if sink is None:
-            return iter(())
-        if not isinstance(element, tuple) or len(element) != 2:
-            sink.append(f"the transform output {element!r}, not a (key, value) pair")
-            return iter(())
-        key, value = element
-        if isinstance(window, bw.GlobalWindow):
-            start, end = GLOBAL_WINDOW.start, GLOBAL_WINDOW.end
-        else:
-            start, end = int(window.start.micros), int(window.end.micros)
-        sink.append(
-            PaneRow(
-                key,
-                start,
-                end,
-                int(timestamp.micros),
-                PaneInfoTiming.to_string(pane.timing),
-                int(pane.index),
-                bool(pane.is_first),
-                bool(pane.is_last),
-                _sorted_values(value) if self.grouped else value,
-            )
-        )
-        return iter(())
 
 
 def check_beam_limits(script: Script, strategy: WindowingStrategy) -> None:
@@ -142,7 +55,10 @@ def check_beam_limits(script: Script, strategy: WindowingStrategy) -> None:
 
 
 def _model_rows(
-    script: Script, strategy: WindowingStrategy, combine: Callable[[list[Any]], Any] | None
+    script: Script,
+    strategy: WindowingStrategy,
+    combine: Callable[[list[Any]], Any] | None,
+    whole_ms: bool = False,
 ) -> tuple[list[PaneRow], bool]:
     result = run_script(script, strategy)
     rows = []
@@ -153,15 +69,26 @@ def _model_rows(
                 p.key,
                 int(p.window.start),
                 int(p.window.end),
-                int(p.timestamp),
+                _whole_ms(int(p.timestamp)) if whole_ms else int(p.timestamp),
                 p.timing.value,
                 int(p.index),
                 bool(p.is_first),
                 bool(p.is_last),
-                _sorted_values(values) if combine is None else combine(values),
+                sorted_values(values) if combine is None else combine(values),
             )
         )
     return rows, bool(result.stalled)
+
+
+def _whole_ms(micros: int) -> int:
+    """``micros`` as Beam's timestamp coder carries it: floored to whole milliseconds."""
+    return micros - micros % MICROS_PER_MILLI
+
+
+def _in_process(runner: Any) -> bool:
+    """Whether ``runner`` is one of Beam's direct runners, which pass elements between
+    transforms without encoding them (exact µs timestamps)."""
+    return runner is None or isinstance(runner, (BundleBasedDirectRunner, SwitchingDirectRunner))
 
 
 def _beam_rows(
@@ -172,8 +99,6 @@ def _beam_rows(
     grouped: bool,
     timeout: float,
 ) -> tuple[list[PaneRow], bool]:
-    run_id = uuid.uuid4().hex
-    _SINK[run_id] = []
     options = PipelineOptions([], allow_unsafe_triggers=strategy.allow_unsafe_triggers)
     options.view_as(StandardOptions).streaming = True
     if runner is None:
@@ -181,22 +106,21 @@ def _beam_rows(
     test_runner_api = strategy.timestamp_combiner is not (
         TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED
     )
-    try:
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="assert-panes-") as directory:
         with quiet():
             pipeline = beam.Pipeline(runner=runner, options=options)
             _ = (
                 pipeline
                 | "TestStream" >> to_test_stream(script)
                 | "YourTransform" >> transform
-                | "CapturePanes" >> beam.ParDo(_Capture(run_id, grouped))
+                | "CapturePanes" >> WritePanes(directory, "panes", grouped)
             )
             stalled = run_and_wait(pipeline, timeout=timeout, test_runner_api=test_runner_api)
-    finally:
-        captured = _SINK.pop(run_id, [])
-    problems = [c for c in captured if isinstance(c, str)]
+        rows = read_panes(directory, "panes", problems.append)
     if problems:
         raise AssertionError(f"assert_panes: {problems[0]}")
-    return [c for c in captured if isinstance(c, PaneRow)], stalled
+    return rows, stalled
 
 
 def _diff(model: list[PaneRow], actual: list[PaneRow]) -> tuple[list[PaneRow], list[PaneRow]]:
@@ -232,7 +156,13 @@ def assert_panes(
     """Run ``transform`` on a TestStream of ``script`` (streaming, on ``runner``, by
     default a ``BundleBasedDirectRunner``) and assert its panes equal theory's engine's
     under ``strategy`` (see the module docstring). Returns the panes (in Beam's output
-    order); on a difference, the ``AssertionError`` lists the panes pane by pane."""
+    order); on a difference, the ``AssertionError`` lists the panes pane by pane.
+
+    ``runner`` may be any streaming runner, e.g. ``spark_backend.PySparkRunner()``:
+    panes come back through files (:class:`~beam_pipelines.pane_files.WritePanes`). A
+    runner other than Beam's direct runners encodes elements between stages, and Beam's
+    timestamp coder keeps whole milliseconds, so the model's pane timestamps are then
+    compared floored to whole milliseconds."""
     if not isinstance(transform, beam.PTransform):
         raise TypeError(f"transform must be a Beam PTransform, got {transform!r}")
     if not isinstance(script, Script):
@@ -242,7 +172,7 @@ def assert_panes(
     if combine is not None and not callable(combine):
         raise TypeError(f"combine must be a function of a pane's values, got {combine!r}")
     check_beam_limits(script, strategy)
-    model, model_stalled = _model_rows(script, strategy, combine)
+    model, model_stalled = _model_rows(script, strategy, combine, not _in_process(runner))
     actual, beam_stalled = _beam_rows(transform, script, strategy, runner, combine is None, timeout)
     only_model, only_beam = _diff(model, actual)
     lines = []
@@ -264,8 +194,8 @@ def assert_panes(
         wrong = [w for w in a if a[w] != b.get(w)]
         for w in wrong[:3]:
             lines.append(
-                f"panes of key={w[0]} window=[{_t(w[1])}, {_t(w[2])}) come in another order: "
-                f"model indexes {a[w]}, beam {b.get(w)}"
+                f"panes of key={w[0]} window=[{format_micros(w[1])}, {format_micros(w[2])}) "
+                f"come in another order: model indexes {a[w]}, beam {b.get(w)}"
             )
     if model_stalled != beam_stalled:
         lines.append(

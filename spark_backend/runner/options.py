@@ -22,13 +22,18 @@ from spark_backend.session import parse_conf
 
 __all__ = [
     "DEFAULT_MASTER",
+    "TEST_STREAM_BATCHES",
     "PySparkRunnerOptions",
     "SparkTarget",
     "StreamingOptions",
     "spark_target",
+    "stream_batching",
     "streaming_option",
     "streaming_options",
 ]
+
+#: What one micro-batch takes from a TestStream (``--test_stream_batches``).
+TEST_STREAM_BATCHES: Final[tuple[str, ...]] = ("event", "instant")
 
 #: The master used when neither --spark_master nor --spark_master_url is given.
 DEFAULT_MASTER: Final[str] = "local[*]"
@@ -49,8 +54,8 @@ _MASTER_FORMS: Final[tuple[re.Pattern[str], ...]] = tuple(
 
 class PySparkRunnerOptions(PipelineOptions):
     """``--spark_master``, repeatable ``--spark_conf KEY=VALUE``, and (with Beam's
-    ``--streaming``) ``--max_batches N``, ``--key_partitions N``, ``--checkpoint_dir DIR``
-    and ``--drain``."""
+    ``--streaming``) ``--max_batches N``, ``--key_partitions N``, ``--checkpoint_dir DIR``,
+    ``--drain`` and ``--test_stream_batches event|instant``."""
 
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
@@ -94,6 +99,14 @@ class PySparkRunnerOptions(PipelineOptions):
             help="With --streaming: when the run stops (--max_batches, or the result's "
             "drain()), the sources stop reading, every watermark goes to +inf and every "
             "pending window fires before the run ends.",
+        )
+        parser.add_argument(
+            "--test_stream_batches",
+            choices=TEST_STREAM_BATCHES,
+            default="event",
+            help="With --streaming: what one micro-batch takes from a TestStream: one "
+            "event (default), or every event of one processing time, in the order Beam "
+            "would run them (instant).",
         )
 
 
@@ -167,6 +180,17 @@ def streaming_option(options: PipelineOptions, name: str) -> int | None:
     return value
 
 
+def stream_batching(options: PipelineOptions) -> str:
+    """``--test_stream_batches`` checked: one of :data:`TEST_STREAM_BATCHES` (ValueError
+    names the option and the choices)."""
+    value = options.view_as(PySparkRunnerOptions).test_stream_batches
+    if value not in TEST_STREAM_BATCHES:
+        raise ValueError(
+            f"test_stream_batches must be one of {', '.join(TEST_STREAM_BATCHES)}, got {value!r}"
+        )
+    return str(value)
+
+
 @dataclass(frozen=True)
 class StreamingOptions:
     """The streaming options, checked (None: not given)."""
@@ -175,6 +199,7 @@ class StreamingOptions:
     key_partitions: int | None = None
     checkpoint_dir: str | None = None
     drain: bool = False
+    test_stream_batches: str | None = None  # "instant", or None for one event a batch
 
     def given(self) -> list[str]:
         """The names of the options given (to refuse them without ``--streaming``)."""
@@ -196,4 +221,5 @@ def streaming_options(options: PipelineOptions) -> StreamingOptions:
         streaming_option(options, "key_partitions"),
         directory,
         bool(ours.drain),
+        "instant" if stream_batching(options) == "instant" else None,
     )

@@ -12,7 +12,7 @@ import contextlib
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final, Literal
 
@@ -243,8 +243,11 @@ def write_file_atomically(path: str | os.PathLike[str], data: bytes) -> None:
         raise
 
 
-def write_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
-    """Write ``trace`` to Parquet or CSV (by suffix), atomically.
+def write_trace(
+    trace: Trace, path: str | os.PathLike[str], extra: Mapping[str, pa.Array] | None = None
+) -> None:
+    """Write ``trace`` to Parquet or CSV (by suffix), atomically; ``extra`` columns (one
+    value per row, e.g. a chapter-3 trace's ``platform``) are written after the trace's.
 
     The data goes to a temporary file in the same directory, then ``os.replace`` moves it
     into place, so readers see the old file or the new one, never a partial one; on
@@ -253,6 +256,8 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
     p = Path(path)
     fmt = trace_format(p)
     table = trace.to_arrow()
+    for name, column in (extra or {}).items():
+        table = table.append_column(name, column)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     os.close(fd)
     try:

@@ -11,6 +11,8 @@ watermark, discarding), reduced to their session length, flattened, and averaged
 
 from __future__ import annotations
 
+from typing import Any
+
 from theory.data.generators import game_sessions_trace
 from theory.data.trace import Trace
 from theory.pipeline.processing import INSTANT, Processing
@@ -69,10 +71,11 @@ def pipeline(
     )
 
 
-def traces(events: int, seed: int = 0) -> dict[str, Trace]:
-    """Seeded mobile and console traces, ``events`` in all, split evenly."""
+def traces(events: int, seed: int = 0, **params: Any) -> dict[str, Trace]:
+    """Seeded mobile and console traces, ``events`` in all, split evenly; ``params`` go
+    to both generators (:class:`~theory.data.specs.SessionSpec`'s fields, e.g. ``users``)."""
     half = events // 2
     return {
-        "mobile_in": game_sessions_trace(events - half, seed=seed, platform="mobile"),
-        "console_in": game_sessions_trace(half, seed=seed + 1, platform="console"),
+        "mobile_in": game_sessions_trace(events - half, seed=seed, platform="mobile", **params),
+        "console_in": game_sessions_trace(half, seed=seed + 1, platform="console", **params),
     }

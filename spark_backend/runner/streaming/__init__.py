@@ -9,9 +9,13 @@ Architecture (the batch runner's machinery, driven batch by batch)
 2. **Micro-batches** (:mod:`.driver`): under TestStream each event is one batch and a
    test clock starting at 0 moves only by the TestStream's processing-time events
    (whole milliseconds; Beam's AfterProcessingTime takes whole seconds); without one, a
-   real clock. Each batch runs the fused stages on Spark with the batch runner's bundle
-   machinery (:func:`spark_backend.runner.bundles.run_partition`), skipping stages with no
-   input.
+   real clock. With ``--test_stream_batches=instant`` a batch takes every event of one
+   processing time instead (a clock step, then elements, then watermarks: what Beam
+   runs one by one gives the same panes), so a replayed trace runs one batch per
+   distinct arrival time. A TestStream of several output tags is one source per tag
+   (``label[tag]``), each with its own watermark. Each batch runs the fused stages on
+   Spark with the batch runner's bundle machinery
+   (:func:`spark_backend.runner.bundles.run_partition`), skipping stages with no input.
 3. **GroupByKey and Combine** (:mod:`.grouping`): theory's Beam-exact
    :class:`~theory.windowing.engine.GroupByWindowEngine` runs inside Spark tasks, one per
    key partition, its state kept between batches in a persisted key-partitioned RDD. The
@@ -66,10 +70,9 @@ there; timers and their outputs carry whole milliseconds (Beam's timer coder).
 
 Not yet supported (refused before any Spark work, naming the transform): side inputs,
 ``Read`` (a splittable DoFn reads instead), map and multimap state, a splittable DoFn
-with state, TestStreams with several output tags, Beam's batch file sink
-(``iobase.Write``). A splittable DoFn must checkpoint itself: the runner does not split
-a running bundle. User state is not garbage-collected when its window expires (nor on
-BundleBasedDirectRunner).
+with state, Beam's batch file sink (``iobase.Write``). A splittable DoFn must checkpoint
+itself: the runner does not split a running bundle. User state is not garbage-collected
+when its window expires (nor on BundleBasedDirectRunner).
 """
 
 from __future__ import annotations

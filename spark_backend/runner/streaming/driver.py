@@ -88,8 +88,12 @@ __all__ = ["Batch", "StreamingDriver", "last_batch", "schedule"]
 
 _LOG = logging.getLogger(__name__)
 
-#: Elements of one source in one batch go to at most this many partitions.
+#: Elements of one source in one batch go to at most this many partitions, and each
+#: partition gets at least ``_MIN_SOURCE_CHUNK`` of them: a partition is a Python task in
+#: every stage the batch runs, so a small batch in many partitions costs far more tasks
+#: than elements (measured: a 600-event chapter-3 batch ran 40+ tasks).
 _MAX_SOURCE_PARTITIONS: Final[int] = 8
+_MIN_SOURCE_CHUNK: Final[int] = 20_000
 
 #: The hold of a stateful or splittable DoFn while its batch runs: its output watermark
 #: stays where it was until its tasks report their timers' or residuals' holds.
@@ -113,16 +117,29 @@ class Batch:
 
 
 def schedule(
-    sources: dict[str, TestStreamSource], impulses: Sequence[str], start: Position | None = None
+    sources: dict[str, TestStreamSource],
+    impulses: Sequence[str],
+    start: Position | None = None,
+    per_instant: bool = False,
 ) -> Iterator[Batch]:
     """The batches the sources send, numbered from 0 (or from ``start``, the position a
     checkpoint committed): the TestStreams take turns (in the order of ``sources``), one
     event each per batch; the Impulses emit in batch 0; a last batch puts every source's
-    watermark at ``MAX_TIMESTAMP``. Each batch carries the position after it."""
+    watermark at ``MAX_TIMESTAMP``. Each batch carries the position after it: each
+    TestStream's next event and the turns it had.
+
+    With ``per_instant``, a turn takes instead the longest run of a TestStream's events
+    that one batch runs exactly as Beam runs them one by one (:func:`_instant`): a
+    processing-time step first, then elements, then watermarks, all at one processing
+    time. A TestStream replaying a trace (:func:`beam_pipelines.teststream.trace_events`)
+    then sends one batch per distinct arrival time."""
     start = start or Position(0)
     if start.finished:
         return
-    cursors = {label: int(start.sources.get(label, 0)) for label in sources}
+    cursors: dict[str, int] = {}
+    turns: dict[str, int] = {}
+    for label in sources:
+        cursors[label], turns[label] = start.sources.get(label, (0, 0))
     number = start.number
     first = number == 0 and (impulses or not sources)
     pending: Batch | None = Batch(0, impulses=tuple(impulses)) if first else None
@@ -130,25 +147,24 @@ def schedule(
         live = [s for s in sources if cursors[s] < len(sources[s].events)]
         if not live:
             break
-        # a turn goes round the live streams in order: the next is the first one behind
-        low = min(cursors[s] for s in live)
-        label = next(s for s in live if cursors[s] == low)
+        # a turn goes round the live streams in order: the next is the first one that had
+        # the fewest turns
+        low = min(turns[s] for s in live)
+        label = next(s for s in live if turns[s] == low)
         batch = pending or Batch(number)
         batch.source = label
         pending = None
-        kind, payload = sources[label].events[cursors[label]]
-        cursors[label] += 1
-        if kind == ELEMENTS:
-            batch.elements[label] = payload  # type: ignore[assignment]
-        elif kind == WATERMARK:
-            batch.watermarks[label] = payload  # type: ignore[assignment]
-        else:
-            assert kind == PROCESSING_TIME
-            batch.clock_advance = payload  # type: ignore[assignment]
+        source = sources[label]
+        cursor = cursors[label]
+        cursors[label] = _instant(source, cursor) if per_instant else cursor + 1
+        turns[label] += 1
+        for index in range(cursor, cursors[label]):
+            _add_event(batch, source, index)
         number += 1
-        batch.position = Position(number, dict(cursors))
+        batch.position = Position(number, {s: (cursors[s], turns[s]) for s in sources})
         yield batch
-    yield last_batch(pending or Batch(number), sources, impulses)
+    outputs = [out for source in sources.values() for out in source.outputs]
+    yield last_batch(pending or Batch(number), outputs, impulses)
 
 
 def last_batch(batch: Batch, sources: Iterable[str], impulses: Iterable[str]) -> Batch:
@@ -158,6 +174,35 @@ def last_batch(batch: Batch, sources: Iterable[str], impulses: Iterable[str]) ->
     batch.watermarks.update(dict.fromkeys(impulses, MAX_TIMESTAMP))
     batch.position = Position(batch.number + 1, {}, finished=True)
     return batch
+
+
+def _instant(source: TestStreamSource, start: int) -> int:
+    """The end of the run of events from ``start`` that one batch takes: at most one
+    processing-time step, first; then elements; then watermarks (elements after a
+    watermark at the same processing time would not be late in one batch, as they are
+    in Beam, so they start the next)."""
+    end = start + 1
+    kinds = [source.events[start][0]]
+    while end < len(source.events):
+        kind = source.events[end][0]
+        if kind == PROCESSING_TIME or (kind == ELEMENTS and WATERMARK in kinds):
+            break
+        kinds.append(kind)
+        end += 1
+    return end
+
+
+def _add_event(batch: Batch, source: TestStreamSource, index: int) -> None:
+    kind, payload = source.events[index]
+    target = source.target(index)
+    if kind == ELEMENTS:
+        sent = batch.elements.get(target, ())
+        batch.elements[target] = sent + payload  # type: ignore[operator]
+    elif kind == WATERMARK:
+        batch.watermarks[target] = payload  # type: ignore[assignment]
+    else:
+        assert kind == PROCESSING_TIME
+        batch.clock_advance += payload  # type: ignore[operator]
 
 
 @dataclass
@@ -200,11 +245,15 @@ class StreamingDriver:
         checkpoint: CheckpointStore | None = None,
         sinks: BatchSinks | None = None,
         drain: bool = False,
+        per_instant: bool = False,
     ) -> None:
         self._sc = spark_context
         self._plan = plan
         self.watermarks = watermarks
         self._sources = sources
+        self._per_instant = per_instant
+        #: the TestStream feeding each source transform (one per output tag)
+        self._stream_of = {out: s for s in sources.values() for out in s.outputs}
         self._impulses = sorted(impulses)
         self._partitions = max(1, partitions)
         self._max_batches = max_batches
@@ -275,7 +324,7 @@ class StreamingDriver:
         try:
             start = self._restore()
             number = start.number if start is not None else 0
-            for batch in schedule(self._sources, self._impulses, start):
+            for batch in schedule(self._sources, self._impulses, start, self._per_instant):
                 if not self._run_one(batch):
                     return
                 number = batch.number + 1
@@ -297,7 +346,7 @@ class StreamingDriver:
         if stopping:
             if self.drain:
                 self._drop_residuals()
-                sources = [*self._sources, *self._impulses]
+                sources = [*self._stream_of, *self._impulses]
                 self._run_batch(last_batch(Batch(batch.number), sources, ()))
                 self.batches_run += 1
                 self.drained = True
@@ -532,7 +581,7 @@ class StreamingDriver:
     def _input(self, spec: StageSpec, transform_id: str, buffer: bytes, run: _BatchRun) -> Any:
         """This batch's RDD of chunks for one data input of a stage, None when empty."""
         if buffer == IMPULSE:
-            if transform_id in self._sources:
+            if transform_id in self._stream_of:
                 elements = run.batch.elements.get(transform_id)
                 if not elements:
                     return None
@@ -551,8 +600,9 @@ class StreamingDriver:
         self, coder_id: str, label: str, elements: tuple[tuple[bytes, int], ...]
     ) -> Any:
         """A TestStream's elements of this batch, as windowed chunks (encoded in tasks)."""
-        source = self._sources[label]
-        parts = max(1, min(self._partitions, len(elements), _MAX_SOURCE_PARTITIONS))
+        source = self._stream_of[label]
+        wanted = -(-len(elements) // _MIN_SOURCE_CHUNK)
+        parts = max(1, min(self._partitions, wanted, _MAX_SOURCE_PARTITIONS))
         encode = functools.partial(
             _window_elements, source.coder_id, coder_id, self._plan.job_id, self._components
         )

@@ -11,10 +11,11 @@ elements without moving the state (:func:`group_batch`).
 The driver hands every task the same :class:`BatchTimes`: the input watermark before and
 after the batch, the output watermark at its start (computed from every partition's hold,
 so a partition's engine decides holds and pane timing with the stage's watermark, not its
-own), and processing time before and after. A task then, in this order: adds the batch's
-elements (one engine batch), advances the input watermark, advances processing time; the
-panes fired go out encoded as Beam's GroupByKey output (``KV<K, Iterable<V>>`` with the
-pane's window, timestamp and PaneInfo). Keys and values stay encoded inside the engine.
+own), and processing time before and after. A task then, in this order: advances
+processing time, adds the batch's elements (one engine batch), advances the input
+watermark; the panes fired go out encoded as Beam's GroupByKey output
+(``KV<K, Iterable<V>>`` with the pane's window, timestamp and PaneInfo). Keys and
+values stay encoded inside the engine.
 """
 
 from __future__ import annotations
@@ -121,7 +122,10 @@ def group_batch(
     if engine is None:
         engine = GroupByWindowEngine(theory_strategy_of(group, job_id, components))
         engine.processing_time = times.clock_before
-    panes = _advance(engine, times.input_before, times.clock_before)
+    # A batch starts with its clock step (a TestStream's processing-time event comes
+    # before the elements and watermarks of its instant), then its elements, then its
+    # watermark: processing-time timers due by then fire before the elements are added.
+    panes = _advance(engine, times.input_before, times.clock_after)
     if encoded:
         panes += _add(engine, group, job_id, components, keys, encoded, times.output_before)
     panes += _advance(engine, times.input_after, times.clock_after)

@@ -25,7 +25,9 @@ def start_streaming(
 ) -> StreamingPipelineResult:
     """Check ``pipeline`` (a proto the batch checks passed with ``streaming``) for what
     streaming runs, and its checkpoint directory if any, then start it on
-    ``spark_context`` in a driver thread."""
+    ``spark_context`` in a driver thread; with ``--test_stream_batches instant`` a batch
+    takes a TestStream's events of one processing time
+    (:func:`~spark_backend.runner.streaming.driver.schedule`)."""
     options = options or StreamingOptions()
     check_streaming(pipeline)
     partitions = options.key_partitions or spark_context.defaultParallelism
@@ -39,11 +41,12 @@ def start_streaming(
         plan,
         PipelineWatermarks(prepared),
         sources,
-        impulse_labels(prepared) - set(sources),
+        impulse_labels(prepared) - {o for s in sources.values() for o in s.outputs},
         partitions,
         options.max_batches,
         checkpoint=checkpoint,
         sinks=BatchSinks(pipeline),
         drain=options.drain,
+        per_instant=options.test_stream_batches == "instant",
     )
     return StreamingPipelineResult(driver, f"beam-{plan.job_id}")

@@ -30,6 +30,7 @@ __all__ = [
     "WATERMARK",
     "TestStreamSource",
     "impulse_labels",
+    "output_label",
     "streaming_proto",
 ]
 
@@ -45,13 +46,30 @@ Event = tuple[str, object]
 
 @dataclass(frozen=True)
 class TestStreamSource:
-    """A TestStream of the pipeline: its label, element coder and events (µs)."""
+    """A TestStream of the pipeline: its label, element coder and events (µs).
+
+    For a TestStream of several output tags, ``split`` lists the labels of the source
+    transforms standing for its outputs and ``targets`` gives each event's (see
+    :func:`streaming_proto`); both are empty for one output, whose events all go to
+    ``label``.
+    """
 
     __test__ = False  # not a pytest test class
 
     label: str
     coder_id: str
     events: tuple[Event, ...] = field(default_factory=tuple)
+    targets: tuple[str, ...] = ()
+    split: tuple[str, ...] = ()  # the source transforms of its outputs, when several
+
+    def target(self, index: int) -> str:
+        """The label of the source transform that event ``index`` feeds."""
+        return self.targets[index] if self.targets else self.label
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The labels of the source transforms this TestStream feeds."""
+        return self.split or (self.label,)
 
 
 def streaming_proto(
@@ -68,6 +86,9 @@ def streaming_proto(
             transform.spec.CopyFrom(pb.FunctionSpec(urn=common_urns.primitives.IMPULSE.urn))
         elif urn == common_urns.composites.COMBINE_PER_KEY.urn and transform.subtransforms:
             transform.spec.CopyFrom(pb.FunctionSpec())
+    for label, source in sources.items():
+        if source.split:
+            _split_outputs(proto, label)
     return proto, sources
 
 
@@ -80,22 +101,55 @@ def impulse_labels(pipeline: pb.Pipeline) -> set[str]:
     }
 
 
+def output_label(label: str, tag: str) -> str:
+    """The label of the source transform standing for output ``tag`` of the TestStream
+    ``label`` when it has several outputs."""
+    return f"{label}[{tag}]"
+
+
+def _split_outputs(proto: pb.Pipeline, label: str) -> None:
+    """Make the TestStream ``label`` (already an Impulse) a composite of one Impulse per
+    output tag, each labelled :func:`output_label`."""
+    transforms = proto.components.transforms
+    (transform_id,) = (i for i, t in transforms.items() if t.unique_name == label)
+    transform = transforms[transform_id]
+    transform.spec.CopyFrom(pb.FunctionSpec())
+    for tag, pcollection in sorted(transform.outputs.items()):
+        sub_id = f"{transform_id}[{tag}]"
+        transforms[sub_id].CopyFrom(
+            pb.PTransform(
+                unique_name=output_label(label, tag),
+                spec=pb.FunctionSpec(urn=common_urns.primitives.IMPULSE.urn),
+                outputs={tag: pcollection},
+                environment_id=transform.environment_id,
+            )
+        )
+        transform.subtransforms.append(sub_id)
+
+
 def _test_stream(transform: pb.PTransform) -> TestStreamSource:
     label = transform.unique_name
-    if len(transform.outputs) != 1:
-        raise UnsupportedTransformError(
-            label,
-            common_urns.primitives.TEST_STREAM.urn,
-            f"{len(transform.outputs)} output tags; PySparkRunner reads one per TestStream",
-        )
+    tags = set(transform.outputs)
     payload = proto_utils.parse_Bytes(transform.spec.payload, pb.TestStreamPayload)
     if payload.endpoint.url:
         raise UnsupportedTransformError(
             label, common_urns.primitives.TEST_STREAM.urn, "a TestStream service endpoint"
         )
     events: list[Event] = []
+    targets: list[str] = []
     for event in payload.events:
         kind = event.WhichOneof("event")
+        if kind in ("element_event", "watermark_event"):
+            tag = getattr(event, kind).tag
+            if tag not in tags:
+                raise UnsupportedTransformError(
+                    label,
+                    common_urns.primitives.TEST_STREAM.urn,
+                    f"an event for tag {tag!r}, which is not an output (outputs: {sorted(tags)})",
+                )
+            targets.append(output_label(label, tag))
+        else:
+            targets.append(label)
         if kind == "element_event":
             events.append(
                 (
@@ -111,7 +165,10 @@ def _test_stream(transform: pb.PTransform) -> TestStreamSource:
         else:
             advance = event.processing_time_event.advance_duration * MICROS_PER_MILLI
             events.append((PROCESSING_TIME, advance))
-    return TestStreamSource(label, payload.coder_id, tuple(events))
+    if len(tags) == 1:
+        return TestStreamSource(label, payload.coder_id, tuple(events))
+    split = tuple(output_label(label, tag) for tag in sorted(tags))
+    return TestStreamSource(label, payload.coder_id, tuple(events), tuple(targets), split)
 
 
 def _watermark(millis: int) -> int:

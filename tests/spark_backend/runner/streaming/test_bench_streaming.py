@@ -1,0 +1,44 @@
+"""bench/runner_streaming.py runs end to end on a small size, in this process on the test
+session's Spark: its figures print, every pane comes within one micro-batch of its
+watermark, and streaming counts equal batch counts. (Its chapter-3 part is the module
+run that tests/spark_backend/runner/streaming/test_chapter3.py checks; skipped here to
+keep the suite's time.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def test_bench_runner_streaming_smoke(spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    path = ROOT / "bench" / "runner_streaming.py"
+    spec = importlib.util.spec_from_file_location("bench_runner_streaming", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.main(
+        [
+            "--elements",
+            "3000",
+            "--rate",
+            "1000",
+            "--keys",
+            "20",
+            "--skip",
+            "chapter3",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert re.search(r"streaming +[\d,]+ el/s .* \d+ batches, median", out), out
+    assert re.search(r"batch +[\d,]+ el/s", out), out
+    assert "counts identical" in out, out
+    latency = re.search(r"pane latency in micro-batches: .* max (-?\d+) \(goal <= 1\)", out)
+    assert latency is not None and 0 <= int(latency.group(1)) <= 1, out
