@@ -57,6 +57,7 @@ def test_tracking_estimator_refuses_now_going_backwards_beyond_the_skew():
     with pytest.raises(ValueError, match=r"went back by more than max_clock_skew \(1000000 µs\)"):
         est.estimate(19 * SECOND - 1, None, False)
     assert est.state() == state
+    assert est.estimate(20 * SECOND, None, False).watermark == first.watermark  # unchanged
     strict = TrackingEstimator(max_clock_skew=0)
     strict.estimate(20 * SECOND, None, False)
     with pytest.raises(ValueError, match="before the previous estimate's now"):
