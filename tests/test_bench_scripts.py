@@ -165,10 +165,3 @@ def test_bench_cli_engines() -> None:
     """The local engine only (the Spark runs are what the benchmark adds)."""
     out = run("cli_engines.py", "--sizes", "500", "--repeats", "1", "--spark-repeats", "0")
     assert re.search(r"^ +500 +[\d.]+ +[\d.]+ +local ", out, re.MULTILINE)
-
-
-def test_bench_simulate_spark() -> None:
-    out = run("simulate_spark.py", "--events", "2000", "--partitions", "2")
-    assert re.search(r"2,000 spark: .* ev/s, peak [\d,]+ MiB, 2 partitions, rounds \[", out)
-    assert re.search(r"2,000 local: .* ev/s, peak [\d,]+ MiB", out)
-    assert "2,000 equal: identical" in out
