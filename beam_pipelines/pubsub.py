@@ -124,6 +124,7 @@ __all__ = [
     "EventTimeError",
     "MonitoredBaseBacklog",
     "OffsetClock",
+    "OwedAcks",
     "PubsubRecord",
     "TrackingReader",
     "TrackingWatermarkEstimator",
@@ -350,11 +351,14 @@ class _Puller:
         return out
 
     def _ack(self, records: Sequence[PubsubRecord]) -> bool:
-        if not records:
+        return self._ack_ids([r.ack_id for r in records])
+
+    def _ack_ids(self, ack_ids: Sequence[str]) -> bool:
+        if not ack_ids:
             return True
         try:
             self.subscriber.acknowledge(
-                request={"subscription": self.subscription, "ack_ids": [r.ack_id for r in records]},
+                request={"subscription": self.subscription, "ack_ids": list(ack_ids)},
                 timeout=self.rpc_timeout,
                 retry=None,
             )
@@ -657,6 +661,10 @@ class TrackingReader(_Puller):
         """Ack a recorded batch (a failure is counted; Pub/Sub redelivers: harmless)."""
         return self._ack(batch)
 
+    def ack_ids(self, ack_ids: Sequence[str]) -> bool:
+        """Ack by ack id (records an earlier attempt recorded and owed, :class:`OwedAcks`)."""
+        return self._ack_ids(ack_ids)
+
     def poll(self) -> int:
         """Pull, record, snapshot and ack until a pull comes back empty (at most
         ``max_pulls`` pulls). Returns the records tracked."""
@@ -746,12 +754,37 @@ class BaseConsumer(_Puller):
         )
         return True
 
+    def ack_owed(self, owed: Sequence[tuple[str, str, int, bool]]) -> bool:
+        """Ack what an earlier attempt owed (:attr:`OwedAcks.base`) and drop those records
+        from the ledger even if the ack fails: that attempt's finalizer has most likely
+        acked them, and a message the service still holds is redelivered and received
+        again (at least once)."""
+        ok = self._ack_ids([ack for ack, _, _, _ in owed])
+        self.ledger.on_acked((rid, pt) for _, rid, pt, timed in owed if timed)
+        return ok
+
     def nack(self, records: Sequence[PubsubRecord], ack_deadline_seconds: int = 0) -> bool:
         """Set the records' lease to ``ack_deadline_seconds`` (0: redeliver now)."""
         return self._modify(records, ack_deadline_seconds)
 
 
 # --------------------------------------------------------------------------- Beam
+
+
+#: The version of :class:`TrackingWatermarkEstimator`'s state (2: the ledger, the acks
+#: owed and the last record's time travel with it).
+_ESTIMATOR_STATE_VERSION: Final[int] = 2
+
+
+@dataclass(frozen=True, slots=True)
+class OwedAcks:
+    """The acks an attempt registered with its bundle finalizer, kept in its estimator
+    state: ``tracking`` ack ids, and ``base`` records as ``(ack id, record id, publish
+    time µs, has an event time)``. Whoever resumes that state may (re)send them: its
+    output is committed, since a runner resumes committed states only."""
+
+    tracking: tuple[str, ...] = ()
+    base: tuple[tuple[str, str, int, bool], ...] = ()
 
 
 class TrackingWatermarkEstimator(WatermarkEstimator):
@@ -763,24 +796,40 @@ class TrackingWatermarkEstimator(WatermarkEstimator):
     ``late_observed`` measures the estimate's mistakes). :meth:`current_watermark` is the
     latched estimate.
 
-    The state is a plain dict: the estimator's snapshot, the counts, ``hold_until`` (see
-    :meth:`hold_until_at_least`) and this instance's ``token``, a fresh id per estimator
-    instance (one processing attempt); after a restore, ``resumed_from`` is the token of
-    the attempt whose state it was, so a reader can tell a clean resume from a retry.
+    The state is a plain dict (Beam's default coder): the estimator's snapshot, the counts,
+    ``hold_until`` (see :meth:`hold_until_at_least`), the reader's :class:`AckLedger`
+    (``pt_base`` of the base subscription), the :class:`OwedAcks` of the attempt that wrote
+    it, the processing time of the last base record (µs, or None) and this instance's
+    ``token``, a fresh id per estimator instance (one processing attempt). After a restore,
+    ``resumed_from`` is the token of the attempt whose state it was, so a reader can tell a
+    clean resume from a retry (see :mod:`beam_pipelines.pubsub_sdf`). Everything a reader
+    keeps between bundles is here, so any worker can resume any state.
     """
 
     def __init__(self, state: Mapping[str, Any]) -> None:
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"watermark estimator state: expected version {_STATE_VERSION}")
+        if state.get("version") != _ESTIMATOR_STATE_VERSION:
+            raise ValueError(
+                f"watermark estimator state: expected version {_ESTIMATOR_STATE_VERSION}, "
+                f"got {state.get('version')!r}"
+            )
         try:
             self.estimator = TrackingEstimator.from_state(dict(state["estimator"]))
             self.observed = check_duration(state["observed"], "state['observed']")
             self.late_observed = check_duration(state["late_observed"], "state['late_observed']")
             self.hold_until = check_timestamp(state["hold_until"], "state['hold_until']")
+            self._ledger = AckLedger.from_state(state["ledger"])
+            tracking, base = state["owed"]
+            self._owed = OwedAcks(
+                tuple(str(a) for a in tracking),
+                tuple((str(a), str(r), int(pt), bool(t)) for a, r, pt, t in base),
+            )
+            last = state["last_record"]
         except KeyError as err:
             raise ValueError(f"watermark estimator state: missing key {err.args[0]!r}") from None
+        self._last_record = None if last is None else check_timestamp(last, "state['last_record']")
         self.resumed_from: str | None = state.get("token")
         self.token = uuid.uuid4().hex
+        self._owing: dict[str, list[Any]] = {"tracking": [], "base": []}
         self.last_estimate: Estimate | None = None
 
     def observe_timestamp(self, timestamp: Timestamp) -> None:
@@ -793,11 +842,14 @@ class TrackingWatermarkEstimator(WatermarkEstimator):
 
     def get_estimator_state(self) -> dict[str, Any]:
         return {
-            "version": _STATE_VERSION,
+            "version": _ESTIMATOR_STATE_VERSION,
             "estimator": self.estimator.state(),
             "observed": self.observed,
             "late_observed": self.late_observed,
             "hold_until": self.hold_until,
+            "ledger": self._ledger.state(),
+            "owed": (list(self._owing["tracking"]), list(self._owing["base"])),
+            "last_record": self._last_record,
             "token": self.token,
         }
 
@@ -834,6 +886,35 @@ class TrackingWatermarkEstimator(WatermarkEstimator):
             "regressions": self.estimator.regressions,
         }
 
+    def ledger(self) -> AckLedger:
+        """The base subscription's :class:`AckLedger`, restored with the state."""
+        return self._ledger
+
+    def take_owed(self) -> OwedAcks:
+        """The acks owed by the attempt that wrote the restored state (once; then empty)."""
+        owed, self._owed = self._owed, OwedAcks()
+        return owed
+
+    def owe(
+        self,
+        tracking: Iterable[PubsubRecord] = (),
+        base: Iterable[PubsubRecord] = (),
+    ) -> None:
+        """Note acks this attempt registered with its finalizer: they go into the state,
+        for whoever resumes it (:meth:`take_owed`)."""
+        self._owing["tracking"].extend(r.ack_id for r in tracking)
+        self._owing["base"].extend(
+            (r.ack_id, r.record_id, r.publish_time, r.event_time is not None) for r in base
+        )
+
+    def last_record(self) -> int | None:
+        """Processing time (µs) of the last base record read, or None."""
+        return self._last_record
+
+    def set_last_record(self, t: int) -> None:
+        """Note the processing time (µs) of a base record (or of the first start)."""
+        self._last_record = check_timestamp(t, "t")
+
     def hold_until_at_least(self, t: int) -> None:
         """Hold the watermark until processing time ``t`` (µs): the lease grace."""
         self.hold_until = max(self.hold_until, check_timestamp(t, "t"))
@@ -854,19 +935,25 @@ class TrackingWatermarkEstimator(WatermarkEstimator):
 class TrackingWatermarkEstimatorProvider(WatermarkEstimatorProvider):
     """Makes :class:`TrackingWatermarkEstimator` s with these estimator parameters:
     :class:`theory.dataflow.pubsub.TrackingEstimator`'s (``band``, ``idle_advance_after``,
-    ``idle_lag``, ``bucket_width``, ``cap_at_idle_lag``; µs), whose defaults apply."""
+    ``idle_lag``, ``bucket_width``, ``cap_at_idle_lag``; µs), whose defaults apply, and the
+    :class:`AckLedger`'s ``acked_memory`` (µs). The state's size grows with the ledger:
+    the base's outstanding records plus the ids acked within ``acked_memory``."""
 
-    def __init__(self, **estimator_params: Any) -> None:
+    def __init__(self, *, acked_memory: int = 10 * MINUTE, **estimator_params: Any) -> None:
         self.estimator_params: dict[str, Any] = dict(estimator_params)
         TrackingEstimator(**self.estimator_params)  # validate now, not on a worker
+        self.acked_memory = check_duration(acked_memory, "acked_memory")
 
     def initial_estimator_state(self, element: Any, restriction: Any) -> dict[str, Any]:
         return {
-            "version": _STATE_VERSION,
+            "version": _ESTIMATOR_STATE_VERSION,
             "estimator": TrackingEstimator(**self.estimator_params).state(),
             "observed": 0,
             "late_observed": 0,
             "hold_until": MIN_TIMESTAMP,
+            "ledger": AckLedger(self.acked_memory).state(),
+            "owed": ([], []),
+            "last_record": None,
             "token": None,
         }
 

@@ -9,16 +9,28 @@ subscription; Beam checkpoints the estimator's state with the restriction.
 Beam's form of "snapshot before ack": both subscriptions are acked in the bundle
 finalizer, which the runner calls only after it has committed the bundle's output and the
 estimator state. A failed bundle is retried from the previous state and its messages are
-redelivered. The lease grace (``lease_grace``, the tracking subscription's ack deadline)
-holds the watermark after any start that is not a clean resume: a resume is clean when the
-state it starts from was committed *and finalized* in this process and no other attempt
-has started from it (a retry has); everything else (first start, another worker, a retry)
-waits out the leases a dead attempt may hold.
+redelivered.
 
-``pt_base`` comes from ``backlog_factory(spec)`` (e.g. a
-:class:`~beam_pipelines.pubsub.MonitoredBaseBacklog` in production); by default from an
-:class:`~beam_pipelines.pubsub.AckLedger` per base subscription kept *in this process*,
-which is exact only while one worker reads the subscription (the DirectRunner, tests).
+Everything the reader keeps between bundles travels in the watermark estimator's state,
+so any worker can resume any residual (Spark runs a read's bundles in whichever Python
+worker it picks): the estimator, the :class:`~beam_pipelines.pubsub.AckLedger` that gives
+``pt_base``, the processing time of the last base record (``stop_after_idle``), and the
+acks the attempt registered with its finalizer (:class:`~beam_pipelines.pubsub.OwedAcks`).
+The runner resumes committed states only, so whoever resumes a state sends those acks
+again (the finalizer may never run, as Beam's Java Pub/Sub source warns) and marks the
+base records acked in the ledger; Pub/Sub takes a repeated ack as a no-op.
+
+The lease grace (``lease_grace``, the tracking subscription's ack deadline) holds the
+watermark after any start that is not a clean resume: messages a dead attempt pulled stay
+invisible until their leases expire. A resume is clean when this attempt is the first to
+start from the state's token; a first start (no token) and a retry (the token already
+claimed) are not. Beam's SDF API gives no attempt number, so the claim is made in a
+directory every worker sees (:class:`~beam_pipelines.resume_claims.ResumeClaims`,
+``claims_dir``).
+
+By default ``pt_base`` comes from that ledger, which is exact while this reader is the
+base subscription's only consumer; ``backlog_factory(spec)`` can supply another (e.g. a
+:class:`~beam_pipelines.pubsub.MonitoredBaseBacklog` when others read the base too).
 
 The restriction is ``OffsetRange(0, spec.max_records)``, one position per emitted record,
 so a finite ``max_records`` makes a bounded read (tests). The read is unbounded otherwise:
@@ -39,9 +51,7 @@ time) when ``dead_letter`` is on, and is acked either way.
 from __future__ import annotations
 
 import os
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -57,7 +67,6 @@ from google.api_core import exceptions as gexc
 
 from beam_pipelines.pubsub import (
     REASON_LEASE_GRACE,
-    AckLedger,
     BaseBacklog,
     BaseConsumer,
     Clock,
@@ -66,6 +75,7 @@ from beam_pipelines.pubsub import (
     TrackingWatermarkEstimatorProvider,
     system_clock,
 )
+from beam_pipelines.resume_claims import ResumeClaims
 from theory.columns import check_duration
 from theory.time import MIN_TIMESTAMP, SECOND
 
@@ -76,7 +86,6 @@ __all__ = [
     "ReadFromPubSubWithTrackingWatermark",
     "ReadWithTrackingWatermarkFn",
     "SubscriptionError",
-    "shared_ledger",
 ]
 
 #: The namespace of the DoFn's Beam metrics.
@@ -93,10 +102,6 @@ class SubscriptionError(RuntimeError):
     """A subscription cannot be read: missing, not allowed, or of another topic."""
 
 
-_LOCK = threading.Lock()
-_LEDGERS: dict[str, AckLedger] = {}
-_FINALIZED: OrderedDict[str, None] = OrderedDict()  # tokens committed and finalized here
-_MAX_TOKENS = 10_000
 # The DoFn is its own restriction and watermark-estimator provider.
 _SELF_RESTRICTION = beam.DoFn.RestrictionParam()
 _SELF_WATERMARK = beam.DoFn.WatermarkEstimatorParam()
@@ -111,33 +116,6 @@ def _fail_if_fatal(puller: Any) -> None:
                 f"subscription {puller.subscription}: pull failed with {name} (does it "
                 "exist, and may this pipeline's credentials pull from it?)"
             )
-
-
-def shared_ledger(base_subscription: str) -> AckLedger:
-    """This process's :class:`AckLedger` for a base subscription (the default backlog)."""
-    with _LOCK:
-        led = _LEDGERS.get(base_subscription)
-        if led is None:
-            led = _LEDGERS[base_subscription] = AckLedger()
-        return led
-
-
-def _mark_finalized(token: str) -> None:
-    with _LOCK:
-        _FINALIZED[token] = None
-        while len(_FINALIZED) > _MAX_TOKENS:
-            _FINALIZED.popitem(last=False)
-
-
-def _take_clean(token: str | None) -> bool:
-    """True once for a token that was finalized here (the next attempt consumes it)."""
-    if token is None:
-        return False
-    with _LOCK:
-        if token in _FINALIZED:
-            del _FINALIZED[token]
-            return True
-        return False
 
 
 @dataclass(frozen=True)
@@ -162,9 +140,12 @@ class ReadWithTrackingWatermarkFn(
     before it checkpoints: fewer, larger checkpoints (FnApiRunner's ``result.metrics()``
     fails past about a thousand bundles of a stage, see :mod:`beam_pipelines.metrics`).
     ``estimator_params`` are :class:`~theory.dataflow.pubsub.TrackingEstimator`'s (``band``,
-    ``idle_advance_after``, ``idle_lag``, ``bucket_width``, ``cap_at_idle_lag``; µs); ``clock``
-    gives processing time (µs); ``records_per_bundle`` records are emitted before the
-    DoFn checkpoints itself (``defer_remainder``).
+    ``idle_advance_after``, ``idle_lag``, ``bucket_width``, ``cap_at_idle_lag``; µs) and the
+    ledger's ``acked_memory`` (µs); ``clock`` gives processing time (µs);
+    ``records_per_bundle`` records are emitted before the DoFn checkpoints itself
+    (``defer_remainder``); ``claims_dir`` is where attempts claim the states they resume
+    (:class:`~beam_pipelines.resume_claims.ResumeClaims`; a shared file system when the
+    runner's workers span hosts).
 
     ``PUBSUB_EMULATOR_HOST`` is read when the DoFn is built and set in the worker at
     ``setup`` when the worker lacks it: a runner's workers (Spark's Python workers, say)
@@ -182,10 +163,12 @@ class ReadWithTrackingWatermarkFn(
         backlog_factory: Callable[[PubsubReadSpec], BaseBacklog] | None = None,
         dead_letter: bool = False,
         idle_poll: float = 1.0,
+        claims_dir: str | None = None,
         **estimator_params: Any,
     ) -> None:
         beam.DoFn.__init__(self)
         TrackingWatermarkEstimatorProvider.__init__(self, **estimator_params)
+        self.claims = ResumeClaims(claims_dir)
         self.clock = clock
         self.lease_grace = check_duration(lease_grace, "lease_grace")
         self.records_per_bundle = check_duration(
@@ -202,7 +185,6 @@ class ReadWithTrackingWatermarkFn(
         self.backlog_factory = backlog_factory
         self.emulator_host = os.environ.get("PUBSUB_EMULATOR_HOST")
         self._subscriber: Any = None
-        self._last_record: dict[str, float] = {}
         self._checked: set[PubsubReadSpec] = set()
 
     # ------------------------------------------------------------------ restriction
@@ -268,12 +250,11 @@ class ReadWithTrackingWatermarkFn(
         if spec not in self._checked:
             self._check_subscriptions(spec)
             self._checked.add(spec)
-        resumed_from, token = wm.tokens()
-        if not _take_clean(resumed_from):
+        resumed_from, _ = wm.tokens()
+        if not self.claims.claim(resumed_from):  # a first start or a retry
             wm.hold_until_at_least(self.clock() + self.lease_grace)
-            Metrics.counter(METRICS_NAMESPACE, "lease_grace_armed").inc()
-        finalizer.register(partial(_mark_finalized, token))
-        ledger = shared_ledger(spec.base_subscription)
+            Metrics.counter(ns, "lease_grace_armed").inc()
+        ledger = wm.ledger()
         backlog = self.backlog_factory(spec) if self.backlog_factory else ledger
         common: dict[str, Any] = {
             "timestamp_attribute": spec.timestamp_attribute,
@@ -285,7 +266,11 @@ class ReadWithTrackingWatermarkFn(
             self._subscriber, spec.tracking_subscription, backlog=backlog, **common
         )
         base = BaseConsumer(self._subscriber, spec.base_subscription, ledger=ledger, **common)
-        last = self._last_record.setdefault(spec.base_subscription, time.monotonic())
+        owed = wm.take_owed()  # the state is committed: settle what its attempt owed
+        tracking.ack_ids(owed.tracking)
+        base.ack_owed(owed.base)
+        if wm.last_record() is None:
+            wm.set_last_record(self.clock())  # idle time counts from the first start
         started = time.monotonic()
         pos = tracker.current_restriction().start
         stop = tracker.current_restriction().stop
@@ -303,8 +288,10 @@ class ReadWithTrackingWatermarkFn(
                     for rec in batch:
                         if rec.event_time is not None:
                             ledger.expect(rec.record_id, rec.publish_time)
-                    # Acked once the runner has committed the estimator state.
+                    # Acked once the runner has committed the estimator state, or by
+                    # whoever resumes that state.
                     finalizer.register(partial(tracking.ack, batch))
+                    wm.owe(tracking=batch)
                 records = base.pull() or []
                 _fail_if_fatal(base)
                 bad = [r for r in records if r.event_time is None]
@@ -314,8 +301,11 @@ class ReadWithTrackingWatermarkFn(
                         out = TimestampedValue(rec, Timestamp(micros=rec.publish_time))
                         yield beam.pvalue.TaggedOutput(DEAD_LETTER, out)
                 finalizer.register(partial(base.ack, bad))  # counted, and dead-lettered if on
+                wm.owe(base=bad)
                 for i, rec in enumerate(good):
-                    if not tracker.try_claim(pos):
+                    if not tracker.try_claim(pos):  # the budget (or a split) ends here
+                        finalizer.register(partial(base.ack, good[:i]))
+                        wm.owe(base=good[:i])
                         base.nack(good[i:])
                         return
                     pos += 1
@@ -325,6 +315,7 @@ class ReadWithTrackingWatermarkFn(
                         Metrics.counter(ns, "late_emitted").inc()
                     yield TimestampedValue(rec, Timestamp(micros=rec.event_time))
                 finalizer.register(partial(base.ack, good))
+                wm.owe(base=good)
                 if pos >= stop:  # the whole budget is claimed: done
                     return
                 e = wm.update(
@@ -334,11 +325,12 @@ class ReadWithTrackingWatermarkFn(
                 )
                 if e.reason == REASON_LEASE_GRACE:
                     Metrics.counter(ns, "lease_grace_holds").inc()
+                now = self.clock()
                 if records:
-                    last = self._last_record[spec.base_subscription] = time.monotonic()
+                    wm.set_last_record(now)
                 elif (
                     self.stop_after_idle is not None
-                    and time.monotonic() - last > self.stop_after_idle
+                    and now - (wm.last_record() or now) > self.stop_after_idle * SECOND
                 ):
                     tracker.try_claim(stop)  # nothing for too long: end the read
                     return

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import pickle
+import subprocess
+import sys
+import time
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -30,6 +34,7 @@ from beam_pipelines.pubsub import (
     EventTimeError,
     MonitoredBaseBacklog,
     OffsetClock,
+    OwedAcks,
     PubsubRecord,
     TrackingReader,
     TrackingWatermarkEstimator,
@@ -37,6 +42,7 @@ from beam_pipelines.pubsub import (
     decode_message,
     parse_event_time,
 )
+from beam_pipelines.resume_claims import ResumeClaims
 from theory.dataflow.pubsub import (
     REASON_BAND_MIN,
     REASON_HELD_NOT_AHEAD,
@@ -354,7 +360,10 @@ def test_offset_clock_skips_ahead() -> None:
 
 def provider() -> TrackingWatermarkEstimatorProvider:
     return TrackingWatermarkEstimatorProvider(
-        band=10 * S, idle_lag=10 * S, bucket_width=S, max_clock_skew=0  # one clock
+        band=10 * S,
+        idle_lag=10 * S,
+        bucket_width=S,
+        max_clock_skew=0,  # one clock
     )
 
 
@@ -387,6 +396,69 @@ def test_provider_contract_and_state_round_trip() -> None:
     assert again.tokens()[0] == est.tokens()[1]  # resumed from that attempt's state
     assert again.tokens()[1] != est.tokens()[1]
     assert again.counts() == est.counts()
+
+
+def test_the_readers_whole_keep_travels_in_the_state() -> None:
+    """The ledger (``pt_base``), the acks owed and the last record's time survive Beam's
+    state coder, so another worker resumes exactly; owed acks are handed over once."""
+    p = provider()
+    coder = p.estimator_state_coder()
+    est = p.create_watermark_estimator(p.initial_estimator_state(0, 0))
+    assert est.ledger().oldest_unacked_publish_time() is None
+    assert est.take_owed() == OwedAcks() and est.last_record() is None
+    est.ledger().expect("a", 100 * S)
+    est.ledger().on_received("b", 90 * S)
+    tracked = PubsubRecord("a", "m1", 100 * S, 95 * S, None, "ack-t", b"x", {})
+    good = PubsubRecord("b", "m2", 90 * S, 80 * S, None, "ack-b", b"y", {"k": "v"})
+    bad = PubsubRecord("c", "m3", 91 * S, None, "missing", "ack-c", b"", {})
+    est.owe(tracking=[tracked], base=[good, bad])
+    est.set_last_record(120 * S)
+
+    again = p.create_watermark_estimator(coder.decode(coder.encode(est.get_estimator_state())))
+    assert again.ledger().oldest_unacked_publish_time() == 90 * S
+    assert again.ledger().state() == est.ledger().state()
+    assert again.last_record() == 120 * S
+    owed = again.take_owed()
+    assert owed == OwedAcks(
+        ("ack-t",), (("ack-b", "b", 90 * S, True), ("ack-c", "c", 91 * S, False))
+    )
+    assert again.take_owed() == OwedAcks()  # handed over once
+    assert again.get_estimator_state()["owed"] == ([], [])  # this attempt owes nothing yet
+
+    sub = FakeSubscriber([])
+    consumer = BaseConsumer(sub, "base", timestamp_attribute="ts", ledger=again.ledger())
+    sub.fail_ack = gexc.ServiceUnavailable("down")
+    assert not consumer.ack_owed(owed.base)  # failed, counted ...
+    assert consumer.rpc_errors == {"acknowledge: ServiceUnavailable": 1}
+    # ... and the ledger still drops b: the finalizer most likely acked it; if not, it is
+    # redelivered and received again
+    assert again.ledger().oldest_unacked_publish_time() == 100 * S
+
+
+def test_resume_claims_first_claimant_wins_across_processes(tmp_path: Any) -> None:
+    claims = ResumeClaims(str(tmp_path / "claims"))
+    assert not claims.claim(None)  # a first start is never clean
+    assert claims.claim("t1")
+    assert not claims.claim("t1")  # a retry, in this process ...
+    script = (
+        "import sys; from beam_pipelines.resume_claims import ResumeClaims as C; "
+        "c = C(sys.argv[1]); print(c.claim('t1'), c.claim('t2'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, claims.directory],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out == ["False", "True"]  # ... and in another one
+    assert not claims.claim("t2")
+    with pytest.raises(ValueError, match="claim token"):
+        claims.claim("../escape")
+    with pytest.raises(ValueError, match="max_age"):
+        ResumeClaims(max_age=0)
+    old = time.time() - 7200
+    os.utime(os.path.join(claims.directory, "t1"), (old, old))
+    assert claims.sweep() == 1 and claims.claim("t1")  # swept after max_age
 
 
 def test_current_watermark_is_monotonic_and_counts_regressions() -> None:
@@ -422,16 +494,23 @@ def test_every_reader_method_survives_beams_threadsafe_wrapper() -> None:
     assert wm.watermark_micros() == 90 * S and wm.counts()["tracked"] == 1
     assert wm.current_watermark() == Timestamp(micros=90 * S)
     assert wm.get_estimator_state()["token"] == token
+    assert wm.ledger().outstanding == 0 and wm.take_owed() == OwedAcks()
+    wm.owe(tracking=[rec(1, 1)])
+    wm.set_last_record(5 * S)
+    assert wm.last_record() == 5 * S and wm.get_estimator_state()["owed"][0] == ["ack"]
 
 
 def test_bad_estimator_state_is_rejected() -> None:
     state = provider().initial_estimator_state(0, 0)
     with pytest.raises(ValueError, match="version"):
         TrackingWatermarkEstimator({**state, "version": 99})
-    broken = dict(state)
-    del broken["hold_until"]
-    with pytest.raises(ValueError, match="hold_until"):
-        TrackingWatermarkEstimator(broken)
+    for key in ("hold_until", "ledger", "owed", "last_record"):
+        broken = dict(state)
+        del broken[key]
+        with pytest.raises(ValueError, match=key):
+            TrackingWatermarkEstimator(broken)
+    with pytest.raises(ValueError, match="expected version 2, got 1"):
+        TrackingWatermarkEstimator({**state, "version": 1})  # a session-6 state
     with pytest.raises(ValueError, match="band"):
         TrackingWatermarkEstimatorProvider(band=-1)
     assert from_datetime(dt.datetime(2023, 11, 14, 22, 13, 20)) == T

@@ -4,25 +4,37 @@ naming a missing subscription or one of another topic."""
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
 import pytest
+from apache_beam.io.restriction_trackers import OffsetRange
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.runners.sdf_utils import (
+    RestrictionTrackerView,
+    ThreadsafeRestrictionTracker,
+    ThreadsafeWatermarkEstimator,
+)
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipelines.emulator import Emulator
 from beam_pipelines.metrics import query_metrics
+from beam_pipelines.pubsub import system_clock
 from beam_pipelines.pubsub_sdf import (
     DEAD_LETTER,
     METRICS_NAMESPACE,
+    PubsubReadSpec,
     ReadFromPubSubWithTrackingWatermark,
     ReadWithTrackingWatermarkFn,
 )
 from theory.time import MILLISECOND, SECOND
+
+MS = MILLISECOND
 
 pytestmark = pytest.mark.slow
 
@@ -134,3 +146,75 @@ def test_the_read_is_unbounded_unless_asked_and_arguments_are_checked() -> None:
         ReadFromPubSubWithTrackingWatermark(None, sub + "a", sub + "b", idle_poll=-1)
     with pytest.raises(ValueError, match="stop_after_idle must be > 0 s or None"):
         ReadFromPubSubWithTrackingWatermark(None, sub + "a", sub + "b", stop_after_idle=0)
+
+
+class _NeverFinalized:
+    """A bundle finalizer that keeps its callbacks and never runs them (Beam allows it)."""
+
+    def __init__(self) -> None:
+        self.callbacks: list[Any] = []
+
+    def register(self, callback: Any) -> None:
+        self.callbacks.append(callback)
+
+
+def _attempt(fn: ReadWithTrackingWatermarkFn, spec: Any, state: Any) -> tuple[list[Any], Any]:
+    """One attempt from ``state`` in a fresh copy of ``fn`` (another worker: nothing kept
+    in the process is shared); its records and the state it checkpoints."""
+    worker = pickle.loads(pickle.dumps(fn))
+    worker.setup()
+    try:
+        estimator = ThreadsafeWatermarkEstimator(worker.create_watermark_estimator(state))
+        tracker = ThreadsafeRestrictionTracker(worker.create_tracker(OffsetRange(0, 1_000)))
+        out = list(
+            worker.process(spec, _NeverFinalized(), RestrictionTrackerView(tracker), estimator)
+        )
+        assert tracker.deferred_status() is not None  # it checkpointed
+        return [v.value for v in out], estimator.get_estimator_state()
+    finally:
+        worker.teardown()
+
+
+def test_any_worker_resumes_any_state_and_a_retry_re_arms_the_grace(
+    pubsub_emulator: Emulator, tmp_path: Path
+) -> None:
+    """Everything the reader keeps between bundles is in the estimator state: attempts in
+    separate DoFn copies (separate workers) resume each other's states. The resumer sends
+    the acks its predecessor owed, even though no finalizer ever ran, and the ledger's
+    ``pt_base`` follows. A clean resume keeps the grace it inherited; a second attempt
+    from the same state (a retry) re-arms it."""
+    topic, base, tracking = _topic_and_subscriptions(pubsub_emulator)
+    pubsub_emulator.publish(topic, [{"ts": "1000"}, {"ts": "2000"}, {"ts": "3000"}])
+    fast = {**FAST, "lease_grace": 10 * SECOND}  # long enough to tell re-arming apart
+    fn = ReadWithTrackingWatermarkFn(idle_poll=0, claims_dir=str(tmp_path), **fast)
+    spec = PubsubReadSpec(base, tracking, "ts", topic=topic)
+    first, state1 = _attempt(fn, spec, fn.initial_estimator_state(spec, None))
+    assert sorted(r.event_time for r in first) == [1000 * MS, 2000 * MS, 3000 * MS]
+    assert state1["hold_until"] > system_clock()  # a first start waits out leases
+    assert len(state1["ledger"]["outstanding"]) == 3  # read, not acked: no finalizer ran
+    owed_tracking, owed_base = state1["owed"]
+    assert len(owed_tracking) == 3 and len(owed_base) == 3
+
+    second, state2 = _attempt(fn, spec, state1)
+    assert second == []
+    assert state2["ledger"]["outstanding"] == []  # the owed base acks were sent and noted
+    assert state2["owed"] == ([], [])
+    assert state2["hold_until"] == state1["hold_until"]  # a clean resume: not re-armed
+    (control,) = pubsub_emulator.publish(topic, [{"ts": "4000"}])
+    for sub, ack_ids in ((tracking, owed_tracking), (base, [b[0] for b in owed_base])):
+        # acked: asking for their redelivery brings back only the new control message
+        client = pubsub_emulator.subscriber
+        client.modify_ack_deadline(
+            request={"subscription": sub, "ack_ids": ack_ids, "ack_deadline_seconds": 0}
+        )
+        got = client.pull(
+            request={"subscription": sub, "max_messages": 10, "return_immediately": True},
+            timeout=10,
+        ).received_messages
+        assert [m.message.message_id for m in got] == [control], sub
+        client.acknowledge(request={"subscription": sub, "ack_ids": [got[0].ack_id]})
+
+    retry, state3 = _attempt(fn, spec, state1)  # the same state again: a retry
+    assert retry == []
+    assert state3["hold_until"] > state1["hold_until"]  # re-armed
+    assert state3["ledger"]["outstanding"] == []

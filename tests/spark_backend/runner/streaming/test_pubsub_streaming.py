@@ -3,7 +3,11 @@
 A publisher thread sends messages stamped (attribute ``ts``) with their publish time, and
 then stragglers stamped 2 minutes in the past, while the pipeline reads them with
 ``ReadFromPubSubWithTrackingWatermark`` into 1 s windows, until ``--max_batches``. The
-tracking estimator's watermark, as the run recorded it (``result.watermarks()``), decides:
+reader runs as it would in production: ``pt_base`` from its own ledger, the default lease
+grace (10 s after the first start), and its bundles in whichever Python worker Spark picks
+(the ledger, the owed acks and the clean-resume claims travel with the estimator state).
+The tracking estimator's watermark, as the run recorded it (``result.watermarks()``),
+decides:
 
 - every window fires in the first batch after which that watermark is past its end,
   while the read goes on, in the order of window ends;
@@ -51,23 +55,6 @@ def publish(emulator: Emulator, topic: str, stop: threading.Event) -> None:
         stop.wait(1.0)
 
 
-class NoBaseBacklog:
-    """A base backlog that reports nothing unacked: each batch drains the base
-    subscription, and the reader's default :class:`~beam_pipelines.pubsub.AckLedger` is
-    per process (exact with one reader process only). On PySparkRunner a read's bundles
-    run in whichever Python worker Spark picks, so a message tracked in one worker and
-    acked in another stays "unacked" in the first, whose ``pt_base`` then sticks (seen:
-    the watermark stuck 62 s behind for the rest of the run). Without ``pt_base`` the
-    estimator's band alone decides."""
-
-    def oldest_unacked_publish_time(self) -> int | None:
-        return None
-
-
-def no_base_backlog(spec: Any) -> NoBaseBacklog:
-    return NoBaseBacklog()
-
-
 def pipeline(topic: str, base: str, tracking: str) -> Any:
     def build(p: beam.Pipeline, capture: Any) -> None:
         records = p | "pubsub" >> ReadFromPubSubWithTrackingWatermark(
@@ -78,13 +65,8 @@ def pipeline(topic: str, base: str, tracking: str) -> Any:
             id_label="rid",
             band=300 * MILLISECOND,
             idle_lag=600 * MILLISECOND,
-            # no predecessor holds leases here; and the reader's "clean resume" is known
-            # in-process only, so on Spark (a batch resumes in either Python worker) a
-            # grace re-arms at almost every batch and holds the watermark through it
-            lease_grace=0,
             idle_poll=0.3,
             records_per_bundle=100_000,  # a batch drains the subscription
-            backlog_factory=no_base_backlog,
         )
         read = records | "stamp" >> beam.Map(
             lambda r: ("read", r.record_id, r.event_time, time.time_ns() // 1000)
