@@ -754,6 +754,15 @@ class BaseConsumer(_Puller):
         )
         return True
 
+    def consumed(self, records: Sequence[PubsubRecord]) -> None:
+        """The records' output is committed together with the ledger's state (a Beam
+        bundle's output and its estimator state): the ledger drops them now, and the acks
+        follow (:meth:`ack`, :meth:`ack_owed`). If the commit fails, that state is
+        discarded with the output and the messages come back."""
+        self.ledger.on_acked(
+            (r.record_id, r.publish_time) for r in records if r.event_time is not None
+        )
+
     def ack_owed(self, owed: Sequence[tuple[str, str, int, bool]]) -> bool:
         """Ack what an earlier attempt owed (:attr:`OwedAcks.base`) and drop those records
         from the ledger even if the ack fails: that attempt's finalizer has most likely

@@ -29,8 +29,10 @@ directory every worker sees (:class:`~beam_pipelines.resume_claims.ResumeClaims`
 ``claims_dir``).
 
 By default ``pt_base`` comes from that ledger, which is exact while this reader is the
-base subscription's only consumer; ``backlog_factory(spec)`` can supply another (e.g. a
-:class:`~beam_pipelines.pubsub.MonitoredBaseBacklog` when others read the base too).
+base subscription's only consumer. A base record leaves the ledger once emitted: its output
+is committed with the state the ledger is in, and if that commit fails both are dropped
+and the message comes back. ``backlog_factory(spec)`` can supply another ``pt_base`` (e.g.
+a :class:`~beam_pipelines.pubsub.MonitoredBaseBacklog` when others read the base too).
 
 The restriction is ``OffsetRange(0, spec.max_records)``, one position per emitted record,
 so a finite ``max_records`` makes a bounded read (tests). The read is unbounded otherwise:
@@ -306,6 +308,7 @@ class ReadWithTrackingWatermarkFn(
                     if not tracker.try_claim(pos):  # the budget (or a split) ends here
                         finalizer.register(partial(base.ack, good[:i]))
                         wm.owe(base=good[:i])
+                        base.consumed(good[:i])
                         base.nack(good[i:])
                         return
                     pos += 1
@@ -316,6 +319,7 @@ class ReadWithTrackingWatermarkFn(
                     yield TimestampedValue(rec, Timestamp(micros=rec.event_time))
                 finalizer.register(partial(base.ack, good))
                 wm.owe(base=good)
+                base.consumed(good)  # committed with this state: no longer holds pt_base
                 if pos >= stop:  # the whole budget is claimed: done
                     return
                 e = wm.update(

@@ -179,31 +179,34 @@ def test_any_worker_resumes_any_state_and_a_retry_re_arms_the_grace(
     pubsub_emulator: Emulator, tmp_path: Path
 ) -> None:
     """Everything the reader keeps between bundles is in the estimator state: attempts in
-    separate DoFn copies (separate workers) resume each other's states. The resumer sends
-    the acks its predecessor owed, even though no finalizer ever ran, and the ledger's
-    ``pt_base`` follows. A clean resume keeps the grace it inherited; a second attempt
+    separate DoFn copies (separate workers) resume each other's states. The ledger's
+    ``pt_base`` travels; the resumer sends the acks its predecessor owed, though no
+    finalizer ever ran. A clean resume keeps the grace it inherited; a second attempt
     from the same state (a retry) re-arms it."""
     topic, base, tracking = _topic_and_subscriptions(pubsub_emulator)
     pubsub_emulator.publish(topic, [{"ts": "1000"}, {"ts": "2000"}, {"ts": "3000"}])
     fast = {**FAST, "lease_grace": 10 * SECOND}  # long enough to tell re-arming apart
-    fn = ReadWithTrackingWatermarkFn(idle_poll=0, claims_dir=str(tmp_path), **fast)
+    fn = ReadWithTrackingWatermarkFn(
+        idle_poll=0, records_per_bundle=1, max_messages=1, claims_dir=str(tmp_path), **fast
+    )
     spec = PubsubReadSpec(base, tracking, "ts", topic=topic)
-    first, state1 = _attempt(fn, spec, fn.initial_estimator_state(spec, None))
-    assert sorted(r.event_time for r in first) == [1000 * MS, 2000 * MS, 3000 * MS]
+    (first,), state1 = _attempt(fn, spec, fn.initial_estimator_state(spec, None))
     assert state1["hold_until"] > system_clock()  # a first start waits out leases
-    assert len(state1["ledger"]["outstanding"]) == 3  # read, not acked: no finalizer ran
+    # all three tracked, one read from the base: the base owes two
+    assert len(state1["ledger"]["outstanding"]) == 2
     owed_tracking, owed_base = state1["owed"]
-    assert len(owed_tracking) == 3 and len(owed_base) == 3
+    assert len(owed_tracking) == 3 and [b[1] for b in owed_base] == [first.record_id]
 
-    second, state2 = _attempt(fn, spec, state1)
-    assert second == []
-    assert state2["ledger"]["outstanding"] == []  # the owed base acks were sent and noted
-    assert state2["owed"] == ([], [])
+    (second,), state2 = _attempt(fn, spec, state1)
+    assert second.record_id != first.record_id
+    assert len(state2["ledger"]["outstanding"]) == 1  # the ledger travelled
+    assert state2["owed"] == ([], [(second.ack_id, second.record_id, second.publish_time, True)])
     assert state2["hold_until"] == state1["hold_until"]  # a clean resume: not re-armed
+
     (control,) = pubsub_emulator.publish(topic, [{"ts": "4000"}])
+    client = pubsub_emulator.subscriber
     for sub, ack_ids in ((tracking, owed_tracking), (base, [b[0] for b in owed_base])):
-        # acked: asking for their redelivery brings back only the new control message
-        client = pubsub_emulator.subscriber
+        # the owed acks were sent: asking for their redelivery brings none of them back
         client.modify_ack_deadline(
             request={"subscription": sub, "ack_ids": ack_ids, "ack_deadline_seconds": 0}
         )
@@ -211,10 +214,17 @@ def test_any_worker_resumes_any_state_and_a_retry_re_arms_the_grace(
             request={"subscription": sub, "max_messages": 10, "return_immediately": True},
             timeout=10,
         ).received_messages
-        assert [m.message.message_id for m in got] == [control], sub
-        client.acknowledge(request={"subscription": sub, "ack_ids": [got[0].ack_id]})
+        ids = [m.message.message_id for m in got]
+        assert control in ids and first.message_id not in ids, (sub, ids)
+        if sub == tracking:
+            assert ids == [control]
+        client.modify_ack_deadline(  # back to the subscription for the next attempt
+            request={
+                "subscription": sub,
+                "ack_ids": [m.ack_id for m in got],
+                "ack_deadline_seconds": 0,
+            }
+        )
 
-    retry, state3 = _attempt(fn, spec, state1)  # the same state again: a retry
-    assert retry == []
+    _, state3 = _attempt(fn, spec, state1)  # the same state again: a retry
     assert state3["hold_until"] > state1["hold_until"]  # re-armed
-    assert state3["ledger"]["outstanding"] == []

@@ -9,8 +9,7 @@ from beam_pipelines.testing import (
     assert_watermark_monotonic,
 )
 from beam_pipelines.testing.strategies import traces
-from theory import AfterProcessingTime, AfterWatermark, FixedWindows, WindowingStrategy
-from theory.windowing.runner import run_script
+from theory import AfterProcessingTime, AfterWatermark, FixedWindows, WindowingStrategy, run_script
 
 
 @settings(max_examples=20, deadline=None)
