@@ -8,6 +8,14 @@ name and renamed into place, so a reader never sees half a file. Its name is the
 bundle's start (a system-wide monotonic clock, so names sort in output order) and a hash
 of its content: a retried task writes the same content again, and :func:`read_panes`
 keeps one copy of each content.
+
+On PySparkRunner the same bundle is written twice when a Spark task is retried after its
+bundle finished, or when a restarted pipeline replays a batch its checkpoint had not
+committed; both write the same content. Two *different* bundles with the same content
+would mean a pane (key, window, index, timing, timestamp and value all equal) emitted
+twice, a runner bug, which this naming reads once. Telling the two apart needs a bundle
+identity that stays the same across retries and restarts (batch, stage, partition); Beam's
+API gives a DoFn none, so that would have to come from the runner.
 """
 
 from __future__ import annotations
