@@ -17,6 +17,7 @@ decides:
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any
@@ -24,10 +25,11 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 import pytest
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.transforms import window
 
 from beam_pipelines.emulator import Emulator
-from beam_pipelines.pubsub_sdf import ReadFromPubSubWithTrackingWatermark
+from beam_pipelines.pubsub_sdf import METRICS_NAMESPACE, ReadFromPubSubWithTrackingWatermark
 from tests.helpers.streaming import stamped_pane
 from theory.time import MILLISECOND, SECOND
 
@@ -68,8 +70,8 @@ def pipeline(topic: str, base: str, tracking: str) -> Any:
             idle_poll=0.3,
             records_per_bundle=100_000,  # a batch drains the subscription
         )
-        read = records | "stamp" >> beam.Map(
-            lambda r: ("read", r.record_id, r.event_time, time.time_ns() // 1000)
+        read = records | "stamp" >> beam.Map(  # fused with the read: its worker's pid
+            lambda r: ("read", r.record_id, r.event_time, time.time_ns() // 1000, os.getpid())
         )
         panes = (
             records
@@ -138,3 +140,10 @@ def test_windows_fire_by_the_tracking_watermark_while_pubsub_is_read(
     assert dropped == expected
     stragglers = {r[1] for r in reads if r[1].startswith("s")}
     assert stragglers & expected  # 2 minutes old: behind the watermark once it moved
+    # the grace was armed at the first start only: every resume, in whichever worker
+    # (processes that read: {r[4] for r in reads}), was a clean one
+    armed = result.metrics().query(
+        MetricsFilter().with_namespace(METRICS_NAMESPACE).with_name("lease_grace_armed")
+    )["counters"]
+    workers = sorted({r[4] for r in reads})
+    assert sum(c.committed for c in armed) == 1, workers
