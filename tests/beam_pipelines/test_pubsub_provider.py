@@ -514,3 +514,39 @@ def test_bad_estimator_state_is_rejected() -> None:
     with pytest.raises(ValueError, match="band"):
         TrackingWatermarkEstimatorProvider(band=-1)
     assert from_datetime(dt.datetime(2023, 11, 14, 22, 13, 20)) == T
+
+
+_LEDGER_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["expect", "receive", "ack", "handover"]),
+        st.integers(0, 7),  # record id
+        st.integers(0, 20),  # publish time, s
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_LEDGER_OPS)
+def test_a_ledger_handed_between_workers_answers_as_one_in_process(ops: Any) -> None:
+    """``pt_base`` from a ledger whose state goes through Beam's coder to a new estimator
+    (another worker) at any points equals one process's ledger's, after every step."""
+    p = TrackingWatermarkEstimatorProvider(acked_memory=5 * S)
+    coder = p.estimator_state_coder()
+    est = p.create_watermark_estimator(p.initial_estimator_state(0, 0))
+    reference = AckLedger(5 * S)
+    for op, rid, pt in ops:
+        if op == "handover":
+            est = p.create_watermark_estimator(
+                coder.decode(coder.encode(est.get_estimator_state()))
+            )
+            continue
+        for ledger in (est.ledger(), reference):
+            if op == "expect":
+                ledger.expect(f"r{rid}", pt * S)
+            elif op == "receive":
+                ledger.on_received(f"r{rid}", pt * S)
+            else:
+                ledger.on_acked([(f"r{rid}", pt * S)])
+        assert est.ledger().oldest_unacked_publish_time() == reference.oldest_unacked_publish_time()
+        assert est.ledger().outstanding == reference.outstanding

@@ -160,7 +160,8 @@ class _NeverFinalized:
 
 def _attempt(fn: ReadWithTrackingWatermarkFn, spec: Any, state: Any) -> tuple[list[Any], Any]:
     """One attempt from ``state`` in a fresh copy of ``fn`` (another worker: nothing kept
-    in the process is shared); its records and the state it checkpoints."""
+    in the process is shared); its records and the state it checkpoints (None if it
+    ended the read)."""
     worker = pickle.loads(pickle.dumps(fn))
     worker.setup()
     try:
@@ -169,12 +170,14 @@ def _attempt(fn: ReadWithTrackingWatermarkFn, spec: Any, state: Any) -> tuple[li
         out = list(
             worker.process(spec, _NeverFinalized(), RestrictionTrackerView(tracker), estimator)
         )
-        assert tracker.deferred_status() is not None  # it checkpointed
+        if tracker.deferred_status() is None:  # it ended the read
+            return [v.value for v in out], None
         return [v.value for v in out], estimator.get_estimator_state()
     finally:
         worker.teardown()
 
 
+@pytest.mark.filterwarnings("ignore:The return_immediately:DeprecationWarning")
 def test_any_worker_resumes_any_state_and_a_retry_re_arms_the_grace(
     pubsub_emulator: Emulator, tmp_path: Path
 ) -> None:
@@ -228,3 +231,11 @@ def test_any_worker_resumes_any_state_and_a_retry_re_arms_the_grace(
 
     _, state3 = _attempt(fn, spec, state1)  # the same state again: a retry
     assert state3["hold_until"] > state1["hold_until"]  # re-armed
+
+    # the idle time travels too: a worker that never read stops a read idle elsewhere
+    assert state1["last_record"] <= state2["last_record"] <= system_clock()
+    empty = PubsubReadSpec(*_topic_and_subscriptions(pubsub_emulator)[1:], "ts")
+    idle = {**state2, "last_record": system_clock() - 60 * SECOND, "token": None}
+    stopping = ReadWithTrackingWatermarkFn(stop_after_idle=30, claims_dir=str(tmp_path), **fast)
+    assert _attempt(stopping, empty, idle)[1] is None
+    assert _attempt(fn, empty, idle)[1] is not None  # without stop_after_idle: unbounded
