@@ -84,8 +84,10 @@ splittable DoFn that reads the two subscriptions with it.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import heapq
 import re
+import threading
 import time
 import uuid
 import warnings
@@ -398,6 +400,17 @@ class BaseBacklog(Protocol):
         ...
 
 
+def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``method`` under its instance's ``_lock``."""
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return run
+
+
 class AckLedger:
     """``pt_base`` from our own base consumer's acks, joined with what tracking has seen.
 
@@ -414,10 +427,12 @@ class AckLedger:
     is ignored and counted (``counters["stale expect"]``): it assumes the tracking reader
     never lags the base's acks by more than ``acked_memory``. :meth:`on_received` always
     counts (the base really holds it). Memory: outstanding records plus the acked ids
-    within the horizon.
+    within the horizon. Thread-safe: a runner may take the estimator state holding it
+    (:meth:`state`) from another thread while the reader feeds it.
     """
 
     def __init__(self, acked_memory: int = 10 * MINUTE) -> None:
+        self._lock = threading.RLock()
         self.acked_memory = check_duration(acked_memory, "acked_memory")
         self._outstanding: dict[str, int] = {}
         self._heap: list[tuple[int, str]] = []  # lazy (publish time, record id)
@@ -438,6 +453,7 @@ class AckLedger:
     def _horizon(self) -> int | None:
         return None if self._newest is None else self._newest - self.acked_memory
 
+    @_locked
     def expect(self, record_id: str, publish_time: int) -> None:
         """The tracking reader saw this record: the base owes it until it is acked."""
         pt = check_timestamp(publish_time, "publish_time")
@@ -451,6 +467,7 @@ class AckLedger:
             return
         self._add(record_id, pt)
 
+    @_locked
     def on_received(self, record_id: str, publish_time: int) -> None:
         """The base consumer received this record (also a redelivery or a duplicate)."""
         pt = check_timestamp(publish_time, "publish_time")
@@ -458,6 +475,7 @@ class AckLedger:
         self._acked.pop(record_id, None)
         self._add(record_id, pt)
 
+    @_locked
     def on_acked(self, acked: Iterable[tuple[str, int]]) -> None:
         """The base consumer's ack of these ``(record id, publish time)`` succeeded."""
         for rid, publish_time in acked:
@@ -479,6 +497,7 @@ class AckLedger:
                 if self._acked.get(rid) == pt:
                     del self._acked[rid]
 
+    @_locked
     def oldest_unacked_publish_time(self) -> int | None:
         """``pt_base`` (µs), None when nothing is outstanding."""
         heap = self._heap
@@ -491,6 +510,7 @@ class AckLedger:
         """Records the base still owes."""
         return len(self._outstanding)
 
+    @_locked
     def state(self) -> dict[str, Any]:
         """A JSON-serialisable snapshot."""
         return {

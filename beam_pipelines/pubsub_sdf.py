@@ -17,8 +17,8 @@ worker it picks): the estimator, the :class:`~beam_pipelines.pubsub.AckLedger` t
 ``pt_base``, the processing time of the last base record (``stop_after_idle``), and the
 acks the attempt registered with its finalizer (:class:`~beam_pipelines.pubsub.OwedAcks`).
 The runner resumes committed states only, so whoever resumes a state sends those acks
-again (the finalizer may never run, as Beam's Java Pub/Sub source warns) and marks the
-base records acked in the ledger; Pub/Sub takes a repeated ack as a no-op.
+again (the finalizer may never run, as Beam's Java Pub/Sub source warns); Pub/Sub takes a
+repeated ack as a no-op (with exactly-once delivery on, it answers an error, counted).
 
 The lease grace (``lease_grace``, the tracking subscription's ack deadline) holds the
 watermark after any start that is not a clean resume: messages a dead attempt pulled stay

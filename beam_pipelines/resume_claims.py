@@ -29,8 +29,10 @@ import time
 
 __all__ = ["DEFAULT_CLAIMS_DIR", "ResumeClaims"]
 
-#: The default claims directory (one host's workers share it).
-DEFAULT_CLAIMS_DIR = os.path.join(tempfile.gettempdir(), "dataflow-watermarks-resume-claims")
+#: The default claims directory: one host's workers (of one user) share it.
+DEFAULT_CLAIMS_DIR = os.path.join(
+    tempfile.gettempdir(), f"dataflow-watermarks-resume-claims-{getattr(os, 'getuid', lambda: 0)()}"
+)
 _TOKEN = re.compile(r"[0-9A-Za-z_-]{1,128}")
 _SWEEP_EVERY = 512
 
