@@ -31,8 +31,11 @@ directory every worker sees (:class:`~beam_pipelines.resume_claims.ResumeClaims`
 By default ``pt_base`` comes from that ledger, which is exact while this reader is the
 base subscription's only consumer. A base record leaves the ledger once emitted: its output
 is committed with the state the ledger is in, and if that commit fails both are dropped
-and the message comes back. ``backlog_factory(spec)`` can supply another ``pt_base`` (e.g.
-a :class:`~beam_pipelines.pubsub.MonitoredBaseBacklog` when others read the base too).
+and the message comes back. The ledger makes the state grow with the base's outstanding
+records and the ids acked within ``acked_memory`` (10 min of publish time by default).
+``backlog_factory(spec)`` can supply another ``pt_base`` (e.g. a
+:class:`~beam_pipelines.pubsub.MonitoredBaseBacklog` when others read the base too, or
+at rates where that state is too large); the ledger is then not kept.
 
 The restriction is ``OffsetRange(0, spec.max_records)``, one position per emitted record,
 so a finite ``max_records`` makes a bounded read (tests). The read is unbounded otherwise:
@@ -256,8 +259,10 @@ class ReadWithTrackingWatermarkFn(
         if not self.claims.claim(resumed_from):  # a first start or a retry
             wm.hold_until_at_least(self.clock() + self.lease_grace)
             Metrics.counter(ns, "lease_grace_armed").inc()
-        ledger = wm.ledger()
-        backlog = self.backlog_factory(spec) if self.backlog_factory else ledger
+        # With a backlog_factory the ledger is not needed: it is not kept (the state stays
+        # small), and the base consumer's own throwaway ledger serves it.
+        ledger = wm.ledger() if self.backlog_factory is None else None
+        backlog = self.backlog_factory(spec) if self.backlog_factory else wm.ledger()
         common: dict[str, Any] = {
             "timestamp_attribute": spec.timestamp_attribute,
             "id_label": spec.id_label,
@@ -288,7 +293,7 @@ class ReadWithTrackingWatermarkFn(
                         break
                     wm.record(batch)
                     for rec in batch:
-                        if rec.event_time is not None:
+                        if ledger is not None and rec.event_time is not None:
                             ledger.expect(rec.record_id, rec.publish_time)
                     # Acked once the runner has committed the estimator state, or by
                     # whoever resumes that state.

@@ -241,3 +241,35 @@ def test_any_worker_resumes_any_state_and_a_retry_re_arms_the_grace(
     stopping = ReadWithTrackingWatermarkFn(stop_after_idle=30, claims_dir=str(tmp_path), **fast)
     assert _attempt(stopping, empty, idle)[1] is None
     assert _attempt(fn, empty, idle)[1] is not None  # without stop_after_idle: unbounded
+
+
+class _NothingUnacked:
+    """A base backlog reporting nothing unacked (``pt_base`` from elsewhere)."""
+
+    def oldest_unacked_publish_time(self) -> int | None:
+        return None
+
+
+def _nothing_unacked(spec: Any) -> _NothingUnacked:
+    return _NothingUnacked()
+
+
+def test_with_a_backlog_factory_the_state_keeps_no_ledger(
+    pubsub_emulator: Emulator, tmp_path: Path
+) -> None:
+    """Two messages tracked, one read: the ledger owes one and remembers one ack; with
+    ``pt_base`` from a backlog factory the state keeps neither."""
+    kw: dict[str, Any] = {
+        "idle_poll": 0,
+        "records_per_bundle": 1,
+        "max_messages": 1,
+        "claims_dir": str(tmp_path),
+    }
+    for factory, kept in ((None, 1), (_nothing_unacked, 0)):
+        topic, base, tracking = _topic_and_subscriptions(pubsub_emulator)
+        pubsub_emulator.publish(topic, [{"ts": "1000"}, {"ts": "2000"}])
+        spec = PubsubReadSpec(base, tracking, "ts", topic=topic)
+        fn = ReadWithTrackingWatermarkFn(backlog_factory=factory, **kw, **FAST)
+        (_,), state = _attempt(fn, spec, fn.initial_estimator_state(spec, None))
+        ledger = state["ledger"]
+        assert (len(ledger["outstanding"]), len(ledger["acked"])) == (kept, kept), factory
