@@ -550,3 +550,29 @@ def test_a_ledger_handed_between_workers_answers_as_one_in_process(ops: Any) -> 
                 ledger.on_acked([(f"r{rid}", pt * S)])
         assert est.ledger().oldest_unacked_publish_time() == reference.oldest_unacked_publish_time()
         assert est.ledger().outstanding == reference.outstanding
+
+
+def test_permission_errors_fail_naming_the_subscription() -> None:
+    """The emulator has no IAM, so the client's PermissionDenied is served here: at the
+    start (``get_subscription``) and on a pull it fails the read naming the subscription;
+    a transient error is only counted."""
+    from beam_pipelines import pubsub_sdf
+
+    path = "projects/p/subscriptions/scores"
+    sub = FakeSubscriber([gexc.PermissionDenied("denied"), gexc.ServiceUnavailable("busy")])
+    reader = TrackingReader(sub, path, backlog=AckLedger(), timestamp_attribute="ts")
+    assert reader.pull() is None
+    with pytest.raises(pubsub_sdf.SubscriptionError, match=f"{path}: pull failed with Permission"):
+        pubsub_sdf._fail_if_fatal(reader)
+    transient = TrackingReader(sub, path, backlog=AckLedger(), timestamp_attribute="ts")
+    assert transient.pull() is None and transient.rpc_errors == {"pull: ServiceUnavailable": 1}
+    pubsub_sdf._fail_if_fatal(transient)  # no raise
+
+    def denied(request: dict[str, Any], **kw: Any) -> Any:
+        raise gexc.PermissionDenied(f"no access to {request['subscription']}")
+
+    fn = pubsub_sdf.ReadWithTrackingWatermarkFn()
+    fn._subscriber = SimpleNamespace(get_subscription=denied)
+    spec = pubsub_sdf.PubsubReadSpec(path, path + "-tracking", "ts")
+    with pytest.raises(pubsub_sdf.SubscriptionError, match=f"base subscription {path}: Permission"):
+        fn._check_subscriptions(spec)
