@@ -3,9 +3,13 @@ profiles (:func:`theory.experiments.systems.compare_systems`), a table per syste
 convention behind each difference, and the window latency per system.
 
 Every system takes its bound from the first ``bounded:<duration>`` strategy; Flink's
-periodic interval is 200 ms (its default) and Spark's trigger 1 s. The comparison runs in
-numpy on the driver: ``analyze`` collects at most :data:`MAX_ROWS` rows (the first by
-arrival) of a larger trace, and says so.
+periodic interval is 200 ms (its default) with ``withIdleness`` of
+:data:`FLINK_IDLE_TIMEOUT`, and Spark's trigger 1 s. A trace with a ``partition`` column
+is compared with each partition an input (``inputs="partition"``: per-input watermarks
+combined by the minimum, an input that stops holding it except under Flink's idleness),
+one with more than :data:`~theory.spark.trace.MAX_INPUTS` partitions or none as one
+input. The comparison runs in numpy on the driver: ``analyze`` collects at most
+:data:`MAX_ROWS` rows (the first by arrival) of a larger trace, and says so.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ import numpy as np
 from spark_backend.report import Report, seconds
 from theory.data.trace import Trace
 from theory.experiments.systems import Comparison, check_systems, compare_systems
+from theory.spark.trace import MAX_INPUTS
 from theory.time import MILLISECOND, SECOND, parse_duration
 
-__all__ = ["MAX_ROWS", "bound_of", "systems_section", "trace_of"]
+__all__ = ["FLINK_IDLE_TIMEOUT", "MAX_ROWS", "bound_of", "inputs_of", "systems_section", "trace_of"]
 
 LOG = logging.getLogger("watermarks")
 
@@ -34,6 +39,8 @@ LOG = logging.getLogger("watermarks")
 MAX_ROWS: Final[int] = 2_000_000
 FLINK_INTERVAL: Final[int] = 200 * MILLISECOND
 SPARK_TRIGGER: Final[int] = 1 * SECOND
+#: Flink's ``withIdleness`` in the report: an input without rows for a minute is idle.
+FLINK_IDLE_TIMEOUT: Final[int] = 60 * SECOND
 
 
 def bound_of(strategies: Sequence[str]) -> int:
@@ -50,9 +57,10 @@ def bound_of(strategies: Sequence[str]) -> int:
 
 
 def trace_of(df: Any, rows: int) -> tuple[Trace, str]:
-    """The trace's event time, arrival time and key on the driver (the first
-    :data:`MAX_ROWS` by arrival if larger), and a note saying which rows."""
-    cols = ["event_time", "arrival_time"] + (["key"] if "key" in df.columns else [])
+    """The trace's event time, arrival time, key and partition (if it has them) on the
+    driver (the first :data:`MAX_ROWS` by arrival if larger), and a note saying which
+    rows."""
+    cols = ["event_time", "arrival_time"] + [c for c in ("key", "partition") if c in df.columns]
     note = f"all {rows:,} rows"
     if rows > MAX_ROWS:
         df = df.orderBy("arrival_time").limit(MAX_ROWS)
@@ -67,8 +75,21 @@ def trace_of(df: Any, rows: int) -> tuple[Trace, str]:
         pdf["arrival_time"].to_numpy(np.int64),
         key,
         np.zeros(n, dtype=np.float64),
+        pdf["partition"].to_numpy(np.int64) if "partition" in pdf else None,
     )
     return trace, note
+
+
+def inputs_of(trace: Trace) -> tuple[str | None, str]:
+    """``compare_systems``' ``inputs`` for ``trace`` (each partition an input if it has a
+    partition column with at most :data:`MAX_INPUTS` values, else None: one input) and
+    a phrase saying which."""
+    if trace.partition is None:
+        return None, "one input (the trace has no partition column)"
+    k = int(np.unique(trace.partition).size)
+    if k > MAX_INPUTS:
+        return None, f"one input (its {k:,} partitions are more than {MAX_INPUTS} inputs)"
+    return "partition", f"each of its {k} partitions an input"
 
 
 def _latency_figure(path: Path, c: Comparison) -> Path:
@@ -104,13 +125,16 @@ def systems_section(
 ) -> Comparison:
     """Compare ``systems`` on ``trace`` and add the tables and the figure."""
     names = check_systems(systems)
-    LOG.info("comparing %s on %d events", ",".join(names), len(trace))
+    inputs, how = inputs_of(trace)
+    LOG.info("comparing %s on %d events, %s", ",".join(names), len(trace), how)
     c = compare_systems(
         trace,
         bound=bound,
         window_size=window_size,
         flink_interval=FLINK_INTERVAL,
         spark_trigger=SPARK_TRIGGER,
+        flink_idle_timeout=FLINK_IDLE_TIMEOUT,
+        inputs=inputs,
         systems=names,
     )
     t = c.table()
@@ -126,8 +150,10 @@ def systems_section(
         },
         f"Per-key counts in fixed {window_size / 1e6:g} s windows, fired once at the "
         f"watermark, late rows dropped; bound {bound / 1e6:g} s (Beam max seen - bound, "
-        "Flink BoundedOutOfOrderness every 200 ms, Spark withWatermark with a 1 s "
-        f"trigger); {note}.",
+        "Flink BoundedOutOfOrderness every 200 ms with withIdleness "
+        f"{FLINK_IDLE_TIMEOUT / 1e6:g} s, Spark withWatermark with a 1 s trigger and "
+        f"multipleWatermarkPolicy=min); {note}; {how}: each input has its own watermark "
+        "and the job's is their minimum.",
         {"latency p50": seconds, "latency p90": seconds},
     )
     a = c.attribution()
@@ -147,9 +173,12 @@ def systems_section(
             },
             "Starting from the first system's conventions, each is switched in turn to the "
             "second's: when the watermark moves (per element, periodic, per micro-batch), "
-            "the watermark late rows are tested against (Spark: the previous batch's), and "
-            "milliseconds (Spark). A window differs if it fires at another time or with "
-            "another count. After the last switch no difference is left.",
+            "the watermark late rows are tested against (Spark: the previous batch's), "
+            "milliseconds (Spark), the multiple-input policy, and idle handling (Flink's "
+            "withIdleness leaves an input without rows out of the minimum; Beam and Spark "
+            "let an input that stopped hold it, and Spark holds it at 0 until every input "
+            "has sent data). A window differs if it fires at another time or with another "
+            "count. After the last switch no difference is left.",
         )
     report.figure(
         "Window latency per system",

@@ -21,8 +21,14 @@ and drop a row at the same test, ``end <= W``. What differs are :class:`Conventi
   has its own watermark (its max seen - bound; an input with no data yet counts as 0, as
   Spark populates it, which no window of event times ``>= 0`` can pass either) and the
   job's is their ``policy``: ``min`` (Beam's Flatten, Flink's channels, Spark's default
-  ``multipleWatermarkPolicy``) or ``max`` (Spark's other choice). Idle inputs (Flink's
-  ``withIdleness``) are not modelled here: an input that stops holds the minimum.
+  ``multipleWatermarkPolicy``) or ``max`` (Spark's other choice);
+- ``idle_timeout``: how an input that sends nothing is handled. None (Beam's bounded
+  estimator behind a Flatten, Spark, Flink by default): an input that stopped holds the
+  minimum forever, and one with no data yet holds it at its start (Spark: at 0, measured
+  on Spark 4.3; Beam, Flink: at ``MIN``; the same for event times ``>= 0``). A duration:
+  Flink's ``withIdleness(idle_timeout)``, where an input without rows for longer is left
+  out of the minimum until it emits again (:mod:`theory.experiments.idleness`; it needs
+  the ``periodic`` timing and the ``min`` policy; with one input it changes nothing).
 
 :func:`profile_under` runs the job under any conventions (vectorised);
 :func:`compare_systems` runs the three systems' conventions, tabulates them, and for each
@@ -44,6 +50,7 @@ import numpy as np
 
 from theory.columns import check_duration, same_length, time_column
 from theory.data.trace import Trace
+from theory.experiments.idleness import flink_idle_watermarks
 from theory.spark.conventions import check_policy
 from theory.spark.trace import batch_profile, combined_max, input_codes
 from theory.time import MILLISECOND, SECOND
@@ -66,8 +73,15 @@ __all__ = [
 TIMINGS: Final[tuple[str, ...]] = ("element", "periodic", "batch")
 LATE_FILTERS: Final[tuple[str, ...]] = ("current", "previous-batch")
 #: The order in which :func:`compare_systems` switches conventions.
-SWITCH_ORDER: Final[tuple[str, ...]] = ("timing", "late_filter", "millis", "policy")
-
+#: ``idle_timeout`` goes last when the target system has idleness (Flink), first when it
+#: has none, so that idleness is only ever combined with Flink's periodic timing.
+SWITCH_ORDER: Final[tuple[str, ...]] = (
+    "timing",
+    "late_filter",
+    "millis",
+    "policy",
+    "idle_timeout",
+)
 
 
 @dataclass(frozen=True)
@@ -75,7 +89,8 @@ class Conventions:
     """How a system computes and applies its watermark (see the module docstring).
     ``interval`` is the periodic interval or the trigger interval (µs, unused for
     ``element``); ``batch_duration`` how long a micro-batch runs (µs); ``policy``
-    combines several inputs' watermarks."""
+    combines several inputs' watermarks; ``idle_timeout`` (µs, or None for none) is
+    Flink's ``withIdleness``."""
 
     timing: str
     interval: int = 0
@@ -83,6 +98,7 @@ class Conventions:
     late_filter: str = "current"
     millis: bool = False
     policy: str = "min"
+    idle_timeout: int | None = None
 
     def __post_init__(self) -> None:
         check_policy(self.policy)
@@ -96,6 +112,14 @@ class Conventions:
             raise ValueError("late_filter='previous-batch' needs timing='batch'")
         check_duration(self.interval, "interval", allow_zero=self.timing == "element")
         check_duration(self.batch_duration, "batch_duration")
+        if self.idle_timeout is not None:
+            check_duration(self.idle_timeout, "idle_timeout", allow_zero=False)
+            if self.timing != "periodic" or self.policy != "min":
+                raise ValueError(
+                    "idle_timeout (Flink's withIdleness) needs timing='periodic' and "
+                    "policy='min': idleness is checked at Flink's periodic timers and "
+                    "feeds its valve's minimum"
+                )
 
 
 #: The systems compared, in their default order.
@@ -124,11 +148,12 @@ def system_conventions(
     spark_trigger: int = 1 * SECOND,
     spark_batch_duration: int = 0,
     spark_policy: str = "min",
+    flink_idle_timeout: int | None = None,
 ) -> dict[str, Conventions]:
     """The conventions of ``beam``, ``flink`` and ``spark`` with these settings."""
     return {
         "beam": Conventions("element"),
-        "flink": Conventions("periodic", flink_interval),
+        "flink": Conventions("periodic", flink_interval, idle_timeout=flink_idle_timeout),
         "spark": Conventions(
             "batch",
             spark_trigger,
@@ -220,15 +245,8 @@ def profile_under(
         )
     order = np.argsort(at, kind="stable")
     e_s, a_s = et[order], at[order]
-    unit = 1000 if c.millis else 1
-    seen = combined_max(e_s // unit, None if codes is None else codes[order], c.policy)
-    # the instants at which the watermark moves, and its value there
-    if c.timing == "element":
-        instants = np.unique(a_s)
-    else:
-        instants = np.unique(-(-a_s // c.interval) * c.interval)  # timers after arrivals
-    last_read = np.searchsorted(a_s, instants, side="right") - 1
-    values = (seen[last_read] - b // unit) * unit
+    c_s = None if codes is None else codes[order]
+    instants, values = _watermark_steps(e_s, a_s, c_s, c, b)
     # a row is tested against the watermark of the last instant strictly before it
     before = np.searchsorted(instants, a_s, side="left") - 1
     start = e_s - e_s % size
@@ -238,12 +256,40 @@ def profile_under(
     k_w, s_w, counts, _ = _windows(keys[order], start, size, ~late)
     e_w = s_w + size
     fire_at = np.searchsorted(values, e_w, side="left")
-    fire_time = np.where(
-        fire_at < instants.size, instants[np.minimum(fire_at, instants.size - 1)], -1
+    fire_time = (
+        np.where(fire_at < instants.size, instants[np.minimum(fire_at, instants.size - 1)], -1)
+        if instants.size
+        else np.full(e_w.size, -1, dtype=np.int64)
     )
     dropped = np.empty(et.size, dtype=bool)
     dropped[order] = late
     return Outcome(k_w, s_w, e_w, counts, fire_time.astype(np.int64), dropped)
+
+
+def _watermark_steps(
+    e_s: np.ndarray, a_s: np.ndarray, codes: np.ndarray | None, c: Conventions, bound: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The instants (µs, non-decreasing) at which the watermark of ``element`` or
+    ``periodic`` timing moves, and its value there (core convention, non-decreasing);
+    rows in arrival order."""
+    unit = 1000 if c.millis else 1
+    if c.idle_timeout is not None and codes is not None:
+        return flink_idle_watermarks(
+            e_s // unit * unit,
+            a_s,
+            codes,
+            bound=bound // unit * unit,
+            interval=c.interval,
+            idle_timeout=c.idle_timeout,
+        )
+    seen = combined_max(e_s // unit, codes, c.policy)
+    if c.timing == "element":
+        instants = np.unique(a_s)
+    else:
+        # the timers after arrivals: Flink's fire at interval, 2 * interval, ...
+        instants = np.unique(np.maximum(-(-a_s // c.interval), 1) * c.interval)
+    last_read = np.searchsorted(a_s, instants, side="right") - 1
+    return instants, (seen[last_read] - bound // unit) * unit
 
 
 def _by_window(o: Outcome) -> dict[tuple[object, int], tuple[int, int]]:
@@ -331,6 +377,13 @@ class Comparison:
         return t
 
 
+def _switch_order(goal: Conventions) -> tuple[str, ...]:
+    """:data:`SWITCH_ORDER`, with ``idle_timeout`` first when ``goal`` has none."""
+    if goal.idle_timeout is not None:
+        return SWITCH_ORDER
+    return ("idle_timeout", *(n for n in SWITCH_ORDER if n != "idle_timeout"))
+
+
 def compare_systems(
     trace: Trace,
     *,
@@ -340,6 +393,7 @@ def compare_systems(
     spark_trigger: int = 1 * SECOND,
     spark_batch_duration: int = 0,
     spark_policy: str = "min",
+    flink_idle_timeout: int | None = None,
     inputs: str | None = None,
     systems: Sequence[str] = SYSTEMS,
 ) -> Comparison:
@@ -348,7 +402,9 @@ def compare_systems(
     given, the conventions switched one at a time (:data:`SWITCH_ORDER`) from the first
     system's to the second's, with the differences left after each switch (0 after the
     last). ``inputs="partition"`` makes each of the trace's partitions an input (their
-    watermarks combined by min, or by ``spark_policy`` on Spark); None: one input."""
+    watermarks combined by min, or by ``spark_policy`` on Spark); None: one input.
+    ``flink_idle_timeout`` (µs) gives Flink ``withIdleness`` (None: none, Flink's
+    default), which matters with several inputs only."""
     if inputs not in (None, "partition"):
         raise ValueError(f"inputs must be None or 'partition', got {inputs!r}")
     if inputs == "partition" and trace.partition is None:
@@ -359,6 +415,7 @@ def compare_systems(
         spark_trigger=spark_trigger,
         spark_batch_duration=spark_batch_duration,
         spark_policy=spark_policy,
+        flink_idle_timeout=flink_idle_timeout,
     )
     names = check_systems(systems)
     convs = {n: every[n] for n in names}
@@ -380,7 +437,7 @@ def compare_systems(
     for source, target in pairs:
         current = convs[source]
         goal = convs[target]
-        for name in SWITCH_ORDER:
+        for name in _switch_order(goal):
             if name == "timing":
                 new = replace(
                     current,
@@ -391,6 +448,13 @@ def compare_systems(
                 )
                 value: object = f"{goal.timing}" + (
                     f" every {goal.interval} µs" if goal.interval else ""
+                )
+            elif name == "idle_timeout":
+                new = replace(current, idle_timeout=goal.idle_timeout)
+                value = (
+                    "none (a stopped input holds)"
+                    if goal.idle_timeout is None
+                    else f"withIdleness {goal.idle_timeout} µs"
                 )
             else:
                 new = replace(current, **{name: getattr(goal, name)})
