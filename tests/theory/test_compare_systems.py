@@ -228,19 +228,17 @@ def flink_reference(trace: Trace, idle_timeout: int | None):
                     marks.append(w)
                     when[w] = t
 
-    for i, (ei, ai, pi) in enumerate(zip(e, a, part, strict=True)):
-        outs = [
+    def timers_until(t: int) -> list[tuple[int, int, int, object]]:
+        return [
             (x.time, j, s, x.output)
             for j, g in enumerate(gens)
-            for s, x in enumerate(g.advance_to(ai - 1))
+            for s, x in enumerate(g.advance_to(t))
         ]
-        feed(outs, i)
+
+    for i, (ei, ai, pi) in enumerate(zip(e, a, part, strict=True)):
+        feed(timers_until(ai - 1), i)  # an element at a timer's time is read before it
         gens[labels.index(pi)].on_event(ei, ai)
-    until = max(FLINK_INTERVAL, -(-a[-1] // FLINK_INTERVAL) * FLINK_INTERVAL)
-    feed(
-        [(x.time, j, s, x.output) for j, g in enumerate(gens) for s, x in enumerate(g.advance_to(until))],
-        len(e),
-    )
+    feed(timers_until(max(FLINK_INTERVAL, -(-a[-1] // FLINK_INTERVAL) * FLINK_INTERVAL)), len(e))
     events = list(zip(trace.key[order].tolist(), e, range(len(e)), strict=True))
     run = run_flink_windows(
         events, WatermarkSchedule(after, marks), Tumbling(WINDOW), end_of_input=False
