@@ -351,3 +351,15 @@ def test_idle_timeout_is_refused_where_no_system_has_it():
         Conventions("periodic", SECOND, idle_timeout=0)
     with pytest.raises(TypeError, match="idle_timeout"):
         Conventions("periodic", SECOND, idle_timeout=1.5)
+
+
+def test_compare_systems_bad_input_is_named(trace):
+    with pytest.raises(ValueError, match="idle_timeout must be > 0"):
+        compare_systems(trace, bound=BOUND, window_size=WINDOW, flink_idle_timeout=-1)
+    keys = trace.key.astype(object)
+    keys[7] = None
+    with pytest.raises(ValueError, match=r"key\[7\] is None: row 7 has no key"):
+        profile_under(trace.event_time, trace.arrival_time, keys, Conventions("element"),
+                      bound=BOUND, window_size=WINDOW)
+    with pytest.raises(ValueError, match="bound must be >= 0"):
+        compare_systems(trace, bound=-1, window_size=WINDOW)

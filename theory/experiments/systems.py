@@ -48,7 +48,7 @@ from typing import Final
 
 import numpy as np
 
-from theory.columns import check_duration, same_length, time_column
+from theory.columns import check_duration, key_column, same_length, time_column
 from theory.data.trace import Trace
 from theory.experiments.idleness import flink_idle_watermarks
 from theory.spark.conventions import check_policy
@@ -218,7 +218,7 @@ def profile_under(
     for one input) splits the trace into inputs combined by ``conventions.policy``."""
     et = time_column(event_time, "event_time")
     at = time_column(arrival_time, "arrival_time")
-    keys = np.asarray(key)
+    keys = key_column(key)
     same_length("event_time", et.size, arrival_time=at, key=keys)
     if et.size and int(et.min()) < 0:
         raise ValueError("event_time: the comparison takes event times >= 0")
