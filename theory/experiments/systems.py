@@ -1,13 +1,18 @@
 """One trace through the beam, flink and spark profiles, and which convention causes
 each difference (all times µs).
 
-Every system here runs the same job: one input, a bounded out-of-orderness watermark
-(``bound``: Beam's ``max seen - bound``, Flink's ``BoundedOutOfOrdernessWatermarks``,
-Spark's ``withWatermark(delay)``), a count per key in fixed windows fired once at the
-watermark, late rows dropped (no allowed lateness). Once each watermark is converted to
-the core convention (no more ``ts < W``; Flink's ``<= W`` is converted at the edge, see
-:mod:`theory.flink.conventions`) the three fire a window at the same test, ``W >= end``,
-and drop a row at the same test, ``end <= W``. What differs are :class:`Conventions`:
+Every system here runs the same job: one input or several, each with a bounded
+out-of-orderness watermark (``bound``: Beam's ``max seen - bound``, Flink's
+``BoundedOutOfOrdernessWatermarks``, Spark's ``withWatermark(delay)``), a count per key in
+fixed windows fired once at the watermark, late rows dropped (no allowed lateness).
+
+``<`` against ``<=`` causes no difference: Flink's watermark means no more ``ts <= W``
+and its generator emits ``max - bound - 1``, which is Beam's and Spark's ``max - bound``
+under ``ts < W``; converted to that core convention at the edge
+(:mod:`theory.flink.conventions`; ``tests/theory/test_compare_systems.py`` checks Flink's
+conventions against its own ``<=`` window operator) the three fire a window at the same
+test, ``W >= end``, and drop a row at the same test, ``end <= W``. What differs are
+:class:`Conventions`:
 
 - ``timing``: when the watermark moves: after every arrival instant (``element``, Beam),
   at periodic timers (``periodic``, Flink's ``autoWatermarkInterval``), or at the end of
