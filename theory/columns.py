@@ -210,7 +210,7 @@ def key_column(x: ArrayLike, name: str = "key") -> np.ndarray:
     if arr.ndim != 1:
         raise ValueError(f"{name} must be a 1-d array, got shape {arr.shape}")
     if arr.dtype.kind == "O" and arr.size:
-        missing = np.equal(arr, None)
+        missing = np.equal(arr, np.array(None, dtype=object))
         if bool(missing.any()):
             i = int(np.argmax(missing))
             raise ValueError(f"{name}[{i}] is None: row {i} has no key")
