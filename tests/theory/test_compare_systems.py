@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from theory import SECOND, Trace, chapter3, simulate
+from theory.experiments.idleness import flink_idle_watermarks
 from theory.experiments.systems import (
     Conventions,
     compare_systems,
@@ -340,6 +341,15 @@ def test_idleness_only_moves_the_watermark_up(rows, timeout):
     assert not (plain.dropped & ~idle.dropped).any()
     assert differences(plain, never) == (0, 0)
     assert np.array_equal(plain.fire_time, never.fire_time)
+    # the job's watermark only rises, and never passes the most advanced input's
+    order = np.argsort(at, kind="stable")
+    times, marks = flink_idle_watermarks(
+        et[order], at[order], part[order], bound=2 * SECOND, interval=SECOND,
+        idle_timeout=timeout,
+    )
+    assert (np.diff(marks) > 0).all() and (np.diff(times) >= 0).all()
+    read = np.searchsorted(at[order], times, side="right")  # rows read by each output
+    assert (marks <= np.maximum.accumulate(et[order])[read - 1] - 2 * SECOND).all()
 
 
 def test_idle_timeout_is_refused_where_no_system_has_it():
