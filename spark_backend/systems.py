@@ -15,7 +15,7 @@ input. The comparison runs in numpy on the driver: ``analyze`` collects at most
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -115,6 +115,35 @@ def _latency_figure(path: Path, c: Comparison) -> Path:
     return path
 
 
+#: The windows shown in the page (all are in ``systems_windows.csv``).
+SHOWN_WINDOWS: Final[int] = 15
+
+
+def _windows_table(report: Report, c: Comparison) -> None:
+    """Which windows fire and when: per window, each system's latency and count."""
+    w = c.windows()
+    table: dict[str, list[object]] = {"key": w["key"], "window start": w["start"]}
+    formats: dict[str, Callable[[object], str]] = {}
+    for name in c.outcomes:
+        fire = np.asarray(w[f"{name}_fire_time"], dtype=np.int64)
+        end = np.asarray(w["end"], dtype=np.int64)
+        table[f"{name} latency"] = np.where(fire >= 0, fire - end, np.nan).tolist()
+        table[f"{name} count"] = w[f"{name}_count"]
+        formats[f"{name} latency"] = seconds
+    differ = w["same"].count(False)
+    report.table(
+        "systems_windows",
+        "Which windows fire and when",
+        table,
+        f"Per window (key, start in µs): how long after its end each system fires it "
+        f"(– never, or no row of it was on time there) and with what count. {differ:,} of "
+        f"{len(w['key']):,} windows differ between systems; they come first, and the page "
+        f"shows the first {SHOWN_WINDOWS}.",
+        formats,
+        show_rows=SHOWN_WINDOWS,
+    )
+
+
 def systems_section(
     report: Report,
     trace: Trace,
@@ -156,6 +185,7 @@ def systems_section(
         "and the job's is their minimum.",
         {"latency p50": seconds, "latency p90": seconds},
     )
+    _windows_table(report, c)
     a = c.attribution()
     if a["source"]:
         report.table(

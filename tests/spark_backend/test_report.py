@@ -70,6 +70,7 @@ def test_every_file_is_written(demo):
         "propagation.png",
         "systems.csv",
         "systems_attribution.csv",
+        "systems_windows.csv",
         "systems.png",
     }
     for png in out.glob("*.png"):

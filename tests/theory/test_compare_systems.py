@@ -373,3 +373,34 @@ def test_compare_systems_bad_input_is_named(trace):
                       bound=BOUND, window_size=WINDOW)
     with pytest.raises(ValueError, match="bound must be >= 0"):
         compare_systems(trace, bound=-1, window_size=WINDOW)
+
+
+def test_the_windows_table_says_which_windows_fire_and_when(trace):
+    """One row per window: each system's fire time and count, as in its outcome; the
+    windows that differ come first and, for two systems, number what ``differences``
+    counts."""
+    cmp = compare_systems(trace, bound=BOUND, window_size=WINDOW, systems="beam,spark",
+                          spark_trigger=SPARK_TRIGGER)
+    w: dict[str, list[Any]] = cmp.windows()
+    n = len(w["key"])
+    assert set(map(len, w.values())) == {n}
+    for name in ("beam", "spark"):
+        fired = {(k, s): (t, c) for k, s, t, c in zip(
+            w["key"], w["start"], w[f"{name}_fire_time"], w[f"{name}_count"], strict=True)
+            if c > 0}
+        o = cmp.outcomes[name]
+        assert fired == {(k, s): (t, c) for (k, s), (t, c) in windows_of_all(o).items()}
+        assert sum(t >= 0 for t in w[f"{name}_fire_time"]) == cmp.table()["windows_fired"][
+            list(cmp.outcomes).index(name)]
+    assert all(e - s == WINDOW for s, e in zip(w["start"], w["end"], strict=True))
+    differing = w["same"].count(False)
+    assert differing == differences(cmp.outcomes["beam"], cmp.outcomes["spark"])[0] > 0
+    assert w["same"] == [False] * differing + [True] * (n - differing)
+
+
+def windows_of_all(o):
+    return {
+        (k, s): (t, c)
+        for k, s, t, c in zip(o.key.tolist(), o.start.tolist(), o.fire_time.tolist(),
+                              o.count.tolist(), strict=True)
+    }

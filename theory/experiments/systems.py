@@ -302,6 +302,12 @@ def _by_window(o: Outcome) -> dict[tuple[object, int], tuple[int, int]]:
     return dict(zip(keys, zip(o.fire_time.tolist(), o.count.tolist(), strict=True), strict=True))
 
 
+def _order(w: tuple[object, int]) -> tuple[str, object, int]:
+    """A sort key for (key, start) whatever the key's type (ints before strings)."""
+    k = w[0]
+    return (type(k).__name__, k, w[1])
+
+
 def differences(a: Outcome, b: Outcome) -> tuple[int, int]:
     """(windows, rows) that differ: a window fired in one and not the other, at another
     time or with another count; a row dropped by one and not the other."""
@@ -348,6 +354,35 @@ class Comparison:
             t["rows_dropped"].append(int(o.dropped.sum()))
             t["latency_p50_s"].append(float(np.median(lat)) if lat.size else float("nan"))
             t["latency_p90_s"].append(float(np.quantile(lat, 0.9)) if lat.size else float("nan"))
+        return t
+
+    def windows(self) -> dict[str, list[object]]:
+        """Which windows fire and when, per window that took a non-late row in some
+        system: ``key``, ``start``, ``end`` (µs), per system ``<name>_fire_time`` (µs,
+        -1 if it never fired or took no row there) and ``<name>_count`` (0 if none), and
+        ``same`` (every system fired it at one time with one count). Windows that differ
+        come first, then the rest, each part sorted by (key, start)."""
+        per = {name: _by_window(o) for name, o in self.outcomes.items()}
+        ends: dict[tuple[object, int], int] = {}
+        for o in self.outcomes.values():
+            ends.update(
+                zip(zip(o.key.tolist(), o.start.tolist(), strict=True), o.end.tolist(), strict=True)
+            )
+        rows = [(w, [p.get(w, (-1, 0)) for p in per.values()]) for w in sorted(ends, key=_order)]
+        rows.sort(key=lambda r: len(set(r[1])) == 1)  # stable: differing windows first
+        t: dict[str, list[object]] = {"key": [], "start": [], "end": []}
+        for name in per:
+            t[f"{name}_fire_time"] = []
+            t[f"{name}_count"] = []
+        t["same"] = []
+        for w, got in rows:
+            t["key"].append(w[0])
+            t["start"].append(w[1])
+            t["end"].append(ends[w])
+            for name, (fire, count) in zip(per, got, strict=True):
+                t[f"{name}_fire_time"].append(fire)
+                t[f"{name}_count"].append(count)
+            t["same"].append(len(set(got)) == 1)
         return t
 
     def attribution(self) -> dict[str, list[object]]:
