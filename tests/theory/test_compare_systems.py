@@ -404,3 +404,30 @@ def windows_of_all(o):
         for k, s, t, c in zip(o.key.tolist(), o.start.tolist(), o.fire_time.tolist(),
                               o.count.tolist(), strict=True)
     }
+
+
+window_sets = st.dictionaries(
+    st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 5)),
+    st.tuples(st.sampled_from([-1, 10, 20]), st.integers(1, 3)),
+    max_size=12,
+)
+
+
+@settings(max_examples=100)
+@given(window_sets, window_sets, st.booleans())
+def test_vectorised_differences_equal_a_per_window_comparison(wa, wb, int_keys):
+    """``differences`` sorts both outcomes' windows together; a dict per window gives the
+    same count, for string and int keys."""
+    from theory.experiments.systems import Outcome
+
+    def outcome(windows):
+        items = sorted(windows.items())
+        key = np.array([ord(k) if int_keys else k for (k, _), _ in items],
+                       dtype=np.int64 if int_keys else object)
+        start = np.array([s * WINDOW for (_, s), _ in items], dtype=np.int64)
+        fire = np.array([f for _, (f, _) in items], dtype=np.int64)
+        count = np.array([c for _, (_, c) in items], dtype=np.int64)
+        return Outcome(key, start, start + WINDOW, count, fire, np.zeros(3, dtype=bool))
+
+    expected = sum(1 for w in set(wa) | set(wb) if wa.get(w) != wb.get(w))
+    assert differences(outcome(wa), outcome(wb)) == (expected, 0)
