@@ -63,17 +63,18 @@ def flink_idle_watermarks(
     seq = np.arange(t.size)
     order = np.lexsort((seq, c, t))  # by time, then input, each input's outputs in order
     valve = StatusWatermarkValve(len(times))
+    on_watermark, on_status = valve.input_watermark, valve.input_status
+    idle, active = StreamStatus.IDLE, StreamStatus.ACTIVE
     out_t: list[int] = []
     out_w: list[int] = []
     for ti, ci, ki, vi in zip(
         t[order].tolist(), c[order].tolist(), k[order].tolist(), v[order].tolist(), strict=True
     ):
         if ki == KIND_WATERMARK:
-            emitted = valve.input_watermark(ci, vi)
+            emitted = on_watermark(ci, vi)
         else:
-            status = StreamStatus.IDLE if ki == KIND_IDLE else StreamStatus.ACTIVE
-            emitted = valve.input_status(ci, status)
-        for w in emitted:
+            emitted = on_status(ci, idle if ki == KIND_IDLE else active)
+        for w in emitted:  # usually none
             if isinstance(w, int):
                 out_t.append(ti)
                 out_w.append(w)
