@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from spark_backend.report import Report, seconds
+from theory.arrays import sorted_unique
 from theory.data.trace import Trace
 from theory.experiments.systems import Comparison, check_systems, compare_systems
 from theory.spark.trace import MAX_INPUTS
@@ -86,7 +87,7 @@ def inputs_of(trace: Trace) -> tuple[str | None, str]:
     a phrase saying which."""
     if trace.partition is None:
         return None, "one input (the trace has no partition column)"
-    k = int(np.unique(trace.partition).size)
+    k = int(sorted_unique(trace.partition).size)
     if k > MAX_INPUTS:
         return None, f"one input (its {k:,} partitions are more than {MAX_INPUTS} inputs)"
     return "partition", f"each of its {k} partitions an input"
