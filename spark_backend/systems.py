@@ -106,21 +106,26 @@ def _latency_figure(path: Path, c: Comparison) -> Path:
             ax.step(lat, np.arange(1, lat.size + 1) / lat.size, where="post", label=name)
             when.step((f - t0) / 3.6e9, np.arange(1, f.size + 1), where="post", label=name)
             drawn = True
-    when.set_xlabel("processing time (h after the first window fired)")
-    when.set_ylabel("windows fired so far")
-    when.set_title("Which windows have fired, when")
-    when.grid(alpha=0.3)
-    if drawn:
-        when.legend(fontsize=8)
     ax.set_xscale("symlog", linthresh=1.0)
-    ax.set_xlabel("window latency (s after the window's end, log scale)")
-    ax.set_ylabel("fraction of windows fired")
-    ax.set_title("When each system fires its windows")
-    ax.grid(alpha=0.3)
-    if drawn:
-        ax.legend(fontsize=8)
-    else:
-        ax.text(0.5, 0.5, "no window fired", ha="center", transform=ax.transAxes)
+    labels = [
+        (
+            "window latency (s after the window's end, log scale)",
+            "fraction of windows fired",
+            "When each system fires its windows",
+        ),
+        (
+            "processing time (h after the first window fired)",
+            "windows fired so far",
+            "Which windows have fired, when",
+        ),
+    ]
+    for axis, (x, y, title) in zip((ax, when), labels, strict=True):
+        axis.set(xlabel=x, ylabel=y, title=title)
+        axis.grid(alpha=0.3)
+        if drawn:
+            axis.legend(fontsize=8)
+        else:
+            axis.text(0.5, 0.5, "no window fired", ha="center", transform=axis.transAxes)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
