@@ -413,7 +413,7 @@ window_sets = st.dictionaries(
 )
 
 
-@settings(max_examples=100)
+@settings(max_examples=40, deadline=None)
 @given(window_sets, window_sets, st.booleans())
 def test_vectorised_differences_equal_a_per_window_comparison(wa, wb, int_keys):
     """``differences`` sorts both outcomes' windows together; a dict per window gives the
