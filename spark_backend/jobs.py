@@ -541,7 +541,7 @@ def run_demo(
     if systems:
         n = min(events, 200_000)
         trace = Trace.concat(chapter3.traces(n, seed=seed).values()).sorted_by_arrival()
-        note = f"the chapter-3 mobile and console traces as one input, {n:,} events"
+        note = f"the chapter-3 mobile and console traces, {n:,} events"
         systems_section(report, trace, systems, bound_of(strategies), window_size, note)
     bar.step("systems compared")
     index = _write(report, out, bar)

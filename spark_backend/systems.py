@@ -3,15 +3,19 @@ profiles (:func:`theory.experiments.systems.compare_systems`), a table per syste
 convention behind each difference, and the window latency per system.
 
 Every system takes its bound from the first ``bounded:<duration>`` strategy; Flink's
-periodic interval is 200 ms (its default) and Spark's trigger 1 s. The comparison runs in
-numpy on the driver: ``analyze`` collects at most :data:`MAX_ROWS` rows (the first by
-arrival) of a larger trace, and says so.
+periodic interval is 200 ms (its default) with ``withIdleness`` of
+:data:`FLINK_IDLE_TIMEOUT`, and Spark's trigger 1 s. A trace with a ``partition`` column
+is compared with each partition an input (``inputs="partition"``: per-input watermarks
+combined by the minimum, an input that stops holding it except under Flink's idleness),
+one with more than :data:`~theory.spark.trace.MAX_INPUTS` partitions or none as one
+input. The comparison runs in numpy on the driver: ``analyze`` collects at most
+:data:`MAX_ROWS` rows (the first by arrival) of a larger trace, and says so.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -22,11 +26,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from spark_backend.report import Report, seconds
+from theory.arrays import sorted_unique
 from theory.data.trace import Trace
 from theory.experiments.systems import Comparison, check_systems, compare_systems
+from theory.spark.trace import MAX_INPUTS
 from theory.time import MILLISECOND, SECOND, parse_duration
 
-__all__ = ["MAX_ROWS", "bound_of", "systems_section", "trace_of"]
+__all__ = ["FLINK_IDLE_TIMEOUT", "MAX_ROWS", "bound_of", "inputs_of", "systems_section", "trace_of"]
 
 LOG = logging.getLogger("watermarks")
 
@@ -34,6 +40,8 @@ LOG = logging.getLogger("watermarks")
 MAX_ROWS: Final[int] = 2_000_000
 FLINK_INTERVAL: Final[int] = 200 * MILLISECOND
 SPARK_TRIGGER: Final[int] = 1 * SECOND
+#: Flink's ``withIdleness`` in the report: an input without rows for a minute is idle.
+FLINK_IDLE_TIMEOUT: Final[int] = 60 * SECOND
 
 
 def bound_of(strategies: Sequence[str]) -> int:
@@ -50,9 +58,10 @@ def bound_of(strategies: Sequence[str]) -> int:
 
 
 def trace_of(df: Any, rows: int) -> tuple[Trace, str]:
-    """The trace's event time, arrival time and key on the driver (the first
-    :data:`MAX_ROWS` by arrival if larger), and a note saying which rows."""
-    cols = ["event_time", "arrival_time"] + (["key"] if "key" in df.columns else [])
+    """The trace's event time, arrival time, key and partition (if it has them) on the
+    driver (the first :data:`MAX_ROWS` by arrival if larger), and a note saying which
+    rows."""
+    cols = ["event_time", "arrival_time"] + [c for c in ("key", "partition") if c in df.columns]
     note = f"all {rows:,} rows"
     if rows > MAX_ROWS:
         df = df.orderBy("arrival_time").limit(MAX_ROWS)
@@ -67,31 +76,89 @@ def trace_of(df: Any, rows: int) -> tuple[Trace, str]:
         pdf["arrival_time"].to_numpy(np.int64),
         key,
         np.zeros(n, dtype=np.float64),
+        pdf["partition"].to_numpy(np.int64) if "partition" in pdf else None,
     )
     return trace, note
 
 
+def inputs_of(trace: Trace) -> tuple[str | None, str]:
+    """``compare_systems``' ``inputs`` for ``trace`` (each partition an input if it has a
+    partition column with at most :data:`MAX_INPUTS` values, else None: one input) and
+    a phrase saying which."""
+    if trace.partition is None:
+        return None, "one input (the trace has no partition column)"
+    k = int(sorted_unique(trace.partition).size)
+    if k > MAX_INPUTS:
+        return None, f"one input (its {k:,} partitions are more than {MAX_INPUTS} inputs)"
+    return "partition", f"each of its {k} partitions an input"
+
+
 def _latency_figure(path: Path, c: Comparison) -> Path:
-    """The distribution (ECDF) of window latency per system, in seconds."""
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+    """Left: the distribution (ECDF) of window latency per system, in seconds; right: the
+    windows each system has fired by each processing time (hours from the first)."""
+    fig, (ax, when) = plt.subplots(1, 2, figsize=(13, 4.5), dpi=110)
     drawn = False
-    for name, o in c.outcomes.items():
+    fired = [np.sort(o.fire_time[o.fire_time >= 0]) for o in c.outcomes.values()]
+    t0 = min((int(f[0]) for f in fired if f.size), default=0)
+    for (name, o), f in zip(c.outcomes.items(), fired, strict=True):
         lat = np.sort(o.latency) / 1e6
         if lat.size:
             ax.step(lat, np.arange(1, lat.size + 1) / lat.size, where="post", label=name)
+            when.step((f - t0) / 3.6e9, np.arange(1, f.size + 1), where="post", label=name)
             drawn = True
-    ax.set_xlabel("window latency (s after the window's end)")
-    ax.set_ylabel("fraction of windows fired")
-    ax.set_title("When each system fires its windows")
-    ax.grid(alpha=0.3)
-    if drawn:
-        ax.legend(fontsize=8)
-    else:
-        ax.text(0.5, 0.5, "no window fired", ha="center", transform=ax.transAxes)
+    ax.set_xscale("symlog", linthresh=1.0)
+    labels = [
+        (
+            "window latency (s after the window's end, log scale)",
+            "fraction of windows fired",
+            "When each system fires its windows",
+        ),
+        (
+            "processing time (h after the first window fired)",
+            "windows fired so far",
+            "Which windows have fired, when",
+        ),
+    ]
+    for axis, (x, y, title) in zip((ax, when), labels, strict=True):
+        axis.set(xlabel=x, ylabel=y, title=title)
+        axis.grid(alpha=0.3)
+        if drawn:
+            axis.legend(fontsize=8)
+        else:
+            axis.text(0.5, 0.5, "no window fired", ha="center", transform=axis.transAxes)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+#: The windows shown in the page (all are in ``systems_windows.csv``).
+SHOWN_WINDOWS: Final[int] = 15
+
+
+def _windows_table(report: Report, c: Comparison) -> None:
+    """Which windows fire and when: per window, each system's latency and count."""
+    w = c.windows()
+    table: dict[str, list[object]] = {"key": w["key"], "window start": w["start"]}
+    formats: dict[str, Callable[[object], str]] = {}
+    for name in c.outcomes:
+        fire = np.asarray(w[f"{name}_fire_time"], dtype=np.int64)
+        end = np.asarray(w["end"], dtype=np.int64)
+        table[f"{name} latency"] = np.where(fire >= 0, fire - end, np.nan).tolist()
+        table[f"{name} count"] = w[f"{name}_count"]
+        formats[f"{name} latency"] = seconds
+    differ = w["same"].count(False)
+    report.table(
+        "systems_windows",
+        "Which windows fire and when",
+        table,
+        f"Per window (key, start in µs): how long after its end each system fires it "
+        f"(– never, or no row of it was on time there) and with what count. {differ:,} of "
+        f"{len(w['key']):,} windows differ between systems; they come first, and the page "
+        f"shows the first {SHOWN_WINDOWS}.",
+        formats,
+        show_rows=SHOWN_WINDOWS,
+    )
 
 
 def systems_section(
@@ -104,13 +171,16 @@ def systems_section(
 ) -> Comparison:
     """Compare ``systems`` on ``trace`` and add the tables and the figure."""
     names = check_systems(systems)
-    LOG.info("comparing %s on %d events", ",".join(names), len(trace))
+    inputs, how = inputs_of(trace)
+    LOG.info("comparing %s on %d events, %s", ",".join(names), len(trace), how)
     c = compare_systems(
         trace,
         bound=bound,
         window_size=window_size,
         flink_interval=FLINK_INTERVAL,
         spark_trigger=SPARK_TRIGGER,
+        flink_idle_timeout=FLINK_IDLE_TIMEOUT,
+        inputs=inputs,
         systems=names,
     )
     t = c.table()
@@ -126,10 +196,13 @@ def systems_section(
         },
         f"Per-key counts in fixed {window_size / 1e6:g} s windows, fired once at the "
         f"watermark, late rows dropped; bound {bound / 1e6:g} s (Beam max seen - bound, "
-        "Flink BoundedOutOfOrderness every 200 ms, Spark withWatermark with a 1 s "
-        f"trigger); {note}.",
+        "Flink BoundedOutOfOrderness every 200 ms with withIdleness "
+        f"{FLINK_IDLE_TIMEOUT / 1e6:g} s, Spark withWatermark with a 1 s trigger and "
+        f"multipleWatermarkPolicy=min); {note}; {how}: each input has its own watermark "
+        "and the job's is their minimum.",
         {"latency p50": seconds, "latency p90": seconds},
     )
+    _windows_table(report, c)
     a = c.attribution()
     if a["source"]:
         report.table(
@@ -147,14 +220,20 @@ def systems_section(
             },
             "Starting from the first system's conventions, each is switched in turn to the "
             "second's: when the watermark moves (per element, periodic, per micro-batch), "
-            "the watermark late rows are tested against (Spark: the previous batch's), and "
-            "milliseconds (Spark). A window differs if it fires at another time or with "
-            "another count. After the last switch no difference is left.",
+            "the watermark late rows are tested against (Spark: the previous batch's), "
+            "milliseconds (Spark), the multiple-input policy, and idle handling (Flink's "
+            "withIdleness leaves an input without rows out of the minimum; Beam and Spark "
+            "let an input that stopped hold it, and Spark holds it at 0 until every input "
+            "has sent data). A window differs if it fires at another time or with another "
+            "count. After the last switch no difference is left.",
         )
     report.figure(
         "Window latency per system",
         lambda p: _latency_figure(p, c),
         "systems.png",
-        "How long after its end each window fires, per system.",
+        "How long after its end each window fires, per system (left), and how many "
+        "windows each system has fired by each moment (right). Where the right-hand curves "
+        "part, an input that stopped holds Beam's and Spark's watermark while Flink's "
+        "withIdleness lets it move on.",
     )
     return c

@@ -39,6 +39,7 @@ __all__ = [
     "check_seed",
     "check_timestamp",
     "int_column",
+    "key_column",
     "same_length",
     "time_column",
 ]
@@ -199,6 +200,20 @@ def time_column(x: ArrayLike, name: str) -> np.ndarray:
             i = int(np.argmax(bad))
             side = "below MIN_TIMESTAMP" if int(arr[i]) < MIN_TIMESTAMP else "above MAX_TIMESTAMP"
             raise ValueError(f"{name}[{i}]={int(arr[i])} µs is {side}")
+    return arr
+
+
+def key_column(x: ArrayLike, name: str = "key") -> np.ndarray:
+    """A 1-d key array as given (ints, strings or hashable objects); ``ValueError`` for
+    another shape, or naming the first row whose key is missing (None)."""
+    arr = np.asarray(x)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-d array, got shape {arr.shape}")
+    if arr.dtype.kind == "O" and arr.size:
+        missing = np.equal(arr, np.array(None, dtype=object))
+        if bool(missing.any()):
+            i = int(np.argmax(missing))
+            raise ValueError(f"{name}[{i}] is None: row {i} has no key")
     return arr
 
 

@@ -4,9 +4,11 @@ every difference explained, bad requests refused before any Spark work."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from spark_backend import cli, systems
@@ -36,7 +38,27 @@ def test_section_tables_figure_and_attribution(tmp_path: Path) -> None:
     for r in att:
         last[(r["from"], r["to"])] = (int(r["windows left"]), int(r["rows left"]))
     assert last == {p: (0, 0) for p in [("beam", "flink"), ("beam", "spark"), ("flink", "spark")]}
+    # each partition an input, Flink with withIdleness: idle handling explains some
+    idle = [r for r in att if r["convention switched"] == "idle_timeout"]
+    assert [(r["from"], r["to"]) for r in idle] == [("beam", "flink"), ("flink", "spark")]
+    assert all(int(r["windows it explains"]) + int(r["rows it explains"]) > 0 for r in idle)
     assert (tmp_path / "r" / "systems.png").stat().st_size > 0
+    windows = _rows(tmp_path / "r" / "systems_windows.csv")
+    fired = [sum(r[f"{s} latency"] != "nan" for r in windows) for s in ("beam", "flink", "spark")]
+    assert fired == [int(r["windows fired"]) for r in table]
+    html = " ".join((tmp_path / "r" / "index.html").read_text().split())
+    assert "Which windows fire and when" in html
+    assert "each of its 4 partitions an input" in html and "withIdleness 60 s" in html
+
+
+def test_partitions_are_inputs_up_to_the_limit() -> None:
+    trace = Trace.concat(chapter3.traces(300, seed=1).values())
+    assert systems.inputs_of(trace) == ("partition", "each of its 4 partitions an input")
+    many = dataclasses.replace(trace, partition=np.arange(len(trace), dtype=np.int64))
+    assert systems.inputs_of(many)[0] is None
+    assert "more than 256 inputs" in systems.inputs_of(many)[1]
+    none = dataclasses.replace(trace, partition=None)
+    assert systems.inputs_of(none) == (None, "one input (the trace has no partition column)")
 
 
 def test_bound_comes_from_the_first_bounded_strategy() -> None:
@@ -46,17 +68,27 @@ def test_bound_comes_from_the_first_bounded_strategy() -> None:
 
 
 def test_trace_of_collects_columns_and_caps_rows(spark: Any, monkeypatch) -> None:
-    rows = [(300 - i, 1000 * i, i % 7) for i in range(300)]  # arrival order reversed
-    df = spark.createDataFrame(rows, "event_time LONG, arrival_time LONG, key LONG")
+    rows = [(300 - i, 1000 * i, i % 7, i % 3) for i in range(300)]  # arrival order reversed
+    df = spark.createDataFrame(
+        rows, "event_time LONG, arrival_time LONG, key LONG, partition LONG"
+    )
     trace, note = systems.trace_of(df, 300)
     assert note == "all 300 rows"
+    assert trace.partition is not None
     got = sorted(
-        zip(trace.arrival_time.tolist(), trace.event_time.tolist(), trace.key.tolist(), strict=True)
+        zip(
+            trace.arrival_time.tolist(),
+            trace.event_time.tolist(),
+            trace.key.tolist(),
+            trace.partition.tolist(),
+            strict=True,
+        )
     )
-    assert got == sorted((a, e, k) for e, a, k in rows)
+    assert got == sorted((a, e, k, p) for e, a, k, p in rows)
     monkeypatch.setattr(systems, "MAX_ROWS", 100)
-    capped, note = systems.trace_of(df, 300)
+    capped, note = systems.trace_of(df.drop("partition"), 300)
     assert note == "the first 100 of 300 rows by arrival"
+    assert capped.partition is None
     assert sorted(capped.arrival_time.tolist()) == [1000 * i for i in range(100)]
 
 
@@ -90,4 +122,8 @@ def test_analyze_with_systems_writes_the_section(spark: Any, tmp_path: Path) -> 
     ]
     assert cli.main(argv) == 0
     assert [r["system"] for r in _rows(out / "systems.csv")] == ["spark", "beam"]
-    assert "One trace through spark, beam" in (out / "index.html").read_text()
+    html = " ".join((out / "index.html").read_text().split())
+    assert "One trace through spark, beam" in html
+    assert "partitions an input" in html  # the generated trace has a partition column
+    att = _rows(out / "systems_attribution.csv")
+    assert (att[-1]["windows left"], att[-1]["rows left"]) == ("0", "0")

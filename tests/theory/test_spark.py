@@ -57,6 +57,38 @@ def test_bad_rows_name_input_batch_and_row(inputs, error, match):
         run_microbatches(inputs, delay=S, window=FixedWindows(10 * S))
 
 
+TRACE = ([1 * S, 2 * S, 3 * S], [2 * S, 3 * S, 4 * S], ["a", "b", "c"])
+
+
+@pytest.mark.parametrize(
+    ("columns", "kwargs", "error", "match"),
+    [
+        ({}, dict(delay=-1), ValueError, "delay must be >= 0"),
+        ({}, dict(window=Sessions(S)), ValueError, "run sessions batch by batch"),
+        ({}, dict(window=GlobalWindows()), ValueError, "cannot be expressed"),
+        ({}, dict(window=SlidingWindows(S, 2 * S)), ValueError, "period > size"),
+        ({}, dict(trigger_interval=0), ValueError, "trigger_interval must be > 0"),
+        ({}, dict(batch_duration=-1), ValueError, "batch_duration must be >= 0"),
+        ({}, dict(multiple_watermark_policy="avg"), ValueError, "unknown multiple_watermark"),
+        ({}, dict(inputs=[1, 2]), ValueError, "inputs has 2 elements but event_time has 3"),
+        ({"key": ["a", None, "c"]}, {}, ValueError, r"key\[1\] is None: row 1 has no key"),
+        ({"event_time": [S, -5, S]}, {}, ValueError, r"event_time\[1\]=-5 µs is before"),
+        ({"event_time": [1.5, 2.0, 3.0]}, {}, TypeError, "event_time must hold integers"),
+        ({"arrival_time": [S, S]}, {}, ValueError, "arrival_time has 2 elements"),
+    ],
+)
+def test_whole_trace_bad_input_is_named(columns, kwargs, error, match):
+    import numpy as np
+
+    from theory.spark.trace import spark_trace_profile
+
+    cols = dict(zip(("event_time", "arrival_time", "key"), TRACE, strict=True)) | columns
+    args = dict(window=FixedWindows(10 * S), delay=S, trigger_interval=S) | kwargs
+    with pytest.raises(error, match=match):
+        spark_trace_profile(*(np.array(cols[c], dtype=object if c == "key" else None)
+                              for c in ("event_time", "arrival_time", "key")), **args)
+
+
 # ------------------------------------------------------------------ arithmetic
 
 

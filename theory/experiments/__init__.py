@@ -9,6 +9,8 @@
                             per-strategy summary row (both engines of ``analyze``)
 ``systems``                 one trace through the beam, flink and spark profiles, each
                             difference attributed to a convention (``compare_systems``)
+``idleness``                Flink's ``withIdleness`` over several inputs: per-input
+                            periodic watermarks through the valve
 ==========================  ===========================================================
 """
 

@@ -1,13 +1,18 @@
 """One trace through the beam, flink and spark profiles, and which convention causes
 each difference (all times µs).
 
-Every system here runs the same job: one input, a bounded out-of-orderness watermark
-(``bound``: Beam's ``max seen - bound``, Flink's ``BoundedOutOfOrdernessWatermarks``,
-Spark's ``withWatermark(delay)``), a count per key in fixed windows fired once at the
-watermark, late rows dropped (no allowed lateness). Once each watermark is converted to
-the core convention (no more ``ts < W``; Flink's ``<= W`` is converted at the edge, see
-:mod:`theory.flink.conventions`) the three fire a window at the same test, ``W >= end``,
-and drop a row at the same test, ``end <= W``. What differs are :class:`Conventions`:
+Every system here runs the same job: one input or several, each with a bounded
+out-of-orderness watermark (``bound``: Beam's ``max seen - bound``, Flink's
+``BoundedOutOfOrdernessWatermarks``, Spark's ``withWatermark(delay)``), a count per key in
+fixed windows fired once at the watermark, late rows dropped (no allowed lateness).
+
+``<`` against ``<=`` causes no difference: Flink's watermark means no more ``ts <= W``
+and its generator emits ``max - bound - 1``, which is Beam's and Spark's ``max - bound``
+under ``ts < W``; converted to that core convention at the edge
+(:mod:`theory.flink.conventions`; ``tests/theory/test_compare_systems.py`` checks Flink's
+conventions against its own ``<=`` window operator) the three fire a window at the same
+test, ``W >= end``, and drop a row at the same test, ``end <= W``. What differs are
+:class:`Conventions`:
 
 - ``timing``: when the watermark moves: after every arrival instant (``element``, Beam),
   at periodic timers (``periodic``, Flink's ``autoWatermarkInterval``), or at the end of
@@ -21,8 +26,14 @@ and drop a row at the same test, ``end <= W``. What differs are :class:`Conventi
   has its own watermark (its max seen - bound; an input with no data yet counts as 0, as
   Spark populates it, which no window of event times ``>= 0`` can pass either) and the
   job's is their ``policy``: ``min`` (Beam's Flatten, Flink's channels, Spark's default
-  ``multipleWatermarkPolicy``) or ``max`` (Spark's other choice). Idle inputs (Flink's
-  ``withIdleness``) are not modelled here: an input that stops holds the minimum.
+  ``multipleWatermarkPolicy``) or ``max`` (Spark's other choice);
+- ``idle_timeout``: how an input that sends nothing is handled. None (Beam's bounded
+  estimator behind a Flatten, Spark, Flink by default): an input that stopped holds the
+  minimum forever, and one with no data yet holds it at its start (Spark: at 0, measured
+  on Spark 4.3; Beam, Flink: at ``MIN``; the same for event times ``>= 0``). A duration:
+  Flink's ``withIdleness(idle_timeout)``, where an input without rows for longer is left
+  out of the minimum until it emits again (:mod:`theory.experiments.idleness`; it needs
+  the ``periodic`` timing and the ``min`` policy; with one input it changes nothing).
 
 :func:`profile_under` runs the job under any conventions (vectorised);
 :func:`compare_systems` runs the three systems' conventions, tabulates them, and for each
@@ -42,8 +53,10 @@ from typing import Final
 
 import numpy as np
 
-from theory.columns import check_duration, same_length, time_column
+from theory.arrays import sorted_unique
+from theory.columns import check_duration, key_column, same_length, time_column
 from theory.data.trace import Trace
+from theory.experiments.idleness import flink_idle_watermarks
 from theory.spark.conventions import check_policy
 from theory.spark.trace import batch_profile, combined_max, input_codes
 from theory.time import MILLISECOND, SECOND
@@ -66,8 +79,15 @@ __all__ = [
 TIMINGS: Final[tuple[str, ...]] = ("element", "periodic", "batch")
 LATE_FILTERS: Final[tuple[str, ...]] = ("current", "previous-batch")
 #: The order in which :func:`compare_systems` switches conventions.
-SWITCH_ORDER: Final[tuple[str, ...]] = ("timing", "late_filter", "millis", "policy")
-
+#: ``idle_timeout`` goes last when the target system has idleness (Flink), first when it
+#: has none, so that idleness is only ever combined with Flink's periodic timing.
+SWITCH_ORDER: Final[tuple[str, ...]] = (
+    "timing",
+    "late_filter",
+    "millis",
+    "policy",
+    "idle_timeout",
+)
 
 
 @dataclass(frozen=True)
@@ -75,7 +95,8 @@ class Conventions:
     """How a system computes and applies its watermark (see the module docstring).
     ``interval`` is the periodic interval or the trigger interval (µs, unused for
     ``element``); ``batch_duration`` how long a micro-batch runs (µs); ``policy``
-    combines several inputs' watermarks."""
+    combines several inputs' watermarks; ``idle_timeout`` (µs, or None for none) is
+    Flink's ``withIdleness``."""
 
     timing: str
     interval: int = 0
@@ -83,6 +104,7 @@ class Conventions:
     late_filter: str = "current"
     millis: bool = False
     policy: str = "min"
+    idle_timeout: int | None = None
 
     def __post_init__(self) -> None:
         check_policy(self.policy)
@@ -96,6 +118,14 @@ class Conventions:
             raise ValueError("late_filter='previous-batch' needs timing='batch'")
         check_duration(self.interval, "interval", allow_zero=self.timing == "element")
         check_duration(self.batch_duration, "batch_duration")
+        if self.idle_timeout is not None:
+            check_duration(self.idle_timeout, "idle_timeout", allow_zero=False)
+            if self.timing != "periodic" or self.policy != "min":
+                raise ValueError(
+                    "idle_timeout (Flink's withIdleness) needs timing='periodic' and "
+                    "policy='min': idleness is checked at Flink's periodic timers and "
+                    "feeds its valve's minimum"
+                )
 
 
 #: The systems compared, in their default order.
@@ -124,11 +154,12 @@ def system_conventions(
     spark_trigger: int = 1 * SECOND,
     spark_batch_duration: int = 0,
     spark_policy: str = "min",
+    flink_idle_timeout: int | None = None,
 ) -> dict[str, Conventions]:
     """The conventions of ``beam``, ``flink`` and ``spark`` with these settings."""
     return {
         "beam": Conventions("element"),
-        "flink": Conventions("periodic", flink_interval),
+        "flink": Conventions("periodic", flink_interval, idle_timeout=flink_idle_timeout),
         "spark": Conventions(
             "batch",
             spark_trigger,
@@ -193,7 +224,7 @@ def profile_under(
     for one input) splits the trace into inputs combined by ``conventions.policy``."""
     et = time_column(event_time, "event_time")
     at = time_column(arrival_time, "arrival_time")
-    keys = np.asarray(key)
+    keys = key_column(key)
     same_length("event_time", et.size, arrival_time=at, key=keys)
     if et.size and int(et.min()) < 0:
         raise ValueError("event_time: the comparison takes event times >= 0")
@@ -220,15 +251,8 @@ def profile_under(
         )
     order = np.argsort(at, kind="stable")
     e_s, a_s = et[order], at[order]
-    unit = 1000 if c.millis else 1
-    seen = combined_max(e_s // unit, None if codes is None else codes[order], c.policy)
-    # the instants at which the watermark moves, and its value there
-    if c.timing == "element":
-        instants = np.unique(a_s)
-    else:
-        instants = np.unique(-(-a_s // c.interval) * c.interval)  # timers after arrivals
-    last_read = np.searchsorted(a_s, instants, side="right") - 1
-    values = (seen[last_read] - b // unit) * unit
+    c_s = None if codes is None else codes[order]
+    instants, values = _watermark_steps(e_s, a_s, c_s, c, b)
     # a row is tested against the watermark of the last instant strictly before it
     before = np.searchsorted(instants, a_s, side="left") - 1
     start = e_s - e_s % size
@@ -238,12 +262,40 @@ def profile_under(
     k_w, s_w, counts, _ = _windows(keys[order], start, size, ~late)
     e_w = s_w + size
     fire_at = np.searchsorted(values, e_w, side="left")
-    fire_time = np.where(
-        fire_at < instants.size, instants[np.minimum(fire_at, instants.size - 1)], -1
+    fire_time = (
+        np.where(fire_at < instants.size, instants[np.minimum(fire_at, instants.size - 1)], -1)
+        if instants.size
+        else np.full(e_w.size, -1, dtype=np.int64)
     )
     dropped = np.empty(et.size, dtype=bool)
     dropped[order] = late
     return Outcome(k_w, s_w, e_w, counts, fire_time.astype(np.int64), dropped)
+
+
+def _watermark_steps(
+    e_s: np.ndarray, a_s: np.ndarray, codes: np.ndarray | None, c: Conventions, bound: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The instants (µs, non-decreasing) at which the watermark of ``element`` or
+    ``periodic`` timing moves, and its value there (core convention, non-decreasing);
+    rows in arrival order."""
+    unit = 1000 if c.millis else 1
+    if c.idle_timeout is not None and codes is not None:
+        return flink_idle_watermarks(
+            e_s // unit * unit,
+            a_s,
+            codes,
+            bound=bound // unit * unit,
+            interval=c.interval,
+            idle_timeout=c.idle_timeout,
+        )
+    seen = combined_max(e_s // unit, codes, c.policy)
+    if c.timing == "element":
+        instants = sorted_unique(a_s)
+    else:
+        # the timers after arrivals: Flink's fire at interval, 2 * interval, ...
+        instants = sorted_unique(np.maximum(-(-a_s // c.interval), 1) * c.interval)
+    last_read = np.searchsorted(a_s, instants, side="right") - 1
+    return instants, (seen[last_read] - bound // unit) * unit
 
 
 def _by_window(o: Outcome) -> dict[tuple[object, int], tuple[int, int]]:
@@ -251,11 +303,28 @@ def _by_window(o: Outcome) -> dict[tuple[object, int], tuple[int, int]]:
     return dict(zip(keys, zip(o.fire_time.tolist(), o.count.tolist(), strict=True), strict=True))
 
 
+def _order(w: tuple[object, int]) -> tuple[str, object, int]:
+    """A sort key for (key, start) whatever the key's type (ints before strings)."""
+    k = w[0]
+    return (type(k).__name__, k, w[1])
+
+
 def differences(a: Outcome, b: Outcome) -> tuple[int, int]:
-    """(windows, rows) that differ: a window fired in one and not the other, at another
-    time or with another count; a row dropped by one and not the other."""
-    ka, kb = _by_window(a), _by_window(b)
-    windows = sum(1 for w in set(ka) | set(kb) if ka.get(w) != kb.get(w))
+    """(windows, rows) that differ: a window in one and not the other, or fired at
+    another time or with another count; a row dropped by one and not the other.
+    Vectorised: both outcomes' windows sorted together by (key, start), a window in both
+    is two neighbours."""
+    key = np.concatenate([a.key, b.key])
+    if key.dtype.kind not in "iu":
+        key = np.unique(key, return_inverse=True)[1].reshape(-1)
+    start = np.concatenate([a.start, b.start])
+    fire = np.concatenate([a.fire_time, b.fire_time])
+    count = np.concatenate([a.count, b.count])
+    order = np.lexsort((start, key))
+    k, s, f, c = key[order], start[order], fire[order], count[order]
+    both = (k[1:] == k[:-1]) & (s[1:] == s[:-1])  # each outcome has a window once
+    equal = both & (f[1:] == f[:-1]) & (c[1:] == c[:-1])
+    windows = key.size - int(both.sum()) - int(equal.sum())
     rows = int(np.count_nonzero(a.dropped != b.dropped))
     return windows, rows
 
@@ -299,6 +368,35 @@ class Comparison:
             t["latency_p90_s"].append(float(np.quantile(lat, 0.9)) if lat.size else float("nan"))
         return t
 
+    def windows(self) -> dict[str, list[object]]:
+        """Which windows fire and when, per window that took a non-late row in some
+        system: ``key``, ``start``, ``end`` (µs), per system ``<name>_fire_time`` (µs,
+        -1 if it never fired or took no row there) and ``<name>_count`` (0 if none), and
+        ``same`` (every system fired it at one time with one count). Windows that differ
+        come first, then the rest, each part sorted by (key, start)."""
+        per = {name: _by_window(o) for name, o in self.outcomes.items()}
+        ends: dict[tuple[object, int], int] = {}
+        for o in self.outcomes.values():
+            ends.update(
+                zip(zip(o.key.tolist(), o.start.tolist(), strict=True), o.end.tolist(), strict=True)
+            )
+        rows = [(w, [p.get(w, (-1, 0)) for p in per.values()]) for w in sorted(ends, key=_order)]
+        rows.sort(key=lambda r: len(set(r[1])) == 1)  # stable: differing windows first
+        t: dict[str, list[object]] = {"key": [], "start": [], "end": []}
+        for name in per:
+            t[f"{name}_fire_time"] = []
+            t[f"{name}_count"] = []
+        t["same"] = []
+        for w, got in rows:
+            t["key"].append(w[0])
+            t["start"].append(w[1])
+            t["end"].append(ends[w])
+            for name, (fire, count) in zip(per, got, strict=True):
+                t[f"{name}_fire_time"].append(fire)
+                t[f"{name}_count"].append(count)
+            t["same"].append(len(set(got)) == 1)
+        return t
+
     def attribution(self) -> dict[str, list[object]]:
         """The steps as a column table: for each pair, the differences each switch
         removed (``removed_windows``, ``removed_rows``) and those left after it."""
@@ -331,6 +429,13 @@ class Comparison:
         return t
 
 
+def _switch_order(goal: Conventions) -> tuple[str, ...]:
+    """:data:`SWITCH_ORDER`, with ``idle_timeout`` first when ``goal`` has none."""
+    if goal.idle_timeout is not None:
+        return SWITCH_ORDER
+    return ("idle_timeout", *(n for n in SWITCH_ORDER if n != "idle_timeout"))
+
+
 def compare_systems(
     trace: Trace,
     *,
@@ -340,6 +445,7 @@ def compare_systems(
     spark_trigger: int = 1 * SECOND,
     spark_batch_duration: int = 0,
     spark_policy: str = "min",
+    flink_idle_timeout: int | None = None,
     inputs: str | None = None,
     systems: Sequence[str] = SYSTEMS,
 ) -> Comparison:
@@ -348,7 +454,9 @@ def compare_systems(
     given, the conventions switched one at a time (:data:`SWITCH_ORDER`) from the first
     system's to the second's, with the differences left after each switch (0 after the
     last). ``inputs="partition"`` makes each of the trace's partitions an input (their
-    watermarks combined by min, or by ``spark_policy`` on Spark); None: one input."""
+    watermarks combined by min, or by ``spark_policy`` on Spark); None: one input.
+    ``flink_idle_timeout`` (µs) gives Flink ``withIdleness`` (None: none, Flink's
+    default), which matters with several inputs only."""
     if inputs not in (None, "partition"):
         raise ValueError(f"inputs must be None or 'partition', got {inputs!r}")
     if inputs == "partition" and trace.partition is None:
@@ -359,6 +467,7 @@ def compare_systems(
         spark_trigger=spark_trigger,
         spark_batch_duration=spark_batch_duration,
         spark_policy=spark_policy,
+        flink_idle_timeout=flink_idle_timeout,
     )
     names = check_systems(systems)
     convs = {n: every[n] for n in names}
@@ -380,7 +489,7 @@ def compare_systems(
     for source, target in pairs:
         current = convs[source]
         goal = convs[target]
-        for name in SWITCH_ORDER:
+        for name in _switch_order(goal):
             if name == "timing":
                 new = replace(
                     current,
@@ -391,6 +500,13 @@ def compare_systems(
                 )
                 value: object = f"{goal.timing}" + (
                     f" every {goal.interval} µs" if goal.interval else ""
+                )
+            elif name == "idle_timeout":
+                new = replace(current, idle_timeout=goal.idle_timeout)
+                value = (
+                    "none (a stopped input holds)"
+                    if goal.idle_timeout is None
+                    else f"withIdleness {goal.idle_timeout} µs"
                 )
             else:
                 new = replace(current, **{name: getattr(goal, name)})

@@ -23,7 +23,7 @@ from typing import Final, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
-from theory.arrays import minus_clamped
+from theory.arrays import minus_clamped, sorted_unique
 from theory.columns import check_duration, check_timestamp, int_column, same_length, time_column
 from theory.flink.conventions import flink_bounded_watermark, flink_to_core
 from theory.flink.valve import StreamStatus
@@ -379,7 +379,7 @@ class _TimerWatermarks(NamedTuple):
 def _timer_watermarks(grid: _TimerGrid, bound: int) -> _TimerWatermarks:
     """Only a timer that read new elements can raise the generator's value: its value there,
     emitted when above every earlier one (``WatermarkEmitter`` drops the rest)."""
-    ks = np.unique(grid.k_of[grid.k_of <= grid.last_k])
+    ks = sorted_unique(grid.k_of[grid.k_of <= grid.last_k])  # k_of is sorted
     if not ks.size:
         return _TimerWatermarks(ks, ks, ks)
     seen = np.searchsorted(grid.k_of, ks, side="right")  # elements read by each such timer

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.columns import check_bool, check_duration, same_length, time_column
+from theory.columns import check_bool, check_duration, key_column, same_length, time_column
 from theory.spark.conventions import check_delay, check_policy, check_window
 from theory.windowing.windows import FixedWindows, Sessions, SlidingWindows
 
@@ -276,7 +276,7 @@ def spark_trace_profile(
     input with no data yet counts as 0)."""
     et = time_column(event_time, "event_time")
     at = time_column(arrival_time, "arrival_time")
-    keys = np.asarray(key)
+    keys = key_column(key)
     same_length("event_time", et.size, arrival_time=at, key=keys)
     if et.size and int(et.min()) < 0:
         i = int(np.argmax(et < 0))
