@@ -156,7 +156,7 @@ def run_count_columns(
     grouped, pane_event, order = _panes(rows, b, ow_before, passing, policy, counts, strategy)
     panes = grouped.take(order)
     return ScriptResult(
-        panes.panes() if build else [],
+        panes.lazy() if build else [],
         pane_event,
         scan.pt_after,
         scan.iw_after,

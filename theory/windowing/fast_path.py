@@ -504,7 +504,7 @@ def _panes(
     pane_columns = _build_panes(rows, columns, strategy)
     grouped = ~batches.closed
     return ScriptResult(
-        pane_columns.panes() if build else [],
+        pane_columns.lazy() if build else [],
         columns.event,
         scan.pt_after,
         scan.iw_after,

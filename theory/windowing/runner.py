@@ -153,7 +153,7 @@ def _run_mixed(
     event = np.concatenate([simple.pane_event, slow.pane_event])
     order = np.argsort(event, kind="stable")
     both = PaneColumns.concat([simple.pane_columns, PaneColumns.from_panes(slow.panes)])
-    panes = simple.panes + slow.panes if build else []
+    panes = list(simple.panes) + list(slow.panes) if build else []
     return replace(
         slow,
         panes=[panes[i] for i in order.tolist()] if build else [],

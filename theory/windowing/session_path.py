@@ -333,7 +333,7 @@ def _result(
         isinstance(strategy.trigger, AfterWatermark),
     )
     return ScriptResult(
-        pane_columns.panes() if build else [],
+        pane_columns.lazy() if build else [],
         rows.s_fire[order],
         scan.pt_after,
         scan.iw_after,
