@@ -62,9 +62,10 @@ class Refusal(StrEnum):
     """Why the vectorised path does not run a script (the engine then does)."""
 
     TRIGGER = (
-        "a trigger no vectorised path models (they take DefaultTrigger, AfterWatermark() "
-        "and, on non-merging windows, AfterCount early/late firings, "
-        "Repeatedly(AfterCount) and Repeatedly(AfterProcessingTime))"
+        "a trigger no vectorised path models (they take DefaultTrigger, AfterWatermark(), "
+        "AfterWatermark(early=AfterCount) on sessions, and, on non-merging windows, "
+        "AfterCount early/late firings, Repeatedly(AfterCount) and "
+        "Repeatedly(AfterProcessingTime))"
     )
     MERGING = "merging windows"
     ELEMENT_POLICY = "a user-chosen output policy"
@@ -77,6 +78,7 @@ class Refusal(StrEnum):
     LATE_SESSION_DATA = "late data for a session (a part of it may have fired already)"
     MANY_TIMER_CYCLES = "a window fires on processing time more than 2,000 times"
     SPLIT_SESSION_BATCH = "under OUTPUT_AT_LATEST, a batch over parts of a session not yet joined"
+    MERGING_PARTS = "early count firings on a session whose parts arrive apart and merge later"
 
 
 def strategy_refusal(strategy: WindowingStrategy) -> Refusal | None:
