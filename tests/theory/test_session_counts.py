@@ -22,15 +22,21 @@ _REFUSED = {Refusal.MERGING_PARTS, Refusal.SPLIT_SESSION_BATCH}
 
 
 def _trigger(early, late):
-    return AfterWatermark(early=AfterCount(early), late=AfterCount(late) if late else None)
+    """AfterWatermark with count sides (0: absent), or with ``late`` None
+    ``Repeatedly(AfterCount(early))``."""
+    if late is None:
+        return Repeatedly(AfterCount(early))
+    return AfterWatermark(
+        early=AfterCount(early) if early else None, late=AfterCount(late) if late else None
+    )
 
 
 @settings(max_examples=300, deadline=None)
 @given(
     st.booleans().flatmap(ops),
     st.integers(1, 12),
-    st.integers(1, 4),
-    st.integers(0, 2),
+    st.integers(0, 4),
+    st.one_of(st.none(), st.integers(0, 2)),
     st.sampled_from(list(AccumulationMode)),
     st.sampled_from(list(TimestampCombiner)),
     st.integers(0, 20),
@@ -38,25 +44,29 @@ def _trigger(early, late):
 def test_early_counts_on_sessions_equal_incremental_engine(
     ops, gap, early, late, mode, combiner, lateness
 ):
+    if late is None:
+        early = max(early, 1)
     strat = WindowingStrategy(
         Sessions(gap), _trigger(early, late), mode, lateness, combiner, allow_unsafe_triggers=True
     )
     events = script_of(ops)
     fast = run_script(events, strat)
     slow = run_script(events, strat, fast=False)
-    event(fast.path)  # (pytest --hypothesis-show-statistics: mostly vectorised)
+    event(f"{fast.path} {type(strat.trigger).__name__}")  # (--hypothesis-show-statistics)
     if fast.path == "incremental":
         assert fast.refusal in _REFUSED
     assert_same(fast, slow, fast.path)
 
 
+@pytest.mark.parametrize("late", [1, None], ids=["AfterWatermark", "Repeatedly"])
 @pytest.mark.parametrize("mode", list(AccumulationMode))
 @pytest.mark.parametrize("combiner", list(TimestampCombiner))
-def test_early_counts_on_sessions_seeded_differential(combiner, mode):
+def test_early_counts_on_sessions_seeded_differential(combiner, mode, late):
     """2,000 elements in bursts over 2 keys, perfect watermark: many early panes, windows
     widened between them (pane index from 0 again); the sessions whose parts merge late
-    go to the engine (a minority), the rest vectorised."""
-    strat = WindowingStrategy(Sessions(120), _trigger(2, 1), mode, 50, combiner)
+    go to the engine (a minority), the rest vectorised. Repeatedly(AfterCount(3)) leaves
+    sessions unfired: holds for ever, a stall."""
+    strat = WindowingStrategy(Sessions(120), _trigger(2 if late else 3, late), mode, 50, combiner)
     script = _seeded(2000, 4, keys=2)
     fast, slow = run_script(script, strat), run_script(script, strat, fast=False)
     columns = script_columns(script.events)
@@ -71,7 +81,10 @@ def test_early_counts_on_sessions_seeded_differential(combiner, mode):
     assert_same(fast, slow, fast.path)
     early = [p for p in slow.panes if p.timing is Timing.EARLY]
     assert len(early) > 300 and any(p.index > 0 for p in early)
-    assert any(p.index > 0 for p in slow.panes if p.timing is Timing.ON_TIME)
+    if late is None:
+        assert len(early) == len(slow.panes) and slow.stalled
+    else:
+        assert any(p.index > 0 for p in slow.panes if p.timing is Timing.ON_TIME)
 
 
 def test_early_counts_on_single_part_sessions_run_vectorised():
@@ -103,9 +116,9 @@ def test_other_triggers_on_sessions_stay_on_the_engine():
     assert columns is not None
     for trigger in (
         AfterWatermark(early=AfterProcessingTime(10)),
-        AfterWatermark(late=AfterCount(1)),  # no early: late only
         AfterWatermark(early=AfterCount(2), late=AfterProcessingTime(5)),
-        Repeatedly(AfterCount(2)),
+        Repeatedly(AfterProcessingTime(5)),
+        AfterCount(2),  # not repeated
     ):
         strat = WindowingStrategy(Sessions(25), trigger, allow_unsafe_triggers=True)
         assert run_sessions_columns(columns, strat) is Refusal.TRIGGER, trigger

@@ -63,7 +63,8 @@ class Refusal(StrEnum):
 
     TRIGGER = (
         "a trigger no vectorised path models (they take DefaultTrigger, AfterWatermark(), "
-        "AfterWatermark(early=AfterCount) on sessions, and, on non-merging windows, "
+        "count early/late firings and Repeatedly(AfterCount) on sessions, and, on "
+        "non-merging windows, "
         "AfterCount early/late firings, Repeatedly(AfterCount) and "
         "Repeatedly(AfterProcessingTime))"
     )

@@ -56,7 +56,8 @@ def run_script(
     DefaultTrigger or AfterWatermark(), :func:`theory.windowing.count_path.run_count_columns`
     for non-merging windows under count-based early/late firings or
     ``Repeatedly(AfterCount)``, :func:`theory.windowing.session_path.run_sessions_columns`
-    for sessions under the former. It falls back to the
+    for sessions under either (count triggers: :mod:`theory.windowing.session_counts`).
+    It falls back to the
     engine where it does not model the script; ``result.path`` says which ran and
     ``result.refusal`` why the vectorised one did not (a
     :class:`~theory.windowing.fast_path.Refusal`).

@@ -1,6 +1,8 @@
 """The vectorised path for session windows: a whole script at once, for watermark-only
-triggers (DefaultTrigger, a bare AfterWatermark()) on :class:`Sessions` under one of
-Beam's output-timestamp policies. All times are µs.
+triggers (DefaultTrigger, a bare AfterWatermark()) and count firings
+(``AfterWatermark`` with ``AfterCount`` sides, ``Repeatedly(AfterCount)``: see
+:mod:`theory.windowing.session_counts`) on :class:`Sessions` under one of Beam's
+output-timestamp policies. All times are µs.
 
 The engine merges session windows batch by batch; what it outputs is a function of the
 final sessions and of the order in which their parts arrived:
@@ -39,6 +41,7 @@ from typing import NamedTuple
 import numpy as np
 
 from theory.arrays import range_min, stable_argsort_int
+from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import Timing
 from theory.windowing.fast_path import (
     Refusal,
@@ -54,7 +57,7 @@ from theory.windowing.fast_path import (
 )
 from theory.windowing.pane_columns import TIMINGS, PaneColumns
 from theory.windowing.script import ScriptResult
-from theory.windowing.session_counts import EarlyPanes, early_count, early_panes
+from theory.windowing.session_counts import EarlyPanes, early_panes, session_counts
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
 from theory.windowing.triggers import AfterWatermark
 from theory.windowing.windows import Sessions
@@ -66,7 +69,7 @@ _EARLY, _ON_TIME = TIMINGS.index(Timing.EARLY), TIMINGS.index(Timing.ON_TIME)
 
 def sessions_refusal(strategy: WindowingStrategy) -> Refusal | None:
     """Why this path cannot model ``strategy`` at all, or None when it may."""
-    if early_count(strategy) is None:
+    if session_counts(strategy) is None:
         return Refusal.TRIGGER
     if type(strategy.window_fn) is not Sessions:
         return Refusal.MERGING
@@ -96,20 +99,28 @@ def run_sessions_columns(
         return rows
     policy = strategy.timestamp_combiner
     assert isinstance(policy, TimestampCombiner)  # (sessions_refusal checked it)
-    holds = _holds(rows, policy, strategy.window_fn.gap)  # type: ignore[attr-defined]
+    early = _early(rows, strategy, scan.iw_after.size - 1)
+    if isinstance(early, Refusal):
+        return early
+    holds = (
+        early.holds  # Repeatedly(AfterCount)
+        if early is not None and early.holds is not None
+        else _holds(rows, policy, strategy.window_fn.gap)  # type: ignore[attr-defined]
+    )
     if isinstance(holds, Refusal):
         return holds
     hold = _interval_min(scan.iw_after.size, *holds)
-    early = _early(rows, strategy)
-    if isinstance(early, Refusal):
-        return early
     result = _result(scan, rows, hold, strategy, policy, build, early)
     return replace(result, output_watermark=with_external(result.output_watermark, external))
 
 
-def _early(rows: _SessionRows, strategy: WindowingStrategy) -> EarlyPanes | Refusal | None:
-    """The early count panes (None under a watermark-only trigger), or the refusal."""
-    n = early_count(strategy)
+def _early(
+    rows: _SessionRows, strategy: WindowingStrategy, last_event: int
+) -> EarlyPanes | Refusal | None:
+    """The count panes (None without a count trigger), or the refusal."""
+    counts = session_counts(strategy)
+    assert counts is not None  # (sessions_refusal checked it)
+    n = counts.early
     if not n or not rows.s_first.size:
         return None
     gap = strategy.window_fn.gap  # type: ignore[attr-defined]
@@ -128,6 +139,8 @@ def _early(rows: _SessionRows, strategy: WindowingStrategy) -> EarlyPanes | Refu
         gap,
         policy,
         strategy.accumulation_mode is AccumulationMode.DISCARDING,
+        not counts.watermark,
+        last_event,
     )
     return Refusal.OVERFLOW if early is None else early
 
@@ -193,7 +206,8 @@ def engine_session_elements(scan: ScriptColumns, strategy: WindowingStrategy) ->
     sess = np.cumsum(cut.new) - 1
     engine = np.zeros(int(sess[-1]) + 1, bool)
     engine[sess[cut.late]] = True
-    if early_count(strategy):
+    counts = session_counts(strategy)
+    if counts is not None and counts.early:
         rows = _session_rows(scan, strategy, late_ok=True)
         if not isinstance(rows, Refusal):
             engine |= _parts(rows, strategy.window_fn.gap) > 1  # type: ignore[attr-defined]
@@ -382,6 +396,8 @@ def _result(
         np.zeros(n_s, np.int64),  # non-speculative index
         np.full(n_s, last),
     ]
+    if early is not None and early.holds is not None:  # Repeatedly: no ON_TIME pane
+        cols = [c[:0] for c in cols]
     if early is not None and early.sess.size:
         m = early.sess.size
         extra = [*early[:8], np.full(m, _EARLY, np.int8), np.full(m, -1), np.zeros(m, bool)]
@@ -401,15 +417,16 @@ def _result(
         hi[order],
         rows.values[rows.element[rows.by_arrival]],
     )
+    output = np.minimum(scan.iw_after, hold)
     return ScriptResult(
         pane_columns.lazy() if build else [],
         fire[order],
         scan.pt_after,
         scan.iw_after,
-        np.minimum(scan.iw_after, hold),
+        output,
         {"expired": rows.n_expired, "closed": 0},
         0,
-        False,
+        bool(output[-1] < MAX_TIMESTAMP),  # (held for ever by a session never fired)
         0,
         state_hold=hold,
         pane_columns=pane_columns,
