@@ -12,6 +12,10 @@ watermark, a few percent late and some droppable; whole milliseconds), under two
 - ``sessions``: Sessions(100 ms), DefaultTrigger, 5 s allowed lateness, end-of-window
   output, over 100 keys with no late data (a session with late data would go to the
   incremental engine: a "mixed" run).
+- ``session-counts`` (only when named): the sessions scripts under
+  AfterWatermark(early=AfterCount(5)), accumulating
+  (:mod:`theory.windowing.session_counts`; sessions whose parts arrive apart and merge
+  later go to the engine: a "mixed" run).
 
 For 1k/100 and 2k/200 it times ``run_script`` and Beam (and checks that panes, their order
 per window, stall flags and output watermarks are identical, as
@@ -52,10 +56,21 @@ STRATEGIES = {
         TimestampCombiner.OUTPUT_AT_EARLIEST,
     ),
     "sessions": WindowingStrategy(Sessions(100 * MS), allowed_lateness=5 * SEC),
+    "session-counts": WindowingStrategy(
+        Sessions(100 * MS),
+        tt.AfterWatermark(early=tt.AfterCount(5)),
+        AccumulationMode.ACCUMULATING,
+        5 * SEC,
+    ),
 }
 
 #: Per strategy: (keys, fraction of late elements) of its scripts.
-SCRIPTS = {"default": (10, 0.03), "early-late": (10, 0.03), "sessions": (100, 0.0)}
+SCRIPTS = {
+    "default": (10, 0.03),
+    "early-late": (10, 0.03),
+    "sessions": (100, 0.0),
+    "session-counts": (100, 0.0),
+}
 
 
 def make_script(
@@ -90,7 +105,13 @@ def main() -> None:
     parser = bench_parser(__doc__)
     add_repeats(parser, 5, "engine runs per script")
     parser.add_argument("--beam-repeats", type=int, default=3, help="Beam runs per script")
-    parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=STRATEGIES)
+    parser.add_argument(
+        "--strategies",
+        nargs="+",
+        default=["default", "early-late", "sessions"],
+        choices=STRATEGIES,
+        help="(session-counts only when named)",
+    )
     parser.add_argument(
         "--large",
         nargs="*",
