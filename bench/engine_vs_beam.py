@@ -13,7 +13,7 @@ watermark, a few percent late and some droppable; whole milliseconds), under two
   output, over 100 keys with no late data (a session with late data would go to the
   incremental engine: a "mixed" run).
 - ``session-counts`` (only when named): the sessions scripts under
-  AfterWatermark(early=AfterCount(5)), accumulating
+  AfterWatermark(early=AfterCount(5), late=AfterCount(1)), accumulating
   (:mod:`theory.windowing.session_counts`; sessions whose parts arrive apart and merge
   later go to the engine: a "mixed" run).
 
@@ -58,7 +58,7 @@ STRATEGIES = {
     "sessions": WindowingStrategy(Sessions(100 * MS), allowed_lateness=5 * SEC),
     "session-counts": WindowingStrategy(
         Sessions(100 * MS),
-        tt.AfterWatermark(early=tt.AfterCount(5)),
+        tt.AfterWatermark(early=tt.AfterCount(5), late=tt.AfterCount(1)),
         AccumulationMode.ACCUMULATING,
         5 * SEC,
     ),

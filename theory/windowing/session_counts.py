@@ -108,10 +108,12 @@ def early_panes(
     span = int(offset.max()) + 1 if offset.size else 1
     if float(n_s) * float(span) >= 2.0**62:
         return None
-    lift = b_sess * span  # later sessions above (cummax) or below (cummin) earlier ones
-    lowest = np.minimum.accumulate(np.minimum.reduceat(offset, b_lo) - lift) + lift
-    highest = np.maximum.accumulate(np.maximum.reduceat(offset, b_lo) + lift) - lift
     base = s_start[b_sess]
+    b_min = np.minimum.reduceat(offset, b_lo)  # per batch, since the session's start
+    b_max = np.maximum.reduceat(offset, b_lo)
+    lift = b_sess * span  # later sessions above (cummax) or below (cummin) earlier ones
+    lowest = np.minimum.accumulate(b_min - lift) + lift  # so far in the session
+    highest = np.maximum.accumulate(b_max + lift) - lift
     start, end = base + lowest, base + highest + gap
     changed = _run_starts(b_sess, start, end)  # a new window: index from 0
     fires = _count_fires(b_sess, b_hi - b_lo, n)
@@ -127,8 +129,7 @@ def early_panes(
     on_lo = np.maximum(np.maximum.accumulate(after_fire)[last], s_first)
     if not discarding:
         prior, on_lo = s_first[b_sess], s_first
-    b_min = np.minimum.reduceat(offset, b_lo) + base
-    b_max = np.maximum.reduceat(offset, b_lo) + base
+    b_min, b_max = b_min + base, b_max + base
     lo_ts, hi_ts = base + lowest, base + highest  # the smallest, largest timestamp so far
     holds = None
     if repeated:  # combine the holds since the last pane (released at each pane)
