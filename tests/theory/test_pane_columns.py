@@ -62,7 +62,7 @@ def test_lazy_panes_equal_the_built_list(strategy):
     assert panes == built and built == panes and panes == tuple(built)
     assert panes != built[:-1] and panes != built[::-1]
     assert panes[0] == built[0] and panes[-3:] == built[-3:] and list(panes) == built
-    assert panes + [] == built and [] + panes == built
+    assert panes + [] == built and [] + panes == built  # noqa: RUF005  (the operators under test)
     assert pickle.loads(pickle.dumps(panes)) == built
     assert repr(panes) == repr(built)
     for p in panes:
@@ -76,7 +76,7 @@ def test_empty_lazy_panes_equal_empty_list():
     r = run_script([ElementEvent([("k", 1, 5 * S)])], strat(allowed_lateness=0), fast=True)
     assert r.path == "vectorised" and len(r.panes) == 1
     none = PaneSequence(r.pane_columns.take(np.zeros(0, np.int64)))
-    assert none == [] and [] == none and not none and len(none) == 0
+    assert none == [] and [] == none and not none and len(none) == 0  # noqa: SIM300  (list.__eq__ reflected)
 
 
 def test_bulk_windows_equal_validated_ones():
