@@ -33,6 +33,7 @@ than one pipeline each.)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -270,7 +271,7 @@ def differences(case: Case, beam: BeamObservation, ours: ScriptResult | None = N
     return problems
 
 
-def pane_differences(label: str, ours: list[Pane], beam: list[Pane]) -> list[str]:
+def pane_differences(label: str, ours: Sequence[Pane], beam: Sequence[Pane]) -> list[str]:
     """What differs between two runs' panes: the panes (values as multisets), else the
     order of the panes of each (key, window); empty when they agree."""
     a, b = canonical_panes(ours), canonical_panes(beam)
@@ -281,7 +282,7 @@ def pane_differences(label: str, ours: list[Pane], beam: list[Pane]) -> list[str
     return _order_problems(label, ours, beam)
 
 
-def _order_problems(label: str, ours: list[Pane], beam: list[Pane]) -> list[str]:
+def _order_problems(label: str, ours: Sequence[Pane], beam: Sequence[Pane]) -> list[str]:
     """The (key, window)s whose panes come in another order (at most three shown)."""
     a, b = _order_per_window(ours), _order_per_window(beam)
     wrong = [w for w in a if a[w] != b[w]]
@@ -291,7 +292,7 @@ def _order_problems(label: str, ours: list[Pane], beam: list[Pane]) -> list[str]
     return [f"{label}: pane order differs in {len(wrong)} (key, window)s\n{shown}"]
 
 
-def _order_per_window(panes: list[Pane]) -> dict[tuple[str, Any], list[tuple[Any, ...]]]:
+def _order_per_window(panes: Sequence[Pane]) -> dict[tuple[str, Any], list[tuple[Any, ...]]]:
     """Each (key, window)'s panes in output order, as canonical tuples."""
     out: dict[tuple[str, Any], list[tuple[Any, ...]]] = {}
     for pane in panes:

@@ -309,3 +309,21 @@ def test_session_path_matches_beam(combiner):
     ours = check(list(script.events), strategy)
     assert sum(len(p.values) for p in ours.panes) == 150
     assert any(p.window.end - p.window.start > 200_000 for p in ours.panes)  # merged
+
+
+def test_session_early_counts_match_beam():
+    """Early count panes on sessions (``theory.windowing.session_counts``), discarding:
+    the vectorised sessions and those left to the engine (parts merged later) against
+    Beam, pane for pane, with the output watermarks."""
+    trigger = tt.AfterWatermark(early=tt.AfterCount(2), late=tt.AfterCount(1))
+    strategy = strat(
+        trigger,
+        Sessions(200_000),
+        allowed_lateness=S,
+        accumulation_mode=AccumulationMode.DISCARDING,
+    )
+    script = _in_order_sessions_script(2)
+    assert run_script(script, strategy).path in ("vectorised", "mixed")
+    ours = check(list(script.events), strategy)
+    early = [p for p in ours.panes if p.timing.name == "EARLY"]
+    assert len(early) > 10 and any(p.window.end - p.window.start > 200_000 for p in early)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.helpers.windowing import canon
+from tests.helpers.windowing import assert_same, canon
 from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import STATE_HOLD, GroupByWindowEngine, Timing
 from theory.windowing.fast_path import Refusal, run_fast, strategy_refusal
@@ -388,12 +388,6 @@ def _refusal_cases():
             [ElementEvent([("a", 1, 10)]), WatermarkEvent(12), ElementEvent([("b", 2, 5)])],
             earliest,
         ),
-        # a hold at 2 keeps the output watermark at 1: an element at 3 < input 5 still holds
-        (
-            Refusal.OLD_ELEMENT_HOLDS,
-            [ElementEvent([("a", 1, 2)]), WatermarkEvent(5), ElementEvent([("b", 2, 3)])],
-            earliest,
-        ),
     ]
 
 
@@ -408,6 +402,26 @@ def test_fast_path_refuses_what_it_does_not_model(reason, events, strat):
 
 
 _STRATEGY_REFUSALS = (Refusal.TRIGGER, Refusal.MERGING, Refusal.ELEMENT_POLICY)
+
+
+@pytest.mark.parametrize(
+    "combiner", [TimestampCombiner.OUTPUT_AT_EARLIEST, TimestampCombiner.OUTPUT_AT_LATEST]
+)
+def test_fast_path_settles_old_element_holds(combiner):
+    """A hold at 2 keeps the output watermark at 1, so an element at 1 < input 5 is not
+    too late to hold: it holds (the state hold drops to 0) and gives b's pane its time;
+    one at 0 is too late. Vectorised (once refused as OLD_ELEMENT_HOLDS), as the engine."""
+    events = [
+        ElementEvent([("a", 1, 2)]),
+        WatermarkEvent(5),
+        ElementEvent([("b", 2, 1), ("c", 3, 0)]),
+    ]
+    strat = WindowingStrategy(FixedWindows(10), timestamp_combiner=combiner)
+    fast, slow = run_script(events, strat), run_script(events, strat, fast=False)
+    assert_same(fast, slow)
+    assert fast.state_hold is not None and fast.state_hold.tolist()[:3] == [1, 1, 0]
+    stamps = {p.key: p.timestamp for p in fast.panes}
+    assert stamps == {"a": 2, "b": 1, "c": 9}  # c held nothing: the window's end
 
 
 def test_fast_path_refusals_with_errors_leave_the_error_to_the_engine():

@@ -2,6 +2,7 @@
 triggers (``triggers``), scripts and their results (``script``), the incremental grouping
 engine (``engine``), its vectorised paths (``fast_path`` for non-merging windows under
 watermark-only triggers, ``count_path`` for the count-based rich triggers,
-``session_path`` for sessions), panes as columns (``pane_columns``), the script runner
+``session_path`` for sessions, with ``session_counts`` for their count triggers), panes
+as columns (``pane_columns``, lazily built as tuples), the script runner
 that picks between them (``runner``) and a stage run as key partitions
 (``partitioned``)."""

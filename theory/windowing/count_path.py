@@ -37,9 +37,10 @@ one event), and how this path computes it:
   LATE; its non-speculative index counts from the window's first pane that is not
   EARLY. Such a late pane of ``AfterWatermark`` keeps its window's holds when EARLY:
   under EARLIEST/LATEST the window has none then (no late row holds), under
-  END_OF_WINDOW the path refuses it (:attr:`Refusal.HELD_LATE_PANE`). It also refuses an
-  element older than the input watermark that is not too late to hold
-  (:attr:`Refusal.OLD_ELEMENT_HOLDS`).
+  END_OF_WINDOW the path refuses it (:attr:`Refusal.HELD_LATE_PANE`). Which elements
+  older than the input watermark still hold is settled with the output watermark
+  (:func:`theory.windowing.fast_path.settle_holds`; :attr:`Refusal.OLD_ELEMENT_HOLDS`
+  if that takes more than 8 rounds).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from theory.windowing.fast_path import (
     _Rows,
     _rows,
     _run_starts,
+    settle_holds,
     with_external,
 )
 from theory.windowing.pane_columns import TIMINGS, PaneColumns
@@ -156,7 +158,7 @@ def run_count_columns(
     grouped, pane_event, order = _panes(rows, b, ow_before, passing, policy, counts, strategy)
     panes = grouped.take(order)
     return ScriptResult(
-        panes.panes() if build else [],
+        panes.lazy() if build else [],
         pane_event,
         scan.pt_after,
         scan.iw_after,
@@ -344,10 +346,6 @@ def _releases(
 # ----------------------------------------------------------------------------- holds
 
 
-#: How many rounds :func:`_output_watermark` tries before it refuses the script.
-_ROUNDS = 8
-
-
 def _output_watermark(
     scan: ScriptColumns,
     rows: _Rows,
@@ -356,26 +354,21 @@ def _output_watermark(
     kept: np.ndarray,
     external: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """The state hold after each event (µs) and which rows add a hold, or None.
-
-    A kept row holds unless it is too late to hold (below the output watermark as its
-    batch finds it; always under END_OF_WINDOW), and the output watermark depends on the
-    holds. Starting from the rows not older than the input watermark (they always hold),
-    each round recomputes the holds, then the rows at or above the output watermark,
-    until they agree: that is the engine's run (it is causal, so the agreeing one is
-    unique). None if they do not within :data:`_ROUNDS` rounds."""
+    """The state hold after each event (µs) and which rows add a hold, or None: a kept
+    row holds unless it is too late to hold (always under END_OF_WINDOW), settled with
+    the output watermark by :func:`theory.windowing.fast_path.settle_holds`."""
     n_ev = scan.iw_after.size
-    if policy is TimestampCombiner.OUTPUT_AT_EOW:
-        return _interval_min(n_ev, *_hold_intervals(rows, b, policy, kept, n_ev)), kept
-    passing = kept & (rows.ts >= rows.iw)
-    for _ in range(_ROUNDS):
-        hold = _interval_min(n_ev, *_hold_intervals(rows, b, policy, passing, n_ev))
-        ow_before = _before(with_external(np.minimum(scan.iw_after, hold), external))
-        again = kept & (rows.ts >= ow_before[rows.event])
-        if np.array_equal(again, passing):
-            return hold, passing
-        passing = again
-    return None
+    eow = policy is TimestampCombiner.OUTPUT_AT_EOW
+    return settle_holds(
+        scan,
+        rows.ts,
+        rows.event,
+        kept,
+        kept if eow else kept & (rows.ts >= rows.iw),
+        lambda passing: _interval_min(n_ev, *_hold_intervals(rows, b, policy, passing, n_ev)),
+        external,
+        eow,
+    )
 
 
 def _hold_intervals(

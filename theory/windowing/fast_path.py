@@ -14,18 +14,20 @@ except where the *output* watermark matters:
   window (else Beam's runner calls it EARLY and keeps the hold).
 
 So the path computes the output watermark from the non-late holds (a segment tree over
-events) and checks that every such case falls on the simple side; where one does not it
-refuses, and the caller runs the incremental engine. The steps, one function each:
-:func:`strategy_refusal` (eligibility, checked first), :func:`_rows` (assign windows, drop
-expired rows, group by key and window), :func:`_batches` (late batches, closed windows),
-:func:`_hold_intervals` (the holds), :func:`_unmodelled` (the two cases above) and
+events), settles which old elements hold with it (:func:`settle_holds`: rounds until the
+holds and the output watermark agree), and checks that every late pane falls on the
+simple side; where one does not it refuses, and the caller runs the incremental engine.
+The steps, one function each: :func:`strategy_refusal` (eligibility, checked first),
+:func:`_rows` (assign windows, drop expired rows, group by key and window),
+:func:`_batches` (late batches, closed windows), :func:`_hold_intervals` (the holds),
+:func:`settle_holds`, :func:`_held_late_pane` (the second case above) and
 :func:`_panes`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from enum import StrEnum
 from itertools import accumulate, chain, count
 from operator import attrgetter, itemgetter
@@ -62,9 +64,11 @@ class Refusal(StrEnum):
     """Why the vectorised path does not run a script (the engine then does)."""
 
     TRIGGER = (
-        "a trigger no vectorised path models (they take DefaultTrigger, AfterWatermark() "
-        "and, on non-merging windows, AfterCount early/late firings, "
-        "Repeatedly(AfterCount) and Repeatedly(AfterProcessingTime))"
+        "a trigger no vectorised path models (they take DefaultTrigger, AfterWatermark(), "
+        "count early/late firings and Repeatedly(AfterCount) on sessions, and, on "
+        "non-merging windows, "
+        "AfterCount early/late firings, Repeatedly(AfterCount) and "
+        "Repeatedly(AfterProcessingTime))"
     )
     MERGING = "merging windows"
     ELEMENT_POLICY = "a user-chosen output policy"
@@ -73,10 +77,13 @@ class Refusal(StrEnum):
     UNHASHABLE_KEY = "an unhashable key (the engine raises its own error)"
     NEVER_FIRES = "a window ending past MAX_TIMESTAMP never fires"
     HELD_LATE_PANE = "a late pane while the output watermark is held at or before its window"
-    OLD_ELEMENT_HOLDS = "an element older than the input watermark still adds a hold"
+    OLD_ELEMENT_HOLDS = (
+        "which elements older than the input watermark hold did not settle in 8 rounds"
+    )
     LATE_SESSION_DATA = "late data for a session (a part of it may have fired already)"
     MANY_TIMER_CYCLES = "a window fires on processing time more than 2,000 times"
     SPLIT_SESSION_BATCH = "under OUTPUT_AT_LATEST, a batch over parts of a session not yet joined"
+    MERGING_PARTS = "early count firings on a session whose parts arrive apart and merge later"
 
 
 def strategy_refusal(strategy: WindowingStrategy) -> Refusal | None:
@@ -123,12 +130,24 @@ def run_fast_columns(
     batches = _batches(rows, isinstance(strategy.trigger, AfterWatermark))
     policy = strategy.timestamp_combiner
     assert isinstance(policy, TimestampCombiner)  # (strategy_refusal checked it)
-    hold = _interval_min(scan.iw_after.size, *_hold_intervals(rows, batches, policy))
+    n_ev = scan.iw_after.size
+    settled = settle_holds(
+        scan,
+        rows.ts,
+        rows.event,
+        rows.ontime,
+        _passing(rows, policy),
+        lambda passing: _interval_min(n_ev, *_hold_intervals(rows, batches, policy, passing)),
+        external,
+        policy is TimestampCombiner.OUTPUT_AT_EOW,
+    )
+    if settled is None:
+        return Refusal.OLD_ELEMENT_HOLDS
+    hold, passing = settled
     ow_after = with_external(np.minimum(scan.iw_after, hold), external)
-    refusal = _unmodelled(rows, batches, ow_after, policy)
-    if refusal is not None:
-        return refusal
-    return _panes(scan, rows, batches, ow_after, hold, strategy, policy, build)
+    if _held_late_pane(rows, batches, ow_after):
+        return Refusal.HELD_LATE_PANE
+    return _panes(scan, rows, batches, ow_after, hold, strategy, policy, build, passing)
 
 
 # ---------------------------------------------------------------------------- events
@@ -373,15 +392,52 @@ def _batches(rows: _Rows, finishes: bool) -> _Batches:
 
 
 def _passing(rows: _Rows, policy: TimestampCombiner) -> np.ndarray:
-    """Rows that add a hold: on-time rows, and under EARLIEST/LATEST only those not older
-    than the input watermark (older ones hold nothing, checked by :func:`_unmodelled`)."""
+    """Rows that surely add a hold: on-time rows, and under EARLIEST/LATEST those not
+    older than the input watermark (older ones hold if not behind the output watermark:
+    :func:`settle_holds`)."""
     if policy is TimestampCombiner.OUTPUT_AT_EOW:
         return rows.ontime
     return rows.ontime & (rows.ts >= rows.iw)
 
 
+#: How many rounds :func:`settle_holds` tries before the path refuses the script.
+SETTLE_ROUNDS = 8
+
+
+def settle_holds(
+    scan: ScriptColumns,
+    ts: np.ndarray,
+    event: np.ndarray,
+    kept: np.ndarray,
+    passing: np.ndarray,
+    hold_of: Callable[[np.ndarray], np.ndarray],
+    external: np.ndarray | None,
+    settled: bool,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The state hold after each event (µs) and which rows add a hold, or None.
+
+    A ``kept`` row (timestamp ``ts``, arriving at ``event``) holds unless it is too late
+    to hold: below the output watermark as its batch finds it, which depends on the holds
+    (``hold_of(passing)``: the state hold after each event). Starting from ``passing``
+    (the rows that surely hold: not older than the input watermark), each round
+    recomputes the holds, then the rows at or above the output watermark, until they
+    agree: that is the engine's run (it is causal, so the agreeing one is unique). None
+    if they do not within :data:`SETTLE_ROUNDS` rounds; ``settled``: ``passing`` is
+    already final (END_OF_WINDOW holds whatever the watermark)."""
+    for _ in range(1 if settled else SETTLE_ROUNDS):
+        hold = hold_of(passing)
+        if settled:
+            return hold, passing
+        ow_before = _before(with_external(np.minimum(scan.iw_after, hold), external))
+        again = kept & (ts >= ow_before[event])
+        if np.array_equal(again, passing):
+            return hold, passing
+        passing = again
+    return None
+
+
 def _hold_intervals(
-    rows: _Rows, batches: _Batches, policy: TimestampCombiner
+    rows: _Rows, batches: _Batches, policy: TimestampCombiner, passing: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The holds as event intervals ``[lo, hi]`` with their value (hold - 1 µs), keeping
     only those below every earlier hold of their window (all end together, so the others
@@ -389,9 +445,9 @@ def _hold_intervals(
 
     A non-late batch's hold lasts from its event until its window's timer fires. Late
     batches add none that outlasts their event: their pane fires at once and, the output
-    watermark being past the window (checked by :func:`_unmodelled`), releases it; their
-    elements are below the output watermark, so "too late to hold"."""
-    passing = _passing(rows, policy)
+    watermark being past the window (checked by :func:`_held_late_pane`), releases it;
+    their elements are below the output watermark, so "too late to hold". ``passing``:
+    the rows that hold (:func:`settle_holds`)."""
     if policy is TimestampCombiner.OUTPUT_AT_LATEST and rows.element.size:
         # one hold per batch: the batch's latest passing timestamp
         n_b = batches.first.size
@@ -455,19 +511,11 @@ def _interval_min(n: int, lo: np.ndarray, hi: np.ndarray, val: np.ndarray) -> np
     return node[size : size + n]
 
 
-def _unmodelled(
-    rows: _Rows, batches: _Batches, ow_after: np.ndarray, policy: TimestampCombiner
-) -> Refusal | None:
-    """The cases where the output watermark makes the engine differ from this path."""
-    ow_before = _before(ow_after)
+def _held_late_pane(rows: _Rows, batches: _Batches, ow_after: np.ndarray) -> bool:
+    """Whether a late pane fires with the output watermark at or before its window: it
+    would be EARLY and keep its hold, which this path does not model."""
     firing = batches.firing_late
-    if np.any(ow_before[batches.event[firing]] < rows.g_end[batches.gid[firing]]):
-        return Refusal.HELD_LATE_PANE  # the pane would be EARLY and keep its hold
-    if policy is not TimestampCombiner.OUTPUT_AT_EOW:
-        old = rows.ontime & (rows.ts < rows.iw)
-        if np.any(rows.ts[old] >= ow_before[rows.event[old]]):
-            return Refusal.OLD_ELEMENT_HOLDS  # not too late to hold: it would hold
-    return None
+    return bool(np.any(_before(ow_after)[batches.event[firing]] < rows.g_end[batches.gid[firing]]))
 
 
 # ----------------------------------------------------------------------------- panes
@@ -494,17 +542,18 @@ def _panes(
     strategy: WindowingStrategy,
     policy: TimestampCombiner,
     build: bool,
+    passing: np.ndarray,
 ) -> ScriptResult:
     """The panes (built as tuples if ``build``) and the result (``hold``: the state hold
-    after each event, µs). Every
+    after each event, µs; ``passing``: the rows that hold). Every
     pane is non-speculative: the ON_TIME pane at the window's timer (index 0), then one
     LATE pane per firing late batch."""
     accumulating = strategy.accumulation_mode is AccumulationMode.ACCUMULATING
-    columns = _pane_columns(rows, batches, policy, accumulating)
+    columns = _pane_columns(rows, batches, policy, accumulating, passing)
     pane_columns = _build_panes(rows, columns, strategy)
     grouped = ~batches.closed
     return ScriptResult(
-        pane_columns.panes() if build else [],
+        pane_columns.lazy() if build else [],
         columns.event,
         scan.pt_after,
         scan.iw_after,
@@ -518,13 +567,12 @@ def _panes(
     )
 
 
-def _on_time_timestamps(rows: _Rows, policy: TimestampCombiner) -> np.ndarray:
-    """Per group, the ON_TIME pane's timestamp: the policy over the group's holding rows,
-    or ``window.max_timestamp`` under END_OF_WINDOW or where no row holds."""
+def _on_time_timestamps(rows: _Rows, policy: TimestampCombiner, passing: np.ndarray) -> np.ndarray:
+    """Per group, the ON_TIME pane's timestamp: the policy over the group's holding rows
+    (``passing``), or ``window.max_timestamp`` under END_OF_WINDOW or where none holds."""
     max_timestamp = rows.g_end - 1
     if policy is TimestampCombiner.OUTPUT_AT_EOW:
         return max_timestamp
-    passing = _passing(rows, policy)
     gid, ts = rows.gid[passing], rows.ts[passing]
     n_groups = rows.g_first.size
     if policy is TimestampCombiner.OUTPUT_AT_LATEST:
@@ -537,7 +585,11 @@ def _on_time_timestamps(rows: _Rows, policy: TimestampCombiner) -> np.ndarray:
 
 
 def _pane_columns(
-    rows: _Rows, batches: _Batches, policy: TimestampCombiner, accumulating: bool
+    rows: _Rows,
+    batches: _Batches,
+    policy: TimestampCombiner,
+    accumulating: bool,
+    passing: np.ndarray,
 ) -> _PaneColumns:
     """ON_TIME panes (groups with on-time rows) and late panes (firing late batches), in
     firing order; a late pane's index counts the ON_TIME pane and earlier late panes."""
@@ -553,7 +605,7 @@ def _pane_columns(
         np.concatenate([on, lg])[order],
         np.concatenate([rows.g_first[on], late_lo])[order],
         np.concatenate([rows.g_first[on] + rows.g_on[on], batches.last[lb]])[order],
-        np.concatenate([_on_time_timestamps(rows, policy)[on], rows.g_end[lg] - 1])[order],
+        np.concatenate([_on_time_timestamps(rows, policy, passing)[on], rows.g_end[lg] - 1])[order],
         np.concatenate([np.zeros(on.size, np.int64), late_index])[order],
         order >= on.size,
     )

@@ -1,18 +1,19 @@
 """Panes as columns: what the vectorised paths compute, from which :class:`Pane` tuples
-are built only when asked (:meth:`PaneColumns.panes`). All times are µs."""
+are built only when asked (:meth:`PaneColumns.panes`, or on first access to a
+:class:`PaneSequence`). All times are µs."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from itertools import repeat
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
 from theory.windowing.engine import Pane, Timing
-from theory.windowing.windows import GLOBAL_WINDOW, GlobalWindow, trusted_interval_window
+from theory.windowing.windows import GLOBAL_WINDOW, GlobalWindow, trusted_interval_windows
 
-__all__ = ["TIMINGS", "PaneColumns", "build_panes"]
+__all__ = ["TIMINGS", "PaneColumns", "PaneSequence", "build_panes"]
 
 #: A pane's timing by its code in :attr:`PaneColumns.timing`.
 TIMINGS = (Timing.EARLY, Timing.ON_TIME, Timing.LATE, Timing.UNKNOWN)
@@ -44,21 +45,22 @@ class PaneColumns(NamedTuple):
         """How many panes (``len`` is the tuple's: its fields)."""
         return int(self.timestamp.size)
 
-    def window_objects(self) -> Iterable[Any]:
-        """Each pane's window: the global window, or one interval window per distinct
-        (start, end)."""
+    def window_objects(self) -> Sequence[Any]:
+        """Each pane's window: the global window, or interval windows made from the bounds
+        (one per distinct window when all have the same size)."""
         if self.windows is not None:
             return self.windows
+        n = self.n_panes
         if self.global_window:
-            return repeat(GLOBAL_WINDOW, self.n_panes)
-        made: dict[tuple[int, int], Any] = {}
-        out = []
-        for bounds in zip(self.start.tolist(), self.end.tolist(), strict=True):
-            w = made.get(bounds)
-            if w is None:
-                w = made[bounds] = trusted_interval_window(*bounds)
-            out.append(w)
-        return out
+            return [GLOBAL_WINDOW] * n
+        if n == 0:
+            return []
+        size = self.end - self.start
+        if bool((size == size[0]).all()):
+            starts, slot = np.unique(self.start, return_inverse=True)
+            made = trusted_interval_windows(starts.tolist(), (starts + size[0]).tolist())
+            return list(map(made.__getitem__, slot.tolist()))
+        return trusted_interval_windows(self.start.tolist(), self.end.tolist())
 
     def value_lists(self) -> Iterable[list[Any]]:
         """Each pane's values, as lists (slices of one list)."""
@@ -81,6 +83,10 @@ class PaneColumns(NamedTuple):
             strict=True,
         )
         return list(map(_new_tuple, repeat(Pane), fields))
+
+    def lazy(self) -> PaneSequence:
+        """The panes as a sequence that builds the tuples on first access."""
+        return PaneSequence(self)
 
     def take(self, order: np.ndarray) -> PaneColumns:
         """The panes in ``order`` (indexes), values shared."""
@@ -145,6 +151,55 @@ class PaneColumns(NamedTuple):
             bool(n) and all(isinstance(p.window, GlobalWindow) for p in panes),
             [p.window for p in panes],
         )
+
+
+class PaneSequence(Sequence[Pane]):
+    """The panes of a :class:`PaneColumns` as a read-only sequence, equal to the list of
+    the same :class:`Pane` tuples (and to any list or tuple of them). ``len`` needs no
+    tuples; any other access builds them all once (:meth:`PaneColumns.panes`)."""
+
+    __slots__ = ("_built", "columns")
+
+    def __init__(self, columns: PaneColumns) -> None:
+        self.columns = columns
+        self._built: list[Pane] | None = None
+
+    def _panes(self) -> list[Pane]:
+        if self._built is None:
+            self._built = self.columns.panes()
+        return self._built
+
+    def __len__(self) -> int:
+        return self.columns.n_panes
+
+    @overload
+    def __getitem__(self, i: int) -> Pane: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Pane]: ...
+    def __getitem__(self, i: int | slice) -> Pane | list[Pane]:
+        return self._panes()[i]
+
+    def __iter__(self) -> Iterator[Pane]:
+        return iter(self._panes())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (PaneSequence, list, tuple)):
+            return self._panes() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-equal, as a list
+
+    def __add__(self, other: Sequence[Pane]) -> list[Pane]:
+        return self._panes() + list(other)
+
+    def __radd__(self, other: Sequence[Pane]) -> list[Pane]:
+        return list(other) + self._panes()
+
+    def __repr__(self) -> str:
+        return repr(self._panes())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PaneSequence, (self.columns,))
 
 
 def build_panes(

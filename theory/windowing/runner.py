@@ -31,7 +31,7 @@ from theory.windowing.script import (
     ScriptResult,
     WatermarkEvent,
 )
-from theory.windowing.session_path import late_session_elements, run_sessions_columns
+from theory.windowing.session_path import engine_session_elements, run_sessions_columns
 from theory.windowing.strategy import WindowingStrategy
 from theory.windowing.triggers import REAL_TIME
 
@@ -56,7 +56,8 @@ def run_script(
     DefaultTrigger or AfterWatermark(), :func:`theory.windowing.count_path.run_count_columns`
     for non-merging windows under count-based early/late firings or
     ``Repeatedly(AfterCount)``, :func:`theory.windowing.session_path.run_sessions_columns`
-    for sessions under the former. It falls back to the
+    for sessions under either (count triggers: :mod:`theory.windowing.session_counts`).
+    It falls back to the
     engine where it does not model the script; ``result.path`` says which ran and
     ``result.refusal`` why the vectorised one did not (a
     :class:`~theory.windowing.fast_path.Refusal`).
@@ -127,8 +128,8 @@ def _run_vectorised(
     result = run(columns, strategy, build=build, external=external)
     if isinstance(result, ScriptResult):
         return replace(result, path="vectorised")
-    if result is Refusal.LATE_SESSION_DATA:
-        return _run_mixed(columns, strategy, build, external)
+    if result in (Refusal.LATE_SESSION_DATA, Refusal.MERGING_PARTS):
+        return _run_mixed(columns, strategy, build, external, result)
     return str(result)
 
 
@@ -136,13 +137,15 @@ def _run_mixed(
     columns: ScriptColumns,
     strategy: WindowingStrategy,
     build: bool,
-    external: np.ndarray | None = None,
+    external: np.ndarray | None,
+    why: Refusal,
 ) -> ScriptResult | str:
-    """Sessions with late data on the engine, the others on the vectorised path, the
-    engine's output watermark held by theirs too. Exact: sessions never merge with each
-    other, and the vectorised ones (no late data) do not depend on the output watermark
-    (their elements are never too late to hold, their panes never late)."""
-    late = late_session_elements(columns, strategy)
+    """Sessions with late data (or, under early count firings, in several parts) on the
+    engine, the others on the vectorised path, the engine's output watermark held by
+    theirs too. Exact: sessions never merge with each other, and the vectorised ones (no
+    late data) do not depend on the output watermark (their elements are never too late
+    to hold, their panes never late, their early panes EARLY at any output watermark)."""
+    late = engine_session_elements(columns, strategy)
     simple = run_sessions_columns(_subset(columns, ~late), strategy, build=build)
     if isinstance(simple, Refusal):
         return str(simple)
@@ -153,7 +156,7 @@ def _run_mixed(
     event = np.concatenate([simple.pane_event, slow.pane_event])
     order = np.argsort(event, kind="stable")
     both = PaneColumns.concat([simple.pane_columns, PaneColumns.from_panes(slow.panes)])
-    panes = simple.panes + slow.panes if build else []
+    panes = list(simple.panes) + list(slow.panes) if build else []
     return replace(
         slow,
         panes=[panes[i] for i in order.tolist()] if build else [],
@@ -163,7 +166,7 @@ def _run_mixed(
         pane_columns=both.take(order),
         state_hold=np.minimum(simple.state_hold, slow.state_hold),
         path="mixed",
-        refusal=str(Refusal.LATE_SESSION_DATA),
+        refusal=str(why),
     )
 
 

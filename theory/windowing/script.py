@@ -107,9 +107,11 @@ class Script:
 @dataclass(frozen=True)
 class ScriptResult:
     """Panes and watermarks of a script run: ``panes[i]`` fired at event ``pane_event[i]``;
-    the watermark arrays have one entry per event (after it), µs."""
+    the watermark arrays have one entry per event (after it), µs. The vectorised paths
+    give ``panes`` as a :class:`~theory.windowing.pane_columns.PaneSequence` (equal to the
+    list; tuples built on first access)."""
 
-    panes: list[Pane]
+    panes: Sequence[Pane]
     pane_event: np.ndarray
     processing_time: np.ndarray
     input_watermark: np.ndarray

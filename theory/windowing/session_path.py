@@ -1,6 +1,8 @@
 """The vectorised path for session windows: a whole script at once, for watermark-only
-triggers (DefaultTrigger, a bare AfterWatermark()) on :class:`Sessions` under one of
-Beam's output-timestamp policies. All times are µs.
+triggers (DefaultTrigger, a bare AfterWatermark()) and count firings
+(``AfterWatermark`` with ``AfterCount`` sides, ``Repeatedly(AfterCount)``: see
+:mod:`theory.windowing.session_counts`) on :class:`Sessions` under one of Beam's
+output-timestamp policies. All times are µs.
 
 The engine merges session windows batch by batch; what it outputs is a function of the
 final sessions and of the order in which their parts arrived:
@@ -13,7 +15,9 @@ final sessions and of the order in which their parts arrived:
   part a row joins then ends after the row's timestamp, so after the watermark. A late
   row is refused (:attr:`Refusal.LATE_SESSION_DATA`): the runner then gives the
   sessions with late data to the engine and the others to this path
-  (:func:`late_session_elements`; ``path == "mixed"``).
+  (:func:`engine_session_elements`; ``path == "mixed"``). Under early count firings
+  (:mod:`theory.windowing.session_counts`) so do the sessions that are not one part at
+  every event (:attr:`Refusal.MERGING_PARTS`).
 - **Holds.** A session's smallest hold is the smallest over its batches, kept until it
   fires. Under END_OF_WINDOW a batch holds at the end of the part it lands in: the
   smallest such end is that of a *fresh* part, a run of one event's rows that overlaps
@@ -37,6 +41,7 @@ from typing import NamedTuple
 import numpy as np
 
 from theory.arrays import range_min, stable_argsort_int
+from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import Timing
 from theory.windowing.fast_path import (
     Refusal,
@@ -50,18 +55,21 @@ from theory.windowing.fast_path import (
     assign_and_code,
     with_external,
 )
-from theory.windowing.pane_columns import TIMINGS, build_panes
+from theory.windowing.pane_columns import TIMINGS, PaneColumns
 from theory.windowing.script import ScriptResult
-from theory.windowing.strategy import TimestampCombiner, WindowingStrategy
+from theory.windowing.session_counts import EarlyPanes, early_panes, session_counts
+from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
 from theory.windowing.triggers import AfterWatermark
 from theory.windowing.windows import Sessions
 
-__all__ = ["late_session_elements", "run_sessions_columns", "sessions_refusal"]
+__all__ = ["engine_session_elements", "run_sessions_columns", "sessions_refusal"]
+
+_EARLY, _ON_TIME = TIMINGS.index(Timing.EARLY), TIMINGS.index(Timing.ON_TIME)
 
 
 def sessions_refusal(strategy: WindowingStrategy) -> Refusal | None:
     """Why this path cannot model ``strategy`` at all, or None when it may."""
-    if not strategy.trigger.watermark_only():
+    if session_counts(strategy) is None:
         return Refusal.TRIGGER
     if type(strategy.window_fn) is not Sessions:
         return Refusal.MERGING
@@ -91,12 +99,50 @@ def run_sessions_columns(
         return rows
     policy = strategy.timestamp_combiner
     assert isinstance(policy, TimestampCombiner)  # (sessions_refusal checked it)
-    holds = _holds(rows, policy, strategy.window_fn.gap)  # type: ignore[attr-defined]
+    early = _early(rows, strategy, scan.iw_after.size - 1)
+    if isinstance(early, Refusal):
+        return early
+    holds = (
+        early.holds  # Repeatedly(AfterCount)
+        if early is not None and early.holds is not None
+        else _holds(rows, policy, strategy.window_fn.gap)  # type: ignore[attr-defined]
+    )
     if isinstance(holds, Refusal):
         return holds
     hold = _interval_min(scan.iw_after.size, *holds)
-    result = _result(scan, rows, hold, strategy, policy, build)
+    result = _result(scan, rows, hold, strategy, policy, build, early)
     return replace(result, output_watermark=with_external(result.output_watermark, external))
+
+
+def _early(
+    rows: _SessionRows, strategy: WindowingStrategy, last_event: int
+) -> EarlyPanes | Refusal | None:
+    """The count panes (None without a count trigger), or the refusal."""
+    counts = session_counts(strategy)
+    assert counts is not None  # (sessions_refusal checked it)
+    n = counts.early
+    if not n or not rows.s_first.size:
+        return None
+    gap = strategy.window_fn.gap  # type: ignore[attr-defined]
+    if np.any(_parts(rows, gap) > 1):
+        return Refusal.MERGING_PARTS
+    by_arrival = rows.by_arrival
+    policy = strategy.timestamp_combiner
+    assert isinstance(policy, TimestampCombiner)
+    early = early_panes(
+        rows.sess[by_arrival],
+        rows.event[by_arrival],
+        rows.ts[by_arrival],
+        rows.s_first,
+        rows.s_start,
+        n,
+        gap,
+        policy,
+        strategy.accumulation_mode is AccumulationMode.DISCARDING,
+        not counts.watermark,
+        last_event,
+    )
+    return Refusal.OVERFLOW if early is None else early
 
 
 class _SessionRows(NamedTuple):
@@ -148,27 +194,42 @@ def _cut(scan: ScriptColumns, strategy: WindowingStrategy) -> _Cut | Refusal:
     return _Cut(kept, order, ts < iw_el[order], new, key, keys)
 
 
-def late_session_elements(scan: ScriptColumns, strategy: WindowingStrategy) -> np.ndarray:
-    """Per element: whether it is kept and in a session with late data (a kept row with
-    its timestamp below the input watermark at its arrival), which this path refuses;
+def engine_session_elements(scan: ScriptColumns, strategy: WindowingStrategy) -> np.ndarray:
+    """Per element: whether it is kept and in a session this path refuses, for the
+    engine: one with late data (a kept row with its timestamp below the input watermark
+    at its arrival) or, under early count firings, one not a single part at every event;
     all False where the path refuses the script for another reason."""
     out = np.zeros(scan.ts.size, bool)
     cut = _cut(scan, strategy)
     if isinstance(cut, Refusal) or not cut.order.size:
         return out
     sess = np.cumsum(cut.new) - 1
-    late_sess = np.zeros(int(sess[-1]) + 1, bool)
-    late_sess[sess[cut.late]] = True
-    out[cut.order] = late_sess[sess]
+    engine = np.zeros(int(sess[-1]) + 1, bool)
+    engine[sess[cut.late]] = True
+    counts = session_counts(strategy)
+    if counts is not None and counts.early:
+        rows = _session_rows(scan, strategy, late_ok=True)
+        if not isinstance(rows, Refusal):
+            engine |= _parts(rows, strategy.window_fn.gap) > 1  # type: ignore[attr-defined]
+    out[cut.order] = engine[sess]
     return out
 
 
-def _session_rows(scan: ScriptColumns, strategy: WindowingStrategy) -> _SessionRows | Refusal:
-    """The sessions of the kept rows, or the refusal (late data among them)."""
+def _parts(rows: _SessionRows, gap: int) -> np.ndarray:
+    """Per session: how many fresh parts it has (1: one part at every event)."""
+    first, _, fresh = _fresh_parts(rows, gap)
+    return np.bincount(rows.sess[first[fresh]], minlength=rows.s_first.size)
+
+
+def _session_rows(
+    scan: ScriptColumns, strategy: WindowingStrategy, late_ok: bool = False
+) -> _SessionRows | Refusal:
+    """The sessions of the kept rows, or the refusal (late data among them, unless
+    ``late_ok``)."""
     cut = _cut(scan, strategy)
     if isinstance(cut, Refusal):
         return cut
-    if np.any(cut.late):
+    if not late_ok and np.any(cut.late):
         return Refusal.LATE_SESSION_DATA
     gap = strategy.window_fn.gap  # type: ignore[attr-defined]
     kept, order, new, key = cut.kept, cut.order, cut.new, cut.key
@@ -304,10 +365,12 @@ def _result(
     strategy: WindowingStrategy,
     policy: TimestampCombiner,
     build: bool,
+    early: EarlyPanes | None = None,
 ) -> ScriptResult:
-    """One ON_TIME pane per session at its firing event, sessions in row order within an
-    event; the pane's values are its rows in arrival order. ``hold``: the state hold after
-    each event (µs)."""
+    """One ON_TIME pane per session at its firing event, after the ``early`` panes, if
+    any; panes by event, then early before ON_TIME, then session in row order. A pane's
+    values are its rows in arrival order. ``hold``: the state hold after each event
+    (µs)."""
     n_s = rows.s_first.size
     if policy is TimestampCombiner.OUTPUT_AT_EARLIEST or (
         policy is TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED
@@ -317,30 +380,53 @@ def _result(
         stamp = rows.ts[_run_ends(rows.s_first, rows.ts.size) - 1]
     else:
         stamp = rows.s_end - 1
-    order = np.argsort(rows.s_fire, kind="stable")
-    by_arrival = rows.element[rows.by_arrival]
-    sizes = _run_ends(rows.s_first, rows.ts.size) - rows.s_first
-    pane_columns = build_panes(
-        list(map(rows.keys.__getitem__, rows.s_key[order].tolist())),
-        rows.s_start[order],
-        rows.s_end[order],
-        rows.values[by_arrival],
-        rows.s_first[order],
-        rows.s_first[order] + sizes[order],
+    s_hi = _run_ends(rows.s_first, rows.ts.size)
+    trigger = strategy.trigger
+    last = isinstance(trigger, AfterWatermark) and trigger.late is None
+    cols = [
+        np.arange(n_s),  # session
+        rows.s_fire,
+        rows.s_start,
+        rows.s_end,
+        stamp,
+        np.zeros(n_s, np.int64) if early is None else early.on_index,
+        rows.s_first if early is None else early.on_lo,
+        s_hi,
+        np.full(n_s, _ON_TIME, np.int8),
+        np.zeros(n_s, np.int64),  # non-speculative index
+        np.full(n_s, last),
+    ]
+    if early is not None and early.holds is not None:  # Repeatedly: no ON_TIME pane
+        cols = [c[:0] for c in cols]
+    if early is not None and early.sess.size:
+        m = early.sess.size
+        extra = [*early[:8], np.full(m, _EARLY, np.int8), np.full(m, -1), np.zeros(m, bool)]
+        cols = [np.concatenate([a, b]) for a, b in zip(cols, extra, strict=True)]
+    sess, fire, start, end, stamp, index, lo, hi, timing, nonspec, is_last = cols
+    order = np.argsort(fire * 2 + (timing == _ON_TIME), kind="stable")
+    pane_columns = PaneColumns(
+        list(map(rows.keys.__getitem__, rows.s_key[sess[order]].tolist())),
+        start[order],
+        end[order],
         stamp[order],
-        np.full(n_s, TIMINGS.index(Timing.ON_TIME), np.int8),
-        np.zeros(n_s, np.int64),
-        isinstance(strategy.trigger, AfterWatermark),
+        timing[order],
+        index[order],
+        nonspec[order],
+        is_last[order],
+        lo[order],
+        hi[order],
+        rows.values[rows.element[rows.by_arrival]],
     )
+    output = np.minimum(scan.iw_after, hold)
     return ScriptResult(
-        pane_columns.panes() if build else [],
-        rows.s_fire[order],
+        pane_columns.lazy() if build else [],
+        fire[order],
         scan.pt_after,
         scan.iw_after,
-        np.minimum(scan.iw_after, hold),
+        output,
         {"expired": rows.n_expired, "closed": 0},
         0,
-        False,
+        bool(output[-1] < MAX_TIMESTAMP),  # (held for ever by a session never fired)
         0,
         state_hold=hold,
         pane_columns=pane_columns,

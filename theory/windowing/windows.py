@@ -13,8 +13,10 @@ Beam); the vectorised form raises ``OverflowError`` if a window does not fit in 
 from __future__ import annotations
 
 import abc
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Final, TypeAlias
 
 import numpy as np
@@ -47,6 +49,7 @@ __all__ = [
     "WindowOverflowError",
     "parse_duration",
     "trusted_interval_window",
+    "trusted_interval_windows",
     "window_fn_from_spec",
 ]
 
@@ -117,6 +120,19 @@ def trusted_interval_window(start: int, end: int) -> IntervalWindow:
     object.__setattr__(window, "start", start)
     object.__setattr__(window, "end", end)
     return window
+
+
+_set_start = vars(IntervalWindow)["start"].__set__  # the slots' setters
+_set_end = vars(IntervalWindow)["end"].__set__
+
+
+def trusted_interval_windows(starts: list[int], ends: list[int]) -> list[IntervalWindow]:
+    """:func:`trusted_interval_window` for many (µs, ``starts[i] < ends[i]`` known): no
+    Python call per window (C-level maps over the slot setters)."""
+    windows = list(map(object.__new__, repeat(IntervalWindow, len(starts))))
+    deque(map(_set_start, windows, starts), 0)
+    deque(map(_set_end, windows, ends), 0)
+    return windows
 
 
 @dataclass(frozen=True, slots=True)
