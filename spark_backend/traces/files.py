@@ -11,6 +11,7 @@ that parsing follows theory's rules rather than Spark's CSV inference.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,10 +20,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from spark_backend.traces.split import max_split_bytes, not_plain_files
 from theory.data.errors import TraceError
 from theory.data.io import CSV_NULLS
 from theory.data.location import TraceFile, as_trace_file, trace_format
@@ -106,21 +108,45 @@ def read_group(
     spark: SparkSession, g: FileGroup, nulls: tuple[str, ...] = CSV_NULLS
 ) -> DataFrame:
     """The trace columns of a group's files, with ``_file`` (index), ``_blk`` (block
-    start), ``_mid`` (monotonically increasing id) and :data:`NOT_UTF8`."""
-    paths = [f.shown for _, f in g.files]
-    if g.fmt == "csv":
-        reader = (
-            spark.read.schema(_csv_schema(g.header, ragged=True))
-            .option("header", True)
-            .option("columnNameOfCorruptRecord", RAGGED)  # more or fewer fields
-            .option("enforceSchema", True)
-            .option("escape", '"')
-            .option("mode", "PERMISSIVE")
-            .option("multiLine", True)  # quoted newlines, as pyarrow reads them
-        )
-        df = reader.csv(paths)
-    else:
-        df = spark.read.parquet(*paths)
+    start), ``_mid`` (monotonically increasing id) and :data:`NOT_UTF8`. A CSV file is
+    read whole (``multiLine``, quoted newlines as pyarrow reads them) unless it spans
+    several splits and holds no quoted newline (:mod:`spark_backend.traces.split`):
+    then it is read line by line, one task per split."""
+    if g.fmt != "csv":
+        return _columns(spark.read.parquet(*[f.shown for _, f in g.files]), g, nulls)
+    by_line = _line_by_line(spark, g)
+    parts = []  # at most two readers: whole files, then files read line by line
+    for line in (False, True):
+        paths = [f.shown for i, f in g.files if (i in by_line) == line]
+        if paths:
+            reader = _csv_reader(spark, g.header, multi_line=not line)
+            parts.append(_columns(reader.csv(paths), g, nulls))
+    return functools.reduce(DataFrame.unionByName, parts)
+
+
+def _line_by_line(spark: SparkSession, g: FileGroup) -> set[int]:
+    """The files of CSV group ``g`` worth reading line by line: larger than a split and
+    every line plain."""
+    sizes = {i: f.size() for i, f in g.files}
+    split = max_split_bytes(spark, list(sizes.values()))
+    large = [(i, f) for i, f in g.files if sizes[i] > split]
+    whole = not_plain_files(spark, [f.shown for _, f in large])
+    return {i for i, f in large if uri_name(f.name) not in whole}
+
+
+def _csv_reader(spark: SparkSession, header: tuple[str, ...], multi_line: bool) -> DataFrameReader:
+    return (
+        spark.read.schema(_csv_schema(header, ragged=True))
+        .option("header", True)
+        .option("columnNameOfCorruptRecord", RAGGED)  # more or fewer fields
+        .option("enforceSchema", True)
+        .option("escape", '"')
+        .option("mode", "PERMISSIVE")
+        .option("multiLine", multi_line)
+    )
+
+
+def _columns(df: DataFrame, g: FileGroup, nulls: tuple[str, ...]) -> DataFrame:
     names = F.create_map(*[x for i, p in g.files for x in (F.lit(uri_name(p.name)), F.lit(i))])
     typed = [h.partition(":") for h in g.header] if g.fmt == "parquet" else []
     nanos = {name for name, _, ty in typed if ty.startswith("timestamp[ns")}
