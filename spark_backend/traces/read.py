@@ -9,6 +9,12 @@ row goes through a Python worker, so validation scales with the cluster. (Runnin
 theory's pyarrow parser per file with ``mapInArrow`` would share more code, but it
 would read each file in one task, ship every row to Python, and could not see the
 types pyarrow infers for a whole CSV file from a slice of it.)
+
+A local path or a URI pyarrow has a file system for is listed and checked on the driver
+through :mod:`pyarrow.fs` (:mod:`theory.data.location`), file by file, as theory does;
+another URI Spark reads (``s3a://``) goes to Spark alone. A byte that is not UTF-8 shows
+in Spark's tasks as U+FFFD; only then (or when a row is bad) does the driver scan the
+files for it, so that theory's error, naming file and line, comes first.
 """
 
 from __future__ import annotations
@@ -54,7 +60,8 @@ def read_trace_df(
     null_values: Sequence[str] = CSV_NULLS,
 ) -> tuple[DataFrame, BadRowReport]:
     """Read and validate a trace: a Parquet (.parquet/.pq) or CSV (.csv) file, or a
-    directory of them (read in name order; hidden ``.``/``_`` names skipped).
+    directory of them (read in name order; hidden ``.``/``_`` names skipped), local or
+    a URI.
 
     Validation applies :data:`theory.data.schema.RULES` as Spark expressions, with theory's
     parsing: timestamps (µs) may be integers, integral floats, timestamps or dates, or
