@@ -80,9 +80,10 @@ class Tally:
         if flags.get("clear"):
             self.counts["clear errors"] += 1
         if bad:
-            print(f"  NOT AS IT SHOULD BE: {what}: {', '.join(bad)}")
+            print(f"  NOT AS IT SHOULD BE: {what}: {', '.join(bad)}", flush=True)
         else:
             self.counts["as expected"] += 1
+            print(f"  ok: {what}", flush=True)
 
 
 def _tree(path: Path) -> dict[str, bytes]:
