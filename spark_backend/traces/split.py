@@ -18,7 +18,7 @@ from typing import Final
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-__all__ = ["PLAIN_LINE", "max_split_bytes", "not_plain_files"]
+__all__ = ["PLAIN_LINE", "SMALLEST_SPLIT", "max_split_bytes", "not_plain_files"]
 
 LOG = logging.getLogger(__name__)
 
@@ -30,14 +30,24 @@ PLAIN_LINE: Final[str] = rf"^{_FIELD}(?:,{_FIELD})*+\r?$"
 
 def max_split_bytes(spark: SparkSession, sizes: Sequence[int]) -> int:
     """The bytes per split Spark's file sources use for files of ``sizes``
-    (``FilePartition.maxSplitBytes``): a file no larger is read in one task."""
-    conf = spark._jsparkSession.sessionState().conf()  # the SQLConf Spark uses itself
-    open_cost = int(conf.filesOpenCostInBytes())
-    most = int(conf.filesMaxPartitionBytes())
-    given = conf.filesMinPartitionNum()
-    parallel = int(given.get()) if given.isDefined() else spark.sparkContext.defaultParallelism
+    (``FilePartition.maxSplitBytes``): a file no larger is read in one task. Without
+    the JVM's conf (Spark Connect), Spark's smallest split: its default open cost."""
+    try:
+        conf = spark._jsparkSession.sessionState().conf()  # the SQLConf Spark uses itself
+        open_cost = int(conf.filesOpenCostInBytes())
+        most = int(conf.filesMaxPartitionBytes())
+        given = conf.filesMinPartitionNum()
+        parallel = (
+            int(given.get()) if given.isDefined() else spark.sparkContext.defaultParallelism
+        )
+    except AttributeError:  # a Spark Connect session has no JVM here
+        return SMALLEST_SPLIT
     per_core = sum(s + open_cost for s in sizes) // max(1, parallel)
     return min(most, max(open_cost, per_core))
+
+
+#: Spark's default ``spark.sql.files.openCostInBytes``, below which it never splits.
+SMALLEST_SPLIT: Final[int] = 4 << 20
 
 
 def not_plain_files(spark: SparkSession, paths: Sequence[str]) -> set[str]:
