@@ -24,7 +24,7 @@ from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_backend.traces.split import max_split_bytes, not_plain_files
+from spark_backend.traces.split import max_partition_bytes, not_plain_files
 from theory.data.errors import TraceError
 from theory.data.io import CSV_NULLS
 from theory.data.location import TraceFile, as_trace_file, trace_format
@@ -109,9 +109,10 @@ def read_group(
 ) -> DataFrame:
     """The trace columns of a group's files, with ``_file`` (index), ``_blk`` (block
     start), ``_mid`` (monotonically increasing id) and :data:`NOT_UTF8`. A CSV file is
-    read whole (``multiLine``, quoted newlines as pyarrow reads them) unless it spans
-    several splits and holds no quoted newline (:mod:`spark_backend.traces.split`):
-    then it is read line by line, one task per split."""
+    read whole (``multiLine``, quoted newlines as pyarrow reads them) unless it is
+    larger than Spark's largest split and holds no quoted newline
+    (:mod:`spark_backend.traces.split`): then it is read line by line, one task per
+    split."""
     if g.fmt != "csv":
         return _columns(spark.read.parquet(*[f.shown for _, f in g.files]), g, nulls)
     by_line = _line_by_line(spark, g)
@@ -125,11 +126,10 @@ def read_group(
 
 
 def _line_by_line(spark: SparkSession, g: FileGroup) -> set[int]:
-    """The files of CSV group ``g`` worth reading line by line: larger than a split and
-    every line plain."""
-    sizes = {i: f.size() for i, f in g.files}
-    split = max_split_bytes(spark, list(sizes.values()))
-    large = [(i, f) for i, f in g.files if sizes[i] > split]
+    """The files of CSV group ``g`` worth reading line by line: larger than Spark's
+    largest split and every line plain."""
+    split = max_partition_bytes(spark)
+    large = [(i, f) for i, f in g.files if f.size() > split]
     whole = not_plain_files(spark, [f.shown for _, f in large])
     return {i for i, f in large if uri_name(f.name) not in whole}
 
