@@ -98,17 +98,20 @@ SCHEMES = ("file", "hdfs", "viewfs", "webhdfs", "s3a", "s3", "gs", "abfs", "abfs
 
 
 def check_trace_path(trace: str) -> None:
-    """A local trace must exist; a URI must use one of :data:`SCHEMES`."""
+    """A local trace must exist; a URI must use one of :data:`SCHEMES`, and one pyarrow
+    knows (``file://``, ``s3://``, ``hdfs://``, ...) must name a trace file or a
+    directory holding some (listed, not read)."""
+    from theory.data.location import list_trace_files, uri_file_system
+
     scheme, sep, _ = trace.partition("://")
-    if sep and scheme.lower() != "file":
-        if scheme.lower() not in SCHEMES:
-            raise ValueError(
-                f"TRACE {trace!r}: unsupported scheme {scheme!r}:// "
-                f"(a local path, or one of {', '.join(s + '://' for s in SCHEMES)})"
-            )
-        return
-    local = trace.removeprefix("file://")
-    if not os.path.exists(local):
+    if sep and scheme.lower() not in SCHEMES:
+        raise ValueError(
+            f"TRACE {trace!r}: unsupported scheme {scheme!r}:// "
+            f"(a local path, or one of {', '.join(s + '://' for s in SCHEMES)})"
+        )
+    if sep and uri_file_system(trace) is not None:
+        list_trace_files(trace)
+    elif not sep and not os.path.exists(trace):
         raise FileNotFoundError(f"TRACE {trace!r}: no such file or directory")
 
 

@@ -18,9 +18,10 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_backend.traces.files import file_groups, is_remote
+from spark_backend.traces.files import file_groups
 from spark_backend.traces.read import read_trace_df
 from theory.data.io import check_file, read_trace, trace_files
+from theory.data.location import is_uri
 from theory.data.report import BadRowReport
 from theory.data.schema import OnBadRows
 from theory.data.trace import Trace
@@ -40,7 +41,7 @@ def local_files(path: str | os.PathLike[str]) -> list[Path]:
     """The trace files behind ``path`` (a file or a directory), checked to exist;
     FileNotFoundError naming the path otherwise. Remote URIs give no files."""
     text = os.fspath(path)
-    if is_remote(text):
+    if is_uri(text) and not text.startswith("file://"):
         return []
     p = Path(text.removeprefix("file://"))
     if p.is_dir():

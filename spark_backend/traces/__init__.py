@@ -7,6 +7,7 @@ order carries no meaning.
 
 =====================================  ==================================================
 ``spark_backend.traces.files``         trace files: listing, groups, raw reading
+``spark_backend.traces.split``         which large CSV files may be read in splits
 ``spark_backend.traces.parse``         theory's parsing rules as column expressions
 ``spark_backend.traces.read``          ``read_trace_df``: validation with theory's rules,
                                        messages and report

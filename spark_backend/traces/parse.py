@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_backend.traces.files import FileGroup
+from spark_backend.traces.files import NOT_UTF8, FileGroup
 from theory.data.errors import TraceError, unsupported_type_error
 from theory.data.schema import COLUMNS, INT_TARGETS, KEY, IntTarget, Rule, row_rules
 from theory.data.text import DECIMAL_TEXT, INF_TEXT, INT_TEXT, NAN_TEXT
@@ -53,7 +53,8 @@ def any_of(cols: Sequence[Column]) -> Column:
 @dataclass
 class ParsedFrame:
     """A group's rows parsed: raw columns as ``_raw_<c>``, parsed columns, flags
-    ``_bad_<i>`` (the flag of ``rules[i]``), and ``_file``, ``_blk``, ``_mid``."""
+    ``_bad_<i>`` (the flag of ``rules[i]``), :data:`~spark_backend.traces.files.NOT_UTF8`,
+    and ``_file``, ``_blk``, ``_mid``."""
 
     df: DataFrame
     rules: list[Rule]
@@ -85,6 +86,7 @@ def parse_frame(
         *[F.col(f"`{c}`").alias(f"_raw_{c}") for c in present],
         *[parsed[c][0].alias(c) for c in present],
         *[F.coalesce(f, F.lit(False)).alias(f"_bad_{i}") for i, (_, f) in enumerate(flags)],
+        NOT_UTF8,
         "_file",
         "_blk",
         "_mid",

@@ -9,6 +9,12 @@ row goes through a Python worker, so validation scales with the cluster. (Runnin
 theory's pyarrow parser per file with ``mapInArrow`` would share more code, but it
 would read each file in one task, ship every row to Python, and could not see the
 types pyarrow infers for a whole CSV file from a slice of it.)
+
+A local path or a URI pyarrow has a file system for is listed and checked on the driver
+through :mod:`pyarrow.fs` (:mod:`theory.data.location`), file by file, as theory does;
+another URI Spark reads (``s3a://``) goes to Spark alone. A byte that is not UTF-8 shows
+in Spark's tasks as U+FFFD; only then (or when a row is bad) does the driver scan the
+files for it, so that theory's error, naming file and line, comes first.
 """
 
 from __future__ import annotations
@@ -26,16 +32,17 @@ from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
 from spark_backend.traces.files import (
+    NOT_UTF8,
     RAGGED,
     FileGroup,
     file_groups,
-    is_remote,
     read_group,
     read_remote,
 )
 from spark_backend.traces.parse import ParsedFrame, any_of, csv_key_kinds, parse_frame
 from theory.data.errors import TraceError, bad_row_error, no_rows_error, ragged_row_error
-from theory.data.io import CSV_NULLS, check_file, check_null_values, trace_files
+from theory.data.io import CSV_NULLS, check_file, check_null_values, refuse_non_utf8
+from theory.data.location import TraceFile, is_uri, list_trace_files, uri_file_system
 from theory.data.report import BadRowReport, Example
 from theory.data.schema import COLUMNS, MAX_EXAMPLES, OnBadRows, check_on_bad_rows
 from theory.data.validate import check_file_columns
@@ -53,7 +60,8 @@ def read_trace_df(
     null_values: Sequence[str] = CSV_NULLS,
 ) -> tuple[DataFrame, BadRowReport]:
     """Read and validate a trace: a Parquet (.parquet/.pq) or CSV (.csv) file, or a
-    directory of them (read in name order; hidden ``.``/``_`` names skipped).
+    directory of them (read in name order; hidden ``.``/``_`` names skipped), local or
+    a URI.
 
     Validation applies :data:`theory.data.schema.RULES` as Spark expressions, with theory's
     parsing: timestamps (µs) may be integers, integral floats, timestamps or dates, or
@@ -76,11 +84,11 @@ def read_trace_df(
     policy = check_on_bad_rows(on_bad_rows)
     nulls = check_null_values(null_values)
     text = os.fspath(path)
-    if is_remote(text):
+    if is_uri(text) and uri_file_system(text) is None:
         group, df = read_remote(spark, text)
         inputs = _Inputs([group], [df], {0: text}, remote=True)
     else:
-        inputs = _local_inputs(spark, Path(text.removeprefix("file://")), text, nulls)
+        inputs = _checked_inputs(spark, text, nulls)
     return _validate(inputs, policy, require_causal, allow_empty)
 
 
@@ -93,6 +101,12 @@ class _Inputs:
     path_of: dict[int, str]
     remote: bool = False
     names_of: dict[int, list[str]] = field(default_factory=dict)  # every column, per file
+    files: list[TraceFile] = field(default_factory=list)  # checked files, in order
+
+    def refuse_non_utf8(self) -> None:
+        """Theory's error for the first bad byte of the checked files, if there is one:
+        called before any other error about rows, which a bad byte may have caused."""
+        refuse_non_utf8(self.files)
 
     def columns_of_files(self) -> list[tuple[str, list[str]]]:
         """(path, columns) of every file, in reading order: every column of a local file
@@ -104,17 +118,16 @@ class _Inputs:
         ]
 
 
-def _local_inputs(
-    spark: SparkSession, p: Path, text: str, nulls: tuple[str, ...]
-) -> _Inputs:
-    if not p.exists():
-        raise FileNotFoundError(f"no such file or directory: {text!r}")
-    files = trace_files(p) if p.is_dir() else [p]
-    path_of = {i: (str(p / f.name) if p.is_dir() else str(p)) for i, f in enumerate(files)}
+def _checked_inputs(spark: SparkSession, text: str, nulls: tuple[str, ...]) -> _Inputs:
+    """A local path or a URI pyarrow knows: its files listed, checked (theory's
+    :func:`~theory.data.io.check_file`, through :mod:`pyarrow.fs`) and grouped on the
+    driver, then read by Spark."""
+    files = list_trace_files(text)
+    path_of = {i: f.shown for i, f in enumerate(files)}
     names_of = {i: check_file(f) for i, f in enumerate(files)}  # theory's checks, words
     groups = file_groups(files)
     frames = [read_group(spark, g, nulls) for g in groups]
-    return _Inputs(groups, frames, path_of, names_of=names_of)
+    return _Inputs(groups, frames, path_of, names_of=names_of, files=files)
 
 
 def _validate(
@@ -132,10 +145,12 @@ def _validate(
         key=lambda s: (s.file, s.path, s.block),
     )
     rows = _RowNumbers(stats, inputs)
+    total_bad = sum(s.bad for s in stats)
+    if (total_bad and policy == "fail") or any(s.not_utf8 for s in stats):
+        inputs.refuse_non_utf8()  # theory reads a file with a bad byte no further
     if rows.rows_read == 0 and not allow_empty:
         paths = inputs.path_of
         raise no_rows_error(paths[0] if len(paths) == 1 else str(Path(paths[0]).parent))
-    total_bad = sum(s.bad for s in stats)
     if total_bad == 0:
         return _final_frame(parsed, drop_bad=False), BadRowReport(rows_read=rows.rows_read)
     if policy == "fail":
@@ -162,6 +177,7 @@ def _check_ragged(inputs: _Inputs) -> None:
             .collect()
         )
         if first:
+            inputs.refuse_non_utf8()
             text = str(first[0][RAGGED]).rstrip("\r\n")
             fields = len(next(csv.reader([text]), []))
             path = inputs.path_of[int(first[0]["_file"])]
@@ -182,6 +198,7 @@ class _BlockStats:
     mid0: int
     counts: dict[str, int]
     bad: int
+    not_utf8: int  # rows holding U+FFFD
 
 
 def _block_stats(pr: ParsedFrame, remote: bool) -> list[_BlockStats]:
@@ -190,6 +207,7 @@ def _block_stats(pr: ParsedFrame, remote: bool) -> list[_BlockStats]:
     aggs = [F.count(F.lit(1)).alias("rows"), F.min("_mid").alias("mid0")]
     aggs += [F.sum(b.cast("long")).alias(f"c{i}") for i, b in enumerate(bad)]
     aggs.append(F.sum(any_of(bad).cast("long")).alias("bad"))
+    aggs.append(F.sum(F.col(NOT_UTF8).cast("long")).alias("not_utf8"))
     keys = ["_file", "_blk"] + (["_path"] if remote else [])
     return [
         _BlockStats(
@@ -200,6 +218,7 @@ def _block_stats(pr: ParsedFrame, remote: bool) -> list[_BlockStats]:
             int(r["mid0"]),
             {rule.name: int(r[f"c{i}"] or 0) for i, rule in enumerate(pr.rules)},
             int(r["bad"] or 0),
+            int(r["not_utf8"] or 0),
         )
         for r in pr.df.groupBy(*keys).agg(*aggs).collect()
     ]

@@ -8,6 +8,8 @@
 ``theory.data.text``            parsing one raw value (shared patterns for Spark)
 ``theory.data.parse``           parsing raw Arrow/numpy columns into values and masks
 ``theory.data.validate``        ``validate_columns``: rules applied, a Trace built
+``theory.data.location``        ``TraceFile``: a trace's files, local or on any
+                                ``pyarrow.fs`` file system (``file://``, ``s3://``, ...)
 ``theory.data.io``              ``read_trace`` / ``write_trace``: Parquet, CSV, folders
 ``theory.data.units``           time units of integer columns (``--time-unit``), and
                                 the magnitude check that catches epoch s/ms/ns as µs

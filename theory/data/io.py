@@ -14,7 +14,7 @@ import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -28,8 +28,15 @@ from theory.data.errors import (
     not_utf8_error,
     ragged_row_error,
 )
+from theory.data.location import (
+    TraceFile,
+    as_trace_file,
+    list_trace_files,
+    trace_files,
+    trace_format,
+)
 from theory.data.report import BadRowReport
-from theory.data.schema import COLUMNS, TRACE_SUFFIXES, OnBadRows, check_on_bad_rows
+from theory.data.schema import COLUMNS, OnBadRows, check_on_bad_rows
 from theory.data.trace import Trace
 from theory.data.validate import check_file_columns, validate_columns
 
@@ -39,6 +46,7 @@ __all__ = [
     "check_null_values",
     "check_utf8",
     "read_trace",
+    "refuse_non_utf8",
     "trace_files",
     "trace_format",
     "write_file_atomically",
@@ -51,30 +59,6 @@ __all__ = [
 CSV_NULLS: Final[tuple[str, ...]] = ("",)
 
 _RAGGED = re.compile(r"Expected (\d+) columns, got (\d+): (.*)", re.DOTALL)
-
-
-def trace_format(path: Path) -> Literal["csv", "parquet"]:
-    """The format of a trace file by its suffix; ValueError for another suffix."""
-    suffix = path.suffix.lower()
-    if suffix not in TRACE_SUFFIXES:
-        raise ValueError(
-            f"path {str(path)!r}: unknown trace format {suffix!r} (use .parquet, .pq or .csv)"
-        )
-    return "csv" if suffix == ".csv" else "parquet"
-
-
-def trace_files(directory: Path) -> list[Path]:
-    """The trace files of ``directory`` in reading (name) order; FileNotFoundError if none."""
-    files = sorted(
-        p
-        for p in directory.iterdir()
-        if p.is_file() and p.suffix.lower() in TRACE_SUFFIXES and not p.name.startswith((".", "_"))
-    )
-    if not files:
-        raise FileNotFoundError(
-            f"directory {str(directory)!r} holds no trace files (.parquet, .pq, .csv)"
-        )
-    return files
 
 
 def read_trace(
@@ -96,7 +80,7 @@ def read_trace(
     fields read as null (:func:`check_null_values`; the empty field always is).
     """
     nulls = check_null_values(null_values)
-    trace, report = _read(Path(path), check_on_bad_rows(on_bad_rows), require_causal, nulls)
+    trace, report = _read(path, check_on_bad_rows(on_bad_rows), require_causal, nulls)
     if report.rows_read == 0 and not allow_empty:
         raise no_rows_error(str(path))
     return trace, report
@@ -111,100 +95,124 @@ def check_null_values(values: Sequence[str]) -> tuple[str, ...]:
 
 
 def _read(
-    p: Path, policy: OnBadRows, require_causal: bool, nulls: tuple[str, ...]
+    path: str | os.PathLike[str], policy: OnBadRows, require_causal: bool, nulls: tuple[str, ...]
 ) -> tuple[Trace, BadRowReport]:
-    if not p.is_dir():
-        trace_format(p)  # an unknown suffix first, as before
-        if not p.exists():
-            raise FileNotFoundError(f"no such file or directory: {str(p)!r}")
-        names = check_file(p)
-        check_file_columns([(str(p), names)])
-        cols = _trace_columns(_read_table(p, names, nulls))
-        return validate_columns(
-            cols, on_bad_rows=policy, require_causal=require_causal, path=str(p)
-        )
-    files = trace_files(p)
+    files = list_trace_files(path)
     headers = [check_file(f) for f in files]
-    check_file_columns([(str(f), h) for f, h in zip(files, headers, strict=True)])
+    check_file_columns([(f.shown, h) for f, h in zip(files, headers, strict=True)])
     traces: list[Trace] = []
     report = BadRowReport()
-    for f, names in zip(files, headers, strict=True):
-        cols = _trace_columns(_read_table(f, names, nulls))
-        t, r = validate_columns(
-            cols,
-            on_bad_rows=policy,
-            require_causal=require_causal,
-            row_offset=report.rows_read,
-            path=str(f),
-        )
-        traces.append(t)
-        report = report.merge(r)
+    try:
+        for f, names in zip(files, headers, strict=True):
+            cols = _trace_columns(_read_table(f, names, nulls))
+            t, r = validate_columns(
+                cols,
+                on_bad_rows=policy,
+                require_causal=require_causal,
+                row_offset=report.rows_read,
+                path=f.shown,
+            )
+            traces.append(t)
+            report = report.merge(r)
+    except TraceError:
+        refuse_non_utf8(files)  # a bad byte is the cause to name first, as Spark does
+        raise
     return Trace.concat(_same_key_type(traces)), report
 
 
-def check_file(path: Path) -> list[str]:
-    """Every column name of a trace file, after the checks both readers make before
-    reading rows: not empty, a CSV is UTF-8, no column named twice. TraceError naming
-    the file (and for bad UTF-8 the line)."""
-    fmt = trace_format(path)
-    if path.stat().st_size == 0:
-        raise empty_file_error(fmt, str(path))
+def check_file(path: Path | TraceFile) -> list[str]:
+    """Every column name of a trace file (local, or a :class:`TraceFile` on any pyarrow
+    file system), after the checks both readers make before reading rows: not empty, a
+    CSV's first block (header included) is UTF-8, no column named twice. TraceError
+    naming the file (and for bad UTF-8 the line). Reads at most the first block; a bad
+    byte further on is found by the row readers (:func:`refuse_non_utf8`)."""
+    f = as_trace_file(path)
+    fmt = trace_format(f)
+    if f.size() == 0:
+        raise empty_file_error(fmt, f.shown)
     if fmt == "csv":
-        check_utf8(path)
+        check_utf8(f, limit=HEAD_BYTES)
         try:
-            with pacsv.open_csv(
-                path, parse_options=pacsv.ParseOptions(newlines_in_values=True)
+            with f.open() as raw, pacsv.open_csv(
+                raw, parse_options=pacsv.ParseOptions(newlines_in_values=True)
             ) as reader:
                 names = list(reader.schema.names)
         except pa.ArrowInvalid as err:
-            raise _csv_error(err, path) from None
+            raise _csv_error(err, f) from None
     else:
         try:
-            names = list(pq.read_schema(path).names)
+            with f.open() as raw:
+                names = list(pq.read_schema(raw).names)
         except (pa.ArrowInvalid, OSError) as err:
-            raise TraceError(f"not a readable Parquet file: {err}", path=str(path)) from None
+            raise TraceError(f"not a readable Parquet file: {err}", path=f.shown) from None
     repeated = [n for n in names if names.count(n) > 1]
     if repeated:
-        raise duplicate_columns_error(repeated, str(path))
+        raise duplicate_columns_error(repeated, f.shown)
     return names
 
 
-def _csv_error(err: pa.ArrowInvalid, path: Path) -> TraceError:
+#: The bytes of a CSV file :func:`check_file` checks for UTF-8: pyarrow's first block,
+#: from which it takes the header.
+HEAD_BYTES: Final[int] = 1 << 20
+
+
+def _csv_error(err: pa.ArrowInvalid, f: TraceFile) -> TraceError:
     """pyarrow's CSV parse error in theory's words (a ragged row by its text)."""
     m = _RAGGED.search(str(err))
     if m is None:
-        return TraceError(f"not a readable CSV file: {err}", path=str(path))
-    return ragged_row_error(int(m[1]), int(m[2]), m[3], str(path))
+        return TraceError(f"not a readable CSV file: {err}", path=f.shown)
+    return ragged_row_error(int(m[1]), int(m[2]), m[3], f.shown)
 
 
-def check_utf8(path: Path, chunk: int = 1 << 22) -> None:
-    """TraceError naming the line of the first byte that is not UTF-8 (a BOM is fine)."""
+def check_utf8(
+    path: Path | TraceFile, chunk: int = 1 << 22, limit: int | None = None
+) -> None:
+    """TraceError naming the line of the first byte that is not UTF-8 (a BOM is fine),
+    among the first ``limit`` bytes (all without a limit)."""
+    f = as_trace_file(path)
     decoder = codecs.getincrementaldecoder("utf-8")()
-    line = 1
-    with path.open("rb") as f:
+    line, left = 1, limit
+    with f.open() as stream:
         while True:
-            block = f.read(chunk)
+            block = stream.read(chunk if left is None else min(chunk, left))
+            end = not block or (left is not None and left <= len(block))
             try:
-                decoder.decode(block, final=not block)
+                decoder.decode(block, final=not block)  # a cut character at `limit` is fine
             except UnicodeDecodeError as err:
                 at = max(err.start, 0)
                 byte = block[at] if at < len(block) else 0
-                raise not_utf8_error(line + block[:at].count(b"\n"), byte, str(path)) from None
-            if not block:
+                raise not_utf8_error(line + block[:at].count(b"\n"), byte, f.shown) from None
+            if end:
                 return
             line += block.count(b"\n")
+            if left is not None:
+                left -= len(block)
 
 
-def _read_table(path: Path, names: list[str], nulls: tuple[str, ...]) -> pa.Table:
-    if trace_format(path) == "csv":
+def refuse_non_utf8(files: Sequence[Path | TraceFile]) -> None:
+    """:func:`check_utf8` on each CSV file in order: the readers call it only when
+    something is wrong (a bad row, a ragged row, a column that is not text), so that a
+    bad byte is named before what it caused, at no cost to a good input."""
+    for f in files:
+        if trace_format(f) == "csv":
+            check_utf8(f)
+
+
+def _read_table(f: TraceFile, names: list[str], nulls: tuple[str, ...]) -> pa.Table:
+    if trace_format(f) == "csv":
         opts = pacsv.ConvertOptions(null_values=list(nulls), strings_can_be_null=True)
         parse = pacsv.ParseOptions(newlines_in_values=True)
         try:
-            return pacsv.read_csv(path, parse_options=parse, convert_options=opts)
+            with f.open() as raw:
+                table = pacsv.read_csv(raw, parse_options=parse, convert_options=opts)
         except pa.ArrowInvalid as err:
-            raise _csv_error(err, path) from None
+            raise _csv_error(err, f) from None
+        if any(pa.types.is_binary(t) for t in table.schema.types):  # text not UTF-8
+            check_utf8(f)
+        return table
     wanted = [c for c in names if c in COLUMNS]
-    return pq.read_table(path, columns=wanted)
+    with f.open() as raw:
+        return pq.read_table(raw, columns=wanted)
 
 
 def _trace_columns(table: pa.Table) -> dict[str, pa.ChunkedArray]:
