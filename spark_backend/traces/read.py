@@ -72,8 +72,8 @@ def read_trace_df(
     :class:`~theory.data.errors.TraceError` for the lowest bad row (naming the row, the
     column and the file); ``"skip-and-report"`` drops bad
     rows and counts them, per rule with up to 5 examples, in the report. Rows, errors and
-    report are those of :func:`theory.data.io.read_trace` on the same files, except that
-    examples hold the raw value as read (CSV fields are strings). Errors: TraceError for
+    report are those of :func:`theory.data.io.read_trace` on the same files (a bad CSV
+    value shown as the field's text). Errors: TraceError for
     a missing column, an unsupported column type, an empty file, or (unless
     ``allow_empty``) a trace with no rows; FileNotFoundError for a missing path or a
     directory with no trace files.

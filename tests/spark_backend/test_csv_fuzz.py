@@ -93,13 +93,19 @@ def test_a_corrupted_time_field_names_the_row_in_both_readers(spark, rows, data,
     assert f"row {bad}" in str(theirs.value) and repr(column) in str(theirs.value)
 
 
-@pytest.mark.xfail(strict=True, reason="known divergence: theory shows a bad CSV value as "
-                   "pyarrow typed it (1.5), Spark as the text it read ('1.5')")
 def test_a_numeric_bad_value_is_shown_alike(spark, tmp_path):
+    """Both readers show a bad CSV value as the file's text ('1.5', '1e20'), not as the
+    number pyarrow inferred, in the error and in skip-and-report's examples."""
     path = tmp_path / "t.csv"
-    path.write_text("event_time,arrival_time\n1.5,2\n0,3\n")
+    path.write_text("event_time,arrival_time,value\n1.5,2,1\n0,3,1\n1e20,4,inf\n")
     with pytest.raises(TraceError) as theirs:
         read_trace(path)
     with pytest.raises(TraceError) as ours:
         read_trace_df(spark, path)
     assert str(ours.value) == str(theirs.value)
+    assert "(got '1.5')" in str(theirs.value)
+    _, mine = read_trace(path, on_bad_rows="skip-and-report")
+    _, spark_report = read_trace_df(spark, path, on_bad_rows="skip-and-report")
+    assert mine == spark_report
+    assert ("event_time.not_integer", [(0, "event_time", "1.5")]) in mine.examples.items()
+    assert mine.examples["value.not_finite"] == [(2, "value", "inf")]

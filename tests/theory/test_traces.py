@@ -185,11 +185,11 @@ def test_directory_errors_name_file_and_global_row(tmp_path: Path) -> None:
     e = ei.value
     assert (e.row, e.column, e.file_row) == (4, "event_time", 1)
     assert e.path is not None and e.path.endswith("part-1.csv")
-    assert "row 4, column 'event_time': not an integer (got 1.5)" in str(e)
+    assert "row 4, column 'event_time': not an integer (got '1.5')" in str(e)  # the CSV text
     assert "part-1.csv" in str(e)
     got, report = read_trace(tmp_path, on_bad_rows="skip-and-report")
     assert len(got) == 4 and report.total == 1
-    assert report.examples["event_time.not_integer"] == [(4, "event_time", 1.5)]
+    assert report.examples["event_time.not_integer"] == [(4, "event_time", "1.5")]
 
 
 def test_directory_mixed_key_types_become_strings(tmp_path: Path) -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import functools
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -111,6 +112,7 @@ def _read(
                 require_causal=require_causal,
                 row_offset=report.rows_read,
                 path=f.shown,
+                shown=_csv_text(f, nulls) if trace_format(f) == "csv" else None,
             )
             traces.append(t)
             report = report.merge(r)
@@ -213,6 +215,26 @@ def _read_table(f: TraceFile, names: list[str], nulls: tuple[str, ...]) -> pa.Ta
     wanted = [c for c in names if c in COLUMNS]
     with f.open() as raw:
         return pq.read_table(raw, columns=wanted)
+
+
+def _csv_text(f: TraceFile, nulls: tuple[str, ...]) -> Callable[[str, int], object]:
+    """A CSV field's text (None for a null field), as Spark's reader shows a bad value:
+    ``1.5``, not the float pyarrow inferred. The file is read again, as text, only when a
+    bad value is shown."""
+
+    @functools.cache
+    def column(name: str) -> pa.ChunkedArray:
+        opts = pacsv.ConvertOptions(
+            null_values=list(nulls),
+            strings_can_be_null=True,
+            include_columns=[name],
+            column_types={name: pa.string()},
+        )
+        with f.open() as raw:
+            parse = pacsv.ParseOptions(newlines_in_values=True)
+            return pacsv.read_csv(raw, parse_options=parse, convert_options=opts).column(name)
+
+    return lambda name, row: column(name)[row].as_py()
 
 
 def _trace_columns(table: pa.Table) -> dict[str, pa.ChunkedArray]:

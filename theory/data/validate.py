@@ -9,7 +9,7 @@ figure computed from it wrong without a sign. Rows are numbered from 0 in input 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,8 @@ __all__ = ["check_file_columns", "validate_columns"]
 
 RawColumns = Mapping[str, np.ndarray | pa.Array | pa.ChunkedArray | Sequence[Any]]
 Flags = list[tuple[Rule, np.ndarray]]
+#: How the input holds a value, given its column and its row within the file.
+Shown = Callable[[str, int], object]
 
 
 def validate_columns(
@@ -49,6 +51,7 @@ def validate_columns(
     require_causal: bool = False,
     row_offset: int = 0,
     path: str | None = None,
+    shown: Shown | None = None,
 ) -> tuple[Trace, BadRowReport]:
     """Check raw columns against :data:`~theory.data.schema.RULES` and build a Trace.
 
@@ -61,6 +64,8 @@ def validate_columns(
     ``on_bad_rows="fail"`` raises TraceError for the lowest bad row; ``"skip-and-report"``
     removes bad rows, keeping the others in order, and counts them in the report.
     ``row_offset`` and ``path`` number rows and name the file in errors (for directories).
+    ``shown(column, row)`` gives a bad value as the input holds it (a CSV field's text, as
+    Spark's reader shows it); by default errors and examples show the value as parsed.
     """
     policy = check_on_bad_rows(on_bad_rows)
     for column in REQUIRED_COLUMNS:
@@ -76,8 +81,8 @@ def validate_columns(
     if not bad.any():
         return _trace(parsed, None, n), BadRowReport(rows_read=n)
     if policy == "fail":
-        raise _first_error(flags, bad, parsed, row_offset, path)
-    return _trace(parsed, ~bad, n), _report(flags, bad, parsed, row_offset)
+        raise _first_error(flags, bad, parsed, _shown(parsed, shown), row_offset, path)
+    return _trace(parsed, ~bad, n), _report(flags, bad, _shown(parsed, shown), row_offset)
 
 
 def check_file_columns(columns_of_files: Sequence[tuple[str, Collection[str]]]) -> None:
@@ -127,32 +132,39 @@ def _not_causal(parsed: Mapping[str, ParsedColumn]) -> np.ndarray:
     return valid & (arrival.values < event.values)
 
 
+def _shown(parsed: Mapping[str, ParsedColumn], shown: Shown | None) -> Shown:
+    """``shown``, or the parsed column's raw value."""
+    return shown or (lambda column, row: parsed[column].raw(row))
+
+
 def _first_error(
     flags: Flags,
     bad: np.ndarray,
     parsed: Mapping[str, ParsedColumn],
+    shown: Shown,
     row_offset: int,
     path: str | None,
 ) -> TraceError:
-    """The error of the lowest bad row, for the first rule (in RULES order) it breaks."""
+    """The error of the lowest bad row, for the first rule (in RULES order) it breaks.
+    For ``not_causal`` the value shown is the pair of parsed times (µs)."""
     row = int(np.argmax(bad))
     rule = next(r for r, m in flags if m[row])
     got = (
         (parsed["arrival_time"].values[row], parsed["event_time"].values[row])
         if rule.kind == "not_causal"
-        else parsed[rule.column].raw(row)
+        else shown(rule.column, row)
     )
     file_row = row if path is not None else None
     return bad_row_error(rule, row_offset + row, got, path=path, file_row=file_row)
 
 
 def _report(
-    flags: Flags, bad: np.ndarray, parsed: Mapping[str, ParsedColumn], row_offset: int
+    flags: Flags, bad: np.ndarray, shown: Shown, row_offset: int
 ) -> BadRowReport:
     counts = {rule.name: int(np.count_nonzero(m)) for rule, m in flags}
     examples = {
         rule.name: [
-            (row_offset + int(i), rule.column, parsed[rule.column].raw(int(i)))
+            (row_offset + int(i), rule.column, shown(rule.column, int(i)))
             for i in np.flatnonzero(m)[:MAX_EXAMPLES]
         ]
         for rule, m in flags
