@@ -107,15 +107,19 @@ def group_batch(
     partition: int,
     records: Iterable[tuple[int | bytes, bytes]],
 ) -> Iterator[tuple[int | str, bytes]]:
-    """One partition's batch: ``records`` are its state record (if any) and its keyed
-    elements ``(encoded key, encoded windowed KV)``; yields the new state record, the
-    output chunks ``(OUTPUT, chunk)`` and last ``(SUMMARY, pickled GroupSummary)``."""
+    """One partition's batch: ``records`` are its keyed elements ``(encoded key,
+    encoded windowed KV)`` and its last batch's output records: of those, the state
+    record is taken and the others (keyed by a str) are skipped. Yields the new state
+    record, the output chunks ``(OUTPUT, chunk)`` and last ``(SUMMARY, pickled
+    GroupSummary)``."""
     engine: GroupByWindowEngine | None = None
     keys: list[bytes] = []
     encoded: list[bytes] = []
     for key, value in records:
         if isinstance(key, int):
             engine = pickle.loads(value)
+        elif isinstance(key, str):
+            continue
         else:
             keys.append(key)
             encoded.append(value)
