@@ -88,9 +88,12 @@ def streaming_proto(
         if urn == common_urns.primitives.TEST_STREAM.urn:
             sources[transform.unique_name] = _test_stream(transform)
             transform.spec.CopyFrom(pb.FunctionSpec(urn=common_urns.primitives.IMPULSE.urn))
-        elif urn == common_urns.composites.COMBINE_PER_KEY.urn and transform.subtransforms:
-            if not (lift and liftable(proto, transform)):
-                transform.spec.CopyFrom(pb.FunctionSpec())
+        elif (
+            urn == common_urns.composites.COMBINE_PER_KEY.urn
+            and transform.subtransforms
+            and not (lift and liftable(proto, transform))
+        ):
+            transform.spec.CopyFrom(pb.FunctionSpec())
     for label, source in sources.items():
         if source.split:
             _split_outputs(proto, label)
