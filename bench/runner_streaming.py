@@ -72,7 +72,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import window as window_fns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_args import add_seed, bench_parser, counts
+from bench_args import add_repeats, add_seed, bench_parser, counts
+from peak_memory import tree_cpu  # bench/peak_memory.py (this script's folder)
 
 from beam_pipelines.chapter3 import cli as chapter3_cli
 from beam_pipelines.chapter3.model import simulate_chapter3
@@ -155,45 +156,53 @@ def _timestamped(row: tuple[Any, float, int]) -> Any:
 
 
 def run_count(
-    trace: Trace, window: int, bound: int, streaming: bool, master: str, out: Path
-) -> tuple[float, Any, Any]:
-    """Run the count on PySparkRunner; wall s of the run, the result, the TestStream
-    build time (streaming) or None."""
+    trace: Trace,
+    window: int,
+    bound: int,
+    streaming: bool,
+    master: str,
+    out: Path,
+    fast_paths: bool = True,
+) -> tuple[float, float, Any]:
+    """Run the count on PySparkRunner (``fast_paths=False``: the reference, every stage
+    on Beam's bundle processor and the combine not lifted); wall and process-tree CPU
+    seconds of the run (building the TestStream left out), and the result."""
     options = PipelineOptions(
         streaming=streaming,
         spark_master=master,
         **({"test_stream_batches": "instant"} if streaming else {}),
     )
-    p = beam.Pipeline(runner=PySparkRunner(), options=options)
-    built = None
+    p = beam.Pipeline(runner=PySparkRunner(fast_paths=fast_paths), options=options)
     if streaming:
-        t0 = time.perf_counter()
         source = p | "events" >> from_trace(trace, f"bounded:{bound}us")
-        built = time.perf_counter() - t0
     else:
         rows = list(
             zip(trace.key.tolist(), trace.value.tolist(), trace.event_time.tolist(), strict=True)
         )
         source = p | "events" >> beam.Create(rows) | "stamp" >> beam.Map(_timestamped)
     windowed_count(source, window) | "write" >> WritePanes(out, "count")
-    t0 = time.perf_counter()
+    cpu0, t0 = tree_cpu(os.getpid()), time.perf_counter()
     result = p.run()
     result.wait_until_finish()
-    return time.perf_counter() - t0, result, built
+    return time.perf_counter() - t0, tree_cpu(os.getpid()) - cpu0, result
 
 
-def latencies(out: Path, result: Any, log: BatchLog) -> list[int]:
-    """Each pane's latency in micro-batches (see the module docstring)."""
+def latencies(out: Path, result: Any, log: BatchLog) -> tuple[list[int], int]:
+    """Each pane's latency in micro-batches (see the module docstring), and how many
+    panes' windows were passed by the watermark before the last batch (the one that
+    ends the sources): those closed while the run went on."""
     ends = np.array([b[0] for b in log.batches], np.int64)
-    clocks = np.array([b[3] for b in log.batches], np.int64)
-    watermark = result.watermarks()[COUNT_LABEL]["input"].at(clocks)
+    numbers = np.array([b[1] for b in log.batches], np.int64)
+    watermark = result.watermarks(per_batch=True)[COUNT_LABEL]["input"].at(numbers)
     out_latency = []
+    during = 0
     for written, rows in part_files(out, "count"):
         batch = int(np.searchsorted(ends, written))  # the batch running when it was written
         for row in rows:
             passed = int(np.searchsorted(watermark, row.end))  # first batch with wm >= end
             out_latency.append(batch - passed)
-    return out_latency
+            during += passed < len(numbers) - 1
+    return out_latency, during
 
 
 def count_part(args: argparse.Namespace, master: str) -> None:
@@ -203,43 +212,74 @@ def count_part(args: argparse.Namespace, master: str) -> None:
         print(
             f"\nwindowed count: {n:,} elements, {args.keys} keys, {args.rate:,} el/s in "
             f"{batches} one-second micro-batches, FixedWindows({args.window / S:g} s), "
-            f"bounded:{args.bound / S:g}s"
+            f"bounded:{args.bound / S:g}s; medians of {args.rounds} round(s), CPU = the "
+            "process tree's (driver, JVM, Python workers)"
         )
+        runs: dict[str, list[tuple[float, float]]] = {"streaming": [], "reference": [], "batch": []}
         with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
-            with BatchLog() as log:
-                c0 = time.process_time()
-                wall, result, built = run_count(
-                    trace, args.window, args.bound, True, master, Path(tmp) / "s"
-                )
-                cpu = time.process_time() - c0
-            lat = latencies(Path(tmp) / "s", result, log)
-            times = [b[2] for b in log.batches]
-            streamed = read_panes(Path(tmp) / "s", "count")
-            print(
-                f"  streaming  {n / wall:>10,.0f} el/s  ({wall:.1f} s wall"
-                + (f", {cpu:.1f} s driver CPU" if args.cpu else "")
-                + f"; TestStream built in {built:.1f} s; {len(times)} batches, median "
-                f"{statistics.median(times):.2f} s, max {max(times):.2f} s; {load()})"
-            )
-            hist = Counter(lat)
-            print(
-                f"  pane latency in micro-batches: {dict(sorted(hist.items()))} over "
-                f"{len(lat)} panes; max {max(lat)} (goal <= 1)"
-            )
-            if args.batch:
-                bwall, _, _ = run_count(
-                    trace, args.window, args.bound, False, master, Path(tmp) / "b"
-                )
-                batch_rows = read_panes(Path(tmp) / "b", "count")
-                same = Counter((r.key, r.start, r.value) for r in streamed) == Counter(
-                    (r.key, r.start, r.value) for r in batch_rows
-                )
-                print(f"  batch      {n / bwall:>10,.0f} el/s  ({bwall:.1f} s wall; {load()})")
+            for r in range(args.rounds):
+                with BatchLog() as log:
+                    wall, cpu, result = run_count(
+                        trace, args.window, args.bound, True, master, Path(tmp) / f"s{r}"
+                    )
+                runs["streaming"].append((wall, cpu))
+                times = [b[2] for b in log.batches]
                 print(
-                    f"  streaming / batch throughput: {bwall / wall:.2f}x; counts "
-                    f"{'identical' if same else 'DIFFERENT'} ({len(streamed)} panes; a "
-                    "late element would make them differ)"
+                    f"  round {r}: streaming {n / wall:>9,.0f} el/s ({wall:.1f} s, CPU "
+                    f"{cpu:.1f} s; {len(times)} batches, median {statistics.median(times):.2f} "
+                    f"s, max {max(times):.2f} s; {load()})"
                 )
+                if r == 0:
+                    lat, during = latencies(Path(tmp) / "s0", result, log)
+                    hist = Counter(lat)
+                    print(
+                        f"  pane latency in micro-batches: {dict(sorted(hist.items()))} over "
+                        f"{len(lat)} panes ({during} of them in windows the watermark passed "
+                        f"before the last batch); max {max(lat)} (goal <= 1)"
+                    )
+                    streamed = Counter(
+                        (p.key, p.start, p.value) for p in read_panes(Path(tmp) / "s0", "count")
+                    )
+                if args.reference:
+                    wall, cpu, _ = run_count(
+                        trace, args.window, args.bound, True, master, Path(tmp) / f"r{r}", False
+                    )
+                    runs["reference"].append((wall, cpu))
+                    print(_rate(f"round {r}: reference", n, wall, cpu))
+                if args.batch:
+                    wall, cpu, _ = run_count(
+                        trace, args.window, args.bound, False, master, Path(tmp) / f"b{r}"
+                    )
+                    runs["batch"].append((wall, cpu))
+                    print(_rate(f"round {r}: batch", n, wall, cpu))
+            for name, other in (("reference", "r0"), ("batch", "b0")):
+                if runs[name]:
+                    theirs = Counter(
+                        (p.key, p.start, p.value) for p in read_panes(Path(tmp) / other, "count")
+                    )
+                    same = "identical" if theirs == streamed else "DIFFERENT"
+                    print(f"  counts {same} to the {name} run's (a late element would differ)")
+        mine = _medians(runs["streaming"])
+        print(_rate("streaming, median", n, *mine) + " (goal >= 100,000 el/s)")
+        for name in ("reference", "batch"):
+            if runs[name]:
+                theirs = _medians(runs[name])
+                print(
+                    f"  {name:<9} (median) {n / theirs[0]:>9,.0f} el/s, {n / theirs[1]:>9,.0f} el "
+                    f"per CPU s: streaming is {theirs[0] / mine[0]:.2f}x its throughput, "
+                    f"{theirs[1] / mine[1]:.2f}x its CPU efficiency"
+                )
+
+
+def _rate(name: str, n: int, wall: float, cpu: float) -> str:
+    return (
+        f"  {name:<20} {n / wall:>9,.0f} el/s, {n / cpu:>9,.0f} el per CPU s "
+        f"({wall:.1f} s, CPU {cpu:.1f} s; {load()})"
+    )
+
+
+def _medians(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
 
 # ------------------------------------------------------------------ chapter 3
@@ -300,9 +340,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--elements", type=counts, default=[1_000_000])
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--rate", type=int, default=100_000, help="elements per second")
-    parser.add_argument("--window", type=parse_duration, default=parse_duration("10s"))
-    parser.add_argument("--bound", type=parse_duration, default=parse_duration("2s"))
+    parser.add_argument("--window", type=parse_duration, default=parse_duration("2s"))
+    parser.add_argument("--bound", type=parse_duration, default=parse_duration("1s"))
     parser.add_argument("--no-batch", dest="batch", action="store_false")
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="also run the streaming count with fast_paths=False (all Beam bundles, no lifting)",
+    )
+    add_repeats(parser, 3, flag="--rounds")
     parser.add_argument("--ch3-events", type=counts, default=[1_000_000])
     parser.add_argument("--ch3-users", type=int, default=10_000)
     parser.add_argument("--ch3-step", type=parse_duration, default=parse_duration("60s"))
@@ -311,7 +357,6 @@ def main(argv: list[str] | None = None) -> None:
         "--master", default="local[2]", help="Spark master (ignored when a session runs)"
     )
     parser.add_argument("--skip", choices=["count", "chapter3"], action="append", default=[])
-    parser.add_argument("--cpu", action="store_true", help="print the driver's CPU seconds")
     add_seed(parser, 0)
     args = parser.parse_args(argv)
     logging.getLogger("spark_backend.runner.streaming.driver").setLevel(logging.WARNING)

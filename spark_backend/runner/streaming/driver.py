@@ -516,7 +516,7 @@ class StreamingDriver:
         and keys."""
         parts = [] if step.step is None else [step.step]
         if keyed is not None:
-            parts.append(keyed)
+            parts.append(keyed.partitionBy(self._partitions, partition_of))
         # RDD.union of two RDDs with one partitioner keeps it: the state is not moved
         rdd = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
         return rdd.partitionBy(self._partitions, partition_of)
@@ -642,7 +642,6 @@ class StreamingDriver:
         if chunks:
             raw = chunks[0] if len(chunks) == 1 else self._sc.union(chunks)
             keyed = raw.flatMap(functools.partial(_keyed, group, job, components))
-            keyed = keyed.partitionBy(self._partitions, partition_of)
         rdd = self._with_state(state, keyed)
         task = functools.partial(_keyed_task, group_batch, group, job, components, times)
         if self._checkpoint is not None:
