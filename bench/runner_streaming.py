@@ -263,11 +263,11 @@ def count_part(args: argparse.Namespace, master: str) -> None:
         print(_rate("streaming, median", n, *mine) + " (goal >= 100,000 el/s)")
         for name in ("reference", "batch"):
             if runs[name]:
-                theirs = _medians(runs[name])
+                wall, cpu = _medians(runs[name])
                 print(
-                    f"  {name:<9} (median) {n / theirs[0]:>9,.0f} el/s, {n / theirs[1]:>9,.0f} el "
-                    f"per CPU s: streaming is {theirs[0] / mine[0]:.2f}x its throughput, "
-                    f"{theirs[1] / mine[1]:.2f}x its CPU efficiency"
+                    _rate(f"{name}, median", n, wall, cpu)
+                    + f": streaming is {wall / mine[0]:.2f}x its throughput, "
+                    f"{cpu / mine[1]:.2f}x its CPU efficiency"
                 )
 
 
