@@ -6,26 +6,27 @@ measured once and left out of every rate):
 - **windowed count**: ``n`` elements (``--keys`` keys) arriving at ``--rate`` elements per
   second of processing time, replayed by a TestStream in 1-second micro-batches
   (arrival times rounded up to whole seconds, ``--test_stream_batches=instant``: one
-  batch per second) with a bounded source watermark, then ``FixedWindows(--window)`` and
-  ``CombinePerKey(count)`` under the default trigger. Printed: the streaming run's
-  throughput (elements / wall s of the run; building the TestStream is timed apart), the
-  median batch time, and each pane's latency in micro-batches: the batch that wrote it
-  minus the first batch whose input watermark had passed its window (goal <= 1; a pane
-  written by the batch that moved the watermark is 0). Beside it, the same count over the
-  same elements on PySparkRunner in batch (a ``Create``), and both outputs compared.
+  batch per second) with a bounded source watermark, then ``FixedWindows(--window)`` (2 s
+  by default, so windows close while the run goes on) and ``CombinePerKey(count)`` under
+  the default trigger. Printed per round: the streaming run's throughput (elements / wall
+  s of ``run()``, which includes turning the TestStream into the pipeline proto; building
+  the TestStream is left out) and CPU seconds of the whole process tree (driver, JVM,
+  Python workers), batch times; once, each pane's latency in micro-batches: the batch
+  that wrote it minus the first batch whose input watermark had reached its window's
+  end (read per batch, ``result.watermarks(per_batch=True)``: batches sharing a
+  test-clock time are kept apart), and how many panes' windows closed before the last
+  batch. Beside it, the same count over the same elements on PySparkRunner in batch (a
+  ``Create``) and, with ``--reference``, streaming with ``fast_paths=False`` (every stage
+  on Beam's bundles, the combine not lifted); medians of ``--rounds`` and the outputs
+  compared.
 - **chapter 3**: ``python -m beam_pipelines.chapter3`` on ``--ch3-events`` trace events
   (``--ch3-users`` users per platform, arrivals rounded up to ``--ch3-step``) on
   PySparkRunner streaming, one micro-batch per arrival step, against ``theory.simulate``
   on the same trace: wall times, their ratio, and whether the panes are the same.
 
-Load averages are printed with every figure (the machine may be shared); ``--cpu`` adds
-this process's CPU seconds (the driver's: Spark's Python workers are other processes).
+Load averages are printed with every figure (the machine may be shared).
 
     nice .venv/bin/python bench/runner_streaming.py --elements 1e6 --ch3-events 1e6
-
-The latency is an upper bound when batches share a processing time (the last batch,
-which ends the sources, runs at the previous batch's time): ``watermarks()`` keeps one
-value per time, so such a batch's watermark counts from the first of them.
 
 Measured (first version, 2026-11-27, local[2] on the 2-core machine shared with six
 other sessions, load 13-16 throughout; one run each, scaled down from the issue's sizes
