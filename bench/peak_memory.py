@@ -1,4 +1,5 @@
-"""Peak resident memory of this process tree, for the bench scripts (bytes)."""
+"""Peak resident memory (bytes) and CPU seconds of this process tree, for the bench
+scripts."""
 
 from __future__ import annotations
 
@@ -56,3 +57,32 @@ def tree_rss(root: int) -> int:
         except OSError:
             continue
     return total * os.sysconf("SC_PAGE_SIZE")
+
+
+def _stats() -> dict[int, tuple[int, int]]:
+    """(parent pid, CPU ticks of it and its reaped children) of every process."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            # utime + stime, and cutime + cstime: the ended workers Spark waited for
+            found[int(entry)] = (int(fields[1]), sum(int(f) for f in fields[11:15]))
+    return found
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds used so far by process ``root`` and its live descendants (the Spark
+    JVM and its Python workers: Spark's CPU is mostly theirs, not the driver's)."""
+    stats = _stats()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    total, frontier = 0, [root]
+    while frontier:
+        pid = frontier.pop()
+        frontier.extend(children.get(pid, ()))
+        total += stats.get(pid, (0, 0))[1]
+    return total / os.sysconf("SC_CLK_TCK")

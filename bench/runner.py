@@ -122,7 +122,7 @@ import apache_beam as beam
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.transforms import window
 from apache_beam.utils.timestamp import Timestamp
-from peak_memory import PeakMemory  # bench/peak_memory.py (this script's folder)
+from peak_memory import PeakMemory, tree_cpu  # bench/peak_memory.py (this script's folder)
 
 from spark_backend.runner import PySparkRunner
 from spark_backend.session import get_session
@@ -203,35 +203,6 @@ WORKLOADS: dict[str, Callable[[beam.Pipeline, int], Any]] = {
     "windowed_combine": windowed_combine,
     "session_gbk": session_gbk,
 }
-
-
-def _stats() -> dict[int, tuple[int, int]]:
-    """(parent pid, CPU ticks of it and its reaped children) of every process."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            # utime + stime, and cutime + cstime: the ended workers Spark waited for
-            found[int(entry)] = (int(fields[1]), sum(int(f) for f in fields[11:15]))
-    return found
-
-
-def tree_cpu(root: int) -> float:
-    """CPU seconds used so far by process ``root`` and its live descendants (the Spark
-    JVM and its Python workers: Spark's CPU is mostly theirs, not the driver's)."""
-    stats = _stats()
-    children: dict[int, list[int]] = {}
-    for pid, (parent, _) in stats.items():
-        children.setdefault(parent, []).append(pid)
-    total, frontier = 0, [root]
-    while frontier:
-        pid = frontier.pop()
-        frontier.extend(children.get(pid, ()))
-        total += stats.get(pid, (0, 0))[1]
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 class Run(NamedTuple):

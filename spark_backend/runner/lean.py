@@ -158,7 +158,8 @@ def lean_program(descriptor: beam_fn_api_pb2.ProcessBundleDescriptor) -> Program
 def run_lean_partition(
     descriptor: bytes, outputs: dict[str, bytes], records: Iterable[tuple[str, bytes]]
 ) -> Iterator[tuple[bytes, bytes]]:
-    """Run a lean stage over one partition's ``records`` (``(input transform, chunk)``);
+    """Run a lean stage over one partition's ``records`` (``(input transform, chunk)``,
+    a chunk encoded with the input's coder or a :class:`Batch` made in the same task);
     yield ``(buffer, chunk)`` for each output buffer (``outputs``: sink transform id ->
     buffer), then the metrics record (as :func:`.bundles.run_partition` does)."""
     program = lean_program(beam_fn_api_pb2.ProcessBundleDescriptor.FromString(descriptor))
@@ -169,7 +170,7 @@ def run_lean_partition(
     with runner:
         for transform_id, chunk in records:
             pcoll, impl = program.inputs[transform_id]
-            runner.feed(pcoll, decode([chunk], impl))
+            runner.feed(pcoll, chunk if isinstance(chunk, Batch) else decode([chunk], impl))
             yield from _drain(program, outputs, sizes)
         runner.finish()
         yield from _drain(program, outputs, sizes)

@@ -30,6 +30,9 @@ class _Global:
     def __repr__(self) -> str:
         return "GLOBAL"
 
+    def __reduce__(self) -> str:
+        return "GLOBAL"  # unpickled as this module's GLOBAL: ``is GLOBAL`` holds
+
 
 GLOBAL: Final = _Global()
 _GLOBAL_WINDOW: Final = GlobalWindow()

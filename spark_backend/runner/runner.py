@@ -60,7 +60,7 @@ class PySparkRunner(PipelineRunner):
         )
         check_pipeline(proto, streaming)
         if streaming:
-            return start_streaming(proto, _spark_context(target), stream_options)
+            return start_streaming(proto, _spark_context(target), stream_options, self.fast_paths)
         plan = plan_pipeline(proto, self.fast_paths, lean=self.fast_paths)
         result = _start(plan, target)
         result.paths = plan.paths

@@ -20,7 +20,10 @@ with contextlib.suppress(ImportError):
     import spark_backend.runner.bundles
     import spark_backend.runner.streaming.grouping  # noqa: F401
 
+import gc
+
 from pyspark import daemon
 
 if __name__ == "__main__":
+    gc.freeze()
     daemon.manager()

@@ -3,9 +3,13 @@
 Architecture (the batch runner's machinery, driven batch by batch)
 -----------------------------------------------------------------
 1. **Sources** (:mod:`.sources`): each ``TestStream`` is read from the proto by the driver
-   and becomes a data input of the stage Beam's fusion puts it in; ``Combine.PerKey`` is
-   opened (no combiner lifting in streaming). Then the batch runner's plan (Beam's own
-   fusion) gives the fused stages.
+   and becomes a data input of the stage Beam's fusion puts it in; a ``Combine.PerKey``
+   is lifted only where its panes stay the same (non-merging windows, END_OF_WINDOW,
+   Beam's liftable triggers: :mod:`.lifting`), else opened. Then the batch runner's plan
+   (Beam's own fusion) gives the fused stages, the lean ones as in batch; a lean stage
+   reading a TestStream takes its elements as a columnar batch in the same task.
+   ``PySparkRunner(fast_paths=False)`` lifts nothing and runs no stage lean (the
+   reference).
 2. **Micro-batches** (:mod:`.driver`): under TestStream each event is one batch and a
    test clock starting at 0 moves only by the TestStream's processing-time events
    (whole milliseconds; Beam's AfterProcessingTime takes whole seconds); without one, a

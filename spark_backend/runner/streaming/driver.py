@@ -32,13 +32,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from apache_beam.coders.coder_impl import create_OutputStream
+import numpy as np
 from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability.api import beam_fn_api_pb2, metrics_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
-from apache_beam.transforms.window import GlobalWindows
-from apache_beam.utils.timestamp import Timestamp
-from apache_beam.utils.windowed_value import WindowedValue
+from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN
 
 from spark_backend.runner.bundles import METRICS, PartitionSummary
 from spark_backend.runner.errors import PipelineFailedError
@@ -49,7 +47,10 @@ from spark_backend.runner.executor import (
     _keyed,
     _stage_task,
 )
-from spark_backend.runner.plan import IMPULSE, GroupSpec, Plan, StageSpec
+from spark_backend.runner.lean_batch import GLOBAL
+from spark_backend.runner.lean_batch import Batch as LeanBatch
+from spark_backend.runner.lean_encode import BatchEncoder
+from spark_backend.runner.plan import IMPULSE, LEAN, GroupSpec, Plan, StageSpec
 from spark_backend.runner.spark_errors import python_error_message
 from spark_backend.runner.streaming.checkpoint import CheckpointStore
 from spark_backend.runner.streaming.grouping import (
@@ -478,15 +479,17 @@ class StreamingDriver:
         rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
         task = functools.partial(_nonempty_stage_task, spec, self._plan.job_id, self._components)
         if self._sinks:
-            sink_task = self._sinks.task(run.batch.number, spec.name, task)
-            self._outputs(spec, rdd.mapPartitionsWithIndex(sink_task).persist(), run)
+            out = rdd.mapPartitionsWithIndex(self._sinks.task(run.batch.number, spec.name, task))
         else:
-            self._outputs(spec, rdd.mapPartitions(task).persist(), run)
+            out = rdd.mapPartitions(task)
+        # a stage that writes no buffer (a sink) is read once, by the metrics: its task
+        # then runs in the same Python worker as that read, not cached between them
+        self._outputs(spec, out.persist() if spec.outputs else out, run)
 
     def _outputs(self, spec: StageSpec, output: Any, run: _BatchRun, kept: bool = False) -> None:
         """Register a stage's output RDD: its metrics pending, its buffers; released after
         the batch unless ``kept`` (a stateful step's, holding its state for the next)."""
-        if not kept:
+        if not kept and output.is_cached:
             run.persisted.append(output)
         run.pending.append(output.filter(_is_metrics).map(functools.partial(_named, spec.name)))
         for buffer in set(spec.outputs.values()):
@@ -507,11 +510,13 @@ class StreamingDriver:
         return BatchTimes(before, after, output_before, run.clock_before, self.clock)
 
     def _with_state(self, step: _StepState, keyed: Any) -> Any:
-        """The step's state records (if any) and its keyed input (if any), partitioned
-        alike: each task gets its partition's state and keys."""
-        parts = [] if step.step is None else [step.step.filter(_is_state)]
+        """The step's last output (its state records among them; the task skips the
+        others: a filter here would be one more Python worker per partition) and its
+        keyed input (if any), partitioned alike: each task gets its partition's state
+        and keys."""
+        parts = [] if step.step is None else [step.step]
         if keyed is not None:
-            parts.append(keyed)
+            parts.append(keyed.partitionBy(self._partitions, partition_of))
         # RDD.union of two RDDs with one partitioner keeps it: the state is not moved
         rdd = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
         return rdd.partitionBy(self._partitions, partition_of)
@@ -585,7 +590,11 @@ class StreamingDriver:
                 elements = run.batch.elements.get(transform_id)
                 if not elements:
                     return None
-                return self._source_rdd(spec.input_coders[transform_id], transform_id, elements)
+                # a lean stage with this one input takes the batch as it is, in-task
+                columnar = spec.path == LEAN and len(spec.inputs) == 1
+                return self._source_rdd(
+                    spec.input_coders[transform_id], transform_id, elements, columnar
+                )
             if transform_id in run.batch.impulses:
                 return self._sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
             return None
@@ -597,14 +606,24 @@ class StreamingDriver:
         return rdds[0] if len(rdds) == 1 else self._sc.union(rdds)
 
     def _source_rdd(
-        self, coder_id: str, label: str, elements: tuple[tuple[bytes, int], ...]
+        self,
+        coder_id: str,
+        label: str,
+        elements: tuple[tuple[bytes, int], ...],
+        columnar: bool,
     ) -> Any:
-        """A TestStream's elements of this batch, as windowed chunks (encoded in tasks)."""
+        """A TestStream's elements of this batch, as windowed chunks encoded with
+        ``coder_id`` or (``columnar``) lean batches, made in tasks."""
         source = self._stream_of[label]
         wanted = -(-len(elements) // _MIN_SOURCE_CHUNK)
         parts = max(1, min(self._partitions, wanted, _MAX_SOURCE_PARTITIONS))
         encode = functools.partial(
-            _window_elements, source.coder_id, coder_id, self._plan.job_id, self._components
+            _source_elements,
+            source.coder_id,
+            coder_id,
+            self._plan.job_id,
+            self._components,
+            columnar,
         )
         return self._sc.parallelize(list(elements), parts).mapPartitions(encode)
 
@@ -623,7 +642,6 @@ class StreamingDriver:
         if chunks:
             raw = chunks[0] if len(chunks) == 1 else self._sc.union(chunks)
             keyed = raw.flatMap(functools.partial(_keyed, group, job, components))
-            keyed = keyed.partitionBy(self._partitions, partition_of)
         rdd = self._with_state(state, keyed)
         task = functools.partial(_keyed_task, group_batch, group, job, components, times)
         if self._checkpoint is not None:
@@ -749,10 +767,6 @@ def _is_summary(record: tuple[Any, bytes]) -> bool:
     return record[0] == SUMMARY
 
 
-def _is_state(record: tuple[Any, bytes]) -> bool:
-    return isinstance(record[0], int)
-
-
 def _is_output(record: tuple[Any, bytes]) -> bool:
     return record[0] == OUTPUT
 
@@ -777,20 +791,30 @@ def _sdf_task(
     return sdf_batch(spec, job_id, components.value, clock, records)
 
 
-def _window_elements(
+def _source_elements(
     element_coder_id: str,
     windowed_coder_id: str,
     job_id: str,
     components: Any,
+    columnar: bool,
     elements: Iterable[tuple[bytes, int]],
-) -> Iterator[bytes]:
-    """TestStream elements (encoded, µs) as one chunk of global-window values."""
+) -> Iterator[Any]:
+    """A partition of a TestStream's elements (encoded, µs) as global-window values: one
+    lean :class:`~spark_backend.runner.lean_batch.Batch` for a lean stage reading them
+    in the same task (``columnar``), else one chunk encoded with the stage's windowed
+    coder. Each element is decoded once, with the TestStream's coder (as Beam does);
+    its timestamp is already whole milliseconds (the TestStream proto's unit)."""
     element_impl = coder(job_id, components.value, element_coder_id).get_impl()
-    windowed_impl = coder(job_id, components.value, windowed_coder_id).get_impl()
-    out = create_OutputStream()
-    for encoded, micros in elements:
-        value: WindowedValue = GlobalWindows.windowed_value(
-            element_impl.decode(encoded), timestamp=Timestamp(micros=micros)
-        )
-        windowed_impl.encode_to_stream(value, out, True)
-    yield out.get()
+    pairs = list(elements)
+    if not pairs:
+        return
+    batch = LeanBatch(
+        [element_impl.decode(encoded) for encoded, _ in pairs],
+        np.fromiter((micros for _, micros in pairs), np.int64, len(pairs)),
+        GLOBAL,
+        PANE_INFO_UNKNOWN,
+    )
+    if columnar:
+        yield batch
+    else:
+        yield BatchEncoder(coder(job_id, components.value, windowed_coder_id)).encode(batch)

@@ -26,7 +26,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-import numpy as np
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.transforms import window as bw
 from apache_beam.utils import windowed_value
@@ -35,6 +34,7 @@ from apache_beam.utils.timestamp import Timestamp
 from beam_pipelines.convert import to_theory
 from spark_backend.runner.plan import GroupSpec
 from spark_backend.runner.task_context import coder, coder_impl, windowing
+from theory.time import END_OF_GLOBAL_WINDOW, MIN_TIMESTAMP
 from theory.windowing.engine import GroupByWindowEngine, Pane, Timing
 from theory.windowing.windows import GlobalWindow
 
@@ -107,15 +107,19 @@ def group_batch(
     partition: int,
     records: Iterable[tuple[int | bytes, bytes]],
 ) -> Iterator[tuple[int | str, bytes]]:
-    """One partition's batch: ``records`` are its state record (if any) and its keyed
-    elements ``(encoded key, encoded windowed KV)``; yields the new state record, the
-    output chunks ``(OUTPUT, chunk)`` and last ``(SUMMARY, pickled GroupSummary)``."""
+    """One partition's batch: ``records`` are its keyed elements ``(encoded key,
+    encoded windowed KV)`` and its last batch's output records: of those, the state
+    record is taken and the others (keyed by a str) are skipped. Yields the new state
+    record, the output chunks ``(OUTPUT, chunk)`` and last ``(SUMMARY, pickled
+    GroupSummary)``."""
     engine: GroupByWindowEngine | None = None
     keys: list[bytes] = []
     encoded: list[bytes] = []
     for key, value in records:
         if isinstance(key, int):
             engine = pickle.loads(value)
+        elif isinstance(key, str):
+            continue
         else:
             keys.append(key)
             encoded.append(value)
@@ -163,28 +167,33 @@ def _add(
     encoded: list[bytes],
     output_watermark: int,
 ) -> list[Pane]:
-    """Add the batch's elements as one engine batch, with the stage's output watermark."""
+    """Add the batch's elements as one engine batch, with the stage's output watermark.
+    Each element goes into the windows it carries, as Beam's GroupByKey groups them
+    (not windows assigned again from its timestamp: the coder rounded that to whole
+    milliseconds toward zero, and a lifted accumulator is stamped at its window's
+    ``max_timestamp``, which that rounding can move into the next window)."""
     input_coder = coder(job_id, components, group.input_coder_id)
     input_impl = input_coder.get_impl()
     value_impl = input_coder.wrapped_value_coder.value_coder().get_impl()
     values = []
     stamps = []
-    for e in encoded:
-        element = input_impl.decode(e)
-        values.append(value_impl.encode(element.value[1]))
-        stamps.append(int(element.timestamp.micros))
-    rows = engine.strategy.window_fn.assign_array(np.asarray(stamps, np.int64))  # type: ignore[attr-defined]
+    element: list[int] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    for i, e in enumerate(encoded):
+        decoded = input_impl.decode(e)
+        values.append(value_impl.encode(decoded.value[1]))
+        stamps.append(int(decoded.timestamp.micros))
+        for window in decoded.windows:
+            element.append(i)
+            if isinstance(window, bw.IntervalWindow):
+                starts.append(int(window.start.micros))
+                ends.append(int(window.end.micros))
+            else:  # the global window
+                starts.append(MIN_TIMESTAMP)
+                ends.append(END_OF_GLOBAL_WINDOW)
     engine.output_watermark = output_watermark
-    return engine.add_rows(
-        keys,
-        values,
-        stamps,
-        rows.element.tolist(),
-        rows.start.tolist(),
-        rows.end.tolist(),
-        0,
-        len(rows),
-    )
+    return engine.add_rows(keys, values, stamps, element, starts, ends, 0, len(element))
 
 
 def _encode(panes: list[Pane], group: GroupSpec, job_id: str, components: bytes) -> Iterator[bytes]:

@@ -165,16 +165,17 @@ def stateful_batch(
     partition: int,
     records: Iterable[tuple[int | bytes, Any]],
 ) -> Iterator[tuple[Any, bytes]]:
-    """One partition's batch: ``records`` are its state record (if any) and its keyed
-    elements ``(encoded key, (input transform id, encoded element))``. Yields output
-    chunks ``(buffer, chunk)``, the new state record, the metrics record and last
-    ``(SUMMARY, pickled StatefulSummary)``."""
+    """One partition's batch: ``records`` are its keyed elements ``(encoded key, (input
+    transform id, encoded element))`` and its last batch's output records: of those,
+    the state record is taken and the others (whose value is not a tuple) are
+    skipped. Yields output chunks ``(buffer, chunk)``, the new state record, the
+    metrics record and last ``(SUMMARY, pickled StatefulSummary)``."""
     state = PartitionState()
     elements: list[tuple[str, bytes]] = []
     for key, value in records:
         if isinstance(key, int):
             state = pickle.loads(value)
-        else:
+        elif isinstance(value, tuple):
             elements.append(value)
     servicer = StateServicer()
     state.load_into(servicer)

@@ -4,7 +4,8 @@ Besides Beam's ``PipelineResult`` (state, ``wait_until_finish``, ``cancel``, met
 :class:`~spark_backend.runner.result.PySparkPipelineResult`), it offers:
 
 - :meth:`watermarks`: per transform label, the input and output watermark and each named
-  hold as :class:`theory.series.StepSeries` over processing time (µs);
+  hold as :class:`theory.series.StepSeries` over processing time (µs), or over the
+  batch number;
 - :meth:`why`: which hold, or which input, holds a transform's output watermark back at a
   processing time;
 - :attr:`stalled` and :attr:`batches`.
@@ -56,11 +57,13 @@ class StreamingPipelineResult(PySparkPipelineResult):
                 self._state = PipelineState.DRAINED
         return self.wait_until_finish()
 
-    def watermarks(self) -> dict[str, dict[str, StepSeries]]:
+    def watermarks(self, per_batch: bool = False) -> dict[str, dict[str, StepSeries]]:
         """Per transform label: ``"input"``, ``"output"`` and each named hold (µs, a hold
-        is ``MAX_TIMESTAMP`` while released), as step series over processing time."""
+        is ``MAX_TIMESTAMP`` while released), as step series over processing time; with
+        ``per_batch``, over the batch number (batches at one test-clock time kept
+        apart)."""
         marks = self._driver.watermarks
-        return {label: marks.series(label) for label in marks.graph.order}
+        return {label: marks.series(label, per_batch) for label in marks.graph.order}
 
     def why(self, label: str, at: int) -> list[tuple[str, str]]:
         """The (transform, component) chain holding ``label``'s output watermark at

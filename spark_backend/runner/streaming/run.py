@@ -11,6 +11,7 @@ from spark_backend.runner.plan import plan_pipeline
 from spark_backend.runner.streaming.checkpoint import open_checkpoint
 from spark_backend.runner.streaming.checks import check_streaming
 from spark_backend.runner.streaming.driver import StreamingDriver
+from spark_backend.runner.streaming.lifting import relabel_lifted_groups
 from spark_backend.runner.streaming.result import StreamingPipelineResult
 from spark_backend.runner.streaming.shape import pipeline_shape
 from spark_backend.runner.streaming.sinks import BatchSinks
@@ -21,21 +22,28 @@ __all__ = ["start_streaming"]
 
 
 def start_streaming(
-    pipeline: pb.Pipeline, spark_context: Any, options: StreamingOptions | None = None
+    pipeline: pb.Pipeline,
+    spark_context: Any,
+    options: StreamingOptions | None = None,
+    fast_paths: bool = True,
 ) -> StreamingPipelineResult:
     """Check ``pipeline`` (a proto the batch checks passed with ``streaming``) for what
     streaming runs, and its checkpoint directory if any, then start it on
     ``spark_context`` in a driver thread; with ``--test_stream_batches instant`` a batch
     takes a TestStream's events of one processing time
-    (:func:`~spark_backend.runner.streaming.driver.schedule`)."""
+    (:func:`~spark_backend.runner.streaming.driver.schedule`). With ``fast_paths`` the
+    stages made of known transforms run lean and the combines that keep their panes are
+    lifted (:mod:`.lifting`); without, every stage runs on Beam's bundle processor and
+    every ``Combine.PerKey`` is opened (the reference)."""
     options = options or StreamingOptions()
     check_streaming(pipeline)
     partitions = options.key_partitions or spark_context.defaultParallelism
     checkpoint = None
     if options.checkpoint_dir is not None:
         checkpoint = open_checkpoint(options.checkpoint_dir, pipeline_shape(pipeline), partitions)
-    prepared, sources = streaming_proto(pipeline)
-    plan = plan_pipeline(prepared, stateful_roots=True)
+    prepared, sources = streaming_proto(pipeline, lift=fast_paths)
+    plan = plan_pipeline(prepared, stateful_roots=True, lean=fast_paths)
+    plan = relabel_lifted_groups(plan, prepared)
     driver = StreamingDriver(
         spark_context,
         plan,

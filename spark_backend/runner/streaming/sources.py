@@ -6,9 +6,11 @@ label and output, so that Beam's fusion makes it a data input of the stage that 
 it; each micro-batch feeds that input the batch's elements. An ``Impulse`` (as under
 ``beam.Create``) emits once, in the first batch, and then its watermark is at infinity.
 
-``Combine.PerKey`` composites are opened into their GroupByKey and combining ParDo
-(:func:`streaming_proto`): combiner lifting would group partial accumulators per bundle,
-which under triggers and holds is not what Beam's streaming runners group.
+A ``Combine.PerKey`` composite is lifted by Beam's fusion phases when
+:func:`~spark_backend.runner.streaming.lifting.liftable` says its panes stay the same;
+any other is opened into its GroupByKey and combining ParDo (:func:`streaming_proto`):
+lifting it would group partial accumulators per bundle, which under other triggers and
+timestamp combiners is not what Beam's streaming runners group.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from apache_beam.portability.api import beam_runner_api_pb2 as pb
 from apache_beam.utils import proto_utils
 
 from spark_backend.runner.errors import UnsupportedTransformError
+from spark_backend.runner.streaming.lifting import liftable
 from theory.time import MAX_TIMESTAMP, MICROS_PER_MILLI, MIN_TIMESTAMP
 
 __all__ = [
@@ -73,10 +76,11 @@ class TestStreamSource:
 
 
 def streaming_proto(
-    pipeline: pb.Pipeline,
+    pipeline: pb.Pipeline, lift: bool = True
 ) -> tuple[pb.Pipeline, dict[str, TestStreamSource]]:
     """A copy of ``pipeline`` ready for Beam's fusion in streaming (see the module
-    docstring), and its TestStreams by label."""
+    docstring), and its TestStreams by label; ``lift=False`` opens every
+    ``Combine.PerKey`` (the reference)."""
     proto = copy.deepcopy(pipeline)
     sources: dict[str, TestStreamSource] = {}
     for transform in proto.components.transforms.values():
@@ -84,7 +88,11 @@ def streaming_proto(
         if urn == common_urns.primitives.TEST_STREAM.urn:
             sources[transform.unique_name] = _test_stream(transform)
             transform.spec.CopyFrom(pb.FunctionSpec(urn=common_urns.primitives.IMPULSE.urn))
-        elif urn == common_urns.composites.COMBINE_PER_KEY.urn and transform.subtransforms:
+        elif (
+            urn == common_urns.composites.COMBINE_PER_KEY.urn
+            and transform.subtransforms
+            and not (lift and liftable(proto, transform))
+        ):
             transform.spec.CopyFrom(pb.FunctionSpec())
     for label, source in sources.items():
         if source.split:

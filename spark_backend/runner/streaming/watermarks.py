@@ -95,12 +95,15 @@ class PipelineWatermarks:
         """How many snapshots were recorded."""
         return len(self._times)
 
-    def series(self, label: str) -> dict[str, StepSeries]:
+    def series(self, label: str, per_batch: bool = False) -> dict[str, StepSeries]:
         """``label``'s input and output watermark and each named hold it ever had, as
         step series over processing time (µs); a hold's value is ``MAX_TIMESTAMP`` while
-        it is released."""
+        it is released. Batches at one processing time (a test clock that did not move)
+        keep only the last one's values; ``per_batch`` keeps each: the series are then
+        over the snapshot's number (0, 1, ...: the batch numbers of a run from the
+        start) instead of processing time."""
         self.graph.check(label)
-        times = np.asarray(self._times, np.int64)
+        times = np.arange(len(self._times)) if per_batch else np.asarray(self._times, np.int64)
         rows = [snap[label] for snap in self._snapshots]
         out = {
             INPUT: StepSeries.from_events(times, np.asarray([r.input for r in rows], np.int64)),

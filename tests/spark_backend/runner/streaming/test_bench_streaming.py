@@ -1,6 +1,7 @@
 """bench/runner_streaming.py runs end to end on a small size, in this process on the test
 session's Spark: its figures print, every pane comes within one micro-batch of its
-watermark, and streaming counts equal batch counts. (Its chapter-3 part is the module
+watermark (some windows closing before the last batch), and streaming counts equal
+batch counts. (Its chapter-3 part is the module
 run that tests/spark_backend/runner/streaming/test_chapter3.py checks; skipped here to
 keep the suite's time.)"""
 
@@ -32,6 +33,8 @@ def test_bench_runner_streaming_smoke(spark: Any, capsys: pytest.CaptureFixture[
             "1000",
             "--keys",
             "20",
+            "--rounds",
+            "1",
             "--skip",
             "chapter3",
         ]
@@ -42,3 +45,6 @@ def test_bench_runner_streaming_smoke(spark: Any, capsys: pytest.CaptureFixture[
     assert "counts identical" in out, out
     latency = re.search(r"pane latency in micro-batches: .* max (-?\d+) \(goal <= 1\)", out)
     assert latency is not None and 0 <= int(latency.group(1)) <= 1, out
+    # some windows close while the run goes on (not all in the last batch)
+    during = re.search(r"\((\d+) of them in windows the watermark passed before the last", out)
+    assert during is not None and int(during.group(1)) > 0, out

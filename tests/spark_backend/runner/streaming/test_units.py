@@ -119,9 +119,19 @@ def test_pipeline_graph_has_the_test_stream_as_source_and_reads_its_events() -> 
     assert events[2][1] == 3 * MICROS_PER_SECOND
     graph = PipelineWatermarks(prepared).graph
     assert graph.sources() == ("events",)
-    # Combine.PerKey opened: its GroupByKey is a transform of its own
+    # Combine.PerKey (lifted or opened): its GroupByKey is a transform of its own
     assert "sum/GroupByKey" in graph.order
     assert graph.upstream("show") == ("sum/Combine/ParDo(CombineValuesDoFn)",)
+    # two batches at one test-clock time: the series over time keeps the last, the
+    # series per batch keeps both
+    marks = PipelineWatermarks(prepared)
+    for watermark in (2 * MICROS_PER_SECOND, 5 * MICROS_PER_SECOND):
+        marks.tracker.apply(source_watermarks={"events": watermark})
+        marks.record(7 * MICROS_PER_SECOND)
+    by_time = marks.series("show")["input"]
+    assert by_time.at(np.asarray([7 * MICROS_PER_SECOND])).tolist() == [5 * MICROS_PER_SECOND]
+    per_batch = marks.series("show", per_batch=True)["input"]
+    assert per_batch.at(np.arange(2)).tolist() == [2 * MICROS_PER_SECOND, 5 * MICROS_PER_SECOND]
 
 
 # -- a stateful stage's task, without Spark ----------------------------------------------
