@@ -3,8 +3,9 @@
 A publisher thread sends messages stamped (attribute ``ts``) with their publish time, and
 then stragglers stamped 2 minutes in the past, while the pipeline reads them with
 ``ReadFromPubSubWithTrackingWatermark`` into 1 s windows, until ``--max_batches``. The
-reader runs as it would in production: ``pt_base`` from its own ledger, the default lease
-grace (10 s after the first start), and its bundles in whichever Python worker Spark picks
+reader runs as it would in production: ``pt_base`` from its own ledger, a lease grace (4 s
+after the first start; the 10 s default would outlast the 6 batches on a quiet machine),
+and its bundles in whichever Python worker Spark picks
 (the ledger, the owed acks and the clean-resume claims travel with the estimator state).
 The tracking estimator's watermark, as the run recorded it (``result.watermarks()``),
 decides:
@@ -41,7 +42,8 @@ GROUP = "group"
 
 def publish(emulator: Emulator, topic: str, stop: threading.Event) -> None:
     """Messages at their publish time (5 a second) until ``stop`` (the end of the run: the
-    read never runs dry), and every 5 s, from 3 s on, five stragglers 2 minutes old."""
+    read never runs dry), and every 2 s, from 3 s on, five stragglers 2 minutes old (so
+    some are read after the watermark has moved, however fast the batches run)."""
     started = time.time()
     n = 0
     bursts = 0
@@ -49,7 +51,7 @@ def publish(emulator: Emulator, topic: str, stop: threading.Event) -> None:
         now_ms = time.time_ns() // 1_000_000
         batch = [{"ts": str(now_ms - i * 10), "rid": f"r{n + i}"} for i in range(5)]
         n += 5
-        if time.time() - started > 3 + 5 * bursts:
+        if time.time() - started > 3 + 2 * bursts:
             batch += [{"ts": str(now_ms - 120_000 - i), "rid": f"s{n + i}"} for i in range(5)]
             n += 5
             bursts += 1
@@ -69,6 +71,7 @@ def pipeline(topic: str, base: str, tracking: str) -> Any:
             idle_lag=600 * MILLISECOND,
             idle_poll=0.3,
             records_per_bundle=100_000,  # a batch drains the subscription
+            lease_grace=4 * SECOND,  # 10 s by default: about all 6 batches on a quiet machine
         )
         read = records | "stamp" >> beam.Map(  # fused with the read: its worker's pid
             lambda r: ("read", r.record_id, r.event_time, time.time_ns() // 1000, os.getpid())
