@@ -91,6 +91,18 @@ def _tail_scale(ax: Any, right: float, hi: float) -> None:
     )
 
 
+def _show_all(ax: Any, ax_t: TimeAxis, arrivals: np.ndarray, lo: int, hi: int) -> None:
+    """The processing-time axis over ``[lo, hi]`` (µs) showing every arrival: when the
+    last 0.1% of the arrivals (stragglers) would stretch it by more than 5%, the tail
+    beyond their 99.9th percentile goes on a compressed part of the axis, not cut."""
+    shown = arrivals[(arrivals >= lo) & (arrivals <= hi)]
+    right = int(min(hi, np.percentile(shown, 99.9))) if shown.size > 1000 else hi
+    x = ax_t(np.array([lo, hi]))
+    ax.set_xlim(x[0], x[1])
+    if right < hi and (hi - right) > 0.05 * (right - lo):
+        _tail_scale(ax, float(ax_t(np.array([right]))[0]), float(x[1]))
+
+
 def _finite_steps(series: StepSeries, t_end: int) -> tuple[np.ndarray, np.ndarray]:
     """(times, values) of a step function for plotting, dropping infinite values."""
     t = np.append(series.times, t_end)
@@ -155,16 +167,10 @@ def _draw_elements(
                 color=color,
                 label=f"late under {name} ({int(mask.sum()):,} shown)",
             )
-    # the last 0.1% of arrivals (stragglers) may stretch the axis far: every arrival is
-    # shown, the tail beyond the 99.9th percentile on a compressed part of the axis
-    shown = el.arrival_time[(el.arrival_time >= lo) & (el.arrival_time <= hi)]
-    right = int(min(hi, np.percentile(shown, 99.9))) if shown.size > 1000 else hi
     x = ax_t(np.array([lo, hi]))
     diagonal = np.linspace(x[0], x[1], 500)  # many points: it follows a broken axis
     ax.plot(diagonal, diagonal, ls=":", c="k", lw=0.8, label="event time = processing time")
-    ax.set_xlim(x[0], x[1])
-    if right < hi and (hi - right) > 0.05 * (right - lo):
-        _tail_scale(ax, float(ax_t(np.array([right]))[0]), float(x[1]))
+    _show_all(ax, ax_t, el.arrival_time, lo, hi)
     ev = el.event_time[(el.arrival_time >= lo) & (el.arrival_time <= hi)]
     if ev.size:
         y = ax_t(np.percentile(ev, [0.5, 100]))
@@ -225,7 +231,8 @@ def stage_watermarks(
     title: str = "Input and output watermarks per stage",
 ) -> Path:
     """Figure 3.5 style: per stage, input (solid) and output (dashed) watermarks over
-    processing time. ``series`` maps stage -> (input, output) sampled at ``times``."""
+    processing time. ``series`` maps stage -> (input, output) sampled at ``times``. Every
+    time is shown: a straggler tail goes on a compressed part of the axis."""
     finite = [
         v[(v > MIN_TIMESTAMP) & (v < MAX_TIMESTAMP)] for pair in series.values() for v in pair
     ]
@@ -251,6 +258,7 @@ def stage_watermarks(
         ax.set_ylabel(f"event time ({ax_t.unit})", fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", fontsize=7)
+        _show_all(ax, ax_t, times, int(times.min()), int(times.max()))
     axes[-1, 0].set_xlabel(f"processing time ({ax_t.unit} {ax_t.since})")
     fig.suptitle(title)
     return _save(fig, path)
