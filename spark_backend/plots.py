@@ -30,7 +30,7 @@ _COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 _REAL_DATES = 631_152_000_000_000
 
 #: Line styles that keep coinciding watermarks visible (each over the others).
-_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 2)))
+STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 2)))
 
 
 class TimeAxis:
@@ -153,7 +153,7 @@ def _draw_elements(
             where="post",
             color=color,
             lw=2.6 - 0.35 * (i % 5),
-            ls=_STYLES[i % len(_STYLES)],
+            ls=STYLES[i % len(STYLES)],
             label=label,
         )
         mask = el.late.get(name)
@@ -214,7 +214,7 @@ def event_vs_processing(
         _draw_elements(ax, el, ax_t, max_points, seed, legend=k == len(panels) - 1)
         ax.set_title("the whole trace" if k == 0 else f"zoom: {(hi - lo) / 6e7:.0f} minutes")
     fig.suptitle("Elements, watermarks and late data")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _zoom_axis(origin: int, span: int) -> TimeAxis:
@@ -261,7 +261,7 @@ def stage_watermarks(
         _show_all(ax, ax_t, times, int(times.min()), int(times.max()))
     axes[-1, 0].set_xlabel(f"processing time ({ax_t.unit} {ax_t.since})")
     fig.suptitle(title)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def lags(
@@ -281,9 +281,10 @@ def lags(
     ax.set_yscale("symlog", linthresh=1.0)
     ax.set_ylabel("lag (s, log above 1 s)")
     ax.set_title(f"Event-time and processing-time lag at {stage}")
+    _show_all(ax, ax_t, times, int(times.min()), int(times.max()))
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def frontier(
@@ -321,10 +322,11 @@ def frontier(
     ax.set_title("Latency vs completeness")
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def _save(fig: plt.Figure, path: Path) -> Path:
+def save_figure(fig: plt.Figure, path: Path) -> Path:
+    """Lay out, write and close ``fig`` (one home for every figure of the report)."""
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -386,4 +388,4 @@ def propagation(path: Path, rows: Sequence[Outcome], parallelism: int, depth: in
     traffic.grid(alpha=0.3, which="both")
     traffic.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -29,7 +29,7 @@ def figures(monkeypatch):
         kept.append(fig)
         return path
 
-    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(plots, "save_figure", keep)
     yield kept
     for fig in kept:
         plots.plt.close(fig)
@@ -81,6 +81,17 @@ def test_the_stages_figure_shows_the_straggler_tail_compressed(figures, tmp_path
         _covers_every_time_on_a_compressed_tail(ax, ax_t, times)
 
 
+def test_the_lag_figure_shows_the_tail_compressed(figures, tmp_path) -> None:
+    """lags.png: the ramp after the last arrivals (stragglers' windows) took most of the
+    panel; it stays, compressed."""
+    e, a = _trace()
+    times = np.unique(a)
+    lag = times - perfect_curve(e, a).at(times)
+    plots.lags(tmp_path / "l.png", times, lag, np.zeros_like(lag), "sink")
+    ax_t = plots.TimeAxis(int(times.min()), int(times.max() - times.min()))
+    _covers_every_time_on_a_compressed_tail(figures[0].axes[0], ax_t, times)
+
+
 def test_coinciding_strategies_stay_visible_and_named(figures, tmp_path) -> None:
     """Finding 4: strategies that coincide hid one another's lines."""
     e, a = _trace(stragglers=0)
@@ -114,3 +125,25 @@ def test_axes_carry_dates_when_times_are_real_dates(figures, tmp_path) -> None:
         plots.event_vs_processing(tmp_path / "w.png", el)
         ax = figures[-1].axes[0]
         assert since in ax.get_xlabel() and since in ax.get_ylabel()
+
+
+def test_coinciding_systems_stay_visible_and_named(figures, tmp_path) -> None:
+    """systems.png: the three systems' latency curves coincided (spark's hid beam's and
+    flink's) and a few stragglers' windows squeezed them into the left edge."""
+    from spark_backend import systems
+    from theory import SECOND, Trace, chapter3
+    from theory.experiments.systems import compare_systems
+
+    trace = Trace.concat(chapter3.traces(1500, seed=3).values()).sorted_by_arrival()
+    c = compare_systems(trace, bound=10 * SECOND, window_size=120 * SECOND,
+                        flink_interval=systems.FLINK_INTERVAL)
+    systems._latency_figure(tmp_path / "s.png", c)
+    ax = figures[0].axes[0]
+    assert ax.get_xscale() == "symlog"
+    labels = [ln.get_label() for ln in ax.get_lines()]
+    styles = [ln.get_linestyle() for ln in ax.get_lines()]
+    assert len(set(styles)) == len(styles) == 3
+    groups = plots.coinciding({k: np.sort(o.latency) for k, o in c.outcomes.items()})
+    for group in groups:
+        for name in group:
+            assert any(lb.startswith(name + " (= ") for lb in labels), (name, labels)
