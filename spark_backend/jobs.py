@@ -320,7 +320,10 @@ def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult
     lags = lag_series(result, sink)
     report.figure(
         "Event-time and processing-time lag",
-        lambda p: plots.lags(p, lags.times, lags.event_lag, lags.processing_lag, sink),
+        lambda p: plots.lags(
+            p, lags.times, lags.event_lag, lags.processing_lag, sink,
+            np.concatenate([t.arrival_time for t in traces.values()]),
+        ),
         "lags.png",
         "Event-time lag grows alone under data delay; both grow when the system is "
         f"stuck (book figure 3.15: here the {STUCK_STAGE} stage, stuck for "

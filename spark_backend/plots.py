@@ -270,8 +270,11 @@ def lags(
     event_lag: np.ndarray,
     processing_lag: np.ndarray,
     stage: str,
+    arrivals: np.ndarray | None = None,
 ) -> Path:
-    """Figure 3.15 style: event-time lag and processing-time lag (seconds) over time."""
+    """Figure 3.15 style: event-time lag and processing-time lag (seconds) over time.
+    The processing-time axis past the 99.9th percentile of ``arrivals`` (µs; default
+    ``times``) is compressed when that tail is long: every time is shown."""
     ax_t = TimeAxis(int(times.min()), int(times.max() - times.min()))
     fig, ax = plt.subplots(figsize=(10, 4), dpi=110)
     ax.plot(ax_t(times), event_lag / 1e6, lw=1.2, label="event-time lag")
@@ -281,7 +284,8 @@ def lags(
     ax.set_yscale("symlog", linthresh=1.0)
     ax.set_ylabel("lag (s, log above 1 s)")
     ax.set_title(f"Event-time and processing-time lag at {stage}")
-    _show_all(ax, ax_t, times, int(times.min()), int(times.max()))
+    shown = times if arrivals is None else arrivals
+    _show_all(ax, ax_t, shown, int(times.min()), int(times.max()))
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
     return save_figure(fig, path)
