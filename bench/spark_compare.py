@@ -14,7 +14,8 @@ To compare two revisions in one run (interleaved, each with its own code on
 ``PYTHONPATH``)::
 
     python bench/compare_revisions.py /work/wt-base /work/wt-new --rounds 3 \\
-        --metric 'spark cpu=spark cpu s\\s+([\\d.]+)' --metric 'spark wall=spark wall s\\s+([\\d.]+)' \\
+        --metric 'spark cpu=spark cpu s\\s+([\\d.]+)' \\
+        --metric 'spark wall=spark wall s\\s+([\\d.]+)' \\
         -- python /path/to/bench/spark_compare.py --rows 200000 --repeats 3
 """
 
@@ -31,15 +32,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 if "PYTHONPATH" not in os.environ:  # compare_revisions sets it to the tree under test
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from bench_args import add_seed, bench_parser  # noqa: E402
-from runner import tree_cpu  # noqa: E402
+import numpy as np
+import pandas as pd
+from bench_args import add_seed, bench_parser
+from runner import tree_cpu
 
-from spark_backend.comparison import DEFAULT_STRATEGIES, compare  # noqa: E402
-from spark_backend.session import get_session, stop_session  # noqa: E402
-from theory.data.generators import generate_trace  # noqa: E402
-from theory.time import MINUTE  # noqa: E402
+from spark_backend.comparison import DEFAULT_STRATEGIES, compare
+from spark_backend.session import get_session, stop_session
+from theory.data.generators import generate_trace
+from theory.time import MINUTE
 
 WINDOW = 2 * MINUTE
 
@@ -119,20 +120,23 @@ def main() -> None:
         warm, _ = trace_df(spark, 2_000, args.seed + 1)
         spark_run(warm)
         df, pdf = trace_df(spark, n, args.seed)
-        walls, cpus, per_stage, table = [], [], defaultdict(list), None
+        walls: list[float] = []
+        cpus: list[float] = []
+        per_stage: dict[str, list[float]] = defaultdict(list)
+        table: dict[str, list[object]] = {}
         for _ in range(args.repeats):
             wall, cpu, stages, table = spark_run(df)
             walls.append(wall)
             cpus.append(cpu)
-            for k, v in stages.items():
-                per_stage[k].append(v)
+            for label, secs in stages.items():
+                per_stage[label].append(secs)
     finally:
         stop_session()
     local = [local_run(pdf) for _ in range(args.repeats)]
     load1 = os.getloadavg()
     ok = local[0][2] is None or same(table, local[0][2])
-    lw = statistics.median(x[0] for x in local)
-    lc = statistics.median(x[1] for x in local)
+    lw = statistics.median([x[0] for x in local])
+    lc = statistics.median([x[1] for x in local])
     sw, sc = statistics.median(walls), statistics.median(cpus)
     print(f"rows {n:,}, {args.repeats} repeats, load {load0[0]:.1f} -> {load1[0]:.1f}")
     print(f"spark wall s {sw:.2f}")
@@ -140,8 +144,8 @@ def main() -> None:
     print(f"local wall s {lw:.2f}")
     print(f"local cpu s {lc:.2f}")
     print(f"spark/local wall {sw / lw:.1f}x, cpu {sc / lc:.1f}x; tables equal: {ok}")
-    for k, v in per_stage.items():
-        print(f"  stage {k:45s} {statistics.median(v):6.2f} s")
+    for label, times in per_stage.items():
+        print(f"  stage {label:45s} {statistics.median(times):6.2f} s")
     if not ok:
         raise SystemExit("the engines' tables differ")
 
