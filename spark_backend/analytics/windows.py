@@ -26,7 +26,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_backend.analytics.frames import by_name, concat_batches, to_pandas
+from spark_backend.analytics.frames import by_name, concat_batches, session_of, to_pandas
 from theory.columns import as_int, check_duration
 from theory.experiments.first_panes import (
     FIRE_ONCE,
@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 __all__ = ["fire_times", "window_summary", "windows"]
 
 _NEVER = np.iinfo(np.int64).max
+
+#: Elements per task of the window aggregates (each task holds its rows in numpy).
+_ROWS_PER_TASK = 1_000_000
 
 
 def _size_and_offset(window_size: int, offset: int) -> tuple[int, int]:
@@ -212,7 +215,13 @@ def _aggregates(
     rows = src.select(
         key.alias("key"), F.col("arrival_time").cast("long").alias("a"), e.alias("e"),
         window_start(e, size, off).alias("window_start"),
-    ).repartition("key", "window_start")
+    )
+    # the shuffle's partitions, or more when a task would hold over _ROWS_PER_TASK rows
+    parts = max(
+        int(session_of(src).conf.get("spark.sql.shuffle.partitions")),
+        -(-an.layout.rows // _ROWS_PER_TASK),
+    )
+    rows = rows.repartition(parts, "key", "window_start")
 
     def per_window(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         got = concat_batches(batches)
