@@ -15,7 +15,7 @@ and theory derives the panes (:func:`~theory.experiments.first_panes.window_pane
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,6 +38,8 @@ from theory.experiments.first_panes import (
     summary_row,
     window_panes,
 )
+from theory.experiments.first_panes import fire_times as first_fire_times
+from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP
 
 if TYPE_CHECKING:
@@ -171,8 +173,12 @@ def windows(
     offset: int = 0,
     finish: bool = True,
     firing: Firing = FIRE_ONCE,
+    curves: Mapping[str, StepSeries] | None = None,
 ) -> pd.DataFrame:
     """Per strategy and per (key, fixed window): the window's panes under ``firing``.
+    ``curves``: every strategy's curve if collected already
+    (:meth:`~spark_backend.analytics.analysis.WatermarkAnalysis.all_curves`): the fire
+    times then come from them, with no Spark job.
 
     Columns: ``strategy``, ``key``, ``window_start``, ``window_end`` (µs),
     ``elements`` (all the window's elements), ``first_pane`` (those in its first pane),
@@ -185,9 +191,17 @@ def windows(
     size, off = _size_and_offset(window_size, offset)
     _check_last_end(an, size, off)
     ends = _window_ends(an, size, off)
-    on_time, expiry = _fire_times_many(
-        an, ends, size, finish, [0, firing.allowed_lateness + 1]
-    )
+    if curves is None:
+        on_time, expiry = _fire_times_many(
+            an, ends, size, finish, [0, firing.allowed_lateness + 1]
+        )
+    else:  # collected already: the fire times by numpy, as the local engine, no Spark job
+        last = an.layout.last_arrival if finish else None
+        on_time = pd.DataFrame({"window_end": ends})
+        expiry = pd.DataFrame({"window_end": ends})
+        for n in an.names:
+            on_time[n] = first_fire_times(curves[n], ends, last)
+            expiry[n] = first_fire_times(curves[n], firing.expiry_ends(ends), last)
     got = _aggregates(an, on_time, expiry, size, off)
     frames = [_strategy_windows(name, got, i, firing) for i, name in enumerate(an.names)]
     return pd.concat(frames, ignore_index=True)
@@ -293,12 +307,13 @@ def window_summary(
     offset: int = 0,
     finish: bool = True,
     firing: Firing = FIRE_ONCE,
+    curves: Mapping[str, StepSeries] | None = None,
 ) -> pd.DataFrame:
     """One row of window metrics per strategy: the columns of
     :func:`theory.experiments.first_panes.summary_row` (the trace-determined columns of
     :class:`theory.pipeline.metrics.StrategyMetrics`, then late panes, final completeness
     and the pane timestamps' lag; µs)."""
-    w = windows(an, window_size, offset, finish, firing)
+    w = windows(an, window_size, offset, finish, firing, curves)
     late = an.late.set_index("strategy")
     rows = []
     for s in an.strategies:
