@@ -162,7 +162,8 @@ def compare(
     an = analyze(layout, specs)
     try:
         LOG.info("late data, windows and latency for %d strategies", len(specs))
-        summary = an.window_summary(window_size, firing=firing)
+        curves = an.all_curves()  # one collect: the fire times and the exact source lag
+        summary = an.window_summary(window_size, firing=firing, curves=curves)
         done("late data, completeness and latency")
         LOG.info("sampling the curves and about %d elements", sample_elements)
         lo, hi = layout.first_arrival, layout.last_arrival
@@ -174,7 +175,6 @@ def compare(
         zoomed = _view(an, z_lo, z_hi, grid_points, sample_elements / max(expected, 1.0), seed)
         done("curves and element samples")
         LOG.info("the source lag of %d strategies (exact)", len(specs))
-        curves = an.all_curves()
         lags = [source_lags(curves[s], lo, hi) for s in specs]
         hb = None
         if holder is not None:

@@ -29,7 +29,6 @@ from spark_backend.session import get_session
 from spark_backend.systems import bound_of, systems_section, trace_of
 from spark_backend.tables import with_units
 from spark_backend.trace_input import local_files, read_local, read_spark
-from spark_backend.traces.generate import chapter3_trace_df
 from theory.data.report import BadRowReport
 from theory.data.schema import OnBadRows
 from theory.data.trace import Trace
@@ -320,7 +319,10 @@ def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult
     lags = lag_series(result, sink)
     report.figure(
         "Event-time and processing-time lag",
-        lambda p: plots.lags(p, lags.times, lags.event_lag, lags.processing_lag, sink),
+        lambda p: plots.lags(
+            p, lags.times, lags.event_lag, lags.processing_lag, sink,
+            np.concatenate([t.arrival_time for t in traces.values()]),
+        ),
         "lags.png",
         "Event-time lag grows alone under data delay; both grow when the system is "
         f"stuck (book figure 3.15: here the {STUCK_STAGE} stage, stuck for "
@@ -518,6 +520,8 @@ def run_demo(
         bar = Progress(6 + _COMPARE_STEPS)
         session = _start_spark(spark, bar)
         LOG.info("generating the chapter-3 game traces on Spark: %d events, seed %d", events, seed)
+        from spark_backend.traces.generate import chapter3_trace_df  # scipy: demo only
+
         df = chapter3_trace_df(session, events, seed=seed)
         df = df.withColumns(
             {c: F.col(c) + F.lit(DEMO_START) for c in ("event_time", "arrival_time")}

@@ -28,8 +28,6 @@ from spark_backend.comparison import (
     zoom_span,
 )
 from theory.columns import check_duration
-from theory.data.generators import game_sessions_trace
-from theory.data.specs import SessionSpec
 from theory.data.trace import Trace
 from theory.experiments.first_panes import (
     FIRE_ONCE,
@@ -54,6 +52,11 @@ def chapter3_trace(events: int, *, seed: int = 0) -> Trace:
     users, 4 partitions, partition 3 idle over 40-50% of the expected span), drawn by
     :func:`theory.data.generators.game_sessions_trace` (the same distributions, not
     the same rows as Spark's draws)."""
+    # here, not at the top: the generators' default distributions import scipy.stats
+    # (about a second), which `analyze` never needs
+    from theory.data.generators import game_sessions_trace
+    from theory.data.specs import SessionSpec
+
     half = events // 2
     span = SessionSpec(max(events - half, 1), seed, users=100).expected_span
     common = {

@@ -30,7 +30,7 @@ _COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 _REAL_DATES = 631_152_000_000_000
 
 #: Line styles that keep coinciding watermarks visible (each over the others).
-_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 2)))
+STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 2)))
 
 
 class TimeAxis:
@@ -91,6 +91,18 @@ def _tail_scale(ax: Any, right: float, hi: float) -> None:
     )
 
 
+def _show_all(ax: Any, ax_t: TimeAxis, arrivals: np.ndarray, lo: int, hi: int) -> None:
+    """The processing-time axis over ``[lo, hi]`` (µs) showing every arrival: when the
+    last 0.1% of the arrivals (stragglers) would stretch it by more than 5%, the tail
+    beyond their 99.9th percentile goes on a compressed part of the axis, not cut."""
+    shown = arrivals[(arrivals >= lo) & (arrivals <= hi)]
+    right = int(min(hi, np.percentile(shown, 99.9))) if shown.size > 1000 else hi
+    x = ax_t(np.array([lo, hi]))
+    ax.set_xlim(x[0], x[1])
+    if right < hi and (hi - right) > 0.05 * (right - lo):
+        _tail_scale(ax, float(ax_t(np.array([right]))[0]), float(x[1]))
+
+
 def _finite_steps(series: StepSeries, t_end: int) -> tuple[np.ndarray, np.ndarray]:
     """(times, values) of a step function for plotting, dropping infinite values."""
     t = np.append(series.times, t_end)
@@ -141,7 +153,7 @@ def _draw_elements(
             where="post",
             color=color,
             lw=2.6 - 0.35 * (i % 5),
-            ls=_STYLES[i % len(_STYLES)],
+            ls=STYLES[i % len(STYLES)],
             label=label,
         )
         mask = el.late.get(name)
@@ -155,16 +167,10 @@ def _draw_elements(
                 color=color,
                 label=f"late under {name} ({int(mask.sum()):,} shown)",
             )
-    # the last 0.1% of arrivals (stragglers) may stretch the axis far: every arrival is
-    # shown, the tail beyond the 99.9th percentile on a compressed part of the axis
-    shown = el.arrival_time[(el.arrival_time >= lo) & (el.arrival_time <= hi)]
-    right = int(min(hi, np.percentile(shown, 99.9))) if shown.size > 1000 else hi
     x = ax_t(np.array([lo, hi]))
     diagonal = np.linspace(x[0], x[1], 500)  # many points: it follows a broken axis
     ax.plot(diagonal, diagonal, ls=":", c="k", lw=0.8, label="event time = processing time")
-    ax.set_xlim(x[0], x[1])
-    if right < hi and (hi - right) > 0.05 * (right - lo):
-        _tail_scale(ax, float(ax_t(np.array([right]))[0]), float(x[1]))
+    _show_all(ax, ax_t, el.arrival_time, lo, hi)
     ev = el.event_time[(el.arrival_time >= lo) & (el.arrival_time <= hi)]
     if ev.size:
         y = ax_t(np.percentile(ev, [0.5, 100]))
@@ -208,7 +214,7 @@ def event_vs_processing(
         _draw_elements(ax, el, ax_t, max_points, seed, legend=k == len(panels) - 1)
         ax.set_title("the whole trace" if k == 0 else f"zoom: {(hi - lo) / 6e7:.0f} minutes")
     fig.suptitle("Elements, watermarks and late data")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _zoom_axis(origin: int, span: int) -> TimeAxis:
@@ -225,7 +231,8 @@ def stage_watermarks(
     title: str = "Input and output watermarks per stage",
 ) -> Path:
     """Figure 3.5 style: per stage, input (solid) and output (dashed) watermarks over
-    processing time. ``series`` maps stage -> (input, output) sampled at ``times``."""
+    processing time. ``series`` maps stage -> (input, output) sampled at ``times``. Every
+    time is shown: a straggler tail goes on a compressed part of the axis."""
     finite = [
         v[(v > MIN_TIMESTAMP) & (v < MAX_TIMESTAMP)] for pair in series.values() for v in pair
     ]
@@ -251,9 +258,10 @@ def stage_watermarks(
         ax.set_ylabel(f"event time ({ax_t.unit})", fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", fontsize=7)
+        _show_all(ax, ax_t, times, int(times.min()), int(times.max()))
     axes[-1, 0].set_xlabel(f"processing time ({ax_t.unit} {ax_t.since})")
     fig.suptitle(title)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def lags(
@@ -262,8 +270,11 @@ def lags(
     event_lag: np.ndarray,
     processing_lag: np.ndarray,
     stage: str,
+    arrivals: np.ndarray | None = None,
 ) -> Path:
-    """Figure 3.15 style: event-time lag and processing-time lag (seconds) over time."""
+    """Figure 3.15 style: event-time lag and processing-time lag (seconds) over time.
+    The processing-time axis past the 99.9th percentile of ``arrivals`` (µs; default
+    ``times``) is compressed when that tail is long: every time is shown."""
     ax_t = TimeAxis(int(times.min()), int(times.max() - times.min()))
     fig, ax = plt.subplots(figsize=(10, 4), dpi=110)
     ax.plot(ax_t(times), event_lag / 1e6, lw=1.2, label="event-time lag")
@@ -273,9 +284,11 @@ def lags(
     ax.set_yscale("symlog", linthresh=1.0)
     ax.set_ylabel("lag (s, log above 1 s)")
     ax.set_title(f"Event-time and processing-time lag at {stage}")
+    shown = times if arrivals is None else arrivals
+    _show_all(ax, ax_t, shown, int(times.min()), int(times.max()))
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def frontier(
@@ -313,10 +326,11 @@ def frontier(
     ax.set_title("Latency vs completeness")
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def _save(fig: plt.Figure, path: Path) -> Path:
+def save_figure(fig: plt.Figure, path: Path) -> Path:
+    """Lay out, write and close ``fig`` (one home for every figure of the report)."""
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -378,4 +392,4 @@ def propagation(path: Path, rows: Sequence[Outcome], parallelism: int, depth: in
     traffic.grid(alpha=0.3, which="both")
     traffic.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -25,6 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from spark_backend import plots
 from spark_backend.report import Report, seconds
 from theory.arrays import sorted_unique
 from theory.data.trace import Trace
@@ -98,18 +99,26 @@ def _latency_figure(path: Path, c: Comparison) -> Path:
     windows each system has fired by each processing time (hours from the first)."""
     fig, (ax, when) = plt.subplots(1, 2, figsize=(13, 4.5), dpi=110)
     drawn = False
+    raw = {name: np.sort(np.asarray(o.latency)) for name, o in c.outcomes.items()}
+    same = {n: g for g in plots.coinciding(raw) for n in g}  # identical: styled apart, named
     fired = [np.sort(o.fire_time[o.fire_time >= 0]) for o in c.outcomes.values()]
     t0 = min((int(f[0]) for f in fired if f.size), default=0)
-    for (name, o), f in zip(c.outcomes.items(), fired, strict=True):
-        lat = np.sort(o.latency) / 1e6
+    for i, ((name, lat), f) in enumerate(zip(raw.items(), fired, strict=True)):
         if lat.size:
-            ax.step(lat, np.arange(1, lat.size + 1) / lat.size, where="post", label=name)
-            when.step((f - t0) / 3.6e9, np.arange(1, f.size + 1), where="post", label=name)
+            others = [o for o in same.get(name, []) if o != name]
+            style = {
+                "ls": plots.STYLES[i % len(plots.STYLES)],
+                "lw": max(0.8, 2.4 - 0.5 * i),
+                "label": name + (f" (= {', '.join(others)})" if others else ""),
+            }
+            ax.step(lat / 1e6, np.arange(1, lat.size + 1) / lat.size, where="post", **style)
+            when.step((f - t0) / 3.6e9, np.arange(1, f.size + 1), where="post", **style)
             drawn = True
+    # log-scaled above 1 s: a few stragglers' windows stretch the axis far
     ax.set_xscale("symlog", linthresh=1.0)
     labels = [
         (
-            "window latency (s after the window's end, log scale)",
+            "window latency (s after the window's end, log above 1 s)",
             "fraction of windows fired",
             "When each system fires its windows",
         ),
@@ -126,10 +135,7 @@ def _latency_figure(path: Path, c: Comparison) -> Path:
             axis.legend(fontsize=8)
         else:
             axis.text(0.5, 0.5, "no window fired", ha="center", transform=axis.transAxes)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return plots.save_figure(fig, path)
 
 
 #: The windows shown in the page (all are in ``systems_windows.csv``).

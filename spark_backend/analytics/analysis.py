@@ -8,7 +8,7 @@ buckets' maxima). Curves stay in Spark (lazy) until collected; times are µs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -212,10 +212,11 @@ class WatermarkAnalysis:
         return windows.windows(self, window_size, offset, finish, firing)
 
     def window_summary(self, window_size: int, offset: int = 0, finish: bool = True,
-                       firing: Firing = FIRE_ONCE) -> pd.DataFrame:
+                       firing: Firing = FIRE_ONCE,
+                       curves: Mapping[str, StepSeries] | None = None) -> pd.DataFrame:
         """One row of window metrics per strategy: :func:`spark_backend.analytics.
         windows.window_summary`."""
-        return windows.window_summary(self, window_size, offset, finish, firing)
+        return windows.window_summary(self, window_size, offset, finish, firing, curves)
 
 
 def analyze(

@@ -15,24 +15,31 @@ and theory derives the panes (:func:`~theory.experiments.first_panes.window_pane
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import Column, DataFrame
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from spark_backend.analytics.frames import by_name, session_of, to_pandas
+from spark_backend.analytics.frames import by_name, concat_batches, session_of, to_pandas
 from theory.columns import as_int, check_duration
 from theory.experiments.first_panes import (
     FIRE_ONCE,
     Firing,
     WindowAggregates,
+    WindowIndex,
     WindowPanes,
     check_last_window_end,
     summary_row,
     window_panes,
 )
+from theory.experiments.first_panes import fire_times as first_fire_times
+from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP
 
 if TYPE_CHECKING:
@@ -41,6 +48,9 @@ if TYPE_CHECKING:
 __all__ = ["fire_times", "window_summary", "windows"]
 
 _NEVER = np.iinfo(np.int64).max
+
+#: Elements per task of the window aggregates (each task holds its rows in numpy).
+_ROWS_PER_TASK = 1_000_000
 
 
 def _size_and_offset(window_size: int, offset: int) -> tuple[int, int]:
@@ -163,8 +173,12 @@ def windows(
     offset: int = 0,
     finish: bool = True,
     firing: Firing = FIRE_ONCE,
+    curves: Mapping[str, StepSeries] | None = None,
 ) -> pd.DataFrame:
     """Per strategy and per (key, fixed window): the window's panes under ``firing``.
+    ``curves``: every strategy's curve if collected already
+    (:meth:`~spark_backend.analytics.analysis.WatermarkAnalysis.all_curves`): the fire
+    times then come from them, with no Spark job.
 
     Columns: ``strategy``, ``key``, ``window_start``, ``window_end`` (µs),
     ``elements`` (all the window's elements), ``first_pane`` (those in its first pane),
@@ -177,9 +191,17 @@ def windows(
     size, off = _size_and_offset(window_size, offset)
     _check_last_end(an, size, off)
     ends = _window_ends(an, size, off)
-    on_time, expiry = _fire_times_many(
-        an, ends, size, finish, [0, firing.allowed_lateness + 1]
-    )
+    if curves is None:
+        on_time, expiry = _fire_times_many(
+            an, ends, size, finish, [0, firing.allowed_lateness + 1]
+        )
+    else:  # collected already: the fire times by numpy, as the local engine, no Spark job
+        last = an.layout.last_arrival if finish else None
+        on_time = pd.DataFrame({"window_end": ends})
+        expiry = pd.DataFrame({"window_end": ends})
+        for n in an.names:
+            on_time[n] = first_fire_times(curves[n], ends, last)
+            expiry[n] = first_fire_times(curves[n], firing.expiry_ends(ends), last)
     got = _aggregates(an, on_time, expiry, size, off)
     frames = [_strategy_windows(name, got, i, firing) for i, name in enumerate(an.names)]
     return pd.concat(frames, ignore_index=True)
@@ -190,64 +212,63 @@ def _aggregates(
 ) -> pd.DataFrame:
     """Per (key, window): ``elements``, and per strategy ``i`` the columns of
     :class:`~theory.experiments.first_panes.WindowAggregates` suffixed ``_<i>`` and its
-    on-time fire time ``_t<i>``, by window end then key. One Spark job: the elements
-    counted per (key, window, arrival time), joined with the broadcast fire and expiry
-    times, then aggregated per window."""
-    times = on_time.rename(columns={n: f"_f{i}" for i, n in enumerate(an.names)})
-    for i, name in enumerate(an.names):
-        times[f"_x{i}"] = expiry[name].to_numpy()
-    fire_df = session_of(an.layout.source).createDataFrame(times)
+    on-time fire time ``_t<i>``, by window end then key. One Spark job, one shuffle: the
+    elements partitioned by (key, window), each task computing its windows' aggregates
+    with the local engine's numpy kernel (:meth:`~theory.experiments.first_panes.
+    WindowIndex.aggregates`) from the fire and expiry times (per window end, shipped in
+    the task's closure)."""
+    names = an.names
+    ends = on_time["window_end"].to_numpy(np.int64)
+    fire = np.stack([on_time[n].to_numpy(np.int64) for n in names])
+    expire = np.stack([expiry[n].to_numpy(np.int64) for n in names])
     src = an.layout.source
-    key = F.col("key") if "key" in src.columns else F.lit(0).cast("long")
+    has_key = "key" in src.columns
+    key = F.col("key") if has_key else F.lit(0).cast("long")
+    key_type = src.schema["key"].dataType if has_key else T.LongType()
     e = F.col("event_time").cast("long")
-    per_arrival = (
-        src.select(
-            key.alias("key"),
-            F.col("arrival_time").cast("long").alias("a"),
-            e.alias("e"),
-            window_start(e, size, off).alias("window_start"),
-        )
-        .withColumn("window_end", F.col("window_start") + F.lit(size))
-        .groupBy("key", "window_start", "window_end", "a")
-        .agg(F.count(F.lit(1)).alias("n"), F.min("e").alias("emin"), F.max("e").alias("emax"))
+    rows = src.select(
+        key.alias("key"), F.col("arrival_time").cast("long").alias("a"), e.alias("e"),
+        window_start(e, size, off).alias("window_start"),
     )
-    joined: DataFrame = per_arrival.join(F.broadcast(fire_df), "window_end", "left")
-    a, n = F.col("a"), F.col("n")  # arrival time, elements arriving then
-    aggs = [F.sum(n).alias("elements")]
-    for i in range(len(an.names)):
-        f, x = F.col(f"_f{i}"), F.col(f"_x{i}")  # on-time and expiry times
-        ontime = (f >= 0) & (a <= f)
-        late = ~ontime & ((x < 0) | (a <= x))
-        first_late = F.min(F.when(late, F.struct(a.alias("t"), n, F.col("emin"), F.col("emax"))))
-        aggs += [
-            F.sum(F.when(ontime, n).otherwise(0)).alias(f"ontime_n_{i}"),
-            _or(F.min(F.when(ontime, F.col("emin"))), _BIG).alias(f"ontime_emin_{i}"),
-            _or(F.max(F.when(ontime, F.col("emax"))), _SMALL).alias(f"ontime_emax_{i}"),
-            F.count(F.when(late, F.lit(1))).alias(f"late_batches_{i}"),
-            F.sum(F.when(late, n).otherwise(0)).alias(f"late_n_{i}"),
-            first_late.alias(f"first_late_{i}"),
-            F.first(f).alias(f"_t{i}"),
-        ]
-    got = joined.groupBy("key", "window_start", "window_end").agg(*aggs)
-    flat = [F.col(c) for c in got.columns if not c.startswith("first_late_")]
-    for i in range(len(an.names)):
-        for fld, name, fill in (
-            ("t", "time", _BIG), ("n", "n", 0), ("emin", "emin", _BIG), ("emax", "emax", _SMALL)
-        ):
-            column = _or(F.col(f"first_late_{i}.{fld}"), fill)
-            flat.append(column.alias(f"first_late_{name}_{i}"))
-    out = to_pandas(got.select(*flat))
+    # the shuffle's partitions, or more when a task would hold over _ROWS_PER_TASK rows
+    parts = max(
+        int(session_of(src).conf.get("spark.sql.shuffle.partitions")),
+        -(-an.layout.rows // _ROWS_PER_TASK),
+    )
+    rows = rows.repartition(parts, "key", "window_start")
+
+    def per_window(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        got = concat_batches(batches)
+        if got is None:
+            return
+        codes = pc.dictionary_encode(got.column("key").combine_chunks(), null_encoding="encode")
+        index = WindowIndex.of(
+            got.column("e").to_numpy(), got.column("a").to_numpy(),
+            codes.indices.to_numpy(zero_copy_only=False), size, off,
+        )
+        at = np.searchsorted(ends, index.window_end)  # every window end is among them
+        cols = {
+            "key": codes.dictionary.take(pa.array(index.key)),
+            "window_start": pa.array(index.window_end - size),
+            "window_end": pa.array(index.window_end),
+            "elements": pa.array(index.elements.astype(np.int64)),
+        }
+        for i in range(len(names)):
+            agg = index.aggregates(fire[i][at], expire[i][at])
+            for f, v in zip(WindowAggregates._fields, agg, strict=True):
+                cols[f"{f}_{i}"] = pa.array(v.astype(np.int64))
+            cols[f"_t{i}"] = pa.array(fire[i][at])
+        yield pa.RecordBatch.from_pydict(cols)
+
+    fields = ["window_start", "window_end", "elements"]
+    for i in range(len(names)):
+        fields += [f"{f}_{i}" for f in WindowAggregates._fields] + [f"_t{i}"]
+    schema = T.StructType(
+        [T.StructField("key", key_type, True)]
+        + [T.StructField(c, T.LongType(), False) for c in fields]
+    )
+    out = to_pandas(rows.mapInArrow(per_window, schema))
     return out.sort_values(["window_end", "key"], kind="stable").reset_index(drop=True)
-
-
-#: Fills of the aggregates over no element (never read: their counts are 0), so every
-#: column is a non-null bigint and reaches pandas as exact int64, not float.
-_BIG, _SMALL = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-
-
-def _or(column: Column, fill: int) -> Column:
-    """``column``, or ``fill`` where it is null."""
-    return F.coalesce(column, F.lit(int(fill)).cast("long"))
 
 
 def _column(got: pd.DataFrame, name: str) -> np.ndarray:
@@ -286,12 +307,13 @@ def window_summary(
     offset: int = 0,
     finish: bool = True,
     firing: Firing = FIRE_ONCE,
+    curves: Mapping[str, StepSeries] | None = None,
 ) -> pd.DataFrame:
     """One row of window metrics per strategy: the columns of
     :func:`theory.experiments.first_panes.summary_row` (the trace-determined columns of
     :class:`theory.pipeline.metrics.StrategyMetrics`, then late panes, final completeness
     and the pane timestamps' lag; µs)."""
-    w = windows(an, window_size, offset, finish, firing)
+    w = windows(an, window_size, offset, finish, firing, curves)
     late = an.late.set_index("strategy")
     rows = []
     for s in an.strategies:

@@ -27,3 +27,13 @@ def test_a_parquet_row_is_named_by_its_index(tmp_path):
     with pytest.raises(TraceError) as e:
         read_trace(path)
     assert str(e.value).endswith(f"[file {str(path)!r}, row index 1 of that file, from 0]")
+
+
+def test_a_missing_column_lists_every_column_present(tmp_path):
+    """Issue 13 finding 8: a CSV with ``ts,arrival,key,value`` was told "columns present:
+    ['key', 'value']" (the time-like columns left out)."""
+    path = tmp_path / "t.csv"
+    path.write_text("ts,arrival,key,value\n1,2,a,1\n")
+    with pytest.raises(TraceError, match=r"column 'event_time': required column missing") as e:
+        read_trace(path)
+    assert "columns present: ['arrival', 'key', 'ts', 'value']" in str(e.value)

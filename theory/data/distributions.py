@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
-import scipy.stats as st
 
 from theory.columns import check_count
 from theory.time import DAY, MICROS_PER_SECOND
@@ -51,7 +50,7 @@ class Distribution:
 
     def frozen(self) -> Any:
         """The frozen scipy.stats distribution."""
-        return getattr(st, self.name)(**self.kwargs)
+        return getattr(_stats(), self.name)(**self.kwargs)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` raw float64 draws (in the distribution's own unit) from ``rng``."""
@@ -86,9 +85,18 @@ class Delay(Distribution):
         return float(self.frozen().mean())
 
 
+def _stats() -> Any:
+    """``scipy.stats``, imported on first use: it takes about a second to import, and a
+    command that only reads a trace never draws from a distribution."""
+    import scipy.stats
+
+    return scipy.stats
+
+
 def _scipy_distribution(name: object) -> Any:
     if not isinstance(name, str):
         raise TypeError(f"a distribution name must be a str, got {name!r}")
+    st = _stats()
     dist = getattr(st, name, None)
     if not isinstance(dist, (st.rv_continuous, st.rv_discrete)):
         raise ValueError(f"unknown scipy.stats distribution {name!r}")

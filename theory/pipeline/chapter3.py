@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from theory.data.generators import game_sessions_trace
 from theory.data.trace import Trace
 from theory.pipeline.processing import INSTANT, Processing
 from theory.pipeline.stages import Flatten, GroupByWindow, Pipeline, Source
@@ -74,6 +73,10 @@ def pipeline(
 def traces(events: int, seed: int = 0, **params: Any) -> dict[str, Trace]:
     """Seeded mobile and console traces, ``events`` in all, split evenly; ``params`` go
     to both generators (:class:`~theory.data.specs.SessionSpec`'s fields, e.g. ``users``)."""
+    # here: the generators import scipy.stats (about a second), which the pipeline's
+    # users (the command line's analyze) need not pay for
+    from theory.data.generators import game_sessions_trace
+
     half = events // 2
     return {
         "mobile_in": game_sessions_trace(events - half, seed=seed, platform="mobile", **params),
