@@ -107,7 +107,8 @@ def test_systems_section_takes_the_partitions_as_inputs(demo):
 def test_the_stuck_stage_shows_as_a_system_delay(demo):
     """Issue 13 finding 6: the demo injects figure 3.15's system-delay case (a stuck
     flatten stage) beside the data delays; the page shows the longest stalls and the
-    counts by kind, the CSV every stall; the trace starts at a real date."""
+    counts by kind, the CSV every stall; the trace starts at a real date; the lag
+    figure's caption explains the ramp at the end of the trace."""
     kinds = {r["kind"]: r for r in _rows(demo / "chapter3_stall_kinds.csv")}
     assert set(kinds) == {"data delay", "system delay"}
     stalls = _rows(demo / "chapter3_stalls.csv")
@@ -117,6 +118,7 @@ def test_the_stuck_stage_shows_as_a_system_delay(demo):
     assert all(r["start_utc"].startswith("2024-01") for r in stalls)
     html = (demo / "index.html").read_text()
     assert html.count("<tr>") < len(stalls) + 60  # the page shows the longest, not all
+    assert "The ramp at the end: once the last events have arrived" in html  # explained
 
 
 def _theory_specs() -> list[str]:
