@@ -70,6 +70,8 @@ def _tail_scale(ax: Any, right: float, hi: float) -> None:
         return
     width = max(right - ax.get_xlim()[0], 1e-9)
     k = 0.25 * width / (hi - right)
+    if k >= 1:  # the tail fits in a quarter of the body: a linear axis shows it all
+        return
 
     def forward(x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)

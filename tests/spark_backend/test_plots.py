@@ -81,6 +81,21 @@ def test_the_stages_figure_shows_the_straggler_tail_compressed(figures, tmp_path
         _covers_every_time_on_a_compressed_tail(ax, ax_t, times)
 
 
+def test_a_short_tail_stays_on_a_linear_axis(figures, tmp_path) -> None:
+    """A tail shorter than a quarter of the body is not "compressed" (it would be
+    stretched, labelled "×0"): the axis stays linear and still shows every arrival."""
+    e, a = _trace(stragglers=0)
+    a[:3] = a.max() + 10 * MINUTE  # 10 min past an hour's arrivals
+    times = np.unique(a)
+    w = perfect_curve(e, a).at(times)
+    plots.stage_watermarks(tmp_path / "s.png", times, {"in": (w, w)})
+    ax = figures[0].axes[0]
+    assert ax.get_xscale() == "linear"
+    assert not [t for t in ax.texts if "compressed" in t.get_text()]
+    origin = int(min(times.min(), w.min()))
+    assert ax.get_xlim()[1] >= plots.TimeAxis(origin, int(times.max()) - origin)(times.max())
+
+
 def test_the_lag_figure_shows_the_tail_compressed(figures, tmp_path) -> None:
     """lags.png: the ramp after the last arrivals (stragglers' windows) took most of the
     panel; it stays, compressed."""
