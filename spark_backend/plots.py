@@ -88,7 +88,8 @@ def _tail_scale(ax: Any, right: float, hi: float) -> None:
     ax.set_xticks(ticks + tail[-2:])
     ax.axvline(right, color="0.3", lw=0.8, ls=(0, (2, 2)))
     ax.text(
-        right, 0.02, f" tail compressed ×{1 / k:,.0f} →", transform=ax.get_xaxis_transform(),
+        right, 0.02, f" tail compressed ×{1 / k:,.{0 if k < 0.1 else 1}f} →",
+        transform=ax.get_xaxis_transform(),
         fontsize=7, color="0.3",
     )
 
