@@ -117,6 +117,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # peak_memory, also when imported
 
 import apache_beam as beam
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
