@@ -25,14 +25,9 @@ from spark_backend.runner.streaming.sources import (
     streaming_proto,
 )
 from spark_backend.runner.streaming.watermarks import PipelineWatermarks
+from tests.spark_backend.runner.streaming.events import EVENT
 from theory.data.trace import Trace
 from theory.time import MAX_TIMESTAMP
-
-_EVENT = st.one_of(
-    st.tuples(st.just(ELEMENTS), st.just(((b"x", 0),))),
-    st.tuples(st.just(WATERMARK), st.integers(0, 10**6)),
-    st.tuples(st.just(PROCESSING_TIME), st.integers(1, 10**6)),
-)
 
 
 def _proto(pipeline: beam.Pipeline) -> object:
@@ -43,7 +38,7 @@ def _proto(pipeline: beam.Pipeline) -> object:
 
 @settings(max_examples=80, deadline=None)
 @given(
-    events=st.lists(st.tuples(_EVENT, st.sampled_from(["t[a]", "t[b]"])), max_size=12),
+    events=st.lists(st.tuples(EVENT, st.sampled_from(["t[a]", "t[b]"])), max_size=12),
     impulses=st.lists(st.sampled_from(["i1"]), unique=True),
 )
 def test_instant_batches_send_each_event_once_as_beam_orders_them(

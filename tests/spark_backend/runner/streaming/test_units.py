@@ -28,19 +28,14 @@ from spark_backend.runner.streaming.sources import (
     streaming_proto,
 )
 from spark_backend.runner.streaming.watermarks import PipelineWatermarks
+from tests.spark_backend.runner.streaming.events import EVENT
 from theory.time import MAX_TIMESTAMP, MICROS_PER_MILLI, MICROS_PER_SECOND
 from theory.windowing.strategy import TimestampCombiner
-
-_EVENT = st.one_of(
-    st.tuples(st.just(ELEMENTS), st.just(((b"x", 0),))),
-    st.tuples(st.just(WATERMARK), st.integers(0, 10**6)),
-    st.tuples(st.just(PROCESSING_TIME), st.integers(1, 10**6)),
-)
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    streams=st.lists(st.lists(_EVENT, max_size=6), max_size=3),
+    streams=st.lists(st.lists(EVENT, max_size=6), max_size=3),
     impulses=st.lists(st.sampled_from(["i1", "i2"]), unique=True),
 )
 def test_schedule_sends_each_event_once_in_turn_one_per_batch_and_resumes_anywhere(
