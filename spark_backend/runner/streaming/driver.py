@@ -543,11 +543,7 @@ class StreamingDriver:
         task = functools.partial(_keyed_task, stateful_batch, spec, job, components, times)
         if self._sinks:  # a sink fused after the stateful DoFn writes in this stage
             task = self._sinks.keyed_task(run.batch.number, spec.name, task)
-        if self._checkpoint is not None:
-            task = self._checkpoint.saving(step_id, run.batch.number, task)
-        out = rdd.mapPartitionsWithIndex(task, preservesPartitioning=True).persist()
-        out.localCheckpoint()  # cut the lineage to the previous batches once computed
-        run.steps[step_id] = out
+        out = self._keyed_run(step_id, rdd, task, run)
         run.unsynced.update(step.labels)
         run.pending.append(out.filter(_is_summary).map(functools.partial(_named, step_id)))
         self._outputs(spec, out, run, kept=True)
@@ -627,6 +623,17 @@ class StreamingDriver:
         )
         return self._sc.parallelize(list(elements), parts).mapPartitions(encode)
 
+    def _keyed_run(self, step_id: bytes, rdd: Any, task: Any, run: _BatchRun) -> Any:
+        """The keyed step's output RDD for this batch: ``task`` over the partitions of its
+        input and state (``rdd``), saved by the checkpoint when there is one, persisted
+        with its lineage cut, and kept as the step's last output."""
+        if self._checkpoint is not None:
+            task = self._checkpoint.saving(step_id, run.batch.number, task)
+        out = rdd.mapPartitionsWithIndex(task, preservesPartitioning=True).persist()
+        out.localCheckpoint()  # cut the lineage to the previous batches once computed
+        run.steps[step_id] = out
+        return out
+
     def _group_step(self, buffer: bytes, run: _BatchRun) -> Any:
         """The RDD of the GroupByKey of ``buffer`` for this batch (its output chunks), or
         None when it has no input and nothing due."""
@@ -644,11 +651,7 @@ class StreamingDriver:
             keyed = raw.flatMap(functools.partial(_keyed, group, job, components))
         rdd = self._with_state(state, keyed)
         task = functools.partial(_keyed_task, group_batch, group, job, components, times)
-        if self._checkpoint is not None:
-            task = self._checkpoint.saving(buffer, run.batch.number, task)
-        out = rdd.mapPartitionsWithIndex(task, preservesPartitioning=True).persist()
-        out.localCheckpoint()  # cut the lineage to the previous batches once computed
-        run.steps[buffer] = out
+        out = self._keyed_run(buffer, rdd, task, run)
         run.unsynced.add(label)
         run.pending.append(out.filter(_is_summary).map(functools.partial(_named, buffer)))
         return out.filter(_is_output).values()
