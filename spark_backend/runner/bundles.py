@@ -106,9 +106,11 @@ def run_partition(
     components: bytes,
     side_data: Mapping[bytes, list[bytes]],
     records: Iterable[tuple[str, bytes]],
+    finalize: bool = True,
 ) -> Iterator[tuple[bytes, bytes]]:
     """Run ``spec`` over ``records`` (``(input transform id, chunk)``), one bundle
-    then its timer and residual rounds; yield output chunks and the metrics record."""
+    then its timer and residual rounds; yield output chunks and the metrics record.
+    ``finalize``: call each bundle's finalizers (:func:`run_bundle`)."""
     state = StateServicer()
     load_side_inputs(state, spec.side_inputs, side_data, job_id, components)
     worker, descriptor_id = bundle_worker(spec, state)
@@ -119,7 +121,7 @@ def run_partition(
         for number in itertools.count():
             if number >= MAX_ROUNDS:
                 raise RuntimeError(f"more than {MAX_ROUNDS} timer rounds in one partition")
-            result = run_bundle(worker, spec, descriptor_id, pending, number)
+            result = run_bundle(worker, spec, descriptor_id, pending, number, finalize)
             for buffer, chunk in result.outputs:
                 sizes[buffer] += len(chunk)
                 yield buffer, chunk
@@ -149,8 +151,13 @@ def run_bundle(
     descriptor_id: str,
     bundle: Round,
     number: int,
+    finalize: bool = True,
 ) -> BundleResult:
-    """Process one bundle (instruction ``bundle_<number>``): its elements and timers."""
+    """Process one bundle (instruction ``bundle_<number>``): its elements and timers;
+    then, with ``finalize``, call the bundle's finalizers (Beam's
+    ``BundleFinalizerParam``) in the task. The streaming runner passes False: a task's
+    output is committed by the driver only after the task ends, so a finalizer run
+    here could ack what a retried or replayed batch needs again."""
     instruction = f"bundle_{number}"
     _send(worker, spec, instruction, bundle)
     request = beam_fn_api_pb2.InstructionRequest(
@@ -170,7 +177,7 @@ def run_bundle(
             written[item.transform_id, item.timer_family_id].append(item.timers)
         elif item.data:
             outputs.append((spec.outputs[item.transform_id], item.data))
-    if response.process_bundle.requires_finalization:
+    if finalize and response.process_bundle.requires_finalization:
         _finalize(worker, instruction)
     return BundleResult(response.process_bundle, outputs, dict(written))
 

@@ -232,12 +232,19 @@ def _is_buffer(buffer: bytes, record: tuple[bytes, bytes]) -> bool:
 
 
 def _stage_task(
-    spec: StageSpec, job_id: str, components: Any, side: Any, records: Iterable[Any]
+    spec: StageSpec,
+    job_id: str,
+    components: Any,
+    side: Any,
+    records: Iterable[Any],
+    finalize: bool = True,
 ) -> Iterator[tuple[bytes, bytes]]:
+    """A stage over one partition; ``finalize``: call bundle finalizers in the task
+    (see :func:`~spark_backend.runner.bundles.run_bundle`; a lean stage has none)."""
     if spec.path == LEAN:
         return run_lean_partition(spec.descriptor, spec.outputs, records)
     side_data = side.value if side is not None else {}
-    return run_partition(spec, job_id, components.value, side_data, records)
+    return run_partition(spec, job_id, components.value, side_data, records, finalize)
 
 
 def _keyed(group: GroupSpec, job_id: str, components: Any, chunk: bytes) -> Any:

@@ -38,7 +38,8 @@ Architecture (the batch runner's machinery, driven batch by batch)
    position) and resumed in a later batch, after its ``defer_remainder`` delay; its
    ``WatermarkEstimator``'s watermark is the transform's ``source:watermark-estimator``
    hold. The run goes on while residuals remain (``--max_batches`` or ``cancel`` stop
-   it).
+   it). No bundle finalizer is called (see :mod:`.driver`): acks follow the driver's
+   commit through the reader's resume, never precede it.
 6. **Watermarks** (:mod:`.watermarks`): theory's stage graph over the pipeline's
    transforms, with every GroupByKey's ``state:pending-windows`` hold, every stateful
    DoFn's ``state:timers`` and every SDF's ``source:watermark-estimator``, latched as

@@ -17,6 +17,15 @@ batches (lineage cut by ``localCheckpoint``). The driver reads back only each st
 metrics and each partition's summary (hold, next timers, counts), sets the GroupByKey's
 ``state:pending-windows`` hold in the tracker (:mod:`.watermarks`) and hands the tasks
 the next watermarks; it never reads elements. Each batch logs one line (jobs, seconds).
+
+**Bundle finalizers are never called** (Beam makes them best effort). A task's output is
+committed only when the driver commits its batch, after the task has ended; a finalizer
+run in the task (Pub/Sub acks) would outlive a retried task or a batch that failed, or a
+driver that died, before the commit, and its messages would be lost. The project's Pub/Sub
+reader instead sends the acks a committed state owed when that state resumes, in the next
+batch (:mod:`beam_pipelines.pubsub_sdf`): acks follow the commit. A read that ends or is
+drained leaves its last bundle's acks unsent; those messages go to the subscription's next
+reader (at least once).
 """
 
 from __future__ import annotations
@@ -757,13 +766,15 @@ def _nonempty_stage_task(
     spec: StageSpec, job_id: str, components: Any, records: Iterable[Any]
 ) -> Iterator[tuple[bytes, bytes]]:
     """The stage over one partition, or only an empty metrics record for an empty one
-    (no bundle: Beam's runners run none without input)."""
+    (no bundle: Beam's runners run none without input). Bundle finalizers are not
+    called (see the module docstring)."""
     iterator = iter(records)
     first = next(iterator, None)
     if first is None:
         empty = beam_fn_api_pb2.ProcessBundleResponse().SerializeToString()
         return iter([(METRICS, pickle.dumps(PartitionSummary(empty, {})))])
-    return _stage_task(spec, job_id, components, None, itertools.chain([first], iterator))
+    records = itertools.chain([first], iterator)
+    return _stage_task(spec, job_id, components, None, records, finalize=False)
 
 
 def _is_summary(record: tuple[Any, bytes]) -> bool:

@@ -191,7 +191,7 @@ def stateful_batch(
                     f"{stateful_label(spec)!r}: more than {MAX_TIMER_ROUNDS} timer rounds "
                     "in one batch (a timer that keeps setting itself due?)"
                 )
-            result = run_bundle(worker, spec, descriptor_id, bundle, number)
+            result = run_bundle(worker, spec, descriptor_id, bundle, number, finalize=False)
             for buffer, chunk in result.outputs:
                 sizes[buffer] += len(chunk)
                 yield buffer, chunk

@@ -102,7 +102,7 @@ def sdf_batch(
     worker, descriptor_id = bundle_worker(spec, StateServicer())
     sizes: dict[bytes, int] = defaultdict(int)
     try:
-        result = run_bundle(worker, spec, descriptor_id, Round(data=data), 0)
+        result = run_bundle(worker, spec, descriptor_id, Round(data=data), 0, finalize=False)
     finally:
         worker.stop_worker()
     for buffer, chunk in result.outputs:
