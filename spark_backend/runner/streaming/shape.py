@@ -5,18 +5,31 @@ each as its label, URN, the labels of the transforms producing its inputs, and t
 of each output, written as URNs (``beam:coder:kv:v1(beam:coder:bytes:v1, ...)``). It holds
 no pickled functions or payloads, so the same code gives the same shape in every process,
 and a changed DoFn body with the same labels and types is accepted (as Beam's update
-compatibility check accepts it). :func:`first_difference` names the first place two
+compatibility check accepts it). A ``TestStream`` also records its events, as digests
+(:func:`event_digests`), so a restart whose TestStream sends other events is refused with
+the first differing event named. :func:`first_difference` names the first place two
 shapes differ, or says that the two pipelines share no transform at all.
+
+Bounded sources' data (``beam.Create``'s values) is not recorded: it lives in a pickled
+function, whose bytes are not stable across processes.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Final
 
+from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
 
-__all__ = ["Shape", "first_difference", "pipeline_shape"]
+__all__ = ["Shape", "event_digests", "first_difference", "pipeline_shape"]
+
+#: A TestStream's events are recorded as at most this many digests (each of a run of
+#: consecutive events; one event each for a TestStream of at most this many events).
+MAX_EVENT_DIGESTS: Final[int] = 1024
+
+_TEST_STREAM: Final[str] = common_urns.primitives.TEST_STREAM.urn
 
 #: One transform's entry: label, urn, inputs (producer labels), output coders.
 Shape = list[dict[str, Any]]
@@ -33,20 +46,37 @@ def pipeline_shape(pipeline: pb.Pipeline) -> Shape:
     }
     shape: Shape = []
     for transform in _in_order(pipeline):
-        shape.append(
-            {
-                "label": transform.unique_name,
+        entry = {
+            "label": transform.unique_name,
                 "urn": transform.spec.urn,
                 "inputs": sorted(
                     f"{tag}={producer.get(pc, '?')}" for tag, pc in transform.inputs.items()
                 ),
-                "outputs": sorted(
-                    f"{tag}={_coder(components, components.pcollections[pc].coder_id)}"
-                    for tag, pc in transform.outputs.items()
-                ),
-            }
-        )
+            "outputs": sorted(
+                f"{tag}={_coder(components, components.pcollections[pc].coder_id)}"
+                for tag, pc in transform.outputs.items()
+            ),
+        }
+        if transform.spec.urn == _TEST_STREAM:
+            entry["events"] = event_digests(transform)
+        shape.append(entry)
     return shape
+
+
+def event_digests(transform: pb.PTransform) -> dict[str, Any]:
+    """A TestStream's events as JSON-ready digests: ``count`` events, ``per`` events to a
+    digest (1 up to :data:`MAX_EVENT_DIGESTS` events), ``digests`` (SHA-1 of each run of
+    deterministically serialised event protos, 16 hex digits)."""
+    events = pb.TestStreamPayload.FromString(transform.spec.payload).events
+    per = max(1, -(-len(events) // MAX_EVENT_DIGESTS))
+    digests = []
+    for start in range(0, len(events), per):
+        digest = hashlib.sha1()
+        for event in events[start : start + per]:
+            raw = event.SerializeToString(deterministic=True)
+            digest.update(len(raw).to_bytes(8, "little") + raw)
+        digests.append(digest.hexdigest()[:16])
+    return {"count": len(events), "per": per, "digests": digests}
 
 
 def first_difference(
@@ -74,6 +104,8 @@ def first_difference(
                     f"transform {new['label']!r}: {field} {_show(new[field])} here but "
                     f"{_show(old[field])} in the checkpoint"
                 )
+        if old.get("events") != new.get("events"):
+            return f"transform {new['label']!r}: {_events_difference(old, new)}"
     if len(written) != len(current):
         longer, where = (
             (current, "here") if len(current) > len(written) else (written, "in the checkpoint")
@@ -81,6 +113,30 @@ def first_difference(
         extra = longer[min(len(written), len(current))]["label"]
         return f"transform {extra!r} exists only {where}"
     return None
+
+
+def _events_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """Where two TestStreams' recorded events first differ, in words."""
+    was, now = old.get("events"), new.get("events")
+    if was is None or now is None:
+        where = "in the checkpoint" if was is None else "here"
+        return f"the TestStream's events are not recorded {where}"
+    counts = f"{now['count']} events here, {was['count']} in the checkpoint"
+    if was["per"] != now["per"]:
+        return f"the TestStream sends other events ({counts})"
+    per = now["per"]
+    for index, (a, b) in enumerate(zip(was["digests"], now["digests"], strict=False)):
+        if a != b:
+            first, last = index * per, min((index + 1) * per, now["count"], was["count"]) - 1
+            if first >= last:
+                return f"TestStream event #{first} differs from the checkpoint's ({counts})"
+            return (
+                f"TestStream events #{first}-#{last} differ from the checkpoint's (one of "
+                f"them, or the end of one stream among them; {counts})"
+            )
+    shared = min(now["count"], was["count"])
+    where = "here" if now["count"] > shared else "in the checkpoint"
+    return f"TestStream event #{shared} exists only {where} ({counts})"
 
 
 def _show(value: Any) -> str:

@@ -84,6 +84,60 @@ def test_first_difference_names_a_transform_only_one_side_has() -> None:
     )
 
 
+def streamed(values: list[int]) -> Any:
+    """A TestStream of one element per event (``values``), then a Map: only the events
+    differ between two such pipelines."""
+
+    def build(p: beam.Pipeline) -> None:
+        stream = BeamTestStream()
+        for v in values:
+            stream = stream.add_elements([("a", v)])
+        p | "events" >> stream | "double" >> beam.Map(lambda kv: (kv[0], 2 * kv[1]))
+
+    return build
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ([1, 2, 3, 9, 5], r"^transform 'events': TestStream event #3 differs from the checkpoint"),
+        ([1, 2, 3], r"^transform 'events': TestStream event #3 exists only in the checkpoint"),
+        ([1, 2, 3, 4, 5, 6], r"^transform 'events': TestStream event #5 exists only here"),
+    ],
+)
+def test_a_teststream_sending_other_events_is_refused_naming_the_first_event(
+    values: list[int], message: str, tmp_path: Path
+) -> None:
+    written = pipeline_shape(proto_of(streamed([1, 2, 3, 4, 5])))
+    current = pipeline_shape(proto_of(streamed(values)))
+    found = first_difference(written, current)
+    assert found is not None and pytest.importorskip("re").search(message, found), found
+    # the labels, URNs and coders are the same: only the events tell them apart
+    drop = [{k: v for k, v in t.items() if k != "events"} for t in written]
+    assert drop == [{k: v for k, v in t.items() if k != "events"} for t in current]
+    open_checkpoint(str(tmp_path / "ckpt"), written, 2)
+    with pytest.raises(CheckpointError, match=r"cannot be resumed by this pipeline: .*'events'"):
+        open_checkpoint(str(tmp_path / "ckpt"), current, 2)
+    assert first_difference(written, pipeline_shape(proto_of(streamed([1, 2, 3, 4, 5])))) is None
+
+
+def test_a_long_teststream_is_recorded_in_runs_and_a_difference_named_by_its_run() -> None:
+    values = list(range(3000))
+    written = pipeline_shape(proto_of(streamed(values)))
+    (events,) = (t["events"] for t in written if "events" in t)
+    assert events["count"] == 3000 and events["per"] == 3 and len(events["digests"]) == 1000
+    values[2500] = -1
+    found = first_difference(written, pipeline_shape(proto_of(streamed(values))))
+    assert found is not None and "TestStream events #2499-#2501 differ" in found, found
+
+
+def test_a_checkpoint_recording_no_events_is_refused_for_a_teststream() -> None:
+    shape = pipeline_shape(proto_of(streamed([1])))
+    old = [{k: v for k, v in t.items() if k != "events"} for t in shape]
+    found = first_difference(old, shape)
+    assert found == "transform 'events': the TestStream's events are not recorded in the checkpoint"
+
+
 _ENTRY = st.fixed_dictionaries(
     {
         "label": st.sampled_from(["a", "b", "c"]),
