@@ -48,10 +48,10 @@ def pipeline_shape(pipeline: pb.Pipeline) -> Shape:
     for transform in _in_order(pipeline):
         entry = {
             "label": transform.unique_name,
-                "urn": transform.spec.urn,
-                "inputs": sorted(
-                    f"{tag}={producer.get(pc, '?')}" for tag, pc in transform.inputs.items()
-                ),
+            "urn": transform.spec.urn,
+            "inputs": sorted(
+                f"{tag}={producer.get(pc, '?')}" for tag, pc in transform.inputs.items()
+            ),
             "outputs": sorted(
                 f"{tag}={_coder(components, components.pcollections[pc].coder_id)}"
                 for tag, pc in transform.outputs.items()

@@ -13,6 +13,8 @@ run of the same pipeline from the checkpoint must output the 6 new records, once
 (before the fix they were acked by the failed batch's finalizer and lost).
 """
 
+# ruff: noqa: B008
+
 from __future__ import annotations
 
 import threading
@@ -29,8 +31,8 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from beam_pipelines.emulator import Emulator
 from beam_pipelines.pubsub_sdf import ReadFromPubSubWithTrackingWatermark
 from beam_pipelines.sinks import WriteBatchesToText
-from theory.time import SECOND
 from tests.spark_backend.runner.streaming.ckpt_pipeline import outputs
+from theory.time import SECOND
 
 pytestmark = pytest.mark.slow
 
