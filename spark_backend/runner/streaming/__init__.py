@@ -76,8 +76,9 @@ there; timers and their outputs carry whole milliseconds (Beam's timer coder).
 Not yet supported (refused before any Spark work, naming the transform): side inputs,
 ``Read`` (a splittable DoFn reads instead), map and multimap state, a splittable DoFn
 with state, Beam's batch file sink (``iobase.Write``). A splittable DoFn must checkpoint
-itself: the runner does not split a running bundle. User state is not garbage-collected
-when its window expires (nor on BundleBasedDirectRunner).
+itself: the runner does not split a running bundle. User state is garbage-collected
+when the input watermark passes its window's end plus the allowed lateness (Beam's rule;
+BundleBasedDirectRunner keeps it). No bundle finalizer is called.
 """
 
 from __future__ import annotations

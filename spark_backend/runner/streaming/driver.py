@@ -232,7 +232,12 @@ class _StepState:
         return min(holds) if holds else None
 
     def due(self, watermark: int, clock: int) -> bool:
+        """Whether a partition has a timer due, or (a stateful step) a window whose
+        state expires, at ``watermark`` and ``clock``."""
         for s in self.summaries:
+            expiry = getattr(s, "next_expiry", None)
+            if expiry is not None and expiry < watermark:
+                return True
             if s.next_watermark_timer is not None and s.next_watermark_timer <= watermark:
                 return True
             if s.next_processing_timer is not None and s.next_processing_timer <= clock:
@@ -307,8 +312,10 @@ class StreamingDriver:
 
     @property
     def stalled(self) -> bool:
-        """Whether, after the sources ended, a GroupByKey's hold keeps its output below
-        infinity (Beam's runners report "pipeline stall")."""
+        """Whether, after the sources ended, a GroupByKey's hold or a pending event-time
+        timer keeps its output below infinity (Beam's runners report "pipeline stall").
+        Processing-time timers pending at the end are dropped, as
+        BundleBasedDirectRunner drops them: they stall nothing."""
         tracker = self.watermarks.tracker
         return any(
             tracker.output_watermark(label) < MAX_TIMESTAMP
@@ -439,6 +446,8 @@ class StreamingDriver:
             for rdd in run.persisted:
                 rdd.unpersist(blocking=False)
         tracker.apply(holds=dict.fromkeys(in_flight))  # steps that did not run
+        if (batch.position is None or batch.position.finished) and not self.residuals:
+            self._drop_processing_timers()  # the run's last batch
         self.watermarks.record(self.clock)
         if self._sinks:
             self._sinks.commit(batch.number)
@@ -451,6 +460,30 @@ class StreamingDriver:
             time.perf_counter() - started,
             self.clock,
         )
+
+    def _drop_processing_timers(self) -> None:
+        """At the end of the run (every source done), release the ``state:timers`` hold
+        of each stateful step whose input watermark is at ``MAX_TIMESTAMP`` and whose
+        pending timers are all in processing time: they would never fire, and
+        BundleBasedDirectRunner drops them too, ending DONE rather than stalled."""
+        tracker = self.watermarks.tracker
+        holds: dict[tuple[str, str], int | None] = {}
+        for state in self._steps.values():
+            if state.hold_name != TIMER_HOLD or any(
+                s.next_watermark_timer is not None for s in state.summaries
+            ):
+                continue
+            pending = sum(s.timers for s in state.summaries)
+            for label in state.labels:
+                if pending and tracker.input_watermark(label) == MAX_TIMESTAMP:
+                    holds[label, TIMER_HOLD] = None
+                    _LOG.info(
+                        "%s: %d processing-time timer(s) pending at the end dropped",
+                        label,
+                        pending,
+                    )
+        if holds:
+            tracker.apply(holds=holds)
 
     def _commit(self, batch: Batch) -> None:
         """Commit ``batch`` to the checkpoint: every keyed step's summaries (an unbounded

@@ -29,13 +29,20 @@ again replaces its timer. The partition reports the smallest hold timestamp of i
 pending timers (an event-time timer holds at its fire timestamp, a processing-time one
 at the timestamp of the input that set it, as the SDK sets them): the driver makes the
 minimum over partitions the transform's ``state:timers`` hold.
+
+**Garbage collection** (Beam's rule): after a batch's timer rounds, the user state of a
+window is dropped once the input watermark has passed the window's max timestamp plus
+the allowed lateness (:meth:`PartitionState.collect_garbage`), so a long run keeps the
+state of open windows only. BundleBasedDirectRunner keeps such state for ever; outputs
+differ only for input its window's expiry made droppably late.
 """
 
 from __future__ import annotations
 
+import functools
 import pickle
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -44,6 +51,7 @@ from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
+from apache_beam.runners import pipeline_context
 from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateServicer
 from apache_beam.utils import proto_utils
 
@@ -58,6 +66,7 @@ from spark_backend.runner.bundles import (
 from spark_backend.runner.plan import StageSpec
 from spark_backend.runner.streaming.grouping import SUMMARY, BatchTimes
 from spark_backend.runner.task_context import coder_impl
+from theory.time import MAX_TIMESTAMP
 
 __all__ = [
     "TIMER_HOLD",
@@ -117,6 +126,23 @@ class PartitionState:
     def hold(self) -> int | None:
         return min((t.hold for t in self.timers.values()), default=None)
 
+    def collect_garbage(self, expires: Callable[[bytes], int], watermark: int) -> int:
+        """Drop the user state of every window that expired: its garbage-collection
+        time (``expires(encoded window)``: the window's max timestamp + allowed
+        lateness, µs) is below ``watermark`` (Beam's rule: state lives until the input
+        watermark passes it). Returns how many state cells went."""
+        dropped = 0
+        for table in (self.user_state, self.ordered_lists):
+            for raw in list(table):
+                if expires(_window_of(raw)) < watermark:
+                    del table[raw]
+                    dropped += 1
+        return dropped
+
+    def next_expiry(self, expires: Callable[[bytes], int]) -> int | None:
+        """The earliest garbage-collection time of a window that holds state (µs)."""
+        return min((expires(_window_of(raw)) for raw in self.user_state), default=None)
+
     def next_fire(self, event_time: bool) -> int | None:
         fires = (t.fire for t in self.timers.values() if t.event_time == event_time)
         return min(fires, default=None)
@@ -131,6 +157,9 @@ class StatefulSummary:
     next_processing_timer: int | None
     timers: int
     fired: int
+    #: The earliest garbage-collection time of a window holding state (µs): the step
+    #: runs once the input watermark passes it, input or not.
+    next_expiry: int | None = None
 
 
 def stateful_label(spec: StageSpec) -> str:
@@ -155,6 +184,33 @@ def timer_domains(spec: StageSpec) -> dict[TimerKey, bool]:
         domain = payload.timer_family_specs[family].time_domain
         out[transform_id, family] = domain == pb.TimeDomain.EVENT_TIME
     return out
+
+
+def _window_of(raw: bytes) -> bytes:
+    """The encoded window of a user-state cell (its encoded ``StateKey``)."""
+    key = beam_fn_api_pb2.StateKey.FromString(raw)
+    return bytes(getattr(key, str(key.WhichOneof("type"))).window)
+
+
+def window_expiry(spec: StageSpec) -> Callable[[bytes], int]:
+    """For the stage's stateful DoFn: an encoded window of its main input (as a state
+    key holds it) -> its garbage-collection time, the window's max timestamp plus the
+    windowing strategy's allowed lateness (µs, ``MAX_TIMESTAMP`` at most; the global
+    window expires only when a run's watermark passes its end)."""
+    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(spec.descriptor)
+    label = stateful_label(spec)
+    (transform,) = (t for t in descriptor.transforms.values() if t.unique_name == label)
+    (main,) = transform.inputs.values()  # streaming refuses side inputs
+    strategy = descriptor.windowing_strategies[descriptor.pcollections[main].windowing_strategy_id]
+    window_coder = pipeline_context.PipelineContext(descriptor).coders[strategy.window_coder_id]
+    lateness = strategy.allowed_lateness * 1000  # ms in the proto
+
+    @functools.lru_cache(maxsize=4096)
+    def expires(encoded: bytes) -> int:
+        end = int(window_coder.decode(encoded).max_timestamp().micros)
+        return min(end + lateness, MAX_TIMESTAMP)
+
+    return expires
 
 
 def stateful_batch(
@@ -200,10 +256,17 @@ def stateful_batch(
     finally:
         worker.stop_worker()
     state.save_from(servicer)
+    expires = window_expiry(spec)
+    state.collect_garbage(expires, times.input_after)
     yield partition, pickle.dumps(state, pickle.HIGHEST_PROTOCOL)
     yield metrics_record(consolidate(infos), sizes)
     summary = StatefulSummary(
-        state.hold(), state.next_fire(True), state.next_fire(False), len(state.timers), fired[0]
+        state.hold(),
+        state.next_fire(True),
+        state.next_fire(False),
+        len(state.timers),
+        fired[0],
+        state.next_expiry(expires),
     )
     yield SUMMARY, pickle.dumps(summary)
 

@@ -46,7 +46,7 @@ def pipeline_shape(pipeline: pb.Pipeline) -> Shape:
     }
     shape: Shape = []
     for transform in _in_order(pipeline):
-        entry = {
+        entry: dict[str, Any] = {
             "label": transform.unique_name,
             "urn": transform.spec.urn,
             "inputs": sorted(
