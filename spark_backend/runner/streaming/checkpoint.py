@@ -4,6 +4,7 @@ Layout of the directory::
 
     checkpoint.json                 format, the pipeline's shape (:mod:`.shape`), key partitions
     commit-NNNNNNNNN.pkl            the last committed batch (:class:`Commit`)
+    history.log                     the watermark history, appended by each commit
     state/GROUP/NNNNNNNNN/part-PPPPP.pkl    per-partition state of a keyed step
 
 - **Per-partition state** is saved by the Spark tasks themselves, as they compute it
@@ -13,10 +14,15 @@ Layout of the directory::
   state holds (a GroupByKey's engine, a stateful DoFn's cells). The driver never reads it.
 - **A commit** (:class:`Commit`, written atomically after the batch's sinks committed)
   holds the batch number, the sources' :class:`~.positions.Position`, the processing
-  clock, the pickled :class:`~.watermarks.PipelineWatermarks` (watermarks, holds, their
-  history), for each keyed step the batch whose state files hold its state and its
-  partitions' summaries, and the metrics so far. Only the latest commit and the state it
-  names are kept.
+  clock, the pickled :class:`~.watermarks.PipelineWatermarks` without their history
+  (the watermarks and holds now), for each keyed step the batch whose state files hold
+  its state and its partitions' summaries, the metrics so far (consolidated), and how far
+  ``history.log`` is committed. Only the latest commit and the state it names are kept,
+  so a commit's size does not grow with the run.
+- **The watermark history** is an append-only log: each commit first appends the batch's
+  snapshots (one length-prefixed pickled record, flushed and synced), then writes the
+  commit naming the log's new length. A restart reads the log up to that length; bytes
+  past it (a batch that appended but never committed) are cut before the next append.
 - **Restart**: :func:`open_checkpoint` checks the directory before any Spark work (a
   file, a non-empty directory that is no checkpoint, another pipeline's checkpoint, a
   changed shape or key partition count are refused with :class:`CheckpointError` naming
@@ -48,6 +54,8 @@ __all__ = ["FORMAT", "CheckpointError", "CheckpointStore", "Commit", "open_check
 FORMAT: Final[str] = "pysparkrunner-streaming-checkpoint/1"
 
 _META = "checkpoint.json"
+_HISTORY = "history.log"
+_LENGTH = 8  # bytes of a history record's length prefix (little-endian)
 _COMMIT = re.compile(r"commit-(\d{9})\.pkl")
 
 
@@ -65,6 +73,7 @@ class Commit:
     watermarks: bytes  # the pickled PipelineWatermarks
     steps: Mapping[str, tuple[int, bytes]]  # keyed step -> (batch of its state, summaries)
     metrics: Mapping[str, tuple[bytes, ...]]  # stage -> serialised MonitoringInfos
+    history: tuple[int, int] = (0, 0)  # history.log committed: (snapshots, bytes)
 
 
 def step_key(name: bytes | str) -> str:
@@ -83,6 +92,8 @@ class CheckpointStore:
         self._steps: dict[str, int] = {
             k: b for k, (b, _) in (latest.steps if latest else {}).items()
         }
+        # a commit written before the log existed holds its history in its watermarks
+        self._logged: tuple[int, int] = getattr(latest, "history", (0, 0))
 
     def _state_folder(self, key: str, batch: int) -> Path:
         return self.directory / "state" / key / f"{batch:09d}"
@@ -113,6 +124,53 @@ class CheckpointStore:
             functools.partial(_load_state, folder)
         )
 
+    def watermarks(self) -> Any:
+        """The latest commit's :class:`~.watermarks.PipelineWatermarks` with their whole
+        history read back from the log (:class:`CheckpointError` if the log is shorter
+        than the commit says), or None without a commit."""
+        if self.latest is None:
+            return None
+        marks = pickle.loads(self.latest.watermarks)
+        rows, size = self._logged
+        path = self.directory / _HISTORY
+        data = path.read_bytes()[:size] if rows else b""
+        read: list[Any] = []
+        offset = 0
+        while offset + _LENGTH <= len(data):
+            end = offset + _LENGTH + int.from_bytes(data[offset : offset + _LENGTH], "little")
+            if end > len(data):
+                break
+            read.extend(pickle.loads(data[offset + _LENGTH : end]))
+            offset = end
+        if offset != size or len(read) != rows:
+            raise CheckpointError(
+                f"--checkpoint_dir {str(self.directory)!r}: {_HISTORY} holds {len(read)} "
+                f"snapshots in {len(data)} bytes, but commit {self.latest.batch} says {rows} "
+                f"in {size}: the log is damaged"
+            )
+        marks.extend_history(read)
+        return marks
+
+    def _append_history(self, watermarks: Any) -> tuple[int, int]:
+        """Append the snapshots ``watermarks`` recorded since the last commit to the log
+        (after cutting what an uncommitted batch appended); the log's new extent."""
+        rows, size = self._logged
+        new = watermarks.history(rows)
+        if not new:
+            return rows, size
+        record = pickle.dumps(new, pickle.HIGHEST_PROTOCOL)
+        with open(self.directory / _HISTORY, "ab") as f:
+            if f.seek(0, os.SEEK_END) < size:
+                raise CheckpointError(
+                    f"--checkpoint_dir {str(self.directory)!r}: {_HISTORY} is shorter than "
+                    f"its last commit says ({size} bytes): the log is damaged"
+                )
+            f.truncate(size)
+            f.write(len(record).to_bytes(_LENGTH, "little") + record)
+            f.flush()
+            os.fsync(f.fileno())
+        return rows + len(new), size + _LENGTH + len(record)
+
     def summaries(self, name: bytes | str) -> Any:
         """The summaries committed with keyed step ``name``'s state, or None."""
         step = (self.latest.steps if self.latest else {}).get(step_key(name))
@@ -128,12 +186,14 @@ class CheckpointStore:
         metrics: Mapping[str, Iterable[Any]],
     ) -> Commit:
         """Commit ``batch`` (after its Spark work and its sinks): ``summaries`` are each
-        keyed step's partition summaries, ``metrics`` each stage's MonitoringInfos."""
+        keyed step's partition summaries, ``metrics`` each stage's MonitoringInfos;
+        ``watermarks``' new snapshots go to the history log first."""
+        history = self._append_history(watermarks)
         commit = Commit(
             batch,
             position,
             clock,
-            pickle.dumps(watermarks, pickle.HIGHEST_PROTOCOL),
+            pickle.dumps(watermarks.without_history(), pickle.HIGHEST_PROTOCOL),
             {
                 step_key(name): (self._steps[step_key(name)], pickle.dumps(value))
                 for name, value in summaries.items()
@@ -143,10 +203,12 @@ class CheckpointStore:
                 stage: tuple(i.SerializeToString() for i in infos)
                 for stage, infos in metrics.items()
             },
+            history,
         )
         path = self.directory / f"commit-{batch:09d}.pkl"
         write_file_atomically(path, pickle.dumps(commit, pickle.HIGHEST_PROTOCOL))
         self.latest = commit
+        self._logged = history
         self._clean(path.name)
         return commit
 

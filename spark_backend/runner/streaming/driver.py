@@ -391,7 +391,7 @@ class StreamingDriver:
             return None
         assert self._checkpoint is not None
         self.clock = commit.clock if self._test_clock else max(commit.clock, _now())
-        self.watermarks = pickle.loads(commit.watermarks)
+        self.watermarks = self._checkpoint.watermarks()
         for stage, infos in commit.metrics.items():
             self._infos[stage] = [metrics_pb2.MonitoringInfo.FromString(i) for i in infos]
         for step_id, state in self._steps.items():

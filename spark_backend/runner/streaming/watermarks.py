@@ -15,7 +15,7 @@ processing time; :meth:`series` and :meth:`why` read the snapshots as theory ser
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,6 +94,23 @@ class PipelineWatermarks:
     def batches(self) -> int:
         """How many snapshots were recorded."""
         return len(self._times)
+
+    def history(self, start: int = 0) -> list[tuple[int, dict[str, _Snapshot]]]:
+        """The snapshots from number ``start`` on, each with its processing time (µs)."""
+        return list(zip(self._times[start:], self._snapshots[start:], strict=True))
+
+    def extend_history(self, rows: Iterable[tuple[int, dict[str, _Snapshot]]]) -> None:
+        """Append snapshots as :meth:`history` gave them (a checkpoint's log)."""
+        for time, snapshot in rows:
+            self._times.append(time)
+            self._snapshots.append(snapshot)
+
+    def without_history(self) -> PipelineWatermarks:
+        """A copy sharing the graph and the tracker, with no snapshots: what a checkpoint
+        commits beside its history log."""
+        copy = object.__new__(PipelineWatermarks)
+        copy.__dict__.update(self.__dict__, _times=[], _snapshots=[])
+        return copy
 
     def series(self, label: str, per_batch: bool = False) -> dict[str, StepSeries]:
         """``label``'s input and output watermark and each named hold it ever had, as

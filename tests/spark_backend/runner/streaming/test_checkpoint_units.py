@@ -6,6 +6,7 @@ directory, the batch sink on Beam's FnApiRunner, and what is refused before any 
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from spark_backend.runner.streaming.checkpoint import FORMAT, CheckpointError, o
 from spark_backend.runner.streaming.checks import check_streaming
 from spark_backend.runner.streaming.positions import Position
 from spark_backend.runner.streaming.shape import first_difference, pipeline_shape
+from spark_backend.runner.streaming.watermarks import PipelineWatermarks
 
 # -- shapes ---------------------------------------------------------------------------------
 
@@ -200,6 +202,83 @@ def test_bad_checkpoint_directories_are_refused_naming_why(tmp_path: Path) -> No
         open_checkpoint(str(tmp_path / "ours"), shape, 2)
 
 
+def _series(marks: PipelineWatermarks) -> dict[str, Any]:
+    return {
+        label: {k: (v.times.tolist(), v.values.tolist()) for k, v in marks.series(label).items()}
+        for label in marks.graph.order
+    }
+
+
+def test_each_commit_appends_only_its_batch_and_a_restart_reads_the_history_back(
+    tmp_path: Path,
+) -> None:
+    proto = proto_of(counting)
+    shape, root = pipeline_shape(proto), tmp_path / "ckpt"
+    store = open_checkpoint(str(root), shape, 2)
+    marks = PipelineWatermarks(proto)
+    commits, logs = [], []
+    for batch in range(30):
+        marks.tracker.apply(source_watermarks={"events": batch * 1_000_000})
+        marks.record(batch * 1000)
+        store.commit(batch, Position(batch + 1), batch * 1000, marks, {}, {})
+        commits.append((root / f"commit-{batch:09d}.pkl").stat().st_size)
+        logs.append((root / "history.log").stat().st_size)
+    # the commit does not grow with the run; the log grows by one batch's snapshot each
+    assert max(commits[1:]) - min(commits[1:]) <= 8, commits
+    growth = [b - a for a, b in itertools.pairwise(logs)]
+    assert max(growth) - min(growth) <= 8 and min(growth) > 0, growth
+    assert marks.batches == 30
+    restored = open_checkpoint(str(root), shape, 2).watermarks()
+    assert restored.batches == 30 and _series(restored) == _series(marks)
+    assert restored.tracker.output_watermark("format") == marks.tracker.output_watermark("format")
+
+    # a batch that appended but never committed: its bytes are ignored, then cut
+    with (root / "history.log").open("ab") as f:
+        f.write(b"\x05\x00\x00\x00\x00\x00\x00\x00torn")
+    again = open_checkpoint(str(root), shape, 2)
+    resumed = again.watermarks()
+    assert _series(resumed) == _series(marks)
+    resumed.tracker.apply(source_watermarks={"events": 40_000_000})
+    resumed.record(40_000)
+    again.commit(30, Position(31), 40_000, resumed, {}, {})
+    assert (root / "history.log").stat().st_size == logs[-1] + growth[-1]
+    final = open_checkpoint(str(root), shape, 2).watermarks()
+    assert final.batches == 31 and _series(final) == _series(resumed)
+
+    # a log shorter than its commit says is damage, named
+    data = (root / "history.log").read_bytes()
+    (root / "history.log").write_bytes(data[:-3])
+    with pytest.raises(CheckpointError, match=r"history\.log holds 30 snapshots .* says 31"):
+        open_checkpoint(str(root), shape, 2).watermarks()
+
+
+def test_a_commit_from_before_the_log_keeps_its_history_and_moves_it_to_the_log(
+    tmp_path: Path,
+) -> None:
+    import pickle
+    from dataclasses import replace
+
+    proto = proto_of(counting)
+    shape, root = pipeline_shape(proto), tmp_path / "ckpt"
+    store = open_checkpoint(str(root), shape, 2)
+    marks = PipelineWatermarks(proto)
+    for batch in range(3):
+        marks.tracker.apply(source_watermarks={"events": batch * 1_000_000})
+        marks.record(batch * 1000)
+    commit = store.commit(2, Position(3), 2000, marks, {}, {})
+    # the old layout: the whole history pickled in the commit, no log
+    old = replace(commit, watermarks=pickle.dumps(marks), history=(0, 0))
+    del old.__dict__["history"]  # pickled before the field existed
+    (root / "commit-000000002.pkl").write_bytes(pickle.dumps(old))
+    (root / "history.log").unlink()
+    store = open_checkpoint(str(root), shape, 2)
+    resumed = store.watermarks()
+    assert _series(resumed) == _series(marks)
+    resumed.record(3000)
+    store.commit(3, Position(4), 3000, resumed, {}, {})
+    assert _series(open_checkpoint(str(root), shape, 2).watermarks()) == _series(resumed)
+
+
 # -- refusals before any work ---------------------------------------------------------------
 
 
@@ -344,7 +423,7 @@ def test_tasks_save_their_partition_state_and_a_commit_keeps_only_what_it_names(
             batch,
             Position(batch + 1, {"events": batch + 1}),
             7,
-            {"marks": 1},
+            PipelineWatermarks(proto_of(counting)),
             {b"group:g": ["summary"]},
             {},
         )
