@@ -34,6 +34,7 @@ package, one idea a folder:
 ``theory.dataflow``         the dataflow profile: central aggregator, Pub/Sub estimator
                             and its simulation
 ``theory.experiments``      trade-off, propagation
+``theory.progress``         ``Progress``: a text progress bar for long work (every CLI)
 ==========================  ===========================================================
 """
 

@@ -10,6 +10,10 @@ with the source watermark ``--watermark``; on PySparkRunner, add
 ``--test_stream_batches=instant`` for one micro-batch per distinct arrival time, and
 ``--arrival_step 1s`` rounds arrival times up to whole steps (1-second micro-batches).
 
+Long runs show progress on stderr: a log line per stage (read, build, run, write) and,
+on a runner that counts its micro-batches (PySparkRunner ``--streaming``), a progress bar
+of the batches run against those the replay sends (checked every second).
+
 ``DIR`` must be new or empty. Each grouping stage's panes go to ``DIR/<stage>/`` as the
 run goes (one file per bundle, written atomically), and at the end to ``DIR/<stage>.csv``
 (key, window start and end, pane timestamp µs, timing, index, first, last, value).
@@ -24,15 +28,19 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, TextIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from beam_pipelines.chapter3.pipeline import GROUP_STAGES, SOURCE_STAGES
 from beam_pipelines.chapter3.trace import coarsen_arrivals, read_chapter3_trace
 from beam_pipelines.pane_files import PaneRow, read_panes
+from theory.data.trace import Trace
+from theory.progress import Progress
 from theory.time import parse_duration
 from theory.watermarks.spec import make_source_watermark
 from theory.windowing.strategy import TimestampCombiner
@@ -109,12 +117,41 @@ def write_csv(rows: list[PaneRow], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def run(argv: Sequence[str] | None = None) -> object:
-    """Run the module (see the module docstring); the Beam ``PipelineResult``."""
+def _expected_batches(options: Any, traces: Mapping[str, Trace], events: int) -> int:
+    """The micro-batches PySparkRunner runs for the replay: one per distinct arrival time
+    with ``--test_stream_batches instant``, else one per TestStream event; and the last
+    one that ends the sources."""
+    flags = options.get_all_options(retain_unknown_options=True)
+    if flags.get("test_stream_batches") == "instant":
+        arrivals = np.concatenate([t.arrival_time for t in traces.values()])
+        return int(np.unique(arrivals).size) + 1
+    return events + 1
+
+
+def _wait(result: Any, batches: int | None, stream: TextIO) -> None:
+    """Wait for the run to finish; on a runner counting its micro-batches (a result
+    with ``batches``), print the progress bar whenever more batches have run."""
+    if batches is None or not hasattr(result, "batches"):
+        result.wait_until_finish()
+        return
+    progress = Progress(max(1, batches), stream=stream)
+    shown = -1
+    while True:
+        finished = result.wait_until_finish(duration=1000) is not None
+        if result.batches != shown:
+            shown = result.batches
+            progress.update(shown, "micro-batches")
+        if finished:
+            return
+
+
+def run(argv: Sequence[str] | None = None, progress_stream: TextIO | None = None) -> object:
+    """Run the module (see the module docstring); the Beam ``PipelineResult``. The
+    progress bar goes to ``progress_stream`` (stderr by default)."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-    from beam_pipelines.chapter3.pipeline import batch_sources, build, streaming_sources
+    from beam_pipelines.chapter3.pipeline import batch_sources, build, replay, streaming_sources
 
     known, pipeline_args = parse_args(argv)
     options = PipelineOptions(pipeline_args)
@@ -128,14 +165,21 @@ def run(argv: Sequence[str] | None = None) -> object:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     pipeline = beam.Pipeline(options=options)
+    batches = None
     if streaming:
-        sources = streaming_sources(pipeline, traces, known.watermark)
+        stream = replay(traces, known.watermark)
+        sources = streaming_sources(pipeline, traces, known.watermark, stream)
+        batches = _expected_batches(options, traces, len(stream._events))
     else:
         sources = batch_sources(pipeline, traces)
     build(sources, out, _COMBINERS[known.timestamp_combiner])
-    _LOG.info("stage build: %s pipeline built", "streaming" if streaming else "batch")
+    _LOG.info(
+        "stage build: %s pipeline built%s",
+        "streaming" if streaming else "batch",
+        f" ({batches:,} micro-batches to run on a batch-counting runner)" if batches else "",
+    )
     result = pipeline.run()
-    result.wait_until_finish()
+    _wait(result, batches, progress_stream or sys.stderr)
     _LOG.info("stage run: finished in %.1f s", time.perf_counter() - started)
     for stage in GROUP_STAGES:
         rows = read_panes(out, stage)
@@ -146,7 +190,9 @@ def run(argv: Sequence[str] | None = None) -> object:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: :func:`run`, a refused input as one line and exit status 2."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    # force: importing Beam has already given the root logger a WARNING-level handler,
+    # which would swallow the stage lines
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", force=True)
     try:
         run(argv)
     except (ValueError, TypeError, FileNotFoundError) as err:

@@ -48,6 +48,7 @@ __all__ = [
     "SessionLengths",
     "batch_sources",
     "build",
+    "replay",
     "strategies",
     "streaming_sources",
 ]
@@ -151,14 +152,23 @@ def batch_sources(pipeline: Any, traces: Mapping[str, Trace]) -> dict[str, Any]:
     }
 
 
-def streaming_sources(pipeline: Any, traces: Mapping[str, Trace], watermark: str) -> dict[str, Any]:
-    """One ``TestStream`` (:data:`TEST_STREAM_LABEL`) replaying both traces by arrival
-    time (processing time = ``arrival_time``), an output per source stage, each with the
-    source watermark ``watermark`` (a spec, e.g. ``bounded:30s``) over its own rows, at
-    ``MAX_TIMESTAMP`` once its last row has arrived (theory's finished bounded source)."""
+def replay(traces: Mapping[str, Trace], watermark: str) -> Any:
+    """The ``TestStream`` replaying both traces by arrival time (processing time =
+    ``arrival_time``), an output per source stage, each with the source watermark
+    ``watermark`` (a spec, e.g. ``bounded:30s``) over its own rows, at ``MAX_TIMESTAMP``
+    once its last row has arrived (theory's finished bounded source)."""
     both = Trace.concat([traces[name] for name in SOURCE_STAGES])
     tags = [name for name in SOURCE_STAGES for _ in range(len(traces[name]))]
-    stream = from_trace(both, watermark, tags=tags, finish=True)
+    return from_trace(both, watermark, tags=tags, finish=True)
+
+
+def streaming_sources(
+    pipeline: Any, traces: Mapping[str, Trace], watermark: str, stream: Any = None
+) -> dict[str, Any]:
+    """The source stages in streaming: one ``TestStream`` (:data:`TEST_STREAM_LABEL`),
+    ``stream`` or else :func:`replay` of ``traces`` under ``watermark``."""
+    if stream is None:
+        stream = replay(traces, watermark)
     outputs = pipeline | TEST_STREAM_LABEL >> stream
     return {name: outputs[name] for name in SOURCE_STAGES}
 

@@ -7,6 +7,7 @@ against theory.simulate on the same trace.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from pathlib import Path
 
@@ -150,14 +151,32 @@ def test_the_command_line_refuses_a_trace_with_wrong_columns(
 
 @pytest.mark.slow
 def test_batch_on_the_default_runner_equals_the_simulation_with_no_late_data(
-    traces: dict[str, Trace], trace_file: Path, tmp_path: Path
+    traces: dict[str, Trace],
+    trace_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """In batch every element is on time (the watermark passes everything at the end),
     which the simulation gets from the whole-trace oracle watermark; FnApiRunner encodes
-    between stages, so pane timestamps are whole milliseconds."""
-    run(["--input", str(trace_file), "--output", str(tmp_path)])
+    between stages, so pane timestamps are whole milliseconds. The command line logs one
+    line per stage on stderr (Beam's import had set the root logger to WARNING)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        assert main(["--input", str(trace_file), "--output", str(tmp_path)]) == 0
+    finally:
+        root.handlers[:], root.level = handlers, level
     expected = simulate_chapter3(traces, "perfect:oracle", whole_ms=True)
     assert_same_panes(expected.panes, tmp_path)
+    stages = [
+        line.split(" stage ", 1)[1]
+        for line in capsys.readouterr().err.splitlines()
+        if " stage " in line
+    ]
+    assert [s.split(":")[0] for s in stages] == ["read", "build", "run"] + ["write"] * 3, stages
+    assert stages[1] == "build: batch pipeline built"
+    for stage, line in zip(GROUP_STAGES, stages[3:], strict=True):
+        assert f" panes of {stage} in " in line
 
 
 @pytest.mark.slow

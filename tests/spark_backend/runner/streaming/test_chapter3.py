@@ -10,6 +10,8 @@ floored to whole ms; windows, values, timing and index are exact.
 
 from __future__ import annotations
 
+import io
+import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -50,13 +52,36 @@ def traces() -> dict[str, Trace]:
     return {k: coarsen_arrivals(t, 60 * SECOND) for k, t in raw.items()}
 
 
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 @pytest.fixture(scope="module")
 def spark_run(
     spark: Any, traces: dict[str, Trace], tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, Any]:
+) -> tuple[Path, Any, list[str], str]:
+    """The module's run: its output folder, result, log lines and progress bar."""
     folder = tmp_path_factory.mktemp("chapter3-spark")
     write_chapter3_trace(traces, folder / "trace.parquet")
-    result = run(
+    bar, lines = io.StringIO(), _Lines()
+    logger = logging.getLogger("beam_pipelines.chapter3")
+    logger.addHandler(lines)
+    logger.setLevel(logging.INFO)
+    try:
+        result = _run_module(folder, bar)
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(logging.NOTSET)
+    return folder / "out", result, lines.lines, bar.getvalue()
+
+
+def _run_module(folder: Path, bar: io.StringIO) -> Any:
+    return run(
         [
             "--input",
             str(folder / "trace.parquet"),
@@ -71,9 +96,9 @@ def spark_run(
             "instant",
             "--key_partitions",
             "1",
-        ]
+        ],
+        progress_stream=bar,
     )
-    return folder / "out", result
 
 
 @pytest.fixture(scope="module")
@@ -82,14 +107,34 @@ def simulated(traces: dict[str, Trace]) -> Simulated:
 
 
 def test_one_micro_batch_per_distinct_arrival_time(
-    spark_run: tuple[Path, Any], traces: dict[str, Trace]
+    spark_run: tuple[Path, Any, list[str], str], traces: dict[str, Trace]
 ) -> None:
     arrivals = np.unique(np.concatenate([t.arrival_time for t in traces.values()]))
     assert spark_run[1].batches == arrivals.size + 1  # and the last one ending the sources
 
 
-def test_panes_equal_the_simulation(spark_run: tuple[Path, Any], simulated: Simulated) -> None:
-    output, _ = spark_run
+def test_the_module_logs_each_stage_and_shows_the_batches_run(
+    spark_run: tuple[Path, Any, list[str], str], traces: dict[str, Trace]
+) -> None:
+    _, result, lines, bar = spark_run
+    batches = result.batches
+    assert [line.split(":")[0] for line in lines] == [
+        "stage read",
+        "stage build",
+        "stage run",
+        *["stage write"] * 3,
+    ], lines
+    assert f"streaming pipeline built ({batches:,} micro-batches to run" in lines[1]
+    shown = [line for line in bar.splitlines() if line.endswith("s)")]
+    done = [int(line.split("] ")[1].split("/")[0]) for line in shown]
+    assert shown and done == sorted(set(done)), bar  # one line per change, rising
+    assert shown[-1].startswith("[" + "#" * 24 + f"] {batches}/{batches} micro-batches"), bar
+
+
+def test_panes_equal_the_simulation(
+    spark_run: tuple[Path, Any, list[str], str], simulated: Simulated
+) -> None:
+    output = spark_run[0]
     late = sum(simulated.result.stages[s].late_count for s in GROUP_STAGES[:2])
     assert late > 0, "the trace should have late data for the comparison to mean much"
     for stage in GROUP_STAGES:
@@ -103,11 +148,11 @@ def _same(a: StepSeries, b: StepSeries, times: np.ndarray) -> bool:
 
 
 def test_every_stage_watermark_series_equals_the_simulation(
-    spark_run: tuple[Path, Any], simulated: Simulated, traces: dict[str, Trace]
+    spark_run: tuple[Path, Any, list[str], str], simulated: Simulated, traces: dict[str, Trace]
 ) -> None:
     """At every processing time a batch ran (each distinct arrival time), each stage's
     input and output watermark on Spark equal the simulation's."""
-    _, result = spark_run
+    result = spark_run[1]
     shown = result.watermarks()
     times = np.unique(np.concatenate([t.arrival_time for t in traces.values()]))
     for stage, label in LABELS.items():
