@@ -33,8 +33,11 @@ minimum over partitions the transform's ``state:timers`` hold.
 **Garbage collection** (Beam's rule): after a batch's timer rounds, the user state of a
 window is dropped once the input watermark has passed the window's max timestamp plus
 the allowed lateness (:meth:`PartitionState.collect_garbage`), so a long run keeps the
-state of open windows only. BundleBasedDirectRunner keeps such state for ever; outputs
-differ only for input its window's expiry made droppably late.
+state of open windows only; a window with a pending timer keeps its state until the
+timer fires (Beam Python lets a timer be set past its window's expiry; its firing then
+reads the state, as on BundleBasedDirectRunner). BundleBasedDirectRunner
+keeps all state for ever; outputs differ only for input that arrives after its window's
+state was dropped.
 """
 
 from __future__ import annotations
@@ -42,11 +45,11 @@ from __future__ import annotations
 import functools
 import pickle
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2
@@ -126,22 +129,31 @@ class PartitionState:
     def hold(self) -> int | None:
         return min((t.hold for t in self.timers.values()), default=None)
 
-    def collect_garbage(self, expires: Callable[[bytes], int], watermark: int) -> int:
+    def collect_garbage(
+        self, expires: Callable[[bytes], int], watermark: int, kept: Container[bytes] = ()
+    ) -> int:
         """Drop the user state of every window that expired: its garbage-collection
         time (``expires(encoded window)``: the window's max timestamp + allowed
         lateness, µs) is below ``watermark`` (Beam's rule: state lives until the input
-        watermark passes it). Returns how many state cells went."""
+        watermark passes it), unless the window is in ``kept`` (encoded windows with
+        a pending timer: Beam Python lets a timer be set past its window's expiry, and
+        its firing reads the state). Returns how many state cells went."""
         dropped = 0
         for table in (self.user_state, self.ordered_lists):
             for raw in list(table):
-                if expires(_window_of(raw)) < watermark:
+                window = _window_of(raw)
+                if expires(window) < watermark and window not in kept:
                     del table[raw]
                     dropped += 1
         return dropped
 
-    def next_expiry(self, expires: Callable[[bytes], int]) -> int | None:
-        """The earliest garbage-collection time of a window that holds state (µs)."""
-        return min((expires(_window_of(raw)) for raw in self.user_state), default=None)
+    def next_expiry(
+        self, expires: Callable[[bytes], int], kept: Container[bytes] = ()
+    ) -> int | None:
+        """The earliest garbage-collection time of a window that holds state and is not
+        ``kept`` (µs)."""
+        windows = {_window_of(raw) for raw in self.user_state}
+        return min((expires(w) for w in windows if w not in kept), default=None)
 
     def next_fire(self, event_time: bool) -> int | None:
         fires = (t.fire for t in self.timers.values() if t.event_time == event_time)
@@ -192,11 +204,12 @@ def _window_of(raw: bytes) -> bytes:
     return bytes(getattr(key, str(key.WhichOneof("type"))).window)
 
 
-def window_expiry(spec: StageSpec) -> Callable[[bytes], int]:
-    """For the stage's stateful DoFn: an encoded window of its main input (as a state
-    key holds it) -> its garbage-collection time, the window's max timestamp plus the
-    windowing strategy's allowed lateness (µs, ``MAX_TIMESTAMP`` at most; the global
-    window expires only when a run's watermark passes its end)."""
+def window_expiry(spec: StageSpec) -> tuple[Callable[[bytes], int], Any]:
+    """For the stage's stateful DoFn: a function from an encoded window of its main
+    input (as a state key holds it) to its garbage-collection time, the window's max
+    timestamp plus the windowing strategy's allowed lateness (µs, ``MAX_TIMESTAMP`` at
+    most; the global window expires only when a run's watermark passes its end); and
+    the window coder."""
     descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(spec.descriptor)
     label = stateful_label(spec)
     (transform,) = (t for t in descriptor.transforms.values() if t.unique_name == label)
@@ -210,7 +223,19 @@ def window_expiry(spec: StageSpec) -> Callable[[bytes], int]:
         end = int(window_coder.decode(encoded).max_timestamp().micros)
         return min(end + lateness, MAX_TIMESTAMP)
 
-    return expires
+    return expires, window_coder
+
+
+def _timer_windows(
+    spec: StageSpec, job_id: str, components: bytes, state: PartitionState, window_coder: Any
+) -> set[bytes]:
+    """The encoded windows of the partition's pending timers."""
+    out: set[bytes] = set()
+    for (transform_id, family, _), pending in state.timers.items():
+        impl = coder_impl(job_id, components, spec.timers[transform_id, family])
+        timer = impl.decode_from_stream(create_InputStream(pending.encoded), True)
+        out.update(window_coder.encode(w) for w in timer.windows)
+    return out
 
 
 def stateful_batch(
@@ -256,8 +281,9 @@ def stateful_batch(
     finally:
         worker.stop_worker()
     state.save_from(servicer)
-    expires = window_expiry(spec)
-    state.collect_garbage(expires, times.input_after)
+    expires, window_coder = window_expiry(spec)
+    kept = _timer_windows(spec, job_id, components, state, window_coder)
+    state.collect_garbage(expires, times.input_after, kept)
     yield partition, pickle.dumps(state, pickle.HIGHEST_PROTOCOL)
     yield metrics_record(consolidate(infos), sizes)
     summary = StatefulSummary(
@@ -266,7 +292,7 @@ def stateful_batch(
         state.next_fire(False),
         len(state.timers),
         fired[0],
-        state.next_expiry(expires),
+        state.next_expiry(expires, kept),
     )
     yield SUMMARY, pickle.dumps(summary)
 

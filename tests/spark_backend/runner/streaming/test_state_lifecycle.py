@@ -3,7 +3,8 @@
 - **gc**: a window's state is dropped once the input watermark passes the window's end
   plus the allowed lateness (Beam's rule), not before: a late element within the
   lateness still sees it. The state checkpointed mid-run holds the open windows only;
-  the outputs equal BundleBasedDirectRunner's (which never drops state).
+  the outputs equal BundleBasedDirectRunner's (which never drops state), but for an
+  element arriving after its window's state was dropped (a deliberate divergence).
 - **pending**: a processing-time timer still pending when the TestStream ends is
   dropped, as BundleBasedDirectRunner drops it: the run ends DONE, not stalled, and the
   transform's output watermark reaches the end.
@@ -43,6 +44,8 @@ WINDOWS = 6
 LATENESS = 2  # seconds
 #: The first run stops after this many batches (one per window, under instant batches).
 FIRST_RUN = 4
+#: A value sent to window 0 after its state expired: the tested divergence.
+DROPPED = 99
 
 
 class WindowState(beam.DoFn):
@@ -51,6 +54,7 @@ class WindowState(beam.DoFn):
 
     BAG = userstate.BagStateSpec("bag", VarIntCoder())
     END = userstate.TimerSpec("end", TimeDomain.WATERMARK)
+    LATER = userstate.TimerSpec("later", TimeDomain.WATERMARK)
 
     def process(
         self,
@@ -58,10 +62,22 @@ class WindowState(beam.DoFn):
         w: Any = beam.DoFn.WindowParam,
         bag: Any = beam.DoFn.StateParam(BAG),
         end: Any = beam.DoFn.TimerParam(END),
+        later: Any = beam.DoFn.TimerParam(LATER),
     ) -> Any:
         bag.add(kv[1])
         end.set(w.max_timestamp())
+        if kv == ("b", 12):  # a timer past its window's expiry keeps the window's state
+            later.set(w.end + Duration(seconds=LATENESS + 2))
         yield ("gc", kv[0], int(w.start), "seen", sorted(bag.read()))
+
+    @userstate.on_timer(LATER)
+    def after_expiry(
+        self,
+        key: Any = beam.DoFn.KeyParam,
+        w: Any = beam.DoFn.WindowParam,
+        bag: Any = beam.DoFn.StateParam(BAG),
+    ) -> Any:
+        yield ("gc", key, int(w.start), "later", sorted(bag.read()))
 
     @userstate.on_timer(END)
     def at_end(
@@ -108,18 +124,22 @@ class Ordered(beam.DoFn):
         kv: Any,
         items: Any = beam.DoFn.StateParam(LIST),
         at5: Any = beam.DoFn.TimerParam(AT5),
-        at100: Any = beam.DoFn.TimerParam(AT100),
     ) -> Any:
         items.add((Timestamp(seconds=kv[1]), kv[1]))
         at5.set(Timestamp(seconds=5))
-        at100.set(Timestamp(seconds=100))
         return iter(())
 
     @userstate.on_timer(AT5)
-    def five(self, key: Any = beam.DoFn.KeyParam, items: Any = beam.DoFn.StateParam(LIST)) -> Any:
+    def five(
+        self,
+        key: Any = beam.DoFn.KeyParam,
+        items: Any = beam.DoFn.StateParam(LIST),
+        at100: Any = beam.DoFn.TimerParam(AT100),
+    ) -> Any:
         whole = [(int(t.micros), v) for t, v in items.read()]
         part = [v for _, v in items.read_range(Timestamp(seconds=1), Timestamp(seconds=3))]
         items.clear_range(Timestamp(seconds=0), Timestamp(seconds=2))
+        at100.set(Timestamp(seconds=100))  # set here: it fires after this on every runner
         yield ("ordered", key, "at5", whole, part)
 
     @userstate.on_timer(AT100)
@@ -140,6 +160,8 @@ def events() -> TestStream:
         elements = [("gc", ("a", 10 * w + 1), w), ("gc", ("b", 10 * w + 2), w)]
         if w >= 1:
             elements.append(("gc", ("a", 10 * (w - 1) + 5), w - 1))  # late, kept state
+        if w == WINDOWS - 1:
+            elements.append(("gc", ("a", DROPPED), 0))  # after window 0's state was dropped
         if w == 0:
             elements += [("pending", ("soon", 1), 0), ("pending", ("never", 2), 0)]
         if w < 2:
@@ -248,16 +270,28 @@ def test_window_state_is_dropped_after_its_lateness_and_outputs_equal_the_direct
     ours: dict[str, Any],
 ) -> None:
     # after 4 batches the watermark is at 4 s: windows [0, 1) and [1, 2) expired (end +
-    # 2 s lateness passed), [2, 3) and [3, 4) are open: only their state is kept
-    assert ours["mid_run"] == {2 * S, 3 * S}
+    # 2 s lateness passed), [2, 3) and [3, 4) are open: only their state is kept, and
+    # [1, 2)'s, whose "later" timer (at 5 s) is pending
+    assert ours["mid_run"] == {S, 2 * S, 3 * S}
+    assert ("gc", "b", 1, "later", [12]) in ours["values"]  # (window starts in s)
     expected = beam_values(
         lambda p, c: streaming_pipeline(p, c, with_ordered=False),
         BundleBasedDirectRunner(),
         streaming=True,
     )
-    assert of(ours["values"], "gc") == of(expected, "gc")
+    ours_gc, beams_gc = of(ours["values"], "gc"), of(expected, "gc")
+    after = [v for v in ours_gc if DROPPED in v[-1]]
+    assert [v for v in ours_gc if v not in after] == [v for v in beams_gc if DROPPED not in v[-1]]
     # the late element within the lateness saw its window's state (not yet dropped)
     assert ("gc", "a", 0, "seen", [1, 5]) in ours["values"]
+    # Deliberate divergence: an element arriving after its window's state was dropped
+    # starts from empty state here; BundleBasedDirectRunner keeps every window's state
+    # for ever, so there it sees the old values
+    assert after == [("gc", "a", 0, "end", [DROPPED]), ("gc", "a", 0, "seen", [DROPPED])]
+    assert [v for v in beams_gc if DROPPED in v[-1]] == [
+        ("gc", "a", 0, "end", [1, 5, DROPPED]),
+        ("gc", "a", 0, "seen", [1, 5, DROPPED]),
+    ]
 
 
 def test_a_processing_time_timer_pending_at_the_end_is_dropped_as_beam_does(

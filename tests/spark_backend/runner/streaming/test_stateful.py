@@ -162,12 +162,16 @@ def random_stream(seed: int, events: int = 14) -> TestStream:
 
 def two_branches(p: beam.Pipeline, capture: Any) -> None:
     """The stateful DoFn in the global window and, on the same stream, in 5 s windows
-    (state and timers per window)."""
+    (state and timers per window). The windows' allowed lateness outlasts the stream's
+    late elements: a window's state is dropped once the watermark passes its end plus
+    the lateness (test_state_lifecycle), BundleBasedDirectRunner never drops it, and a
+    later element would see the two differ (a tested divergence)."""
     events = p | "events" >> random_stream(SEED)
     glob = events | "global" >> beam.ParDo(Stateful())
     fixed = (
         events
-        | "window" >> beam.WindowInto(window.FixedWindows(5))
+        | "window"
+        >> beam.WindowInto(window.FixedWindows(5), allowed_lateness=Duration(seconds=600))
         | "windowed" >> beam.ParDo(Stateful())
         | "tag" >> beam.Map(lambda o: ("windowed", *o))
         | "unwindow" >> beam.WindowInto(window.GlobalWindows())  # one coder into Flatten
