@@ -369,6 +369,11 @@ class _Puller:
             return False
         return True
 
+    def extend_leases(self, records: Sequence[PubsubRecord], seconds: int) -> bool:
+        """Keep ``records`` leased for ``seconds`` from now (``modify_ack_deadline``):
+        their acks wait for a runner's commit (a failure is counted)."""
+        return self._modify(records, seconds)
+
     def _modify(self, records: Sequence[PubsubRecord], seconds: int) -> bool:
         if not records:
             return True

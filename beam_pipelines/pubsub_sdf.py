@@ -20,6 +20,12 @@ The runner resumes committed states only, so whoever resumes a state sends those
 again (the finalizer may never run, as Beam's Java Pub/Sub source warns); Pub/Sub takes a
 repeated ack as a no-op (with exactly-once delivery on, it answers an error, counted).
 
+A runner may call the finalizer late, or never (PySparkRunner's streaming mode never calls
+it: its batches commit on the driver after the tasks end, so the acks come from the next
+resume). So that the messages owed do not come back before then, the bundle extends
+their leases to ``owed_lease`` seconds (60 by default) as it checkpoints; a bundle whose
+output is never committed gets them back once that lease ends.
+
 The lease grace (``lease_grace``, the tracking subscription's ack deadline) holds the
 watermark after any start that is not a clean resume: messages a dead attempt pulled stay
 invisible until their leases expire. A resume is clean when this attempt is the first to
@@ -56,6 +62,7 @@ time) when ``dead_letter`` is on, and is acked either way.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -150,7 +157,8 @@ class ReadWithTrackingWatermarkFn(
     ``records_per_bundle`` records are emitted before the DoFn checkpoints itself
     (``defer_remainder``); ``claims_dir`` is where attempts claim the states they resume
     (:class:`~beam_pipelines.resume_claims.ResumeClaims`; a shared file system when the
-    runner's workers span hosts).
+    runner's workers span hosts); ``owed_lease`` is how long (s) the messages whose acks
+    the bundle owes stay leased after it checkpoints (None: not extended).
 
     ``PUBSUB_EMULATOR_HOST`` is read when the DoFn is built and set in the worker at
     ``setup`` when the worker lacks it: a runner's workers (Spark's Python workers, say)
@@ -169,6 +177,7 @@ class ReadWithTrackingWatermarkFn(
         dead_letter: bool = False,
         idle_poll: float = 1.0,
         claims_dir: str | None = None,
+        owed_lease: int | None = 60,
         **estimator_params: Any,
     ) -> None:
         beam.DoFn.__init__(self)
@@ -187,6 +196,16 @@ class ReadWithTrackingWatermarkFn(
         if not idle_poll >= 0:
             raise ValueError(f"idle_poll must be >= 0 s, got {idle_poll}")
         self.idle_poll = float(idle_poll)
+        if owed_lease is not None and not (
+            isinstance(owed_lease, int)
+            and not isinstance(owed_lease, bool)
+            and 1 <= owed_lease <= 600
+        ):
+            raise ValueError(
+                f"owed_lease must be whole seconds in [1, 600] (Pub/Sub's ack deadline) or "
+                f"None, got {owed_lease!r}"
+            )
+        self.owed_lease = owed_lease
         self.backlog_factory = backlog_factory
         self.emulator_host = os.environ.get("PUBSUB_EMULATOR_HOST")
         self._subscriber: Any = None
@@ -284,6 +303,8 @@ class ReadWithTrackingWatermarkFn(
         if pos >= stop:
             return
         emitted = 0
+        owed_base: list[Any] = []  # records this attempt owes acks for
+        owed_tracking: list[Any] = []
         try:
             while emitted < self.records_per_bundle:
                 for _ in range(tracking.max_pulls):  # drain the tracking subscription
@@ -299,6 +320,7 @@ class ReadWithTrackingWatermarkFn(
                     # whoever resumes that state.
                     finalizer.register(partial(tracking.ack, batch))
                     wm.owe(tracking=batch)
+                    owed_tracking.extend(batch)
                 records = base.pull() or []
                 _fail_if_fatal(base)
                 bad = [r for r in records if r.event_time is None]
@@ -309,10 +331,12 @@ class ReadWithTrackingWatermarkFn(
                         yield beam.pvalue.TaggedOutput(DEAD_LETTER, out)
                 finalizer.register(partial(base.ack, bad))  # counted, and dead-lettered if on
                 wm.owe(base=bad)
+                owed_base.extend(bad)
                 for i, rec in enumerate(good):
                     if not tracker.try_claim(pos):  # the budget (or a split) ends here
                         finalizer.register(partial(base.ack, good[:i]))
                         wm.owe(base=good[:i])
+                        owed_base.extend(good[:i])
                         base.consumed(good[:i])
                         base.nack(good[i:])
                         return
@@ -324,6 +348,7 @@ class ReadWithTrackingWatermarkFn(
                     yield TimestampedValue(rec, Timestamp(micros=rec.event_time))
                 finalizer.register(partial(base.ack, good))
                 wm.owe(base=good)
+                owed_base.extend(good)
                 base.consumed(good)  # committed with this state: no longer holds pt_base
                 if pos >= stop:  # the whole budget is claimed: done
                     return
@@ -348,6 +373,10 @@ class ReadWithTrackingWatermarkFn(
                 else:
                     break  # nothing to read for a while: checkpoint and resume shortly
         finally:
+            if self.owed_lease is not None and sys.exc_info()[0] is None:
+                # the acks come after the runner's commit: keep the messages till then
+                base.extend_leases(owed_base, self.owed_lease)
+                tracking.extend_leases(owed_tracking, self.owed_lease)
             Metrics.counter(ns, "emitted").inc(emitted)
             # Distributions, not gauges: the runner's gauge merge across bundles is not
             # "latest wins"; the watermark is monotonic, so its distribution's max is it.

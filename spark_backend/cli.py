@@ -142,7 +142,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     _print_stages(stage_metrics(result))
     out = Path(args.out)
     _write_simulation(result, out)
-    print(f"\n{what} simulated in {elapsed:.1f}s ({engine} engine); series and metrics in {out}/")
+    print(
+        f"\n{what} simulated in {elapsed:.1f}s ({engine} engine); series and metrics in {out}/"
+    )
     print(
         f"peak memory of this process {peak / 2**20:,.0f} MiB; the simulation added "
         f"{max(0, peak - before) / max(1, n_events):,.0f} bytes per event at most (peak "
@@ -369,7 +371,9 @@ def _firing(args: argparse.Namespace) -> Firing:
     from theory.experiments.first_panes import Firing
     from theory.time import parse_duration
 
-    return Firing(parse_duration(args.allowed_lateness), args.late_firings, args.timestamp_combiner)
+    return Firing(
+        parse_duration(args.allowed_lateness), args.late_firings, args.timestamp_combiner
+    )
 
 
 _ANALYZE_DESCRIPTION = (

@@ -155,7 +155,9 @@ def strategies_section(
     )
     if c.holdback is not None and len(c.holdback):
         hb = c.holdback
-        shown = with_units({col: list(hb[col]) for col in hb.columns}, times=["longest_run_start"])
+        shown = with_units(
+            {col: list(hb[col]) for col in hb.columns}, times=["longest_run_start"]
+        )
         report.table(
             "holdback",
             "Which partition holds the watermark back",
@@ -205,7 +207,7 @@ def arrival_before_event_warning(early: int, rows: int) -> str | None:
 
 
 def _coinciding_note(c: Comparison) -> str:
-    """ " X = Y on this trace." for the strategies whose curves coincide on the whole
+    """" X = Y on this trace." for the strategies whose curves coincide on the whole
     view's grid (empty when none do)."""
     groups = plots.coinciding({s: c.whole.grid[s].to_numpy() for s in c.strategies})
     if not groups:
@@ -257,7 +259,9 @@ def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult
     # one stuck stage (book figure 3.15's system delay) beside the data delays
     pipe = Pipeline(
         [
-            dataclasses.replace(st, processing=Processing(latency=2 * SECOND, stalls=(stuck,)))
+            dataclasses.replace(
+                st, processing=Processing(latency=2 * SECOND, stalls=(stuck,))
+            )
             if st.name == STUCK_STAGE
             else st
             for st in pipe.stages
@@ -316,11 +320,7 @@ def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult
     report.figure(
         "Event-time and processing-time lag",
         lambda p: plots.lags(
-            p,
-            lags.times,
-            lags.event_lag,
-            lags.processing_lag,
-            sink,
+            p, lags.times, lags.event_lag, lags.processing_lag, sink,
             np.concatenate([t.arrival_time for t in traces.values()]),
         ),
         "lags.png",
@@ -433,12 +433,8 @@ def _propagation_caption(rows: Sequence[Any], parallelism: int, depth: int) -> s
     contrast in numbers."""
 
     def latency(design: str, scenario: str) -> str:
-        got = [
-            r.latency
-            for r in rows
-            if (r.design, r.scenario, r.parallelism, r.depth)
-            == (design, scenario, parallelism, depth)
-        ]
+        got = [r.latency for r in rows if (r.design, r.scenario, r.parallelism, r.depth)
+               == (design, scenario, parallelism, depth)]
         return f"{got[0] / 1e6:.1f} s" if got else "n/a"
 
     return (
@@ -615,7 +611,9 @@ def run_analyze(
         describe_trace(report, df, rows, f"rows read from {os.fspath(trace)}")
         bar.step("trace described")
         LOG.info("comparing %d watermark strategies on Spark", len(strategies))
-        comparison = compare(df, strategies, window_size, seed=seed, step=bar.step, firing=firing)
+        comparison = compare(
+            df, strategies, window_size, seed=seed, step=bar.step, firing=firing
+        )
         systems_input = trace_of(df, rows) if systems else None
     finally:
         df.unpersist()
@@ -644,7 +642,9 @@ class _Reading:
     null_values: tuple[str, ...]
 
 
-def _warn(report: Report, rows: int, early: int, job: _Analysis, spans: tuple[int, int]) -> None:
+def _warn(
+    report: Report, rows: int, early: int, job: _Analysis, spans: tuple[int, int]
+) -> None:
     """Log and report the rows arriving before their event time, if any, and a window
     or bound longer than the trace's (event-time, processing-time) ``spans`` (µs)."""
     early_warning = arrival_before_event_warning(early, rows)

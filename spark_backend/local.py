@@ -66,7 +66,9 @@ def chapter3_trace(events: int, *, seed: int = 0) -> Trace:
         "idle_interval": (int(span * 0.4), max(int(span * 0.5), int(span * 0.4) + 1)),
     }
     mobile = game_sessions_trace(events - half, seed=seed, platform="mobile", **common)
-    console = game_sessions_trace(half, seed=seed + 1, platform="console", first_user=100, **common)
+    console = game_sessions_trace(
+        half, seed=seed + 1, platform="console", first_user=100, **common
+    )
     return Trace.concat([mobile, console])
 
 

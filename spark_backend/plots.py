@@ -88,12 +88,9 @@ def _tail_scale(ax: Any, right: float, hi: float) -> None:
     ax.set_xticks(ticks + tail[-2:])
     ax.axvline(right, color="0.3", lw=0.8, ls=(0, (2, 2)))
     ax.text(
-        right,
-        0.02,
-        f" tail compressed ×{1 / k:,.{0 if k < 0.1 else 1}f} →",
+        right, 0.02, f" tail compressed ×{1 / k:,.{0 if k < 0.1 else 1}f} →",
         transform=ax.get_xaxis_transform(),
-        fontsize=7,
-        color="0.3",
+        fontsize=7, color="0.3",
     )
 
 
@@ -355,10 +352,7 @@ def propagation(path: Path, rows: Sequence[Outcome], parallelism: int, depth: in
     ends (``inf``) is marked at the top. Last panel: watermark messages per second
     against parallelism at ``depth`` (the same in every scenario), log-log."""
     fig, axes = plt.subplots(
-        1,
-        len(PROPAGATION_SCENARIOS) + 1,
-        figsize=(16, 4.4),
-        dpi=110,
+        1, len(PROPAGATION_SCENARIOS) + 1, figsize=(16, 4.4), dpi=110,
         gridspec_kw={"width_ratios": [1] * len(PROPAGATION_SCENARIOS) + [1.3]},
     )
     lat_axes, traffic = axes[:-1], axes[-1]
@@ -372,21 +366,16 @@ def propagation(path: Path, rows: Sequence[Outcome], parallelism: int, depth: in
                 if r.design == design and r.scenario == scenario and r.parallelism == parallelism
             )
             finite = [(d, v / 1e3) for d, v in mine if np.isfinite(v)]
-            ax.plot([d for d, _ in finite], [v for _, v in finite], "o-", color=color, label=design)
+            ax.plot([d for d, _ in finite], [v for _, v in finite], "o-", color=color,
+                    label=design)
             for d, v in mine:
                 if np.isinf(v):
-                    ax.annotate(
-                        "never",
-                        (d, 1.0),
-                        xycoords=("data", "axes fraction"),
-                        ha="center",
-                        va="top",
-                        color=color,
-                        fontsize=8,
-                    )
+                    ax.annotate("never", (d, 1.0), xycoords=("data", "axes fraction"),
+                                ha="center", va="top", color=color, fontsize=8)
         steady = [r for r in rows if r.design == design and r.scenario == "steady"]
         by_p = sorted((r.parallelism, r.messages_per_second) for r in steady if r.depth == depth)
-        traffic.plot([p for p, _ in by_p], [v for _, v in by_p], "o-", color=color, label=design)
+        traffic.plot([p for p, _ in by_p], [v for _, v in by_p], "o-", color=color,
+                     label=design)
     lows = [r.latency / 1e3 for r in rows if np.isfinite(r.latency) and r.latency > 0]
     highs = max(lows, default=1.0)
     for ax, scenario in zip(lat_axes, PROPAGATION_SCENARIOS, strict=True):

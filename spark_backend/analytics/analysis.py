@@ -205,21 +205,15 @@ class WatermarkAnalysis:
         fire_times`."""
         return windows.fire_times(self, window_size, offset, finish)
 
-    def windows(
-        self, window_size: int, offset: int = 0, finish: bool = True, firing: Firing = FIRE_ONCE
-    ) -> pd.DataFrame:
+    def windows(self, window_size: int, offset: int = 0, finish: bool = True,
+                firing: Firing = FIRE_ONCE) -> pd.DataFrame:
         """Each (key, fixed window)'s panes: :func:`spark_backend.analytics.windows.
         windows`."""
         return windows.windows(self, window_size, offset, finish, firing)
 
-    def window_summary(
-        self,
-        window_size: int,
-        offset: int = 0,
-        finish: bool = True,
-        firing: Firing = FIRE_ONCE,
-        curves: Mapping[str, StepSeries] | None = None,
-    ) -> pd.DataFrame:
+    def window_summary(self, window_size: int, offset: int = 0, finish: bool = True,
+                       firing: Firing = FIRE_ONCE,
+                       curves: Mapping[str, StepSeries] | None = None) -> pd.DataFrame:
         """One row of window metrics per strategy: :func:`spark_backend.analytics.
         windows.window_summary`."""
         return windows.window_summary(self, window_size, offset, finish, firing, curves)

@@ -192,7 +192,9 @@ def windows(
     _check_last_end(an, size, off)
     ends = _window_ends(an, size, off)
     if curves is None:
-        on_time, expiry = _fire_times_many(an, ends, size, finish, [0, firing.allowed_lateness + 1])
+        on_time, expiry = _fire_times_many(
+            an, ends, size, finish, [0, firing.allowed_lateness + 1]
+        )
     else:  # collected already: the fire times by numpy, as the local engine, no Spark job
         last = an.layout.last_arrival if finish else None
         on_time = pd.DataFrame({"window_end": ends})
@@ -225,9 +227,7 @@ def _aggregates(
     key_type = src.schema["key"].dataType if has_key else T.LongType()
     e = F.col("event_time").cast("long")
     rows = src.select(
-        key.alias("key"),
-        F.col("arrival_time").cast("long").alias("a"),
-        e.alias("e"),
+        key.alias("key"), F.col("arrival_time").cast("long").alias("a"), e.alias("e"),
         window_start(e, size, off).alias("window_start"),
     )
     # the shuffle's partitions, or more when a task would hold over _ROWS_PER_TASK rows
@@ -243,11 +243,8 @@ def _aggregates(
             return
         codes = pc.dictionary_encode(got.column("key").combine_chunks(), null_encoding="encode")
         index = WindowIndex.of(
-            got.column("e").to_numpy(),
-            got.column("a").to_numpy(),
-            codes.indices.to_numpy(zero_copy_only=False),
-            size,
-            off,
+            got.column("e").to_numpy(), got.column("a").to_numpy(),
+            codes.indices.to_numpy(zero_copy_only=False), size, off,
         )
         at = np.searchsorted(ends, index.window_end)  # every window end is among them
         cols = {
@@ -322,18 +319,10 @@ def window_summary(
     for s in an.strategies:
         sel = w[w["strategy"] == s.name]
         panes = WindowPanes(
-            *(
-                sel[c].to_numpy()
-                for c in (
-                    "first_pane",
-                    "fire_time",
-                    "latency",
-                    "panes",
-                    "final_pane",
-                    "pane_timestamp",
-                    "pane_timestamp_lag",
-                )
-            )
+            *(sel[c].to_numpy() for c in (
+                "first_pane", "fire_time", "latency", "panes", "final_pane",
+                "pane_timestamp", "pane_timestamp_lag",
+            ))
         )
         rows.append(
             summary_row(

@@ -104,7 +104,9 @@ def _csv_schema(header: tuple[str, ...], ragged: bool = False) -> T.StructType:
     return T.StructType(fields)
 
 
-def read_group(spark: SparkSession, g: FileGroup, nulls: tuple[str, ...] = CSV_NULLS) -> DataFrame:
+def read_group(
+    spark: SparkSession, g: FileGroup, nulls: tuple[str, ...] = CSV_NULLS
+) -> DataFrame:
     """The trace columns of a group's files, with ``_file`` (index), ``_blk`` (block
     start), ``_mid`` (monotonically increasing id) and :data:`NOT_UTF8`. A CSV file is
     read whole (``multiLine``, quoted newlines as pyarrow reads them) unless it is

@@ -113,7 +113,9 @@ class _Inputs:
         (so that an error lists them all), the trace columns of a remote dataset."""
         present = [[c for c in df.columns if c in COLUMNS] for df in self.frames]
         files = sorted((i, gi) for gi, g in enumerate(self.groups) for i, _ in g.files)
-        return [(self.path_of[i], self.names_of.get(i, present[gi])) for i, gi in files]
+        return [
+            (self.path_of[i], self.names_of.get(i, present[gi])) for i, gi in files
+        ]
 
 
 def _checked_inputs(spark: SparkSession, text: str, nulls: tuple[str, ...]) -> _Inputs:

@@ -146,6 +146,10 @@ def test_the_read_is_unbounded_unless_asked_and_arguments_are_checked() -> None:
         ReadFromPubSubWithTrackingWatermark(None, sub + "a", sub + "b", idle_poll=-1)
     with pytest.raises(ValueError, match="stop_after_idle must be > 0 s or None"):
         ReadFromPubSubWithTrackingWatermark(None, sub + "a", sub + "b", stop_after_idle=0)
+    for bad in (0, 601, 1.5, True):
+        with pytest.raises(ValueError, match=r"owed_lease must be whole seconds in \[1, 600\]"):
+            ReadFromPubSubWithTrackingWatermark(None, sub + "a", sub + "b", owed_lease=bad)
+    assert ReadWithTrackingWatermarkFn(owed_lease=None).owed_lease is None
 
 
 class _NeverFinalized:

@@ -72,6 +72,7 @@ def build(p: beam.Pipeline, topic: str, base: str, tracking: str, out: str, fail
             records_per_bundle=100,
             idle_poll=0.2,
             lease_grace=1 * SECOND,
+            owed_lease=2,  # the failed batch's messages come back 2 s after it
             stop_after_idle=30,  # a lost message must not hang the test
         )
         | "key" >> beam.Map(lambda r: (r.record_id[0], r.record_id))
