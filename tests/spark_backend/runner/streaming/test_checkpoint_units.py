@@ -209,17 +209,27 @@ def _series(marks: PipelineWatermarks) -> dict[str, Any]:
     }
 
 
+def _new_history(root: Path) -> tuple[Any, Any, PipelineWatermarks]:
+    """A new checkpoint of the counting pipeline: its shape, store and watermarks."""
+    proto = proto_of(counting)
+    shape = pipeline_shape(proto)
+    return shape, open_checkpoint(str(root), shape, 2), PipelineWatermarks(proto)
+
+
+def _batch(marks: PipelineWatermarks, batch: int) -> None:
+    """A batch moving the source watermark to ``batch`` s, recorded at ``batch`` ms."""
+    marks.tracker.apply(source_watermarks={"events": batch * 1_000_000})
+    marks.record(batch * 1000)
+
+
 def test_each_commit_appends_only_its_batch_and_a_restart_reads_the_history_back(
     tmp_path: Path,
 ) -> None:
-    proto = proto_of(counting)
-    shape, root = pipeline_shape(proto), tmp_path / "ckpt"
-    store = open_checkpoint(str(root), shape, 2)
-    marks = PipelineWatermarks(proto)
+    root = tmp_path / "ckpt"
+    shape, store, marks = _new_history(root)
     commits, logs = [], []
     for batch in range(30):
-        marks.tracker.apply(source_watermarks={"events": batch * 1_000_000})
-        marks.record(batch * 1000)
+        _batch(marks, batch)
         store.commit(batch, Position(batch + 1), batch * 1000, marks, {}, {})
         commits.append((root / f"commit-{batch:09d}.pkl").stat().st_size)
         logs.append((root / "history.log").stat().st_size)
@@ -238,8 +248,7 @@ def test_each_commit_appends_only_its_batch_and_a_restart_reads_the_history_back
     again = open_checkpoint(str(root), shape, 2)
     resumed = again.watermarks()
     assert _series(resumed) == _series(marks)
-    resumed.tracker.apply(source_watermarks={"events": 40_000_000})
-    resumed.record(40_000)
+    _batch(resumed, 40)
     again.commit(30, Position(31), 40_000, resumed, {}, {})
     assert (root / "history.log").stat().st_size == logs[-1] + growth[-1]
     final = open_checkpoint(str(root), shape, 2).watermarks()
@@ -258,13 +267,10 @@ def test_a_commit_from_before_the_log_keeps_its_history_and_moves_it_to_the_log(
     import pickle
     from dataclasses import replace
 
-    proto = proto_of(counting)
-    shape, root = pipeline_shape(proto), tmp_path / "ckpt"
-    store = open_checkpoint(str(root), shape, 2)
-    marks = PipelineWatermarks(proto)
+    root = tmp_path / "ckpt"
+    shape, store, marks = _new_history(root)
     for batch in range(3):
-        marks.tracker.apply(source_watermarks={"events": batch * 1_000_000})
-        marks.record(batch * 1000)
+        _batch(marks, batch)
     commit = store.commit(2, Position(3), 2000, marks, {}, {})
     # the old layout: the whole history pickled in the commit, no log
     old = replace(commit, watermarks=pickle.dumps(marks), history=(0, 0))
