@@ -50,43 +50,34 @@ DROPPED = 99
 
 class WindowState(beam.DoFn):
     """Per key and 1 s window: the values seen so far on each element, and all of them
-    at the window's end (an event-time timer)."""
+    at the window's end; for one element also after the window's expiry (dynamic
+    event-time timers tagged ``end`` and ``later``)."""
 
     BAG = userstate.BagStateSpec("bag", VarIntCoder())
-    END = userstate.TimerSpec("end", TimeDomain.WATERMARK)
-    LATER = userstate.TimerSpec("later", TimeDomain.WATERMARK)
+    AT = userstate.TimerSpec("at", TimeDomain.WATERMARK)
 
     def process(
         self,
         kv: Any,
         w: Any = beam.DoFn.WindowParam,
         bag: Any = beam.DoFn.StateParam(BAG),
-        end: Any = beam.DoFn.TimerParam(END),
-        later: Any = beam.DoFn.TimerParam(LATER),
+        at: Any = beam.DoFn.TimerParam(AT),
     ) -> Any:
         bag.add(kv[1])
-        end.set(w.max_timestamp())
+        at.set(w.max_timestamp(), dynamic_timer_tag="end")
         if kv == ("b", 12):  # a timer past its window's expiry keeps the window's state
-            later.set(w.end + Duration(seconds=LATENESS + 2))
+            at.set(w.end + Duration(seconds=LATENESS + 2), dynamic_timer_tag="later")
         yield ("gc", kv[0], int(w.start), "seen", sorted(bag.read()))
 
-    @userstate.on_timer(LATER)
-    def after_expiry(
+    @userstate.on_timer(AT)
+    def fired(
         self,
         key: Any = beam.DoFn.KeyParam,
         w: Any = beam.DoFn.WindowParam,
+        tag: Any = beam.DoFn.DynamicTimerTagParam,
         bag: Any = beam.DoFn.StateParam(BAG),
     ) -> Any:
-        yield ("gc", key, int(w.start), "later", sorted(bag.read()))
-
-    @userstate.on_timer(END)
-    def at_end(
-        self,
-        key: Any = beam.DoFn.KeyParam,
-        w: Any = beam.DoFn.WindowParam,
-        bag: Any = beam.DoFn.StateParam(BAG),
-    ) -> Any:
-        yield ("gc", key, int(w.start), "end", sorted(bag.read()))
+        yield ("gc", key, int(w.start), tag, sorted(bag.read()))
 
 
 class Pending(beam.DoFn):
