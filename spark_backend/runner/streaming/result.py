@@ -73,8 +73,9 @@ class StreamingPipelineResult(PySparkPipelineResult):
 
     @property
     def stalled(self) -> bool:
-        """Whether a GroupByKey's hold kept its output watermark below infinity at the
-        end (Beam's direct runner fails with "pipeline stall")."""
+        """Whether a GroupByKey's hold or a pending event-time timer kept its output
+        watermark below infinity at the end (Beam's direct runner fails with "pipeline
+        stall"); processing-time timers pending at the end are dropped, as there."""
         return self._driver.stalled
 
     @property
