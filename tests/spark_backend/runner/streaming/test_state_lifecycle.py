@@ -243,12 +243,21 @@ def ours(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]
     return {"values": read_values(out), "first": first, "result": result, "mid_run": mid_run}
 
 
-def beam_values(build: Any, runner: Any, streaming: bool) -> list[Any]:
-    from tests.spark_backend.runner.streaming.conftest import CaptureValues as Capture
+@pytest.fixture(scope="module")
+def beams(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
+    """The gc and pending branches on BundleBasedDirectRunner."""
+    return beam_values(
+        tmp_path_factory.mktemp("beam"),
+        lambda p, c: streaming_pipeline(p, c, with_ordered=False),
+        BundleBasedDirectRunner(),
+        streaming=True,
+    )
 
-    directory = Path(pytest.importorskip("tempfile").mkdtemp())
+
+def beam_values(directory: Path, build: Any, runner: Any, streaming: bool) -> list[Any]:
+    """``build(pipeline, capture)`` run on ``runner``; the captured values."""
     p = beam.Pipeline(runner=runner, options=PipelineOptions(streaming=streaming))
-    build(p, Capture(str(directory)))
+    build(p, CaptureValues(str(directory)))
     p.run().wait_until_finish()
     return read_values(directory)
 
@@ -258,18 +267,14 @@ def of(values: list[Any], name: str) -> list[Any]:
 
 
 def test_window_state_is_dropped_after_its_lateness_and_outputs_equal_the_direct_runner(
-    ours: dict[str, Any],
+    ours: dict[str, Any], beams: list[Any]
 ) -> None:
     # after 4 batches the watermark is at 4 s: windows [0, 1) and [1, 2) expired (end +
     # 2 s lateness passed), [2, 3) and [3, 4) are open: only their state is kept, and
     # [1, 2)'s, whose "later" timer (at 5 s) is pending
     assert ours["mid_run"] == {S, 2 * S, 3 * S}
     assert ("gc", "b", 1, "later", [12]) in ours["values"]  # (window starts in s)
-    expected = beam_values(
-        lambda p, c: streaming_pipeline(p, c, with_ordered=False),
-        BundleBasedDirectRunner(),
-        streaming=True,
-    )
+    expected = beams
     ours_gc, beams_gc = of(ours["values"], "gc"), of(expected, "gc")
     after = [v for v in ours_gc if DROPPED in v[-1]]
     assert [v for v in ours_gc if v not in after] == [v for v in beams_gc if DROPPED not in v[-1]]
@@ -286,13 +291,9 @@ def test_window_state_is_dropped_after_its_lateness_and_outputs_equal_the_direct
 
 
 def test_a_processing_time_timer_pending_at_the_end_is_dropped_as_beam_does(
-    ours: dict[str, Any],
+    ours: dict[str, Any], beams: list[Any]
 ) -> None:
-    expected = beam_values(
-        lambda p, c: streaming_pipeline(p, c, with_ordered=False),
-        BundleBasedDirectRunner(),
-        streaming=True,
-    )
+    expected = beams
     assert of(ours["values"], "pending") == of(expected, "pending") == [("pending", "soon", [1])]
     result = ours["result"]
     assert result.state == "DONE" and not result.stalled
@@ -303,7 +304,7 @@ def test_a_processing_time_timer_pending_at_the_end_is_dropped_as_beam_does(
 
 
 def test_ordered_list_state_equals_fnapirunner_and_the_direct_runner_refuses_it(
-    ours: dict[str, Any],
+    ours: dict[str, Any], tmp_path: Path
 ) -> None:
     def batch(p: beam.Pipeline, capture: Any) -> None:
         stamped = [
@@ -311,7 +312,7 @@ def test_ordered_list_state_equals_fnapirunner_and_the_direct_runner_refuses_it(
         ]
         ordered(p | beam.Create(stamped)) | "capture" >> beam.ParDo(capture)
 
-    expected = beam_values(batch, FnApiRunner(), streaming=False)
+    expected = beam_values(tmp_path, batch, FnApiRunner(), streaming=False)
     got = of(ours["values"], "ordered")
     assert got == of(expected, "ordered")
     assert (
@@ -323,6 +324,7 @@ def test_ordered_list_state_equals_fnapirunner_and_the_direct_runner_refuses_it(
     ) in got
     with pytest.raises(Exception, match="Invalid state spec: OrderedListStateSpec"):
         beam_values(
+            tmp_path,
             lambda p, c: ordered(p | events()) | beam.ParDo(c),
             BundleBasedDirectRunner(),
             streaming=True,
