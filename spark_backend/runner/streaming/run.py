@@ -11,6 +11,7 @@ from spark_backend.runner.plan import plan_pipeline
 from spark_backend.runner.streaming.checkpoint import open_checkpoint
 from spark_backend.runner.streaming.checks import check_streaming
 from spark_backend.runner.streaming.driver import StreamingDriver
+from spark_backend.runner.streaming.elements import Stripped
 from spark_backend.runner.streaming.lifting import relabel_lifted_groups
 from spark_backend.runner.streaming.result import StreamingPipelineResult
 from spark_backend.runner.streaming.shape import pipeline_shape
@@ -26,6 +27,7 @@ def start_streaming(
     spark_context: Any,
     options: StreamingOptions | None = None,
     fast_paths: bool = True,
+    stripped: Stripped | None = None,
 ) -> StreamingPipelineResult:
     """Check ``pipeline`` (a proto the batch checks passed with ``streaming``) for what
     streaming runs, and its checkpoint directory if any, then start it on
@@ -34,14 +36,15 @@ def start_streaming(
     (:func:`~spark_backend.runner.streaming.driver.schedule`). With ``fast_paths`` the
     stages made of known transforms run lean and the combines that keep their panes are
     lifted (:mod:`.lifting`); without, every stage runs on Beam's bundle processor and
-    every ``Combine.PerKey`` is opened (the reference)."""
+    every ``Combine.PerKey`` is opened (the reference). ``stripped``: the TestStream
+    elements the runner kept out of ``pipeline`` (:mod:`.elements`)."""
     options = options or StreamingOptions()
     check_streaming(pipeline)
     partitions = options.key_partitions or spark_context.defaultParallelism
     checkpoint = None
     if options.checkpoint_dir is not None:
         checkpoint = open_checkpoint(options.checkpoint_dir, pipeline_shape(pipeline), partitions)
-    prepared, sources = streaming_proto(pipeline, lift=fast_paths)
+    prepared, sources = streaming_proto(pipeline, lift=fast_paths, stripped=stripped)
     plan = plan_pipeline(prepared, stateful_roots=True, lean=fast_paths)
     plan = relabel_lifted_groups(plan, prepared)
     driver = StreamingDriver(
