@@ -188,6 +188,7 @@ def run_count(
     master: str,
     out: Path,
     fast_paths: bool = True,
+    key_partitions: int | None = None,
 ) -> tuple[float, float, Any]:
     """Run the count on PySparkRunner (``fast_paths=False``: the reference, every stage
     on Beam's bundle processor and the combine not lifted); wall and process-tree CPU
@@ -196,6 +197,7 @@ def run_count(
         streaming=streaming,
         spark_master=master,
         **({"test_stream_batches": "instant"} if streaming else {}),
+        **({"key_partitions": key_partitions} if streaming and key_partitions else {}),
     )
     p = beam.Pipeline(runner=PySparkRunner(fast_paths=fast_paths), options=options)
     if streaming:
@@ -245,7 +247,13 @@ def count_part(args: argparse.Namespace, master: str) -> None:
             for r in range(args.rounds):
                 with BatchLog() as log:
                     wall, cpu, result = run_count(
-                        trace, args.window, args.bound, True, master, Path(tmp) / f"s{r}"
+                        trace,
+                        args.window,
+                        args.bound,
+                        True,
+                        master,
+                        Path(tmp) / f"s{r}",
+                        key_partitions=args.key_partitions,
                     )
                 runs["streaming"].append((wall, cpu))
                 times = [b[2] for b in log.batches]
@@ -368,6 +376,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--window", type=parse_duration, default=parse_duration("2s"))
     parser.add_argument("--bound", type=parse_duration, default=parse_duration("1s"))
     parser.add_argument("--no-batch", dest="batch", action="store_false")
+    parser.add_argument(
+        "--key-partitions", type=int, default=None, help="--key_partitions (runner default)"
+    )
     parser.add_argument(
         "--reference",
         action="store_true",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
@@ -19,7 +21,25 @@ from spark_backend.runner.streaming.sinks import BatchSinks
 from spark_backend.runner.streaming.sources import impulse_labels, streaming_proto
 from spark_backend.runner.streaming.watermarks import PipelineWatermarks
 
-__all__ = ["start_streaming"]
+__all__ = ["start_streaming", "task_slots"]
+
+_LOCAL = re.compile(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?")
+
+
+def task_slots(spark_context: Any) -> int:
+    """How many tasks ``spark_context`` runs at once: N on ``local[N]``/``local[N,F]``,
+    the CPUs on ``local[*]``, 1 on ``local``; elsewhere its default parallelism. The
+    default ``--key_partitions``: a micro-batch's keyed step is then one task per slot
+    (more partitions add a Python task's fixed cost each, not parallelism)."""
+    match = _LOCAL.fullmatch(str(spark_context.master))
+    if match is None:
+        return max(1, int(spark_context.defaultParallelism))
+    slots = match.group(1)
+    if slots is None:
+        return 1
+    if slots == "*":
+        return os.cpu_count() or 1
+    return max(1, int(slots))
 
 
 def start_streaming(
@@ -40,7 +60,7 @@ def start_streaming(
     elements the runner kept out of ``pipeline`` (:mod:`.elements`)."""
     options = options or StreamingOptions()
     check_streaming(pipeline)
-    partitions = options.key_partitions or spark_context.defaultParallelism
+    partitions = options.key_partitions or task_slots(spark_context)
     checkpoint = None
     if options.checkpoint_dir is not None:
         checkpoint = open_checkpoint(options.checkpoint_dir, pipeline_shape(pipeline), partitions)
