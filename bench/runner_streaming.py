@@ -93,8 +93,12 @@ from typing import Any
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import window as window_fns
+from apache_beam.transforms.core import RestrictionProvider
+from apache_beam.utils.timestamp import Timestamp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_args import add_repeats, add_seed, bench_parser, counts
@@ -315,6 +319,114 @@ def _medians(runs: list[tuple[float, float]]) -> tuple[float, float]:
     return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
 
+# ------------------------------------------------------------------ executor-side source
+
+
+def shard_batch(shard: int, shards: int, batch: int, per_batch: int, keys: int, bound: int) -> Any:
+    """Shard ``shard``'s elements of one-second batch ``batch`` (``per_batch`` over all
+    shards): keys and event times (µs, whole ms, within ``bound`` before the batch's
+    second, never before the watermark the source sent with the batch before)."""
+    index = np.arange(shard, per_batch, shards, dtype=np.int64) + batch * per_batch
+    arrival = batch * S + (index % per_batch) * S // per_batch
+    event = arrival - (index * 7919) % max(1, bound // 1000) * 1000
+    event = np.maximum(event, batch * S - bound)
+    return (index * 31) % keys, event - event % 1000
+
+
+class _Batches(RestrictionProvider):
+    def __init__(self, batches: int) -> None:
+        self.batches = batches
+
+    def initial_restriction(self, element: Any) -> OffsetRange:
+        return OffsetRange(0, self.batches)
+
+    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element: Any, restriction: OffsetRange) -> int:
+        return int(restriction.size())
+
+
+def generated_source(batches: int, per_batch: int, keys: int, bound: int, shards: int) -> Any:
+    """An unbounded splittable DoFn over shard numbers: each bundle claims the next
+    one-second batch, emits the shard's elements of it (made in the task), sets its
+    Manual estimator's watermark to the batch's second minus ``bound`` and
+    checkpoints (``defer_remainder``): the source's data never passes the driver."""
+
+    restrictions = _Batches(batches)
+    manual = ManualWatermarkEstimator.default_provider()
+
+    class Generate(beam.DoFn):
+        def process(
+            self,
+            shard: int,
+            tracker: Any = beam.DoFn.RestrictionParam(restrictions),  # noqa: B008
+            estimator: Any = beam.DoFn.WatermarkEstimatorParam(manual),  # noqa: B008
+        ) -> Any:
+            batch = tracker.current_restriction().start
+            if not tracker.try_claim(batch):
+                return
+            key, event = shard_batch(shard, shards, batch, per_batch, keys, bound)
+            for k, micros in zip(key.tolist(), event.tolist(), strict=True):
+                yield window_fns.TimestampedValue((k, 1), Timestamp(micros=micros))
+            estimator.set_watermark(Timestamp(micros=(batch + 1) * S - bound))
+            tracker.defer_remainder()
+
+    return Generate()
+
+
+def run_source(args: argparse.Namespace, n: int, streaming: bool, master: str, out: Path) -> Any:
+    """The windowed count over :func:`generated_source` on PySparkRunner (streaming: a
+    real clock, one batch per claimed second; batch: each shard read to its end)."""
+    per_batch = args.rate
+    batches = -(-n // per_batch)
+    options = PipelineOptions(
+        streaming=streaming,
+        spark_master=master,
+        **({"key_partitions": args.key_partitions} if streaming and args.key_partitions else {}),
+    )
+    p = beam.Pipeline(runner=PySparkRunner(), options=options)
+    fn = generated_source(batches, per_batch, args.keys, args.bound, args.shards)
+    events = p | "shards" >> beam.Create(list(range(args.shards))) | "read" >> beam.ParDo(fn)
+    windowed_count(events, args.window) | "write" >> WritePanes(out, "count")
+    cpu0, t0 = tree_cpu(os.getpid()), time.perf_counter()
+    result = p.run()
+    result.wait_until_finish()
+    return time.perf_counter() - t0, tree_cpu(os.getpid()) - cpu0, batches * per_batch
+
+
+def source_part(args: argparse.Namespace, master: str) -> None:
+    for n in args.elements:
+        print(
+            f"\nexecutor-side source: {n:,} elements made in the tasks by an unbounded "
+            f"splittable DoFn ({args.shards} shards, Manual estimator, real clock), "
+            f"{args.rate:,} per one-second batch, the same count; medians of {args.rounds}"
+        )
+        runs: dict[str, list[tuple[float, float]]] = {"streaming": [], "batch": []}
+        with tempfile.TemporaryDirectory(prefix="bench-source-") as tmp:
+            for r in range(args.rounds):
+                for mode in ("streaming", "batch") if args.batch else ("streaming",):
+                    out = Path(tmp) / f"{mode}{r}"
+                    wall, cpu, total = run_source(args, n, mode == "streaming", master, out)
+                    runs[mode].append((wall, cpu))
+                    print(_rate(f"round {r}: {mode}", total, wall, cpu))
+            if runs["batch"]:
+                got, want = (
+                    Counter((p.key, p.start, p.value) for p in read_panes(Path(tmp) / d, "count"))
+                    for d in ("streaming0", "batch0")
+                )
+                same = "identical" if got == want else "DIFFERENT"
+                print(f"  counts {same} to the batch run's ({sum(want.values()):,} panes)")
+        mine = _medians(runs["streaming"])
+        print(_rate("streaming, median", total, *mine) + " (goal >= 100,000 el/s)")
+        if runs["batch"]:
+            wall, cpu = _medians(runs["batch"])
+            print(
+                _rate("batch, median", total, wall, cpu)
+                + f": streaming is {wall / mine[0]:.2f}x its throughput"
+            )
+
+
 # ------------------------------------------------------------------ chapter 3
 
 
@@ -392,7 +504,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--master", default="local[2]", help="Spark master (ignored when a session runs)"
     )
-    parser.add_argument("--skip", choices=["count", "chapter3"], action="append", default=[])
+    parser.add_argument("--shards", type=int, default=4, help="executor-side source shards")
+    parser.add_argument(
+        "--skip", choices=["count", "source", "chapter3"], action="append", default=[]
+    )
     add_seed(parser, 0)
     args = parser.parse_args(argv)
     logging.getLogger("spark_backend.runner.streaming.driver").setLevel(logging.WARNING)
@@ -406,6 +521,8 @@ def main(argv: list[str] | None = None) -> None:
     args.master = master
     if "count" not in args.skip:
         count_part(args, master)
+    if "source" not in args.skip:
+        source_part(args, master)
     if "chapter3" not in args.skip:
         chapter3_part(args, master)
 
