@@ -409,7 +409,7 @@ def run_source(args: argparse.Namespace, n: int, streaming: bool, master: str, o
 
 
 def source_part(args: argparse.Namespace, master: str) -> None:
-    for n in args.elements:
+    for n in args.source_elements:
         print(
             f"\nexecutor-side source: {n:,} elements made in the tasks by an unbounded "
             f"splittable DoFn ({args.shards} shards, Manual estimator, real clock), "
@@ -525,6 +525,12 @@ def main(argv: list[str] | None = None) -> None:
         "--master", default="local[2]", help="Spark master (ignored when a session runs)"
     )
     parser.add_argument("--shards", type=int, default=4, help="executor-side source shards")
+    parser.add_argument(
+        "--source-elements",
+        type=counts,
+        default=[300_000],
+        help="elements of the executor-side source part",
+    )
     parser.add_argument(
         "--skip", choices=["count", "source", "chapter3"], action="append", default=[]
     )
