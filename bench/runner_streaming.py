@@ -1,6 +1,6 @@
 """Benchmark: PySparkRunner --streaming, against its batch mode and theory.simulate.
 
-Two parts, in one run on one Spark session (``local[2]`` by default; the JVM start is
+Three parts, in one run on one Spark session (``local[2]`` by default; the JVM start is
 measured once and left out of every rate):
 
 - **windowed count**: ``n`` elements (``--keys`` keys) arriving at ``--rate`` elements per
@@ -19,10 +19,21 @@ measured once and left out of every rate):
   ``Create``) and, with ``--reference``, streaming with ``fast_paths=False`` (every stage
   on Beam's bundles, the combine not lifted); medians of ``--rounds`` and the outputs
   compared.
+- **executor-side source**: the same count over ``--source-elements`` elements that
+  an unbounded splittable DoFn makes in the tasks (``--shards`` shards, Beam's Manual
+  watermark estimator, a real clock): each bundle claims the next second of data
+  (``--rate`` elements), sets the watermark to that second minus ``--bound`` and
+  checkpoints, so each micro-batch is one second of data and the driver never holds
+  an element. Beside it the batch runner reads the same source to its end; medians of
+  ``--rounds`` and the counts compared.
 - **chapter 3**: ``python -m beam_pipelines.chapter3`` on ``--ch3-events`` trace events
   (``--ch3-users`` users per platform, arrivals rounded up to ``--ch3-step``) on
   PySparkRunner streaming, one micro-batch per arrival step, against ``theory.simulate``
   on the same trace: wall times, their ratio, and whether the panes are the same.
+
+Before the first measured round, one short streaming run (two batches) warms the
+session up (Python workers forked, JVM code compiled); it is printed and left out of the
+medians (``--no-warm-up`` measures from the session's first pipeline).
 
 Load averages are printed with every figure (the machine may be shared).
 
@@ -63,6 +74,36 @@ machine at load 8-18; medians of 3 rounds, CPU = the process tree's):
     before/after, 200k elements (2 batches), main and this code back to back at load
       5.5, medians of 3: main 12.40 s wall / 13.77 s CPU, this 3.67 s / 4.74 s: 3.4x
       the throughput, 2.9x less CPU
+
+Measured (third version, 2026-11-27 23:06-23:31 UTC, local[2], the same shared machine
+at load 10-18 throughout; medians of 3 rounds, CPU = the process tree's):
+
+    before/after, streaming only, main then this code back to back (load 14-18): main
+      27,800 el/s (36.0 s, 13.3 s CPU; rounds 18.2k / 27.8k / 28.7k), this 58,091 el/s
+      (17.2 s, 7.7 s CPU; rounds 25.4k / 65.4k / 58.1k): 2.09x the throughput, 1.73x
+      less CPU
+    windowed count, 1M elements, after a warm-up run (load 10-16): streaming 58,673
+      el/s (17.0 s, 7.4 s CPU: 136k el per CPU s; rounds 51.0k / 68.8k / 58.7k, median
+      batch 1.04-1.65 s); batch runner 6,100 el/s (163.9 s, 61.4 s CPU): streaming
+      9.62x its throughput, 8.36x its CPU efficiency; counts identical; pane latency 0
+      micro-batches for all 6,000 panes (5,000 closed before the last batch)
+    executor-side source, 300k elements (3 one-second batches of 100k made in the tasks
+      by the splittable DoFn, 4 shards, real clock; load 11-17): streaming 10,545 el/s
+      (28.4 s, 9.5 s CPU; batches 7.7-11.9 s), batch runner 11,302 el/s (0.93x);
+      counts identical. Here Beam's SDK is the cost: each element goes through the
+      bundle processor's Python (WindowInto's assign, Timestamp arithmetic), about 30
+      µs of CPU an element, and batch 0 runs the four shards in one task.
+
+The goal (>= 100k el/s) is not met at these loads by either source. The TestStream
+count takes 7.4 s of CPU for 1M elements on two cores; it reached 100k el/s in one
+round at load 10.5 (10.0 s, 22:47 UTC, rounds 42.7k / 86.2k / 100.3k), not as a median.
+
+What made the difference in the third version: the TestStream's elements no longer
+pass through the pipeline proto (:mod:`spark_backend.runner.streaming.elements`: taken
+from the transform while the runner builds the proto, 1M elements no longer encoded,
+parsed and decoded; each batch goes to its tasks as one pickled slice per partition),
+and the keyed steps default to one partition per task slot (2 on local[2], was 4): a
+batch runs 8 Python tasks instead of 16.
 
 What made the difference since the first version (200k, one script timing main and this
 branch back to back at load 16-25: main 52.7 s wall / 16.4 s CPU per run): combiner
@@ -145,6 +186,7 @@ class BatchLog(logging.Handler):
 
     def __enter__(self) -> BatchLog:
         logger = logging.getLogger("spark_backend.runner.streaming.driver")
+        self._level = logger.level
         logger.setLevel(logging.INFO)
         logger.propagate = False
         logger.addHandler(self)
@@ -154,6 +196,7 @@ class BatchLog(logging.Handler):
         logger = logging.getLogger("spark_backend.runner.streaming.driver")
         logger.removeHandler(self)
         logger.propagate = True
+        logger.setLevel(self._level)
 
 
 # ------------------------------------------------------------------ windowed count
