@@ -83,7 +83,7 @@ class PySparkRunnerOptions(PipelineOptions):
             type=int,
             default=None,
             help="With --streaming: how many Spark partitions hold each GroupByKey's "
-            "keys and state (N >= 1; default: the SparkContext's default parallelism).",
+            "keys and state (N >= 1; default: the SparkContext's task slots, N on local[N]).",
         )
         parser.add_argument(
             "--checkpoint_dir",

@@ -19,6 +19,7 @@ from spark_backend.runner.executor import StageExecutor
 from spark_backend.runner.options import SparkTarget, spark_target, streaming_options
 from spark_backend.runner.plan import Plan, plan_pipeline
 from spark_backend.runner.result import PySparkPipelineResult
+from spark_backend.runner.streaming.elements import stripped_test_streams
 from spark_backend.runner.streaming.run import start_streaming
 from spark_backend.runner.validate import check_pipeline
 from spark_backend.session import get_session
@@ -55,12 +56,17 @@ class PySparkRunner(PipelineRunner):
         pipeline.visit(
             group_by_key_input_visitor(not type_options.allow_non_deterministic_key_coders)
         )
-        proto = pipeline.to_runner_api(
-            default_environment=environments.EmbeddedPythonEnvironment.default()
-        )
+        # in streaming the TestStreams' elements skip the proto (the driver takes them
+        # from the transforms); a checkpoint's shape records the proto's TestStreams whole
+        strip = streaming and stream_options.checkpoint_dir is None
+        with stripped_test_streams(pipeline if strip else None) as stripped:
+            proto = pipeline.to_runner_api(
+                default_environment=environments.EmbeddedPythonEnvironment.default()
+            )
         check_pipeline(proto, streaming)
         if streaming:
-            return start_streaming(proto, _spark_context(target), stream_options, self.fast_paths)
+            context = _spark_context(target)
+            return start_streaming(proto, context, stream_options, self.fast_paths, stripped)
         plan = plan_pipeline(proto, self.fast_paths, lean=self.fast_paths)
         result = _start(plan, target)
         result.paths = plan.paths

@@ -41,7 +41,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import numpy as np
 from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability.api import beam_fn_api_pb2, metrics_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
@@ -62,6 +61,7 @@ from spark_backend.runner.lean_encode import BatchEncoder
 from spark_backend.runner.plan import IMPULSE, LEAN, GroupSpec, Plan, StageSpec
 from spark_backend.runner.spark_errors import python_error_message
 from spark_backend.runner.streaming.checkpoint import CheckpointStore
+from spark_backend.runner.streaming.elements import Elements
 from spark_backend.runner.streaming.grouping import (
     OUTPUT,
     SUMMARY,
@@ -119,7 +119,7 @@ class Batch:
 
     number: int
     source: str | None = None  # the TestStream whose event this batch is
-    elements: dict[str, tuple[tuple[bytes, int], ...]] = field(default_factory=dict)
+    elements: dict[str, Elements] = field(default_factory=dict)
     impulses: tuple[str, ...] = ()
     watermarks: dict[str, int] = field(default_factory=dict)
     clock_advance: int = 0
@@ -206,8 +206,8 @@ def _add_event(batch: Batch, source: TestStreamSource, index: int) -> None:
     kind, payload = source.events[index]
     target = source.target(index)
     if kind == ELEMENTS:
-        sent = batch.elements.get(target, ())
-        batch.elements[target] = sent + payload  # type: ignore[operator]
+        sent = batch.elements.get(target)
+        batch.elements[target] = payload if sent is None else sent + payload  # type: ignore[assignment, operator]
     elif kind == WATERMARK:
         batch.watermarks[target] = payload  # type: ignore[assignment]
     else:
@@ -630,9 +630,7 @@ class StreamingDriver:
                     return None
                 # a lean stage with this one input takes the batch as it is, in-task
                 columnar = spec.path == LEAN and len(spec.inputs) == 1
-                return self._source_rdd(
-                    spec.input_coders[transform_id], transform_id, elements, columnar
-                )
+                return self._source_rdd(spec.input_coders[transform_id], elements, columnar)
             if transform_id in run.batch.impulses:
                 return self._sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
             return None
@@ -643,27 +641,16 @@ class StreamingDriver:
             return None
         return rdds[0] if len(rdds) == 1 else self._sc.union(rdds)
 
-    def _source_rdd(
-        self,
-        coder_id: str,
-        label: str,
-        elements: tuple[tuple[bytes, int], ...],
-        columnar: bool,
-    ) -> Any:
-        """A TestStream's elements of this batch, as windowed chunks encoded with
-        ``coder_id`` or (``columnar``) lean batches, made in tasks."""
-        source = self._stream_of[label]
+    def _source_rdd(self, coder_id: str, elements: Elements, columnar: bool) -> Any:
+        """A TestStream's elements of this batch, one pickled slice per partition, as
+        windowed chunks encoded with ``coder_id`` or (``columnar``) lean batches, made in
+        tasks."""
         wanted = -(-len(elements) // _MIN_SOURCE_CHUNK)
         parts = max(1, min(self._partitions, wanted, _MAX_SOURCE_PARTITIONS))
         encode = functools.partial(
-            _source_elements,
-            source.coder_id,
-            coder_id,
-            self._plan.job_id,
-            self._components,
-            columnar,
+            _source_elements, coder_id, self._plan.job_id, self._components, columnar
         )
-        return self._sc.parallelize(list(elements), parts).mapPartitions(encode)
+        return self._sc.parallelize(elements.blobs(parts), parts).mapPartitions(encode)
 
     def _keyed_run(self, step_id: bytes, rdd: Any, task: Any, run: _BatchRun) -> Any:
         """The keyed step's output RDD for this batch: ``task`` over the partitions of its
@@ -839,29 +826,22 @@ def _sdf_task(
 
 
 def _source_elements(
-    element_coder_id: str,
     windowed_coder_id: str,
     job_id: str,
     components: Any,
     columnar: bool,
-    elements: Iterable[tuple[bytes, int]],
+    blobs: Iterable[bytes],
 ) -> Iterator[Any]:
-    """A partition of a TestStream's elements (encoded, µs) as global-window values: one
-    lean :class:`~spark_backend.runner.lean_batch.Batch` for a lean stage reading them
-    in the same task (``columnar``), else one chunk encoded with the stage's windowed
-    coder. Each element is decoded once, with the TestStream's coder (as Beam does);
-    its timestamp is already whole milliseconds (the TestStream proto's unit)."""
-    element_impl = coder(job_id, components.value, element_coder_id).get_impl()
-    pairs = list(elements)
-    if not pairs:
-        return
-    batch = LeanBatch(
-        [element_impl.decode(encoded) for encoded, _ in pairs],
-        np.fromiter((micros for _, micros in pairs), np.int64, len(pairs)),
-        GLOBAL,
-        PANE_INFO_UNKNOWN,
-    )
-    if columnar:
-        yield batch
-    else:
-        yield BatchEncoder(coder(job_id, components.value, windowed_coder_id)).encode(batch)
+    """A partition of a TestStream's elements (:meth:`Elements.blobs`) as global-window
+    values: one lean :class:`~spark_backend.runner.lean_batch.Batch` for a lean stage
+    reading them in the same task (``columnar``), else one chunk encoded with the
+    stage's windowed coder."""
+    for blob in blobs:
+        values, micros = Elements.unblob(blob)
+        if not values:
+            continue
+        batch = LeanBatch(values, micros, GLOBAL, PANE_INFO_UNKNOWN)
+        if columnar:
+            yield batch
+        else:
+            yield BatchEncoder(coder(job_id, components.value, windowed_coder_id)).encode(batch)

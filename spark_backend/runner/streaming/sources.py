@@ -1,9 +1,11 @@
 """Driver side: the streaming pipeline's sources, and the proto Beam's fusion plans.
 
-A ``TestStream`` is read by the driver from the pipeline proto (its events, elements
-still encoded with its coder) and replaced in the proto by an ``Impulse`` with the same
-label and output, so that Beam's fusion makes it a data input of the stage that consumes
-it; each micro-batch feeds that input the batch's elements. An ``Impulse`` (as under
+A ``TestStream`` is read by the driver from the pipeline proto (its events; their
+elements as :class:`~.elements.Elements`, taken from the pipeline object when the runner
+stripped them from the proto, else decoded with its coder) and replaced in the proto by
+an ``Impulse`` with the same label and output, so that Beam's fusion makes it a data
+input of the stage that consumes it; each micro-batch feeds that input the batch's
+elements. An ``Impulse`` (as under
 ``beam.Create``) emits once, in the first batch, and then its watermark is at infinity.
 
 A ``Combine.PerKey`` composite is lifted by Beam's fusion phases when
@@ -21,9 +23,11 @@ from typing import Final
 
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
+from apache_beam.runners.pipeline_context import PipelineContext
 from apache_beam.utils import proto_utils
 
 from spark_backend.runner.errors import UnsupportedTransformError
+from spark_backend.runner.streaming.elements import Elements, Stripped, decoded
 from spark_backend.runner.streaming.lifting import liftable
 from theory.time import MAX_TIMESTAMP, MICROS_PER_MILLI, MIN_TIMESTAMP
 
@@ -42,7 +46,7 @@ ELEMENTS: Final[str] = "elements"
 WATERMARK: Final[str] = "watermark"
 PROCESSING_TIME: Final[str] = "processing_time"
 
-#: One TestStream event: (kind, payload). Elements: ((encoded element, timestamp µs), ...);
+#: One TestStream event: (kind, payload). Elements: :class:`~.elements.Elements`;
 #: watermark: µs; processing time: the advance in µs.
 Event = tuple[str, object]
 
@@ -76,17 +80,22 @@ class TestStreamSource:
 
 
 def streaming_proto(
-    pipeline: pb.Pipeline, lift: bool = True
+    pipeline: pb.Pipeline, lift: bool = True, stripped: Stripped | None = None
 ) -> tuple[pb.Pipeline, dict[str, TestStreamSource]]:
     """A copy of ``pipeline`` ready for Beam's fusion in streaming (see the module
     docstring), and its TestStreams by label; ``lift=False`` opens every
-    ``Combine.PerKey`` (the reference)."""
+    ``Combine.PerKey`` (the reference). ``stripped``: the elements the runner took out
+    of the proto's TestStreams (:func:`~.elements.stripped_test_streams`)."""
     proto = copy.deepcopy(pipeline)
     sources: dict[str, TestStreamSource] = {}
+    context: list[PipelineContext] = []  # built once, when a proto's elements need a coder
     for transform in proto.components.transforms.values():
         urn = transform.spec.urn
         if urn == common_urns.primitives.TEST_STREAM.urn:
-            sources[transform.unique_name] = _test_stream(transform)
+            taken = (stripped or {}).get(transform.unique_name)
+            if taken is None and not context:
+                context.append(PipelineContext(proto.components))
+            sources[transform.unique_name] = _test_stream(transform, taken, context)
             transform.spec.CopyFrom(pb.FunctionSpec(urn=common_urns.primitives.IMPULSE.urn))
         elif (
             urn == common_urns.composites.COMBINE_PER_KEY.urn
@@ -135,7 +144,11 @@ def _split_outputs(proto: pb.Pipeline, label: str) -> None:
         transform.subtransforms.append(sub_id)
 
 
-def _test_stream(transform: pb.PTransform) -> TestStreamSource:
+def _test_stream(
+    transform: pb.PTransform, taken: dict[int, Elements] | None, context: list[PipelineContext]
+) -> TestStreamSource:
+    """The TestStream ``transform``'s events; element events from ``taken`` (by event
+    index) when given, else decoded from the proto with ``context``'s coder."""
     label = transform.unique_name
     tags = set(transform.outputs)
     payload = proto_utils.parse_Bytes(transform.spec.payload, pb.TestStreamPayload)
@@ -145,7 +158,7 @@ def _test_stream(transform: pb.PTransform) -> TestStreamSource:
         )
     events: list[Event] = []
     targets: list[str] = []
-    for event in payload.events:
+    for index, event in enumerate(payload.events):
         kind = event.WhichOneof("event")
         if kind in ("element_event", "watermark_event"):
             tag = getattr(event, kind).tag
@@ -159,15 +172,12 @@ def _test_stream(transform: pb.PTransform) -> TestStreamSource:
         else:
             targets.append(label)
         if kind == "element_event":
-            events.append(
-                (
-                    ELEMENTS,
-                    tuple(
-                        (e.encoded_element, e.timestamp * MICROS_PER_MILLI)
-                        for e in event.element_event.elements
-                    ),
-                )
-            )
+            if taken is not None:
+                elements = taken[index]
+            else:
+                coder = context[0].coders.get_by_id(payload.coder_id)
+                elements = decoded(event.element_event.elements, coder)
+            events.append((ELEMENTS, elements))
         elif kind == "watermark_event":
             events.append((WATERMARK, _watermark(event.watermark_event.new_watermark)))
         else:

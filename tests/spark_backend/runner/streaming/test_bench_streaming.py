@@ -1,7 +1,7 @@
 """bench/runner_streaming.py runs end to end on a small size, in this process on the test
 session's Spark: its figures print, every pane comes within one micro-batch of its
 watermark (some windows closing before the last batch), and streaming counts equal
-batch counts. (Its chapter-3 part is the module
+batch counts, for the TestStream and for the executor-side source. (Its chapter-3 part is the module
 run that tests/spark_backend/runner/streaming/test_chapter3.py checks; skipped here to
 keep the suite's time.)"""
 
@@ -31,6 +31,8 @@ def test_bench_runner_streaming_smoke(spark: Any, capsys: pytest.CaptureFixture[
             "3000",
             "--rate",
             "1000",
+            "--source-elements",
+            "2000",
             "--keys",
             "20",
             "--rounds",
@@ -42,7 +44,9 @@ def test_bench_runner_streaming_smoke(spark: Any, capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert re.search(r"streaming +[\d,]+ el/s .* \d+ batches, median", out), out
     assert re.search(r"batch +[\d,]+ el/s", out), out
-    assert "counts identical" in out, out
+    assert out.count("counts identical") == 2, out  # the TestStream's and the source's
+    assert re.search(r"executor-side source: 2,000 elements", out), out
+    assert re.search(r"warm-up \(left out\) +[\d,]+ el/s", out), out
     latency = re.search(r"pane latency in micro-batches: .* max (-?\d+) \(goal <= 1\)", out)
     assert latency is not None and 0 <= int(latency.group(1)) <= 1, out
     # some windows close while the run goes on (not all in the last batch)

@@ -109,7 +109,8 @@ def test_pipeline_graph_has_the_test_stream_as_source_and_reads_its_events() -> 
     prepared, sources = streaming_proto(proto)
     events = sources["events"].events
     assert [k for k, _ in events] == [ELEMENTS, WATERMARK, PROCESSING_TIME, WATERMARK]
-    assert events[0][1][0][1] == 2 * MICROS_PER_SECOND  # type: ignore[index]
+    assert events[0][1].micros.tolist() == [2 * MICROS_PER_SECOND]  # type: ignore[union-attr]
+    assert events[0][1].values == [("a", 1)]  # type: ignore[union-attr]
     assert events[1][1] == 5 * MICROS_PER_SECOND and events[3][1] == MAX_TIMESTAMP
     assert events[2][1] == 3 * MICROS_PER_SECOND
     graph = PipelineWatermarks(prepared).graph
