@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from theory.arrays import cover_min
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from theory.windowing.engine import Timing
 from theory.windowing.pane_columns import TIMINGS, PaneColumns, build_panes
@@ -485,30 +486,10 @@ def _records(group: np.ndarray, val: np.ndarray) -> np.ndarray:
 
 
 def _interval_min(n: int, lo: np.ndarray, hi: np.ndarray, val: np.ndarray) -> np.ndarray:
-    """For each point 0..n-1, the minimum ``val`` over the intervals ``[lo, hi]`` holding it
-    (MAX_TIMESTAMP where none): a segment tree, built level by level with numpy."""
-    size = 1 << max(1, (n - 1).bit_length())
-    node = np.full(2 * size, MAX_TIMESTAMP, dtype=np.int64)
-    keep = lo <= hi
-    left, right, v = lo[keep] + size, hi[keep] + size + 1, val[keep]
-    while left.size:
-        m = left < right
-        left, right, v = left[m], right[m], v[m]
-        odd = (left & 1) == 1
-        np.minimum.at(node, left[odd], v[odd])
-        left = left + odd
-        odd = (right & 1) == 1
-        right = right - odd
-        np.minimum.at(node, right[odd], v[odd])
-        left >>= 1
-        right >>= 1
-    k = 1
-    while k < size:
-        parents = node[k : 2 * k]
-        np.minimum(node[2 * k : 4 * k : 2], parents, out=node[2 * k : 4 * k : 2])
-        np.minimum(node[2 * k + 1 : 4 * k : 2], parents, out=node[2 * k + 1 : 4 * k : 2])
-        k *= 2
-    return node[size : size + n]
+    """For each point 0..n-1, the minimum ``val`` (at most ``MAX_TIMESTAMP``) over the
+    intervals ``[lo, hi]`` holding it (``0 <= lo``, ``hi < n``; empty ones ignored), or
+    MAX_TIMESTAMP where none: :func:`theory.arrays.cover_min` on half-open intervals."""
+    return np.minimum(cover_min(lo, hi + 1, val, n), MAX_TIMESTAMP)
 
 
 def _held_late_pane(rows: _Rows, batches: _Batches, ow_after: np.ndarray) -> bool:

@@ -319,11 +319,10 @@ def _fresh_parts(rows: _SessionRows, gap: int) -> tuple[np.ndarray, np.ndarray, 
     if rows.s_base is None:
         lo = _search(rows.sess, rows.ts + gap, part_sess, rows.ts[first], "right")
         hi = _search(rows.sess, rows.ts, part_sess, rows.ts[last] + gap, "left")
-    else:
+    else:  # per row: ascending queries, which numpy's search resumes from the last answer
         line = rows.s_base[rows.sess] + (rows.ts - rows.s_start[rows.sess])  # ascending
-        base, start = rows.s_base[part_sess], rows.s_start[part_sess]
-        lo = np.searchsorted(line + gap, base + (rows.ts[first] - start), side="right")
-        hi = np.searchsorted(line, base + (rows.ts[last] - start) + gap, side="left")
+        lo = np.searchsorted(line, line - gap, side="right")[first]
+        hi = np.searchsorted(line, line + gap, side="left")[last]
     fresh = range_min(rows.event, lo, hi) >= rows.event[first]
     return first, last, fresh
 
