@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from theory.arrays import range_min, stable_argsort_int
+from theory.arrays import range_min
 from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import Timing
 from theory.windowing.fast_path import (
@@ -241,16 +241,21 @@ def _session_rows(
     if np.any(s_fire >= scan.iw_after.size):
         return Refusal.NEVER_FIRES
     sess = np.cumsum(new) - 1
-    # rows by (session, arrival): the sessions of the kept elements, in arrival order
-    rank = np.empty(n_el := scan.ts.size, np.int64)
-    rank[order] = np.arange(order.size)
-    by_element = rank[kept]  # each kept element's row, elements ascending
-    by_arrival = by_element[stable_argsort_int(sess[by_element])]
+    by_arrival = _by_arrival(sess, order, n_el := scan.ts.size)
     return _SessionRows(
         ts, scan.element_event[order], order, sess, by_arrival,
         _session_offsets(ts, sess, s_first, gap), s_first, ts[s_first], s_end, s_fire,
         key[s_first], cut.keys, scan.value, n_el - kept.size,
     )  # fmt: skip
+
+
+def _by_arrival(sess: np.ndarray, order: np.ndarray, n_el: int) -> np.ndarray:
+    """The rows by (session, arrival), given each row's session (ascending) and element
+    (``order``, below ``n_el``): one stable sort of ``(session, element)`` as one int64,
+    nearly sorted already (a session's rows by timestamp come nearly by arrival)."""
+    if sess.size and int(sess[-1]) + 1 < (1 << 62) // max(n_el, 1):
+        return np.argsort(sess * n_el + order, kind="stable")
+    return np.lexsort((order, sess))
 
 
 def _session_offsets(
