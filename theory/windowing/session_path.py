@@ -41,12 +41,11 @@ from typing import NamedTuple
 import numpy as np
 
 from theory.arrays import range_min
-from theory.time import MAX_TIMESTAMP
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from theory.windowing.engine import Timing
 from theory.windowing.fast_path import (
     Refusal,
     ScriptColumns,
-    _before,
     _expired,
     _group_order,
     _interval_min,
@@ -94,24 +93,68 @@ def run_sessions_columns(
     refusal = sessions_refusal(strategy)
     if refusal is not None:
         return refusal
-    rows = _session_rows(scan, strategy)
-    if isinstance(rows, Refusal):
-        return rows
+    prepared = assign_and_code(scan, strategy)  # (a session's window is [ts, ts + gap))
+    if isinstance(prepared, Refusal):
+        return prepared
+    _, code, keys = prepared
     policy = strategy.timestamp_combiner
     assert isinstance(policy, TimestampCombiner)  # (sessions_refusal checked it)
-    early = _early(rows, strategy, scan.iw_after.size - 1)
-    if isinstance(early, Refusal):
-        return early
-    holds = (
-        early.holds  # Repeatedly(AfterCount)
-        if early is not None and early.holds is not None
-        else _holds(rows, policy, strategy.window_fn.gap)  # type: ignore[attr-defined]
-    )
-    if isinstance(holds, Refusal):
-        return holds
-    hold = _interval_min(scan.iw_after.size, *holds)
-    result = _result(scan, rows, hold, strategy, policy, build, early)
+    gap = strategy.window_fn.gap  # type: ignore[attr-defined]
+    n_ev = scan.iw_after.size
+    parts, holds = [], []
+    for idx in _chunks(code, len(keys)):
+        sub = scan if idx is None else _take(scan, idx)
+        rows = _session_rows(sub, strategy, coded=(code if idx is None else code[idx], keys))
+        if isinstance(rows, Refusal):
+            return rows
+        early = _early(rows, strategy, n_ev - 1)
+        if isinstance(early, Refusal):
+            return early
+        part_holds = (
+            early.holds  # Repeatedly(AfterCount)
+            if early is not None and early.holds is not None
+            else _holds(rows, policy, gap)
+        )
+        if isinstance(part_holds, Refusal):
+            return part_holds
+        holds.append(part_holds)
+        parts.append(_part_panes(rows, strategy, policy, early))
+    hold = _interval_min(n_ev, *(_joined(list(c)) for c in zip(*holds, strict=True)))
+    result = _result(scan, parts, keys, hold, build)
     return replace(result, output_watermark=with_external(result.output_watermark, external))
+
+
+#: Rows per key chunk of a script of more than twice as many elements: the per-row work
+#: runs chunk by chunk (8 MB per int64 column, which glibc serves again from memory
+#: freed before, where a temporary over 32 MB is fresh memory from the kernel each
+#: time, mapped and zeroed: at 5M rows as much system time as the computation's own);
+#: the holds and watermarks are then computed once over all events. Exact: sessions of
+#: different keys never merge, and this path's sessions (no late data) do not depend on
+#: the output watermark (which the runner's mixed path relies on too).
+CHUNK_ROWS = 1 << 20
+
+
+def _chunks(code: np.ndarray, n_keys: int) -> list[np.ndarray | None]:
+    """The elements of each key chunk (keys dealt round robin by code), or ``[None]``:
+    one chunk of every element."""
+    n_parts = min(-(-code.size // CHUNK_ROWS), n_keys)
+    if code.size <= 2 * CHUNK_ROWS or n_parts < 2:
+        return [None]
+    part = code % n_parts
+    return [np.flatnonzero(part == p) for p in range(n_parts)]
+
+
+def _take(scan: ScriptColumns, idx: np.ndarray) -> ScriptColumns:
+    """The script with only the elements ``idx`` (the same events; keys left out: the
+    caller passes their codes)."""
+    return scan._replace(
+        key=(), value=scan.value[idx], ts=scan.ts[idx], element_event=scan.element_event[idx]
+    )
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    """The arrays one after the other (the array itself when there is one)."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def _early(
@@ -175,15 +218,25 @@ class _Cut(NamedTuple):
     keys: list[Hashable]
 
 
-def _cut(scan: ScriptColumns, strategy: WindowingStrategy) -> _Cut | Refusal:
-    """Drop the expired rows and cut the rest into sessions."""
+#: Each element's key code, and the keys by code.
+_Coded = tuple[np.ndarray, list[Hashable]]
+
+
+def _cut(
+    scan: ScriptColumns, strategy: WindowingStrategy, coded: _Coded | None = None
+) -> _Cut | Refusal:
+    """Drop the expired rows and cut the rest into sessions (``coded``: the key codes,
+    when known)."""
     ts_el = scan.ts
     gap = strategy.window_fn.gap  # type: ignore[attr-defined]
-    prepared = assign_and_code(scan, strategy)  # (a session's window is [ts, ts + gap))
-    if isinstance(prepared, Refusal):
-        return prepared
-    _, key_el, keys = prepared
-    iw_el = _before(scan.iw_after)[scan.element_event]
+    if coded is None:
+        prepared = assign_and_code(scan, strategy)  # (a session's window is [ts, ts + gap))
+        if isinstance(prepared, Refusal):
+            return prepared
+        coded = prepared[1:]
+    key_el, keys = coded
+    event = scan.element_event  # the input watermark each element finds:
+    iw_el = np.where(event > 0, scan.iw_after[event - 1], MIN_TIMESTAMP)
     kept = np.flatnonzero(~_expired(iw_el, ts_el + gap, strategy.allowed_lateness))
     # by key, then timestamp, then arrival
     order = kept[_group_order(key_el[kept], ts_el[kept], len(keys))]
@@ -222,11 +275,14 @@ def _parts(rows: _SessionRows, gap: int) -> np.ndarray:
 
 
 def _session_rows(
-    scan: ScriptColumns, strategy: WindowingStrategy, late_ok: bool = False
+    scan: ScriptColumns,
+    strategy: WindowingStrategy,
+    late_ok: bool = False,
+    coded: _Coded | None = None,
 ) -> _SessionRows | Refusal:
     """The sessions of the kept rows, or the refusal (late data among them, unless
-    ``late_ok``)."""
-    cut = _cut(scan, strategy)
+    ``late_ok``; ``coded``: the key codes, when known)."""
+    cut = _cut(scan, strategy, coded)
     if isinstance(cut, Refusal):
         return cut
     if not late_ok and np.any(cut.late):
@@ -362,19 +418,25 @@ def _search(
 # ----------------------------------------------------------------------------- result
 
 
-def _result(
-    scan: ScriptColumns,
+class _PartPanes(NamedTuple):
+    """A chunk's panes, in no order: per pane its key code and columns (``sess`` first,
+    in the order of :func:`_part_panes`); ``values``: the chunk's rows by (session,
+    arrival), which ``lo``/``hi`` index."""
+
+    key: np.ndarray
+    columns: list[np.ndarray]
+    values: np.ndarray
+    n_expired: int
+
+
+def _part_panes(
     rows: _SessionRows,
-    hold: np.ndarray,
     strategy: WindowingStrategy,
     policy: TimestampCombiner,
-    build: bool,
-    early: EarlyPanes | None = None,
-) -> ScriptResult:
-    """One ON_TIME pane per session at its firing event, after the ``early`` panes, if
-    any; panes by event, then early before ON_TIME, then session in row order. A pane's
-    values are its rows in arrival order. ``hold``: the state hold after each event
-    (µs)."""
+    early: EarlyPanes | None,
+) -> _PartPanes:
+    """One ON_TIME pane per session at its firing event, and the ``early`` panes, if any.
+    A pane's values are its rows in arrival order."""
     n_s = rows.s_first.size
     if policy is TimestampCombiner.OUTPUT_AT_EARLIEST or (
         policy is TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED
@@ -406,10 +468,29 @@ def _result(
         m = early.sess.size
         extra = [*early[:8], np.full(m, _EARLY, np.int8), np.full(m, -1), np.zeros(m, bool)]
         cols = [np.concatenate([a, b]) for a, b in zip(cols, extra, strict=True)]
-    sess, fire, start, end, stamp, index, lo, hi, timing, nonspec, is_last = cols
+    return _PartPanes(
+        rows.s_key[cols[0]], cols, rows.values[rows.element[rows.by_arrival]], rows.n_expired
+    )
+
+
+def _result(
+    scan: ScriptColumns,
+    parts: list[_PartPanes],
+    keys: list[Hashable],
+    hold: np.ndarray,
+    build: bool,
+) -> ScriptResult:
+    """The chunks' panes by event, then early before ON_TIME, then chunk and session in
+    row order. ``hold``: the state hold after each event (µs)."""
+    offsets = np.cumsum([0] + [p.values.size for p in parts[:-1]])
+    cols = [_joined([p.columns[i] for p in parts]) for i in range(1, len(parts[0].columns))]
+    fire, start, end, stamp, index, lo, hi, timing, nonspec, is_last = cols
+    if len(parts) > 1:
+        sizes = [p.key.size for p in parts]
+        lo, hi = lo + np.repeat(offsets, sizes), hi + np.repeat(offsets, sizes)
     order = np.argsort(fire * 2 + (timing == _ON_TIME), kind="stable")
     pane_columns = PaneColumns(
-        list(map(rows.keys.__getitem__, rows.s_key[sess[order]].tolist())),
+        list(map(keys.__getitem__, _joined([p.key for p in parts])[order].tolist())),
         start[order],
         end[order],
         stamp[order],
@@ -419,7 +500,7 @@ def _result(
         is_last[order],
         lo[order],
         hi[order],
-        rows.values[rows.element[rows.by_arrival]],
+        _joined([p.values for p in parts]),
     )
     output = np.minimum(scan.iw_after, hold)
     return ScriptResult(
@@ -428,7 +509,7 @@ def _result(
         scan.pt_after,
         scan.iw_after,
         output,
-        {"expired": rows.n_expired, "closed": 0},
+        {"expired": sum(p.n_expired for p in parts), "closed": 0},
         0,
         bool(output[-1] < MAX_TIMESTAMP),  # (held for ever by a session never fired)
         0,
