@@ -58,6 +58,7 @@ __all__ = [
     "run_fast_columns",
     "script_columns",
     "strategy_refusal",
+    "take_elements",
 ]
 
 
@@ -212,6 +213,18 @@ def script_columns(evs: tuple[Event, ...]) -> ScriptColumns | None:
         np.fromiter(map(_VALUE, flat), object, n),
         np.fromiter(map(_TS, flat), np.int64, n),
         np.repeat(pos, counts),
+    )
+
+
+def take_elements(columns: ScriptColumns, idx: np.ndarray, keys: bool = True) -> ScriptColumns:
+    """The script with only the elements ``idx`` (ascending: arrival order kept) and every
+    event; without ``keys`` the key column is left empty (a caller that has their codes)."""
+    key = columns.key
+    return columns._replace(
+        key=list(map(key.__getitem__, idx.tolist())) if keys else (),
+        value=columns.value[idx],
+        ts=columns.ts[idx],
+        element_event=columns.element_event[idx],
     )
 
 

@@ -52,6 +52,7 @@ from theory.windowing.fast_path import (
     _records,
     _run_starts,
     assign_and_code,
+    take_elements,
     with_external,
 )
 from theory.windowing.pane_columns import TIMINGS, PaneColumns
@@ -103,7 +104,7 @@ def run_sessions_columns(
     n_ev = scan.iw_after.size
     parts, holds = [], []
     for idx in _chunks(code, len(keys)):
-        sub = scan if idx is None else _take(scan, idx)
+        sub = scan if idx is None else take_elements(scan, idx, keys=False)
         rows = _session_rows(sub, strategy, coded=(code if idx is None else code[idx], keys))
         if isinstance(rows, Refusal):
             return rows
@@ -142,14 +143,6 @@ def _chunks(code: np.ndarray, n_keys: int) -> list[np.ndarray | None]:
         return [None]
     part = code % n_parts
     return [np.flatnonzero(part == p) for p in range(n_parts)]
-
-
-def _take(scan: ScriptColumns, idx: np.ndarray) -> ScriptColumns:
-    """The script with only the elements ``idx`` (the same events; keys left out: the
-    caller passes their codes)."""
-    return scan._replace(
-        key=(), value=scan.value[idx], ts=scan.ts[idx], element_event=scan.element_event[idx]
-    )
 
 
 def _joined(arrays: list[np.ndarray]) -> np.ndarray:
