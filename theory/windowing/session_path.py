@@ -205,6 +205,7 @@ class _Cut(NamedTuple):
 
     kept: np.ndarray  # the kept elements, ascending
     order: np.ndarray  # the kept elements by (key, timestamp, arrival): the rows
+    ts: np.ndarray  # per row: timestamp
     late: np.ndarray  # per row: timestamp below the input watermark at its arrival
     new: np.ndarray  # per row: it starts a session
     key: np.ndarray  # per row: key code
@@ -232,12 +233,15 @@ def _cut(
     iw_el = np.where(event > 0, scan.iw_after[event - 1], MIN_TIMESTAMP)
     kept = np.flatnonzero(~_expired(iw_el, ts_el + gap, strategy.allowed_lateness))
     # by key, then timestamp, then arrival
-    order = kept[_group_order(key_el[kept], ts_el[kept], len(keys))]
+    if kept.size == ts_el.size:  # (none expired: no gathers)
+        order = _group_order(key_el, ts_el, len(keys))
+    else:
+        order = kept[_group_order(key_el[kept], ts_el[kept], len(keys))]
     ts, key = ts_el[order], key_el[order]
     new = _run_starts(key)
     if ts.size:
         new[1:] |= ts[1:] >= ts[:-1] + gap  # (no overflow: ts + gap fits, see assign_array)
-    return _Cut(kept, order, ts < iw_el[order], new, key, keys)
+    return _Cut(kept, order, ts, ts < iw_el[order], new, key, keys)
 
 
 def engine_session_elements(scan: ScriptColumns, strategy: WindowingStrategy) -> np.ndarray:
@@ -281,8 +285,7 @@ def _session_rows(
     if not late_ok and np.any(cut.late):
         return Refusal.LATE_SESSION_DATA
     gap = strategy.window_fn.gap  # type: ignore[attr-defined]
-    kept, order, new, key = cut.kept, cut.order, cut.new, cut.key
-    ts = scan.ts[order]
+    kept, order, ts, new, key = cut.kept, cut.order, cut.ts, cut.new, cut.key
     s_first = np.flatnonzero(new)
     s_last = _run_ends(s_first, ts.size) - 1
     s_end = ts[s_last] + gap
