@@ -44,7 +44,6 @@ Usage::
 
 from __future__ import annotations
 
-import ctypes
 import os
 import statistics
 import time
@@ -55,6 +54,7 @@ from typing import Any
 
 import numpy as np
 from bench_args import add_repeats, bench_parser
+from peak_memory import keep_freed_memory  # bench/peak_memory.py (this folder)
 
 from theory.data.generators import generate_trace
 from theory.structures import OrderStatisticList
@@ -204,16 +204,6 @@ def median_time(fn: Callable[[], float], repeats: int) -> float:
     """The median of ``repeats`` timed runs after one untimed warm-up run."""
     fn()
     return statistics.median(fn() for _ in range(repeats))
-
-
-def keep_freed_memory() -> None:
-    """glibc: serve large arrays from the heap and keep freed memory (see the docstring)."""
-    libc = ctypes.CDLL("libc.so.6")
-    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
-    ok = libc.mallopt(m_mmap_threshold, 1 << 30) and libc.mallopt(m_trim_threshold, 1 << 34)
-    ok = ok and libc.mallopt(m_top_pad, 1 << 29)
-    if not ok:
-        raise SystemExit("mallopt refused the settings")
 
 
 def main() -> None:

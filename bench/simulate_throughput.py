@@ -9,7 +9,11 @@ ratio of the two (CPU medians: less sensitive to other processes than wall time)
 path each grouping stage took, and the peak memory per event (bytes traced by
 ``tracemalloc``, numpy's buffers included, in a separate untimed run of the vectorised
 paths; the trace itself is allocated before). Sizes with no slow run print ``-``.
-Usage::
+``sys`` is the median system CPU time of the vectorised runs (inside ``fast cpu``): the
+kernel mapping and zeroing fresh memory, which glibc asks for each time a numpy
+temporary over 32 MB is allocated (from about 4M elements per stage).
+``--keep-freed-memory`` has glibc keep freed memory instead, which isolates the
+computation; the default allocator is what users get. Usage::
 
     python bench/simulate_throughput.py --events 100000 1000000 --repeats 3 --slow-repeats 1
 """
@@ -17,10 +21,13 @@ Usage::
 from __future__ import annotations
 
 import os
+import resource
+import statistics
 import tracemalloc
 from functools import partial
 
 from bench_args import add_repeats, bench_parser
+from peak_memory import keep_freed_memory  # bench/peak_memory.py (this folder)
 from timing import median_time  # bench/timing.py (this script's folder)
 
 from theory.pipeline import chapter3
@@ -37,6 +44,14 @@ def peak_bytes(fn) -> int:
         tracemalloc.stop()
 
 
+def system_seconds(fn, times: list[float]):
+    """``fn()``, appending the system CPU time it took (s) to ``times``."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_stime
+    out = fn()
+    times.append(resource.getrusage(resource.RUSAGE_SELF).ru_stime - before)
+    return out
+
+
 def main() -> None:
     parser = bench_parser(__doc__)
     parser.add_argument("--events", type=int, nargs="+", default=[100_000, 1_000_000])
@@ -48,16 +63,28 @@ def main() -> None:
         "--slow-max", type=int, default=1_000_000, help="largest size run incrementally"
     )
     parser.add_argument("--watermark", default="perfect")
+    parser.add_argument(
+        "--keep-freed-memory",
+        action="store_true",
+        help="glibc keeps freed memory (isolates first-touch costs)",
+    )
     args = parser.parse_args()
+    if args.keep_freed_memory:
+        keep_freed_memory()
     load = os.getloadavg()[0]
-    print(f"medians; load average {load:.1f} on {os.cpu_count()} cores; watermark {args.watermark}")
+    allocator = "glibc keeping freed memory" if args.keep_freed_memory else "default"
     print(
-        f"{'events':>10} {'fast s':>8} {'fast cpu':>9} {'events/s':>11} {'cpu ev/s':>11} "
-        f"{'slow cpu':>9} {'ratio':>7} {'B/event':>8}  paths"
+        f"medians; load average {load:.1f} on {os.cpu_count()} cores; watermark "
+        f"{args.watermark}; allocator: {allocator}"
+    )
+    print(
+        f"{'events':>10} {'fast s':>8} {'fast cpu':>9} {'sys':>6} {'events/s':>11} "
+        f"{'cpu ev/s':>11} {'slow cpu':>9} {'ratio':>7} {'B/event':>8}  paths"
     )
     for n in args.events:
         run = partial(simulate, chapter3.pipeline(args.watermark), chapter3.traces(n, seed=0))
-        wall, cpu, result = median_time(run, args.repeats)
+        sys_times: list[float] = []
+        wall, cpu, result = median_time(partial(system_seconds, run, sys_times), args.repeats)
         paths = ",".join(
             f"{name}:{s.path}" for name, s in result.stages.items() if s.kind == "GroupByWindow"
         )
@@ -67,7 +94,8 @@ def main() -> None:
             slow, ratio = f"{slow_cpu:.2f}", f"{slow_cpu / cpu:.1f}x"
         per_event = peak_bytes(run) / n
         print(
-            f"{n:>10,} {wall:>8.2f} {cpu:>9.2f} {n / wall:>11,.0f} {n / cpu:>11,.0f} "
+            f"{n:>10,} {wall:>8.2f} {cpu:>9.2f} {statistics.median(sys_times):>6.2f} "
+            f"{n / wall:>11,.0f} {n / cpu:>11,.0f} "
             f"{slow:>9} {ratio:>7} {per_event:>8.0f}  {paths}",
             flush=True,
         )

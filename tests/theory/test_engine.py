@@ -14,7 +14,13 @@ from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import STATE_HOLD, GroupByWindowEngine, Timing
 from theory.windowing.fast_path import Refusal, run_fast, strategy_refusal
 from theory.windowing.runner import run_script
-from theory.windowing.script import ElementEvent, ProcessingTimeEvent, Script, WatermarkEvent
+from theory.windowing.script import (
+    ElementEvent,
+    Event,
+    ProcessingTimeEvent,
+    Script,
+    WatermarkEvent,
+)
 from theory.windowing.strategy import (
     AccumulationMode,
     ElementPolicy,
@@ -362,11 +368,6 @@ class _LateWatermark(WatermarkEvent):
 
 def _refusal_cases():
     fixed = WindowingStrategy(FixedWindows(10), allowed_lateness=100)
-    earliest = WindowingStrategy(
-        FixedWindows(10),
-        allowed_lateness=100,
-        timestamp_combiner=TimestampCombiner.OUTPUT_AT_EARLIEST,
-    )
     near_max = MAX_TIMESTAMP - 100
     return [
         (
@@ -382,13 +383,24 @@ def _refusal_cases():
         ),
         (Refusal.EVENT_TYPE, [ElementEvent([("k", 1, 3)]), _LateWatermark(20)], fixed),
         (Refusal.NEVER_FIRES, [ElementEvent([("k", 1, near_max)])], strategy(FixedWindows(300))),
-        # a hold at 10 keeps the output watermark at 9 = [0, 10)'s max_timestamp: EARLY
-        (
-            Refusal.HELD_LATE_PANE,
-            [ElementEvent([("a", 1, 10)]), WatermarkEvent(12), ElementEvent([("b", 2, 5)])],
-            earliest,
-        ),
+        (Refusal.HELD_LATE_PANE, _held_late_chain(12), strategy(FixedWindows(1), **_HELD)),
     ]
+
+
+#: A strategy's arguments for :func:`_held_late_chain`.
+_HELD = {"allowed_lateness": 10**6, "timestamp_combiner": TimestampCombiner.OUTPUT_AT_EARLIEST}
+
+
+def _held_late_chain(n: int) -> list[Event]:
+    """Late panes fired EARLY, each because the one before keeps its hold: under
+    FixedWindows(1) and EARLIEST, an on-time hold at 1000 keeps the output watermark at
+    999 when ``x`` at 999 comes late (EARLY, its hold kept); after the on-time pane, the
+    late ``x`` at 998, 997, ... each find it one below the window just before theirs,
+    held there only by the previous one's hold: ``n`` rounds to find them all."""
+    events: list[Event] = [ElementEvent([("a", 0, 1000)]), WatermarkEvent(1000)]
+    events += [ElementEvent([("x", 1, 999)]), WatermarkEvent(2000)]
+    events += [ElementEvent([("x", 2 + i, 998 - i)]) for i in range(n)]
+    return events
 
 
 @pytest.mark.parametrize(("reason", "events", "strat"), _refusal_cases())
@@ -402,6 +414,34 @@ def test_fast_path_refuses_what_it_does_not_model(reason, events, strat):
 
 
 _STRATEGY_REFUSALS = (Refusal.TRIGGER, Refusal.MERGING, Refusal.ELEMENT_POLICY)
+
+
+@pytest.mark.parametrize("combiner", list(TimestampCombiner))
+@pytest.mark.parametrize("mode", list(AccumulationMode))
+def test_fast_path_models_late_panes_fired_early(combiner, mode):
+    """A late pane fired while the output watermark is held at or before its window is
+    EARLY, keeps its hold (a stall) and its non-speculative index is -1 before any
+    non-EARLY pane of the window: vectorised, equal to the engine, for a chain of such
+    panes found in rounds and for a late pane behind another window's on-time hold."""
+    behind = [ElementEvent([("a", 1, 10)]), WatermarkEvent(12), ElementEvent([("b", 2, 5)])]
+    for events, fn in ((_held_late_chain(4), FixedWindows(1)), (behind, FixedWindows(10))):
+        strat = strategy(fn, accumulation_mode=mode, **{**_HELD, "timestamp_combiner": combiner})
+        fast, slow = run_script(events, strat), run_script(events, strat, fast=False)
+        assert fast.path == "vectorised", fast.refusal
+        assert canon(fast) == canon(slow)
+        for series in ("output_watermark", "state_hold"):
+            assert np.array_equal(getattr(fast, series), getattr(slow, series)), series
+        assert (fast.stalled, fast.dropped, fast.late_elements) == (
+            slow.stalled,
+            slow.dropped,
+            slow.late_elements,
+        )
+        early = [p for p in fast.panes if p.timing is Timing.EARLY]
+        assert all(p.nonspeculative_index == -1 and p.index == 0 for p in early)
+        if fn.size == 1:  # the chain: x at 999, 998, ..., 995, each EARLY
+            assert len(early) == 5 and fast.stalled
+    # behind [10, 20)'s hold: at 9 (EARLIEST, LATEST) b's pane is EARLY, at 19 (EOW) LATE
+    assert [p.key for p in early] == ([] if combiner is TimestampCombiner.OUTPUT_AT_EOW else ["b"])
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.windowing import assert_same, script_of, script_ops
-from theory.windowing.fast_path import Refusal, script_columns
+from theory.windowing import session_path
+from theory.windowing.fast_path import Refusal, key_codes, script_columns
 from theory.windowing.runner import run_script
 from theory.windowing.script import (
     ElementEvent,
@@ -18,7 +19,7 @@ from theory.windowing.script import (
 )
 from theory.windowing.session_path import run_sessions_columns
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
-from theory.windowing.triggers import AfterCount, AfterWatermark, DefaultTrigger
+from theory.windowing.triggers import AfterCount, AfterWatermark, DefaultTrigger, Repeatedly
 from theory.windowing.windows import Sessions
 
 
@@ -135,3 +136,35 @@ def test_session_path_refusals_leave_the_script_to_the_engine():
     assert_same(got, run_script(late, strat, fast=False), "mixed")
     counted = WindowingStrategy(Sessions(50), AfterCount(1), allow_unsafe_triggers=True)
     assert run_sessions_columns(columns, counted) is Refusal.TRIGGER
+
+
+@pytest.mark.parametrize(
+    "trigger, keys, bound",
+    [
+        (AfterWatermark(), 20, None),
+        (DefaultTrigger(), 20, 150),  # late data: the mixed path's vectorised part chunked
+        (AfterWatermark(early=AfterCount(2)), 8, None),  # one part at every event
+        (Repeatedly(AfterCount(3)), 8, None),
+    ],
+    ids=["watermark", "mixed", "early-counts", "repeatedly"],
+)
+def test_key_chunks_equal_the_engine(monkeypatch, trigger, keys, bound):
+    """A script larger than two chunks runs chunk by chunk of keys (the holds and
+    watermarks once over all events): still every pane, series and count of the engine."""
+    monkeypatch.setattr(session_path, "CHUNK_ROWS", 100)
+    script = _seeded(2000, 4, keys=keys, bound=bound)
+    columns = script_columns(script.events)
+    assert columns is not None
+    code = key_codes(columns.key)
+    assert code is not None and len(session_path._chunks(code[0], keys)) == keys
+    for combiner in (TimestampCombiner.OUTPUT_AT_EOW, TimestampCombiner.OUTPUT_AT_EARLIEST):
+        strat = WindowingStrategy(
+            Sessions(30 if bound is None else 120),
+            trigger,
+            allowed_lateness=300,
+            timestamp_combiner=combiner,
+            allow_unsafe_triggers=True,
+        )
+        fast = run_script(script, strat)
+        assert_same(fast, run_script(script, strat, fast=False), fast.path)
+        assert fast.path == ("vectorised" if bound is None else "mixed"), fast.refusal

@@ -13,14 +13,17 @@ except where the *output* watermark matters:
 - a late pane is LATE and releases its hold only if the output watermark is past the
   window (else Beam's runner calls it EARLY and keeps the hold).
 
-So the path computes the output watermark from the non-late holds (a segment tree over
+So the path computes the output watermark from the holds (an interval minimum over
 events), settles which old elements hold with it (:func:`settle_holds`: rounds until the
-holds and the output watermark agree), and checks that every late pane falls on the
-simple side; where one does not it refuses, and the caller runs the incremental engine.
+holds and the output watermark agree), and finds the late panes fired EARLY with it: those
+keep their holds to the end (a stall), which can hold later late panes back in turn, so
+rounds again until the EARLY ones agree with the output watermark they make (each round
+adds some, so the first that agrees is the engine's run; beyond :data:`SETTLE_ROUNDS` the
+path refuses, :attr:`Refusal.HELD_LATE_PANE`, and the caller runs the incremental engine).
 The steps, one function each: :func:`strategy_refusal` (eligibility, checked first),
 :func:`_rows` (assign windows, drop expired rows, group by key and window),
 :func:`_batches` (late batches, closed windows), :func:`_hold_intervals` (the holds),
-:func:`settle_holds`, :func:`_held_late_pane` (the second case above) and
+:func:`settle_holds`, :func:`_held_late_panes` (the second case above) and
 :func:`_panes`.
 """
 
@@ -35,6 +38,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from theory.arrays import cover_min
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from theory.windowing.engine import Timing
 from theory.windowing.pane_columns import TIMINGS, PaneColumns, build_panes
@@ -57,6 +61,7 @@ __all__ = [
     "run_fast_columns",
     "script_columns",
     "strategy_refusal",
+    "take_elements",
 ]
 
 
@@ -76,7 +81,10 @@ class Refusal(StrEnum):
     OVERFLOW = "a window bound does not fit in int64"
     UNHASHABLE_KEY = "an unhashable key (the engine raises its own error)"
     NEVER_FIRES = "a window ending past MAX_TIMESTAMP never fires"
-    HELD_LATE_PANE = "a late pane while the output watermark is held at or before its window"
+    HELD_LATE_PANE = (
+        "a late pane fired EARLY (the output watermark held at or before its window) keeps "
+        "a hold not modelled: a late row's under count triggers, or not settled in 8 rounds"
+    )
     OLD_ELEMENT_HOLDS = (
         "which elements older than the input watermark hold did not settle in 8 rounds"
     )
@@ -131,23 +139,35 @@ def run_fast_columns(
     policy = strategy.timestamp_combiner
     assert isinstance(policy, TimestampCombiner)  # (strategy_refusal checked it)
     n_ev = scan.iw_after.size
-    settled = settle_holds(
-        scan,
-        rows.ts,
-        rows.event,
-        rows.ontime,
-        _passing(rows, policy),
-        lambda passing: _interval_min(n_ev, *_hold_intervals(rows, batches, policy, passing)),
-        external,
-        policy is TimestampCombiner.OUTPUT_AT_EOW,
-    )
-    if settled is None:
-        return Refusal.OLD_ELEMENT_HOLDS
-    hold, passing = settled
-    ow_after = with_external(np.minimum(scan.iw_after, hold), external)
-    if _held_late_pane(rows, batches, ow_after):
-        return Refusal.HELD_LATE_PANE
-    return _panes(scan, rows, batches, ow_after, hold, strategy, policy, build, passing)
+    # late batches firing EARLY (their holds kept), found by rounds as the holds are
+    held = np.zeros(batches.first.size, bool)
+    for _ in range(SETTLE_ROUNDS):
+        held_row = np.repeat(held, batches.last - batches.first)
+
+        def hold_of(passing: np.ndarray, held: np.ndarray = held) -> np.ndarray:
+            return _interval_min(n_ev, *_hold_intervals(rows, batches, policy, passing, held, n_ev))
+
+        settled = settle_holds(
+            scan,
+            rows.ts,
+            rows.event,
+            rows.ontime | held_row,
+            _passing(rows, policy, held_row),
+            hold_of,
+            external,
+            policy is TimestampCombiner.OUTPUT_AT_EOW,
+        )
+        if settled is None:
+            return Refusal.OLD_ELEMENT_HOLDS
+        hold, passing = settled
+        ow_after = with_external(np.minimum(scan.iw_after, hold), external)
+        again = _held_late_panes(rows, batches, ow_after)
+        if np.array_equal(again, held):
+            return _panes(
+                scan, rows, batches, ow_after, hold, strategy, policy, build, passing, held
+            )
+        held = again
+    return Refusal.HELD_LATE_PANE
 
 
 # ---------------------------------------------------------------------------- events
@@ -211,6 +231,18 @@ def script_columns(evs: tuple[Event, ...]) -> ScriptColumns | None:
         np.fromiter(map(_VALUE, flat), object, n),
         np.fromiter(map(_TS, flat), np.int64, n),
         np.repeat(pos, counts),
+    )
+
+
+def take_elements(columns: ScriptColumns, idx: np.ndarray, keys: bool = True) -> ScriptColumns:
+    """The script with only the elements ``idx`` (ascending: arrival order kept) and every
+    event; without ``keys`` the key column is left empty (a caller that has their codes)."""
+    key = columns.key
+    return columns._replace(
+        key=list(map(key.__getitem__, idx.tolist())) if keys else (),
+        value=columns.value[idx],
+        ts=columns.ts[idx],
+        element_event=columns.element_event[idx],
     )
 
 
@@ -391,12 +423,13 @@ def _batches(rows: _Rows, finishes: bool) -> _Batches:
 # ----------------------------------------------------------------------------- holds
 
 
-def _passing(rows: _Rows, policy: TimestampCombiner) -> np.ndarray:
-    """Rows that surely add a hold: on-time rows, and under EARLIEST/LATEST those not
-    older than the input watermark (older ones hold if not behind the output watermark:
-    :func:`settle_holds`)."""
+def _passing(rows: _Rows, policy: TimestampCombiner, held_row: np.ndarray) -> np.ndarray:
+    """Rows that surely add a hold: on-time rows and under END_OF_WINDOW the rows of late
+    batches firing EARLY (``held_row``: their holds stay), under EARLIEST/LATEST the
+    on-time rows not older than the input watermark (older ones, and the rows of late
+    batches firing EARLY, hold if not behind the output watermark: :func:`settle_holds`)."""
     if policy is TimestampCombiner.OUTPUT_AT_EOW:
-        return rows.ontime
+        return rows.ontime | held_row
     return rows.ontime & (rows.ts >= rows.iw)
 
 
@@ -437,31 +470,41 @@ def settle_holds(
 
 
 def _hold_intervals(
-    rows: _Rows, batches: _Batches, policy: TimestampCombiner, passing: np.ndarray
+    rows: _Rows,
+    batches: _Batches,
+    policy: TimestampCombiner,
+    passing: np.ndarray,
+    held: np.ndarray,
+    n_ev: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The holds as event intervals ``[lo, hi]`` with their value (hold - 1 µs), keeping
-    only those below every earlier hold of their window (all end together, so the others
+    only those below every earlier hold of their window that ends with them (the others
     never matter). The output watermark is then ``min(input, smallest hold - 1 µs)``.
 
-    A non-late batch's hold lasts from its event until its window's timer fires. Late
-    batches add none that outlasts their event: their pane fires at once and, the output
-    watermark being past the window (checked by :func:`_held_late_pane`), releases it;
-    their elements are below the output watermark, so "too late to hold". ``passing``:
-    the rows that hold (:func:`settle_holds`)."""
+    A non-late batch's hold lasts from its event until its window's timer fires. A late
+    batch firing LATE adds none that outlasts its event: its pane releases it (and its
+    elements, below the output watermark, are too late to hold). A late batch firing
+    EARLY (``held``, per batch: the output watermark is held at or before its window)
+    keeps its hold to the end of the script (a stall, as Beam's runner: no later pane of
+    the window can release it). ``passing``: the rows that hold (:func:`settle_holds`)."""
     if policy is TimestampCombiner.OUTPUT_AT_LATEST and rows.element.size:
         # one hold per batch: the batch's latest passing timestamp
         n_b = batches.first.size
         latest = np.full(n_b, MIN_TIMESTAMP - 1, np.int64)
         batch_of_row = np.repeat(np.arange(n_b), batches.last - batches.first)
         np.maximum.at(latest, batch_of_row[passing], rows.ts[passing])
-        has = np.flatnonzero(~batches.late & (latest >= MIN_TIMESTAMP))
-        has = has[_records(batches.gid[has], latest[has])]
-        return batches.event[has], rows.g_fire[batches.gid[has]] - 1, latest[has] - 1
+        has = np.flatnonzero((~batches.late | held) & (latest >= MIN_TIMESTAMP))
+        group = batches.gid[has] * 2 + held[has]  # (a window's held batches come last)
+        has = has[_records(group, latest[has])]
+        until = np.where(held[has], n_ev - 1, rows.g_fire[batches.gid[has]] - 1)
+        return batches.event[has], until, latest[has] - 1
     # EOW and EARLIEST: one hold per row (a batch's minimum is among them)
     value = rows.end - 1 if policy is TimestampCombiner.OUTPUT_AT_EOW else rows.ts
-    held = np.flatnonzero(passing)
-    held = held[_records(rows.gid[held], value[held])]
-    return rows.event[held], rows.g_fire[rows.gid[held]] - 1, value[held] - 1
+    held_row = np.repeat(held, batches.last - batches.first)
+    at = np.flatnonzero(passing)
+    at = at[_records(rows.gid[at] * 2 + held_row[at], value[at])]
+    until = np.where(held_row[at], n_ev - 1, rows.g_fire[rows.gid[at]] - 1)
+    return rows.event[at], until, value[at] - 1
 
 
 def _records(group: np.ndarray, val: np.ndarray) -> np.ndarray:
@@ -485,37 +528,17 @@ def _records(group: np.ndarray, val: np.ndarray) -> np.ndarray:
 
 
 def _interval_min(n: int, lo: np.ndarray, hi: np.ndarray, val: np.ndarray) -> np.ndarray:
-    """For each point 0..n-1, the minimum ``val`` over the intervals ``[lo, hi]`` holding it
-    (MAX_TIMESTAMP where none): a segment tree, built level by level with numpy."""
-    size = 1 << max(1, (n - 1).bit_length())
-    node = np.full(2 * size, MAX_TIMESTAMP, dtype=np.int64)
-    keep = lo <= hi
-    left, right, v = lo[keep] + size, hi[keep] + size + 1, val[keep]
-    while left.size:
-        m = left < right
-        left, right, v = left[m], right[m], v[m]
-        odd = (left & 1) == 1
-        np.minimum.at(node, left[odd], v[odd])
-        left = left + odd
-        odd = (right & 1) == 1
-        right = right - odd
-        np.minimum.at(node, right[odd], v[odd])
-        left >>= 1
-        right >>= 1
-    k = 1
-    while k < size:
-        parents = node[k : 2 * k]
-        np.minimum(node[2 * k : 4 * k : 2], parents, out=node[2 * k : 4 * k : 2])
-        np.minimum(node[2 * k + 1 : 4 * k : 2], parents, out=node[2 * k + 1 : 4 * k : 2])
-        k *= 2
-    return node[size : size + n]
+    """For each point 0..n-1, the minimum ``val`` (at most ``MAX_TIMESTAMP``) over the
+    intervals ``[lo, hi]`` holding it (``0 <= lo``, ``hi < n``; empty ones ignored), or
+    MAX_TIMESTAMP where none: :func:`theory.arrays.cover_min` on half-open intervals."""
+    return np.minimum(cover_min(lo, hi + 1, val, n), MAX_TIMESTAMP)
 
 
-def _held_late_pane(rows: _Rows, batches: _Batches, ow_after: np.ndarray) -> bool:
-    """Whether a late pane fires with the output watermark at or before its window: it
-    would be EARLY and keep its hold, which this path does not model."""
-    firing = batches.firing_late
-    return bool(np.any(_before(ow_after)[batches.event[firing]] < rows.g_end[batches.gid[firing]]))
+def _held_late_panes(rows: _Rows, batches: _Batches, ow_after: np.ndarray) -> np.ndarray:
+    """Per batch: a late pane fired with the output watermark at or before its window, so
+    EARLY, its hold kept (Beam's runner; the model would say LATE)."""
+    ow_found = _before(ow_after)[batches.event]
+    return batches.firing_late & (ow_found < rows.g_end[batches.gid])
 
 
 # ----------------------------------------------------------------------------- panes
@@ -530,7 +553,8 @@ class _PaneColumns(NamedTuple):
     hi: np.ndarray
     timestamp: np.ndarray
     pane_index: np.ndarray
-    late: np.ndarray  # bool
+    timing: np.ndarray  # codes into TIMINGS
+    nonspeculative: np.ndarray
 
 
 def _panes(
@@ -543,13 +567,14 @@ def _panes(
     policy: TimestampCombiner,
     build: bool,
     passing: np.ndarray,
+    held: np.ndarray,
 ) -> ScriptResult:
     """The panes (built as tuples if ``build``) and the result (``hold``: the state hold
-    after each event, µs; ``passing``: the rows that hold). Every
-    pane is non-speculative: the ON_TIME pane at the window's timer (index 0), then one
-    LATE pane per firing late batch."""
+    after each event, µs; ``passing``: the rows that hold; ``held``: the late batches
+    firing EARLY). The ON_TIME pane at the window's timer (index 0), then one late pane
+    per firing late batch: LATE, or EARLY when ``held``."""
     accumulating = strategy.accumulation_mode is AccumulationMode.ACCUMULATING
-    columns = _pane_columns(rows, batches, policy, accumulating, passing)
+    columns = _pane_columns(rows, batches, policy, accumulating, passing, held)
     pane_columns = _build_panes(rows, columns, strategy)
     grouped = ~batches.closed
     return ScriptResult(
@@ -560,7 +585,7 @@ def _panes(
         ow_after,
         {"expired": rows.n_expired, "closed": int(batches.closed.sum())},
         int(np.count_nonzero(grouped & (rows.ts < rows.iw))),
-        False,
+        bool(ow_after[-1] < MAX_TIMESTAMP),  # (a hold kept by an EARLY late pane)
         0,
         state_hold=hold,
         pane_columns=pane_columns,
@@ -590,6 +615,7 @@ def _pane_columns(
     policy: TimestampCombiner,
     accumulating: bool,
     passing: np.ndarray,
+    held: np.ndarray,
 ) -> _PaneColumns:
     """ON_TIME panes (groups with on-time rows) and late panes (firing late batches), in
     firing order; a late pane's index counts the ON_TIME pane and earlier late panes."""
@@ -597,6 +623,7 @@ def _pane_columns(
     lb = np.flatnonzero(batches.firing_late)
     lg = batches.gid[lb]
     late_index = _rank_in_run(lg) + (rows.g_on[lg] > 0)
+    early = held[lb]
     event = np.concatenate([rows.g_fire[on], batches.event[lb]])
     order = np.argsort(event, kind="stable")
     late_lo = rows.g_first[lg] if accumulating else batches.first[lb]
@@ -605,10 +632,73 @@ def _pane_columns(
         np.concatenate([on, lg])[order],
         np.concatenate([rows.g_first[on], late_lo])[order],
         np.concatenate([rows.g_first[on] + rows.g_on[on], batches.last[lb]])[order],
-        np.concatenate([_on_time_timestamps(rows, policy, passing)[on], rows.g_end[lg] - 1])[order],
+        np.concatenate(
+            [
+                _on_time_timestamps(rows, policy, passing & rows.ontime)[on],
+                _late_timestamps(rows, batches, policy, passing, lb, early),
+            ]
+        )[order],
         np.concatenate([np.zeros(on.size, np.int64), late_index])[order],
-        order >= on.size,
+        np.concatenate(
+            [np.full(on.size, _ON_TIME, np.int8), np.where(early, _EARLY, _LATE).astype(np.int8)]
+        )[order],
+        np.concatenate(
+            [np.zeros(on.size, np.int64), _late_nonspeculative(lg, late_index, early, rows)]
+        )[order],
     )
+
+
+def _late_timestamps(
+    rows: _Rows,
+    batches: _Batches,
+    policy: TimestampCombiner,
+    passing: np.ndarray,
+    lb: np.ndarray,
+    early: np.ndarray,
+) -> np.ndarray:
+    """The late panes' timestamps (batches ``lb``, ``early``: fired EARLY): the end of
+    the window, but for an EARLY one the policy over the holds its window keeps, if any
+    (the passing rows of its EARLY batches so far: a LATE pane releases none of them, as
+    none fires after a kept hold)."""
+    out = rows.g_end[batches.gid[lb]] - 1
+    if policy is TimestampCombiner.OUTPUT_AT_EOW or not early.any():
+        return out
+    latest = policy is TimestampCombiner.OUTPUT_AT_LATEST
+    e = lb[early]
+    size = batches.last[e] - batches.first[e]
+    row = np.repeat(batches.first[e], size) + _rank_in_run(np.repeat(np.arange(e.size), size))
+    none = MIN_TIMESTAMP - 1 if latest else MAX_TIMESTAMP + 1  # (int64 has room)
+    ts = np.where(passing[row], rows.ts[row], none)
+    reduce = np.maximum if latest else np.minimum
+    starts = np.concatenate([[0], np.cumsum(size)[:-1]])
+    per_batch = reduce.reduceat(ts, starts) if ts.size else ts
+    # running combine over a window's EARLY batches: ranks, lifted per window
+    gid = batches.gid[e]
+    rank = np.empty(e.size, np.int64)
+    by_value = np.argsort(-per_batch if latest else per_batch, kind="stable")
+    rank[by_value] = np.arange(e.size)
+    lifted = rank + (int(gid[-1]) - gid) * e.size
+    running = by_value[np.minimum.accumulate(lifted) - (int(gid[-1]) - gid) * e.size]
+    stamp = per_batch[running]
+    out[early] = np.where(stamp == none, out[early], stamp)
+    return out
+
+
+def _late_nonspeculative(
+    lg: np.ndarray, index: np.ndarray, early: np.ndarray, rows: _Rows
+) -> np.ndarray:
+    """The late panes' non-speculative index (groups ``lg``, pane ``index``, ``early``):
+    Beam's runner counts non-EARLY panes, and EARLY ones after the first of them; an
+    EARLY pane before it has -1. A window's first non-EARLY pane: its ON_TIME pane (index
+    0), else its first LATE pane."""
+    big = np.iinfo(np.int64).max
+    first = np.where(early, big, index)
+    if lg.size:
+        starts = np.flatnonzero(_run_starts(lg))
+        per_group = np.minimum.reduceat(first, starts)
+        first = np.repeat(per_group, np.diff(np.append(starts, lg.size)))
+    first = np.where(rows.g_on[lg] > 0, 0, first)
+    return np.where(index < first, -1, index - np.minimum(first, index))
 
 
 def _build_panes(rows: _Rows, columns: _PaneColumns, strategy: WindowingStrategy) -> PaneColumns:
@@ -622,11 +712,12 @@ def _build_panes(rows: _Rows, columns: _PaneColumns, strategy: WindowingStrategy
         columns.lo,
         columns.hi,
         columns.timestamp,
-        np.where(columns.late, _LATE, _ON_TIME).astype(np.int8),
+        columns.timing,
         columns.pane_index,
         isinstance(strategy.trigger, AfterWatermark),  # is_last: the trigger finishes
         global_window=isinstance(strategy.window_fn, GlobalWindows),
-    )  # (the non-speculative index is the pane index: no pane is EARLY)
+        nonspeculative_index=columns.nonspeculative,
+    )
 
 
-_ON_TIME, _LATE = TIMINGS.index(Timing.ON_TIME), TIMINGS.index(Timing.LATE)
+_EARLY, _ON_TIME, _LATE = (TIMINGS.index(t) for t in (Timing.EARLY, Timing.ON_TIME, Timing.LATE))

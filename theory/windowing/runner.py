@@ -21,7 +21,13 @@ from theory.columns import check_bool
 from theory.time import MAX_TIMESTAMP
 from theory.windowing.count_path import run_count_columns
 from theory.windowing.engine import GroupByWindowEngine, Pane
-from theory.windowing.fast_path import Refusal, ScriptColumns, run_fast_columns, script_columns
+from theory.windowing.fast_path import (
+    Refusal,
+    ScriptColumns,
+    run_fast_columns,
+    script_columns,
+    take_elements,
+)
 from theory.windowing.pane_columns import PaneColumns
 from theory.windowing.script import (
     ElementEvent,
@@ -172,14 +178,7 @@ def _run_mixed(
 
 def _subset(columns: ScriptColumns, mask: np.ndarray) -> ScriptColumns:
     """The script with only the elements of ``mask`` (the same events)."""
-    idx = np.flatnonzero(mask)
-    keys = columns.key
-    return columns._replace(
-        key=list(map(keys.__getitem__, idx.tolist())),
-        value=columns.value[idx],
-        ts=columns.ts[idx],
-        element_event=columns.element_event[idx],
-    )
+    return take_elements(columns, np.flatnonzero(mask))
 
 
 class _Rows(NamedTuple):

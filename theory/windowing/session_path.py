@@ -40,19 +40,19 @@ from typing import NamedTuple
 
 import numpy as np
 
-from theory.arrays import range_min, stable_argsort_int
-from theory.time import MAX_TIMESTAMP
+from theory.arrays import range_min
+from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from theory.windowing.engine import Timing
 from theory.windowing.fast_path import (
     Refusal,
     ScriptColumns,
-    _before,
     _expired,
     _group_order,
     _interval_min,
     _records,
     _run_starts,
     assign_and_code,
+    take_elements,
     with_external,
 )
 from theory.windowing.pane_columns import TIMINGS, PaneColumns
@@ -94,24 +94,60 @@ def run_sessions_columns(
     refusal = sessions_refusal(strategy)
     if refusal is not None:
         return refusal
-    rows = _session_rows(scan, strategy)
-    if isinstance(rows, Refusal):
-        return rows
+    prepared = assign_and_code(scan, strategy)  # (a session's window is [ts, ts + gap))
+    if isinstance(prepared, Refusal):
+        return prepared
+    _, code, keys = prepared
     policy = strategy.timestamp_combiner
     assert isinstance(policy, TimestampCombiner)  # (sessions_refusal checked it)
-    early = _early(rows, strategy, scan.iw_after.size - 1)
-    if isinstance(early, Refusal):
-        return early
-    holds = (
-        early.holds  # Repeatedly(AfterCount)
-        if early is not None and early.holds is not None
-        else _holds(rows, policy, strategy.window_fn.gap)  # type: ignore[attr-defined]
-    )
-    if isinstance(holds, Refusal):
-        return holds
-    hold = _interval_min(scan.iw_after.size, *holds)
-    result = _result(scan, rows, hold, strategy, policy, build, early)
+    gap = strategy.window_fn.gap  # type: ignore[attr-defined]
+    n_ev = scan.iw_after.size
+    parts, holds = [], []
+    for idx in _chunks(code, len(keys)):
+        sub = scan if idx is None else take_elements(scan, idx, keys=False)
+        rows = _session_rows(sub, strategy, coded=(code if idx is None else code[idx], keys))
+        if isinstance(rows, Refusal):
+            return rows
+        early = _early(rows, strategy, n_ev - 1)
+        if isinstance(early, Refusal):
+            return early
+        part_holds = (
+            early.holds  # Repeatedly(AfterCount)
+            if early is not None and early.holds is not None
+            else _holds(rows, policy, gap)
+        )
+        if isinstance(part_holds, Refusal):
+            return part_holds
+        holds.append(part_holds)
+        parts.append(_part_panes(rows, strategy, policy, early))
+    hold = _interval_min(n_ev, *(_joined(list(c)) for c in zip(*holds, strict=True)))
+    result = _result(scan, parts, keys, hold, build)
     return replace(result, output_watermark=with_external(result.output_watermark, external))
+
+
+#: Rows per key chunk of a script of more than twice as many elements: the per-row work
+#: runs chunk by chunk (8 MB per int64 column, which glibc serves again from memory
+#: freed before, where a temporary over 32 MB is fresh memory from the kernel each
+#: time, mapped and zeroed: at 5M rows as much system time as the computation's own);
+#: the holds and watermarks are then computed once over all events. Exact: sessions of
+#: different keys never merge, and this path's sessions (no late data) do not depend on
+#: the output watermark (which the runner's mixed path relies on too).
+CHUNK_ROWS = 1 << 20
+
+
+def _chunks(code: np.ndarray, n_keys: int) -> list[np.ndarray | None]:
+    """The elements of each key chunk (keys dealt round robin by code), or ``[None]``:
+    one chunk of every element."""
+    n_parts = min(-(-code.size // CHUNK_ROWS), n_keys)
+    if code.size <= 2 * CHUNK_ROWS or n_parts < 2:
+        return [None]
+    part = code % n_parts
+    return [np.flatnonzero(part == p) for p in range(n_parts)]
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    """The arrays one after the other (the array itself when there is one)."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def _early(
@@ -169,29 +205,43 @@ class _Cut(NamedTuple):
 
     kept: np.ndarray  # the kept elements, ascending
     order: np.ndarray  # the kept elements by (key, timestamp, arrival): the rows
+    ts: np.ndarray  # per row: timestamp
     late: np.ndarray  # per row: timestamp below the input watermark at its arrival
     new: np.ndarray  # per row: it starts a session
     key: np.ndarray  # per row: key code
     keys: list[Hashable]
 
 
-def _cut(scan: ScriptColumns, strategy: WindowingStrategy) -> _Cut | Refusal:
-    """Drop the expired rows and cut the rest into sessions."""
+#: Each element's key code, and the keys by code.
+_Coded = tuple[np.ndarray, list[Hashable]]
+
+
+def _cut(
+    scan: ScriptColumns, strategy: WindowingStrategy, coded: _Coded | None = None
+) -> _Cut | Refusal:
+    """Drop the expired rows and cut the rest into sessions (``coded``: the key codes,
+    when known)."""
     ts_el = scan.ts
     gap = strategy.window_fn.gap  # type: ignore[attr-defined]
-    prepared = assign_and_code(scan, strategy)  # (a session's window is [ts, ts + gap))
-    if isinstance(prepared, Refusal):
-        return prepared
-    _, key_el, keys = prepared
-    iw_el = _before(scan.iw_after)[scan.element_event]
+    if coded is None:
+        prepared = assign_and_code(scan, strategy)  # (a session's window is [ts, ts + gap))
+        if isinstance(prepared, Refusal):
+            return prepared
+        coded = prepared[1:]
+    key_el, keys = coded
+    event = scan.element_event  # the input watermark each element finds:
+    iw_el = np.where(event > 0, scan.iw_after[event - 1], MIN_TIMESTAMP)
     kept = np.flatnonzero(~_expired(iw_el, ts_el + gap, strategy.allowed_lateness))
     # by key, then timestamp, then arrival
-    order = kept[_group_order(key_el[kept], ts_el[kept], len(keys))]
+    if kept.size == ts_el.size:  # (none expired: no gathers)
+        order = _group_order(key_el, ts_el, len(keys))
+    else:
+        order = kept[_group_order(key_el[kept], ts_el[kept], len(keys))]
     ts, key = ts_el[order], key_el[order]
     new = _run_starts(key)
     if ts.size:
         new[1:] |= ts[1:] >= ts[:-1] + gap  # (no overflow: ts + gap fits, see assign_array)
-    return _Cut(kept, order, ts < iw_el[order], new, key, keys)
+    return _Cut(kept, order, ts, ts < iw_el[order], new, key, keys)
 
 
 def engine_session_elements(scan: ScriptColumns, strategy: WindowingStrategy) -> np.ndarray:
@@ -222,18 +272,20 @@ def _parts(rows: _SessionRows, gap: int) -> np.ndarray:
 
 
 def _session_rows(
-    scan: ScriptColumns, strategy: WindowingStrategy, late_ok: bool = False
+    scan: ScriptColumns,
+    strategy: WindowingStrategy,
+    late_ok: bool = False,
+    coded: _Coded | None = None,
 ) -> _SessionRows | Refusal:
     """The sessions of the kept rows, or the refusal (late data among them, unless
-    ``late_ok``)."""
-    cut = _cut(scan, strategy)
+    ``late_ok``; ``coded``: the key codes, when known)."""
+    cut = _cut(scan, strategy, coded)
     if isinstance(cut, Refusal):
         return cut
     if not late_ok and np.any(cut.late):
         return Refusal.LATE_SESSION_DATA
     gap = strategy.window_fn.gap  # type: ignore[attr-defined]
-    kept, order, new, key = cut.kept, cut.order, cut.new, cut.key
-    ts = scan.ts[order]
+    kept, order, ts, new, key = cut.kept, cut.order, cut.ts, cut.new, cut.key
     s_first = np.flatnonzero(new)
     s_last = _run_ends(s_first, ts.size) - 1
     s_end = ts[s_last] + gap
@@ -241,16 +293,21 @@ def _session_rows(
     if np.any(s_fire >= scan.iw_after.size):
         return Refusal.NEVER_FIRES
     sess = np.cumsum(new) - 1
-    # rows by (session, arrival): the sessions of the kept elements, in arrival order
-    rank = np.empty(n_el := scan.ts.size, np.int64)
-    rank[order] = np.arange(order.size)
-    by_element = rank[kept]  # each kept element's row, elements ascending
-    by_arrival = by_element[stable_argsort_int(sess[by_element])]
+    by_arrival = _by_arrival(sess, order, n_el := scan.ts.size)
     return _SessionRows(
         ts, scan.element_event[order], order, sess, by_arrival,
         _session_offsets(ts, sess, s_first, gap), s_first, ts[s_first], s_end, s_fire,
         key[s_first], cut.keys, scan.value, n_el - kept.size,
     )  # fmt: skip
+
+
+def _by_arrival(sess: np.ndarray, order: np.ndarray, n_el: int) -> np.ndarray:
+    """The rows by (session, arrival), given each row's session (ascending) and element
+    (``order``, below ``n_el``): one stable sort of ``(session, element)`` as one int64,
+    nearly sorted already (a session's rows by timestamp come nearly by arrival)."""
+    if sess.size and int(sess[-1]) + 1 < (1 << 62) // max(n_el, 1):
+        return np.argsort(sess * n_el + order, kind="stable")
+    return np.lexsort((order, sess))
 
 
 def _session_offsets(
@@ -319,11 +376,10 @@ def _fresh_parts(rows: _SessionRows, gap: int) -> tuple[np.ndarray, np.ndarray, 
     if rows.s_base is None:
         lo = _search(rows.sess, rows.ts + gap, part_sess, rows.ts[first], "right")
         hi = _search(rows.sess, rows.ts, part_sess, rows.ts[last] + gap, "left")
-    else:
+    else:  # per row: ascending queries, which numpy's search resumes from the last answer
         line = rows.s_base[rows.sess] + (rows.ts - rows.s_start[rows.sess])  # ascending
-        base, start = rows.s_base[part_sess], rows.s_start[part_sess]
-        lo = np.searchsorted(line + gap, base + (rows.ts[first] - start), side="right")
-        hi = np.searchsorted(line, base + (rows.ts[last] - start) + gap, side="left")
+        lo = np.searchsorted(line, line - gap, side="right")[first]
+        hi = np.searchsorted(line, line + gap, side="left")[last]
     fresh = range_min(rows.event, lo, hi) >= rows.event[first]
     return first, last, fresh
 
@@ -358,19 +414,25 @@ def _search(
 # ----------------------------------------------------------------------------- result
 
 
-def _result(
-    scan: ScriptColumns,
+class _PartPanes(NamedTuple):
+    """A chunk's panes, in no order: per pane its key code and columns (``sess`` first,
+    in the order of :func:`_part_panes`); ``values``: the chunk's rows by (session,
+    arrival), which ``lo``/``hi`` index."""
+
+    key: np.ndarray
+    columns: list[np.ndarray]
+    values: np.ndarray
+    n_expired: int
+
+
+def _part_panes(
     rows: _SessionRows,
-    hold: np.ndarray,
     strategy: WindowingStrategy,
     policy: TimestampCombiner,
-    build: bool,
-    early: EarlyPanes | None = None,
-) -> ScriptResult:
-    """One ON_TIME pane per session at its firing event, after the ``early`` panes, if
-    any; panes by event, then early before ON_TIME, then session in row order. A pane's
-    values are its rows in arrival order. ``hold``: the state hold after each event
-    (µs)."""
+    early: EarlyPanes | None,
+) -> _PartPanes:
+    """One ON_TIME pane per session at its firing event, and the ``early`` panes, if any.
+    A pane's values are its rows in arrival order."""
     n_s = rows.s_first.size
     if policy is TimestampCombiner.OUTPUT_AT_EARLIEST or (
         policy is TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED
@@ -402,10 +464,29 @@ def _result(
         m = early.sess.size
         extra = [*early[:8], np.full(m, _EARLY, np.int8), np.full(m, -1), np.zeros(m, bool)]
         cols = [np.concatenate([a, b]) for a, b in zip(cols, extra, strict=True)]
-    sess, fire, start, end, stamp, index, lo, hi, timing, nonspec, is_last = cols
+    return _PartPanes(
+        rows.s_key[cols[0]], cols, rows.values[rows.element[rows.by_arrival]], rows.n_expired
+    )
+
+
+def _result(
+    scan: ScriptColumns,
+    parts: list[_PartPanes],
+    keys: list[Hashable],
+    hold: np.ndarray,
+    build: bool,
+) -> ScriptResult:
+    """The chunks' panes by event, then early before ON_TIME, then chunk and session in
+    row order. ``hold``: the state hold after each event (µs)."""
+    offsets = np.cumsum([0] + [p.values.size for p in parts[:-1]])
+    cols = [_joined([p.columns[i] for p in parts]) for i in range(1, len(parts[0].columns))]
+    fire, start, end, stamp, index, lo, hi, timing, nonspec, is_last = cols
+    if len(parts) > 1:
+        sizes = [p.key.size for p in parts]
+        lo, hi = lo + np.repeat(offsets, sizes), hi + np.repeat(offsets, sizes)
     order = np.argsort(fire * 2 + (timing == _ON_TIME), kind="stable")
     pane_columns = PaneColumns(
-        list(map(rows.keys.__getitem__, rows.s_key[sess[order]].tolist())),
+        list(map(keys.__getitem__, _joined([p.key for p in parts])[order].tolist())),
         start[order],
         end[order],
         stamp[order],
@@ -415,7 +496,7 @@ def _result(
         is_last[order],
         lo[order],
         hi[order],
-        rows.values[rows.element[rows.by_arrival]],
+        _joined([p.values for p in parts]),
     )
     output = np.minimum(scan.iw_after, hold)
     return ScriptResult(
@@ -424,7 +505,7 @@ def _result(
         scan.pt_after,
         scan.iw_after,
         output,
-        {"expired": rows.n_expired, "closed": 0},
+        {"expired": sum(p.n_expired for p in parts), "closed": 0},
         0,
         bool(output[-1] < MAX_TIMESTAMP),  # (held for ever by a session never fired)
         0,
