@@ -1,7 +1,7 @@
 """Whether ``simulate --engine spark``'s result
-(:func:`spark_backend.keyed_simulation.simulate_keyed`) equals the local simulator's: every stage's series and counts, and its late elements and
-panes read back from the output files (for tests and benchmarks: it loads them all).
-Times are µs."""
+(:func:`spark_backend.keyed_simulation.simulate_keyed`) equals the local simulator's:
+every stage's series and counts, and its late elements and panes read back from the
+output files (for tests and benchmarks: it loads them all). Times are µs."""
 
 from __future__ import annotations
 

@@ -67,7 +67,14 @@ from theory.series import StepSeries, pointwise_min, union_times
 from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import STATE_HOLD
 
-__all__ = ["KeyedSimulation", "KeyedStage", "PaneFiles", "simulate_keyed"]
+__all__ = [
+    "KeyedSimulation",
+    "KeyedStage",
+    "PaneFiles",
+    "check_keyed",
+    "simulate_keyed",
+    "spark_context",
+]
 
 LOG = logging.getLogger("watermarks")
 
@@ -133,16 +140,20 @@ class KeyedSimulation:
         return self.stages[self.pipeline.graph.check(stage)].latencies
 
 
-def check_keyed(session: Any, pipeline: Pipeline, traces: Mapping[str, TraceInput]) -> Any:
-    """The session's SparkContext, after the checks :func:`simulate_keyed` makes before
-    any work: one trace per source, instant processing on every stage, a classic session."""
-    check_traces(pipeline, traces)  # type: ignore[arg-type]  # (only the names are read)
+def check_keyed(pipeline: Pipeline, traces: Mapping[str, object]) -> None:
+    """The checks :func:`simulate_keyed` makes before any work: one trace per source
+    (only the names of ``traces`` are read) and instant processing on every stage."""
+    check_traces(pipeline, traces)  # type: ignore[arg-type]
     for name in pipeline.graph.order:
         if not pipeline.stage(name).processing.is_instant:
             raise ValueError(
                 f"stage {name!r}: simulate --engine spark needs instant processing (latency "
                 "0, no stalls); run this pipeline with --engine local"
             )
+
+
+def spark_context(session: Any) -> Any:
+    """The classic session's SparkContext (ValueError for Spark Connect: no RDDs)."""
     sc = getattr(session, "sparkContext", None)
     if sc is None:
         raise ValueError(
@@ -166,7 +177,8 @@ def simulate_keyed(
     """Simulate ``pipeline`` on Spark key partitions (see the module docstring); panes
     and late elements are written under ``out`` (a directory, made if missing).
     ``on_stage(name)`` is called after each stage."""
-    sc = check_keyed(session, pipeline, traces)
+    check_keyed(pipeline, traces)
+    sc = spark_context(session)
     n = check_count(sc.defaultParallelism if partitions is None else partitions,
                     "partitions", minimum=1)  # fmt: skip
     check_count(max_rounds, "max_rounds", minimum=1)
@@ -347,12 +359,8 @@ class _Run:
             done = parts.map(task).persist(self.level)
             holds = dict(done.map(lambda x: (x[0], steps(x[1].state_hold))).collect())
             ext.unpersist()
-            again = {
-                p: _min_series([h for q, h in holds.items() if q != p]) for p in holds
-            }
-            if len(holds) <= 1 or all(
-                _same(again[p], external.get(p, NO_STEPS)) for p in holds
-            ):
+            again = {p: _min_series([h for q, h in holds.items() if q != p]) for p in holds}
+            if len(holds) <= 1 or all(_same(again[p], external.get(p, NO_STEPS)) for p in holds):
                 return r, holds, done
             done.unpersist()
             external = again

@@ -47,7 +47,7 @@ BUFFER_HOLD = "buffer:output"
 
 #: Runs one grouping stage's script: ``(columns, strategy, fast) -> result``, as
 #: :func:`theory.windowing.runner.run_columns` does (the default, in this process);
-#: ``spark_backend.simulation.SparkGrouping`` runs it on Spark, partitioned by key.
+#: another may run it as key partitions (:func:`theory.windowing.partitioned.run_partitioned`).
 GroupRunner = Callable[[ScriptColumns, WindowingStrategy, bool], ScriptResult]
 
 
