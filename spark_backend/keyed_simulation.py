@@ -198,7 +198,7 @@ def simulate_keyed(
                 parts = run.gather([p for p, _ in ups], glob)
                 iw = pointwise_min([wm for _, wm in ups])
             if isinstance(spec, GroupByWindow):
-                parts, stages[name] = run.group(spec, parts, iw.latched())
+                parts, stages[name] = run.group(spec, parts, _latched(iw))
             else:
                 parts, stages[name] = run.elementwise(spec, parts, iw)
             streams[name] = (parts, stages[name].output_watermark)
@@ -281,9 +281,10 @@ class _Run:
         stats = done.map(lambda x: x[1][1]).collect()
         held.unpersist()
         buffer = _min_series([s.buffer for s in stats])
-        ow = pointwise_min([iw, buffer]).latched() if len(buffer) else iw.latched()
+        latched = _latched(iw)
+        ow = pointwise_min([iw, buffer]).latched() if len(buffer) else latched
         stage = KeyedStage(
-            spec.name, type(spec).__name__, iw.latched(), ow, {BUFFER_HOLD: buffer},
+            spec.name, type(spec).__name__, latched, ow, {BUFFER_HOLD: buffer},
             _min_series([s.processing_hold for s in stats]),
             sum(s.arrivals for s in stats), sum(s.late for s in stats), late_dir,
         )  # fmt: skip
@@ -368,6 +369,15 @@ class _Run:
             f"stage {spec.name!r}: the key partitions' holds did not settle in "
             f"{self.max_rounds} rounds"
         )
+
+
+def _latched(s: StepSeries) -> StepSeries:
+    """``s.latched()``, without a copy when ``s`` is already latched (the series are as
+    long as the trace: the driver keeps one of each)."""
+    v = s.values
+    if v.size == 0 or (v[0] > s.initial and bool(np.all(v[1:] > v[:-1]))):
+        return s
+    return s.latched()
 
 
 def _same(a: StepSeries, b: StepSeries) -> bool:
