@@ -17,6 +17,8 @@ class PeakMemory:
 
     def __init__(self, tree: bool = True) -> None:
         self.peak = 0
+        #: With ``tree``: the peak of each kind of process in it (``tree_rss_by_kind``).
+        self.by_kind: dict[str, int] = {}
         self._tree = tree
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -32,13 +34,25 @@ class PeakMemory:
     def _sample(self) -> None:
         while True:
             pid = os.getpid()
-            self.peak = max(self.peak, tree_rss(pid) if self._tree else rss())
+            if self._tree:
+                kinds = tree_rss_by_kind(pid)
+                self.peak = max(self.peak, sum(kinds.values()))
+                for k, v in kinds.items():
+                    self.by_kind[k] = max(self.by_kind.get(k, 0), v)
+            else:
+                self.peak = max(self.peak, rss())
             if self._stop.wait(0.5):
                 return
 
 
 def tree_rss(root: int) -> int:
     """Resident bytes of process ``root`` and its descendants (Linux /proc)."""
+    return sum(tree_rss_by_kind(root).values())
+
+
+def tree_rss_by_kind(root: int) -> dict[str, int]:
+    """Resident bytes of process ``root`` ("driver") and of its descendants, summed by
+    kind: "jvm" (java) and "workers" (anything else: Spark's Python workers)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -48,15 +62,20 @@ def tree_rss(root: int) -> int:
                 continue
             parent = int(stat.rsplit(")", 1)[1].split()[1])
             children.setdefault(parent, []).append(int(entry))
-    total, frontier = 0, [root]
+    total: dict[str, int] = {"driver": 0, "jvm": 0, "workers": 0}
+    frontier = [root]
+    page = os.sysconf("SC_PAGE_SIZE")
     while frontier:
         pid = frontier.pop()
         frontier.extend(children.get(pid, ()))
         try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+            pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:
             continue
-    return total * os.sysconf("SC_PAGE_SIZE")
+        kind = "driver" if pid == root else "jvm" if name == "java" else "workers"
+        total[kind] += pages * page
+    return total
 
 
 def _stats() -> dict[int, tuple[int, int]]:

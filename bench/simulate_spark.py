@@ -40,14 +40,15 @@ from theory.pipeline.simulator import simulate
 
 def timed(fn, tree=True):
     """(wall s, CPU s of this process tree or process, peak bytes of the tree, peak bytes
-    of this process, result)."""
+    of this process, a text of each kind's peak in the tree, result)."""
     with PeakMemory(tree) as memory, PeakMemory(False) as alone:
         c0 = tree_cpu(os.getpid()) if tree else time.process_time()
         t0 = time.perf_counter()
         out = fn()
         wall = time.perf_counter() - t0
         cpu = (tree_cpu(os.getpid()) if tree else time.process_time()) - c0
-    return wall, cpu, memory.peak, alone.peak, out
+    kinds = ", ".join(f"{k} {v / 2**20:,.0f}" for k, v in memory.by_kind.items())
+    return wall, cpu, memory.peak, alone.peak, kinds, out
 
 
 def run_local(pipe, n):
@@ -101,13 +102,13 @@ def main() -> None:
         try:
             run = partial(simulate_keyed, session, pipe, chapter3.trace_makers(n, seed=0), out,
                           partitions=args.partitions)  # fmt: skip
-            wall, cpu, peak, driver, keyed = timed(run)
+            wall, cpu, peak, _, kinds, keyed = timed(run)
             rounds = {s: r.rounds for s, r in keyed.stages.items() if r.rounds}
             print(
                 f"{n:>11,} spark: {wall:8.1f} s wall, {cpu:7.1f} s CPU (process tree), "
                 f"{n / wall:9,.0f} ev/s wall, {n / cpu:9,.0f} ev/s CPU, peak {peak / 2**20:,.0f} "
-                f"MiB (tree), {driver / 2**20:,.0f} MiB (driver), {keyed.partitions} "
-                f"partitions, rounds {rounds}",
+                f"MiB (tree; peaks by kind: {kinds} MiB), {keyed.partitions} partitions, "
+                f"rounds {rounds}",
                 flush=True,
             )
             if args.no_local:
@@ -115,7 +116,7 @@ def main() -> None:
             if args.limit:
                 print(f"{n:>11,} local under the limit: {local_under_limit(limit, pipe, n)}")
                 continue
-            wall, cpu, _, peak, local = timed(partial(run_local, pipe, n), tree=False)
+            wall, cpu, _, peak, _, local = timed(partial(run_local, pipe, n), tree=False)
             print(
                 f"{n:>11,} local: {wall:8.1f} s wall, {cpu:7.1f} s CPU, {n / wall:9,.0f} ev/s "
                 f"wall, {n / cpu:9,.0f} ev/s CPU, peak {peak / 2**20:,.0f} MiB (this process)",
