@@ -61,7 +61,13 @@ from spark_backend.keyed_parts import (
 from theory.arrays import sorted_union
 from theory.columns import check_count
 from theory.data.trace import Trace
-from theory.pipeline.simulator import BUFFER_HOLD, PaneTable, check_traces, source_input
+from theory.pipeline.simulator import (
+    BUFFER_HOLD,
+    PaneTable,
+    SimulationResult,
+    check_traces,
+    source_input,
+)
 from theory.pipeline.stages import GroupByWindow, Pipeline, Source
 from theory.series import StepSeries, pointwise_min, union_times
 from theory.time import MAX_TIMESTAMP
@@ -122,22 +128,17 @@ class KeyedStage:
 
 
 @dataclass(frozen=True)
-class KeyedSimulation:
-    """Every stage's :class:`KeyedStage` and the grid of all watermark changes (µs)."""
+class KeyedSimulation(SimulationResult):
+    """Every stage's :class:`KeyedStage` (in ``stages``: their series are a
+    :class:`~theory.pipeline.simulator.StageResult`'s, their panes and late elements are
+    files) and the grid of all watermark changes (µs)."""
 
-    pipeline: Pipeline
-    stages: dict[str, KeyedStage]
-    times: np.ndarray
-    partitions: int
-
-    def series(self, stage: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(processing time, input watermark, output watermark) at every step of ``times``."""
-        r = self.stages[self.pipeline.graph.check(stage)]
-        return self.times, r.input_watermark.at(self.times), r.output_watermark.at(self.times)
+    partitions: int = 1
 
     def window_latencies(self, stage: str) -> np.ndarray:
         """Fire time minus window end (µs) of each window's first pane at ``stage``."""
-        return self.stages[self.pipeline.graph.check(stage)].latencies
+        found: Any = self.stages[self.pipeline.graph.check(stage)]  # (a KeyedStage)
+        return np.asarray(found.latencies)
 
 
 def check_keyed(pipeline: Pipeline, traces: Mapping[str, object]) -> None:
@@ -210,7 +211,8 @@ def simulate_keyed(
     times = union_times(
         [s.input_watermark for s in stages.values()] + [s.output_watermark for s in stages.values()]
     )
-    return KeyedSimulation(pipeline, stages, times, n)
+    # (KeyedStage has StageResult's series and counts, which is what a result's readers use)
+    return KeyedSimulation(pipeline, stages, times, n)  # type: ignore[arg-type]
 
 
 class _Run:

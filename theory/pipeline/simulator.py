@@ -198,10 +198,15 @@ def simulate(
     return SimulationResult(pipeline, results, times)
 
 
-def differences(a: SimulationResult, b: SimulationResult) -> list[str]:
+#: What else differs between two results of one stage: ``(name, a's, b's) -> texts``.
+StageDifferences = Callable[[str, Any, Any], list[str]]
+
+
+def differences(a: SimulationResult, b: Any, elements: StageDifferences | None = None) -> list[str]:
     """What differs between two simulations of one pipeline (empty: identical): the
-    time grid, and per stage its watermark and hold series, arrivals, lateness, drops
-    and panes (NaN equal to NaN)."""
+    time grid, and per stage its watermark and hold series, arrivals, drops, and what
+    ``elements`` compares (default: lateness and panes, NaN equal to NaN). ``b`` may be
+    another engine's result with the same series (``spark_backend.keyed_compare``)."""
     out: list[str] = []
     if not np.array_equal(a.times, b.times):
         out.append("times")
@@ -209,21 +214,28 @@ def differences(a: SimulationResult, b: SimulationResult) -> list[str]:
         return [*out, f"stages {list(a.stages)} != {list(b.stages)}"]
     for name, x in a.stages.items():
         y = b.stages[name]
-        out += series_differences(name, x, y)
-        for f in ("late", "late_timestamp", "late_arrival"):
-            if not np.array_equal(getattr(x, f), getattr(y, f)):
-                out.append(f"{name}: {f}")
-        if (x.panes is None) != (y.panes is None):
-            out.append(f"{name}: panes on one side only")
-        elif x.panes is not None and y.panes is not None:
-            for f in PaneTable.__dataclass_fields__:
-                u, v = getattr(x.panes, f), getattr(y.panes, f)
-                if not np.array_equal(u, v, equal_nan=u.dtype.kind == "f"):
-                    out.append(f"{name}: panes' {f}")
+        out += _series_differences(name, x, y)
+        out += (elements or _element_differences)(name, x, y)
     return out
 
 
-def series_differences(name: str, x: Any, y: Any) -> list[str]:
+def _element_differences(name: str, x: StageResult, y: StageResult) -> list[str]:
+    """Lateness and panes of two results of stage ``name``."""
+    out = []
+    for f in ("late", "late_timestamp", "late_arrival"):
+        if not np.array_equal(getattr(x, f), getattr(y, f)):
+            out.append(f"{name}: {f}")
+    if (x.panes is None) != (y.panes is None):
+        out.append(f"{name}: panes on one side only")
+    elif x.panes is not None and y.panes is not None:
+        for f in PaneTable.__dataclass_fields__:
+            u, v = getattr(x.panes, f), getattr(y.panes, f)
+            if not np.array_equal(u, v, equal_nan=u.dtype.kind == "f"):
+                out.append(f"{name}: panes' {f}")
+    return out
+
+
+def _series_differences(name: str, x: Any, y: Any) -> list[str]:
     """What differs between two results of stage ``name`` (a :class:`StageResult` or
     alike): its input, output, processing-hold and hold series, arrivals, drops and late
     elements grouped."""
@@ -480,6 +492,7 @@ __all__ = [
     "GroupRunner",
     "PaneTable",
     "SimulationResult",
+    "StageDifferences",
     "StageResult",
     "Stream",
     "check_traces",
@@ -491,7 +504,6 @@ __all__ = [
     "run_elementwise",
     "run_here",
     "script_columns",
-    "series_differences",
     "simulate",
     "source_input",
 ]
