@@ -163,8 +163,10 @@ def steps(hold: np.ndarray) -> StepSeries:
 
 
 def dense(series: StepSeries, n: int) -> np.ndarray:
-    """The hold per event (``n`` events) from its changes over event indices."""
-    return series.at(np.arange(n, dtype=np.int64))
+    """The hold per event (``n`` events) from its changes over event indices (one array
+    of ``n`` made: the hold of a stage's every event is the largest thing a task holds)."""
+    cuts = np.concatenate(([0], np.clip(series.times, 0, n), [n]))
+    return np.repeat(np.concatenate(([series.initial], series.values)), np.diff(cuts))
 
 
 def group_round(

@@ -309,7 +309,7 @@ class _Run:
         pane_dir, late_dir = self.out / "panes" / spec.name, self.out / "late" / spec.name
 
         def outputs(item: Any) -> tuple[int, tuple[Part, ElementStats]]:
-            (p, part), (_, result) = item
+            (p, part), (_, (_, result)) = item
             w, grid, rank = shared.value
             out, table, stats, late = group_outputs(spec, part, w, grid, result, rank)
             _write_panes(pane_dir, p, table, rank)
@@ -349,7 +349,8 @@ class _Run:
         self, spec: GroupByWindow, parts: Any, shared: Any
     ) -> tuple[int, dict[int, StepSeries], Any]:
         """Rounds until the partitions' external holds settle: (rounds, each partition's
-        state hold over event indices, the settled round's RDD of (p, PartResult))."""
+        state hold over event indices, the settled round's RDD of (p, (hold, PartResult
+        without its hold)))."""
         fast = self.fast
         external: dict[int, StepSeries] = {}
         for r in range(1, self.max_rounds + 1):
@@ -357,10 +358,12 @@ class _Run:
 
             def task(pp: tuple[int, Part], ext: Any = ext) -> tuple[int, Any]:
                 w, grid, _ = shared.value
-                return pp[0], group_round(spec, pp[1], w, grid, fast, ext.value.get(pp[0]))
+                r = group_round(spec, pp[1], w, grid, fast, ext.value.get(pp[0]))
+                # the hold kept as its changes only (the outputs do not need it)
+                return pp[0], (steps(r.state_hold), r._replace(state_hold=NO_STEPS.times))
 
             done = parts.map(task).persist(self.level)
-            holds = dict(done.map(lambda x: (x[0], steps(x[1].state_hold))).collect())
+            holds = dict(done.map(lambda x: (x[0], x[1][0])).collect())
             ext.unpersist()
             again = {p: _min_series([h for q, h in holds.items() if q != p]) for p in holds}
             if len(holds) <= 1 or all(_same(again[p], external.get(p, NO_STEPS)) for p in holds):
