@@ -1,5 +1,5 @@
-"""Peak resident memory (bytes) and CPU seconds of this process tree, for the bench
-scripts."""
+"""Peak resident memory (bytes; a process tree's as the sum of its processes'
+proportional set sizes) and CPU seconds of this process tree, for the bench scripts."""
 
 from __future__ import annotations
 
@@ -50,9 +50,19 @@ def tree_rss(root: int) -> int:
     return sum(tree_rss_by_kind(root).values())
 
 
+def _pss(pid: int) -> int:
+    """The process's proportional set size (bytes): pages it shares with others (a forked
+    Python worker's with its daemon) counted in part, so a tree's sum counts them once."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) * 1024
+    raise OSError(f"no Pss for {pid}")
+
+
 def tree_rss_by_kind(root: int) -> dict[str, int]:
-    """Resident bytes of process ``root`` ("driver") and of its descendants, summed by
-    kind: "jvm" (java) and "workers" (anything else: Spark's Python workers)."""
+    """Proportional resident bytes (PSS) of process ``root`` ("driver") and of its
+    descendants, summed by kind: "jvm" (java) and "workers" (anything else: Spark's Python
+    workers)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -64,17 +74,16 @@ def tree_rss_by_kind(root: int) -> dict[str, int]:
             children.setdefault(parent, []).append(int(entry))
     total: dict[str, int] = {"driver": 0, "jvm": 0, "workers": 0}
     frontier = [root]
-    page = os.sysconf("SC_PAGE_SIZE")
     while frontier:
         pid = frontier.pop()
         frontier.extend(children.get(pid, ()))
         try:
-            pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+            size = _pss(pid)
             name = Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:
             continue
         kind = "driver" if pid == root else "jvm" if name == "java" else "workers"
-        total[kind] += pages * page
+        total[kind] += size
     return total
 
 
