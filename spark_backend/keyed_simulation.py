@@ -295,14 +295,16 @@ class _Run:
     def group(self, spec: GroupByWindow, parts: Any, iw: StepSeries) -> tuple[Any, KeyedStage]:
         parts = self.keep(parts)
         glob = spec.rekey == "global"
-        times = parts.map(lambda pp: np.unique(pp[1].stream.time)).collect()
-        instants = sorted_union([*times, iw.times])
-        del times
+        seen = parts.map(
+            lambda pp: (np.unique(pp[1].stream.time), first_places(pp[1], glob))
+        ).collect()
+        instants = sorted_union([*(t for t, _ in seen), iw.times])
         firsts: dict[Hashable, tuple[int, ...]] = {}
-        for got in parts.map(lambda pp: first_places(pp[1], glob)).collect():
+        for _, got in seen:
             for k, place in got.items():
                 if k not in firsts or place < firsts[k]:
                     firsts[k] = place
+        del seen
         ranks = {k: r for r, k in enumerate(sorted(firsts, key=firsts.__getitem__))}
         shared = self.sc.broadcast((iw, instants, ranks))
         rounds, holds, done = self._rounds(spec, parts, shared)
