@@ -1,5 +1,6 @@
-"""Peak resident memory (bytes) and CPU seconds of this process tree, for the bench
-scripts, and glibc's option to keep freed memory (:func:`keep_freed_memory`)."""
+"""Peak resident memory (bytes; a process tree's as the sum of its processes'
+proportional set sizes) and CPU seconds of this process tree, for the bench scripts,
+and glibc's option to keep freed memory (:func:`keep_freed_memory`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ class PeakMemory:
 
     def __init__(self, tree: bool = True) -> None:
         self.peak = 0
+        #: With ``tree``: the peak of each kind of process in it (``tree_rss_by_kind``).
+        self.by_kind: dict[str, int] = {}
         self._tree = tree
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -33,13 +36,35 @@ class PeakMemory:
     def _sample(self) -> None:
         while True:
             pid = os.getpid()
-            self.peak = max(self.peak, tree_rss(pid) if self._tree else rss())
+            if self._tree:
+                kinds = tree_rss_by_kind(pid)
+                self.peak = max(self.peak, sum(kinds.values()))
+                for k, v in kinds.items():
+                    self.by_kind[k] = max(self.by_kind.get(k, 0), v)
+            else:
+                self.peak = max(self.peak, rss())
             if self._stop.wait(0.5):
                 return
 
 
 def tree_rss(root: int) -> int:
     """Resident bytes of process ``root`` and its descendants (Linux /proc)."""
+    return sum(tree_rss_by_kind(root).values())
+
+
+def _pss(pid: int) -> int:
+    """The process's proportional set size (bytes): pages it shares with others (a forked
+    Python worker's with its daemon) counted in part, so a tree's sum counts them once."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) * 1024
+    raise OSError(f"no Pss for {pid}")
+
+
+def tree_rss_by_kind(root: int) -> dict[str, int]:
+    """Proportional resident bytes (PSS) of process ``root`` ("driver") and of its
+    descendants, summed by kind: "jvm" (java) and "workers" (anything else: Spark's Python
+    workers)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -49,15 +74,19 @@ def tree_rss(root: int) -> int:
                 continue
             parent = int(stat.rsplit(")", 1)[1].split()[1])
             children.setdefault(parent, []).append(int(entry))
-    total, frontier = 0, [root]
+    total: dict[str, int] = {"driver": 0, "jvm": 0, "workers": 0}
+    frontier = [root]
     while frontier:
         pid = frontier.pop()
         frontier.extend(children.get(pid, ()))
         try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+            size = _pss(pid)
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:
             continue
-    return total * os.sysconf("SC_PAGE_SIZE")
+        kind = "driver" if pid == root else "jvm" if name == "java" else "workers"
+        total[kind] += size
+    return total
 
 
 def _stats() -> dict[int, tuple[int, int]]:

@@ -1,41 +1,80 @@
 """``simulate --engine spark`` against the local simulator on the same chapter-3 trace:
-time, peak memory, and equality of every stage's series, holds and panes.
+time, peak memory, and equality of every stage's series, holds, late elements and panes.
 
-For each size it generates the chapter-3 traces (seed 0), simulates them in this
-process (unless ``--no-local``) and with every grouping stage on Spark
-(:class:`spark_backend.simulation.SparkGrouping`, ``--partitions`` key partitions), and
-prints wall and CPU time of this process, the rounds each grouping stage took, and the
-peak resident memory (sampled every 0.5 s; the trace is generated before) of the
-process tree for Spark (driver, JVM and Python workers) and of this process for the
-local run, then whether the two results are identical
-(:func:`theory.pipeline.simulator.differences`). Usage::
+For each size, Spark first (:func:`spark_backend.keyed_simulation.simulate_keyed`,
+``--partitions`` key partitions; the driver makes one trace at a time, splits it by key
+into Parquet and keeps only watermark and hold series; panes go to files), then the local
+simulator in this process (unless ``--no-local``): each timed from generating the traces
+to the result, with wall time, CPU (Spark: of the whole process tree, driver, JVM and
+Python workers), events per second, and peak resident memory sampled every 0.5 s (Spark:
+the process tree and the driver alone; local: this process), then whether the two
+results are identical (:func:`spark_backend.keyed_compare.keyed_differences`).
+
+``--limit BYTES`` runs each engine under that address-space limit per Python process
+(``RLIMIT_AS``; the local run in a child process, Spark's driver after its JVM started and
+its Python workers through ``spark.executor.pyspark.memory``) and prints whether each
+completed or ran out of memory. Usage::
 
     nice python bench/simulate_spark.py --events 1e6 [--partitions 4] [--no-local]
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import resource
+import shutil
+import tempfile
 import time
 from functools import partial
 
 from bench_args import bench_parser, counts
-from peak_memory import PeakMemory  # bench/peak_memory.py (this script's folder)
+from peak_memory import PeakMemory, tree_cpu  # bench/peak_memory.py (this script's folder)
 
+from spark_backend.keyed_compare import keyed_differences
+from spark_backend.keyed_simulation import simulate_keyed
 from spark_backend.session import get_session
-from spark_backend.simulation import SparkGrouping
 from theory.pipeline import chapter3
-from theory.pipeline.simulator import differences, simulate
+from theory.pipeline.simulator import simulate
 
 
 def timed(fn, tree=True):
-    """(wall s, CPU s of this process, peak bytes of the process tree or of this process
-    alone, result)."""
-    with PeakMemory(tree) as memory:
-        c0, t0 = time.process_time(), time.perf_counter()
+    """(wall s, CPU s of this process tree or process, peak bytes of the tree, peak bytes
+    of this process, a text of each kind's peak in the tree, result)."""
+    with PeakMemory(tree) as memory, PeakMemory(False) as alone:
+        c0 = tree_cpu(os.getpid()) if tree else time.process_time()
+        t0 = time.perf_counter()
         out = fn()
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return wall, cpu, memory.peak, out
+        wall = time.perf_counter() - t0
+        cpu = (tree_cpu(os.getpid()) if tree else time.process_time()) - c0
+    kinds = ", ".join(f"{k} {v / 2**20:,.0f}" for k, v in memory.by_kind.items())
+    return wall, cpu, memory.peak, alone.peak, kinds, out
+
+
+def run_local(pipe, n):
+    """The local simulation of ``n`` events, traces made inside."""
+    return simulate(pipe, chapter3.traces(n, seed=0))
+
+
+def _limited_local(limit, pipe, n, answer):
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:
+        t0 = time.perf_counter()
+        run_local(pipe, n)
+        answer.put(f"completed in {time.perf_counter() - t0:.1f} s")
+    except MemoryError:
+        answer.put("MemoryError")
+
+
+def local_under_limit(limit, pipe, n) -> str:
+    """How the local simulation fares in a child process under ``limit`` bytes of
+    address space."""
+    ctx = multiprocessing.get_context("fork")
+    answer = ctx.Queue()
+    child = ctx.Process(target=_limited_local, args=(limit, pipe, n, answer))
+    child.start()
+    child.join()
+    return answer.get() if not answer.empty() else f"died (exit code {child.exitcode})"
 
 
 def main() -> None:
@@ -44,33 +83,50 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=None)
     parser.add_argument("--watermark", default="perfect")
     parser.add_argument("--master", default=None)
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--no-local", action="store_true", help="Spark only (no equality)")
+    parser.add_argument("--limit", type=float, default=None, help="RLIMIT_AS per process")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
           f"watermark {args.watermark}")  # fmt: skip
-    session = get_session(args.master)
+    conf = list(args.conf)
+    if args.limit:
+        limit = int(args.limit)
+        conf.append(f"spark.executor.pyspark.memory={limit // 2**20}m")
+    session = get_session(args.master, conf)
+    if args.limit:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))  # the driver, JVM started
     pipe = chapter3.pipeline(args.watermark)
     for n in args.events:
-        traces = chapter3.traces(n, seed=0)
-        grouping = SparkGrouping(session, args.partitions)
-        wall, cpu, peak, on_spark = timed(partial(simulate, pipe, traces, grouping=grouping))
-        paths = ",".join(f"{s.path}" for s in on_spark.stages.values() if s.path)
-        print(
-            f"{n:>11,} spark: {wall:8.1f} s wall, {cpu:7.1f} s CPU (driver), {n / wall:9,.0f} "
-            f"ev/s, peak {peak / 2**20:,.0f} MiB, {grouping.partitions} partitions, rounds "
-            f"{grouping.rounds}, paths {paths}",
-            flush=True,
-        )
-        if args.no_local:
-            continue
-        wall, cpu, peak, local = timed(partial(simulate, pipe, traces), tree=False)
-        print(
-            f"{n:>11,} local: {wall:8.1f} s wall, {cpu:7.1f} s CPU, {n / wall:9,.0f} ev/s, "
-            f"peak {peak / 2**20:,.0f} MiB (this process alone)",
-            flush=True,
-        )
-        diff = differences(local, on_spark)
-        print(f"{n:>11,} equal: {'identical' if not diff else 'DIFFERENT: ' + '; '.join(diff)}")
+        out = tempfile.mkdtemp(prefix="simulate-spark-")
+        try:
+            run = partial(simulate_keyed, session, pipe, chapter3.trace_makers(n, seed=0), out,
+                          partitions=args.partitions)  # fmt: skip
+            wall, cpu, peak, _, kinds, keyed = timed(run)
+            rounds = {s: r.rounds for s, r in keyed.stages.items() if r.rounds}
+            print(
+                f"{n:>11,} spark: {wall:8.1f} s wall, {cpu:7.1f} s CPU (process tree), "
+                f"{n / wall:9,.0f} ev/s wall, {n / cpu:9,.0f} ev/s CPU, peak {peak / 2**20:,.0f} "
+                f"MiB (tree; peaks by kind: {kinds} MiB), {keyed.partitions} partitions, "
+                f"rounds {rounds}",
+                flush=True,
+            )
+            if args.no_local:
+                continue
+            if args.limit:
+                print(f"{n:>11,} local under the limit: {local_under_limit(limit, pipe, n)}")
+                continue
+            wall, cpu, _, peak, _, local = timed(partial(run_local, pipe, n), tree=False)
+            print(
+                f"{n:>11,} local: {wall:8.1f} s wall, {cpu:7.1f} s CPU, {n / wall:9,.0f} ev/s "
+                f"wall, {n / cpu:9,.0f} ev/s CPU, peak {peak / 2**20:,.0f} MiB (this process)",
+                flush=True,
+            )
+            diff = keyed_differences(local, keyed)
+            print(f"{n:>11,} equal: {'identical' if not diff else 'DIFFERENT: ' + '; '.join(diff)}")
+            del local
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

@@ -44,9 +44,10 @@ def _fmt_seconds(us: float) -> str:
     return "-" if us != us else f"{us / 1e6:,.1f}s"  # NaN check
 
 
-def _write_simulation(result: object, out: Path) -> None:
+def _write_simulation(result: Any, out: Path) -> None:
     """Write series.parquet (µs) and metrics.csv (columns named by unit, times also as
-    ISO-8601 UTC, infinities as ``inf``) for a SimulationResult, atomically."""
+    ISO-8601 UTC, infinities as ``inf``) for a SimulationResult (or a Spark engine's
+    KeyedSimulation) into the directory ``out``."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -54,9 +55,7 @@ def _write_simulation(result: object, out: Path) -> None:
     from spark_backend.report import write_csv
     from spark_backend.tables import with_units
     from theory.pipeline.metrics import metrics_table
-    from theory.pipeline.simulator import SimulationResult
 
-    assert isinstance(result, SimulationResult)
     stages, t_col, iw_col, ow_col = [], [], [], []
     for name in result.pipeline.graph.order:
         t, iw, ow = result.series(name)
@@ -78,9 +77,8 @@ def _write_simulation(result: object, out: Path) -> None:
         durations=[k for k in metrics if "lag" in k or "latency" in k],
         times=["final_input_watermark", "final_output_watermark"],
     )
-    with atomic_directory(out) as tmp:
-        pq.write_table(series, tmp / "series.parquet")
-        write_csv(tmp / "metrics.csv", metrics)
+    pq.write_table(series, out / "series.parquet")
+    write_csv(out / "metrics.csv", metrics)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -90,7 +88,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from spark_backend.memory import peak_rss, rss
     from theory.pipeline import chapter3
     from theory.pipeline.metrics import stage_metrics
-    from theory.pipeline.simulator import GroupRunner, run_here, simulate
+    from theory.pipeline.simulator import simulate
 
     if args.trace is None:
         given = [f for f in ("windowing", "allowed_lateness", "time_unit") if getattr(args, f)]
@@ -110,41 +108,53 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     LOG.info("engine %s: %s", engine, why)
     t0 = time.perf_counter()
     bar = Progress(len(pipe.stages) + 1 + (engine == "spark"))
-    grouping: GroupRunner = run_here
+    out = Path(args.out)
     if engine == "spark":
+        from spark_backend.keyed_simulation import check_keyed, simulate_keyed
         from spark_backend.session import get_session
-        from spark_backend.simulation import SparkGrouping
 
+        check_keyed(pipe, dict.fromkeys(pipe.source_names()))
         LOG.info("starting Spark")
-        grouping = SparkGrouping(get_session(args.master, args.conf), args.partitions)
-        bar.step(f"Spark session ({grouping.partitions} key partitions per grouping stage)")
+        session = get_session(args.master, args.conf)
+        bar.step("Spark session")
     if args.trace is None:
-        inputs = chapter3.traces(args.events, seed=args.seed)
-        bar.step(f"generated {args.events:,} events")
+        makers = chapter3.trace_makers(args.events, seed=args.seed)
+        # the local engine takes the traces made; Spark makes each when its source runs
+        inputs: dict[str, Any] = (
+            makers if engine == "spark" else {n: make() for n, make in makers.items()}
+        )
+        n_events = args.events
+        bar.step(f"generated {args.events:,} events" if engine == "local" else "generators")
     else:
         from spark_backend.trace_input import read_local
 
         trace, _ = read_local(args.trace, "fail", args.time_unit)
         inputs = {"in": trace}
+        n_events = len(trace)
         what = f"{len(trace):,} rows of {args.trace}"
         bar.step(f"read {what}")
-    n_events = sum(len(t) for t in inputs.values())
     before = rss()
-    result = simulate(
-        pipe,
-        inputs,
-        seed=args.seed,
-        on_stage=lambda s: bar.step(f"stage {s}"),
-        grouping=grouping,
-    )
-    elapsed = time.perf_counter() - t0
-    peak = peak_rss()
-    _print_stages(stage_metrics(result))
-    out = Path(args.out)
-    _write_simulation(result, out)
-    print(
-        f"\n{what} simulated in {elapsed:.1f}s ({engine} engine); series and metrics in {out}/"
-    )
+    with atomic_directory(out) as tmp:
+        if engine == "spark":
+            result: Any = simulate_keyed(
+                session,
+                pipe,
+                inputs,
+                tmp,
+                partitions=args.partitions,
+                on_stage=lambda s: bar.step(f"stage {s} (on Spark)"),
+            )
+            written = "series, metrics, panes and late elements"
+        else:
+            result = simulate(
+                pipe, inputs, seed=args.seed, on_stage=lambda s: bar.step(f"stage {s}")
+            )
+            written = "series and metrics"
+        elapsed = time.perf_counter() - t0
+        peak = peak_rss()
+        _print_stages(stage_metrics(result))
+        _write_simulation(result, tmp)
+    print(f"\n{what} simulated in {elapsed:.1f}s ({engine} engine); {written} in {out}/")
     print(
         f"peak memory of this process {peak / 2**20:,.0f} MiB; the simulation added "
         f"{max(0, peak - before) / max(1, n_events):,.0f} bytes per event at most (peak "

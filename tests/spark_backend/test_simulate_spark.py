@@ -1,29 +1,45 @@
-"""``simulate --engine spark``: every grouping stage on Spark, partitioned by key, gives
-the local simulator's result, every stage's series, holds and panes (a small trace; the
-1M-event equality is ``bench/simulate_spark.py``'s). Times are µs."""
+"""``simulate --engine spark`` (:mod:`spark_backend.keyed_simulation`): the elements on
+the executors by key partition, every grouping stage in rounds, gives the local
+simulator's result, every stage's series, holds, late elements and panes (a small trace;
+the 1M-event equality is ``bench/simulate_spark.py``'s). Times are µs."""
 
+import pyarrow.parquet as pq
 import pytest
 
-from spark_backend.simulation import SparkGrouping
+from spark_backend.keyed_compare import keyed_differences
+from spark_backend.keyed_simulation import simulate_keyed, spark_context
 from theory.experiments.tradeoff import STAGE, grouping_pipeline
 from theory.pipeline import chapter3
-from theory.pipeline.simulator import differences, simulate
-
-
-def assert_same_simulation(local, spark) -> None:
-    assert differences(local, spark) == []
+from theory.pipeline.graph import GraphError
+from theory.pipeline.processing import Processing
+from theory.pipeline.simulator import simulate
+from theory.pipeline.stages import GroupByWindow, Pipeline, Source
 
 
 @pytest.mark.slow
-def test_spark_simulation_equals_local(spark):
+def test_spark_simulation_equals_local(spark, tmp_path):
     # the chapter-3 pipeline under a heuristic watermark: late data, sessions on the
-    # mixed path, three grouping stages
+    # mixed path, three grouping stages (one re-keyed to one key: a shuffle), a flatten
     pipe = chapter3.pipeline("bounded:30s")
     traces = chapter3.traces(3_000, seed=4)
-    grouping = SparkGrouping(spark, partitions=3)
-    assert_same_simulation(simulate(pipe, traces), simulate(pipe, traces, grouping=grouping))
-    # two session stages over many keys settle in >= 2 rounds; the global mean has one key
-    assert len(grouping.rounds) == 3 and min(grouping.rounds[:2]) >= 2 == grouping.rounds[2] + 1
+    local = simulate(pipe, traces)
+    keyed = simulate_keyed(spark, pipe, chapter3.trace_makers(3_000, seed=4), tmp_path / "a",
+                           partitions=3)  # fmt: skip
+    assert keyed_differences(local, keyed) == []
+    stages = keyed.stages
+    # the session stages over many keys settle in >= 2 rounds; the global mean has one key
+    assert min(stages[s].rounds for s in ("mobile_sessions", "console_sessions")) >= 2
+    assert stages["average_session_length"].rounds == 1
+    assert local.stages["mobile_sessions"].late_count > 0  # (the case has late data)
+    # the panes are the tasks' files, one per partition that fired any
+    files = sorted((tmp_path / "a" / "panes" / "mobile_sessions").glob("part-*.parquet"))
+    assert len(files) == 3
+    rows = sum(pq.read_metadata(f).num_rows for f in files)
+    assert rows == len(local.stages["mobile_sessions"].panes)
+    assert not (tmp_path / "a" / "_sources").exists()
+    # the comparison can fail: another watermark's local run differs from this one
+    other = simulate(chapter3.pipeline("bounded:10s"), traces)
+    assert any("series" in d for d in keyed_differences(other, keyed))
     # late firings under EARLIEST on one trace: the count path, whose holds depend on
     # the other keys' (the rounds settle them)
     pipe = grouping_pipeline(
@@ -33,20 +49,46 @@ def test_spark_simulation_equals_local(spark):
     trace = {"in": traces["mobile_in"]}
     local = simulate(pipe, trace)
     assert local.stages[STAGE].path == "vectorised"
-    assert_same_simulation(local, simulate(pipe, trace, grouping=SparkGrouping(spark, 4)))
+    keyed = simulate_keyed(spark, pipe, trace, tmp_path / "b", partitions=4)
+    assert keyed_differences(local, keyed) == []
+    assert keyed.stages[STAGE].rounds >= 2
+
+
+def test_bad_input_is_refused_before_spark_work(tmp_path):
+    pipe = chapter3.pipeline()
+    # no session is touched: an object that is not one would fail later, differently
+    with pytest.raises(GraphError, match=r"no trace given for source stage.*console_in"):
+        simulate_keyed(object(), pipe, {"mobile_in": None}, tmp_path)
+    slow = Pipeline([
+        Source("in"),
+        GroupByWindow("g", "in", pipe.stage("mobile_sessions").strategy, "count",
+                      processing=Processing(latency=5)),
+    ])  # fmt: skip
+    with pytest.raises(ValueError, match=r"stage 'g': .*needs instant processing"):
+        simulate_keyed(object(), slow, {"in": None}, tmp_path)
+    with pytest.raises(ValueError, match="partitions must be >= 1"):
+        simulate_keyed(_FakeSession(), pipe, dict.fromkeys(pipe.source_names()), tmp_path,
+                       partitions=0)  # fmt: skip
+    assert not any(tmp_path.iterdir())
+
+
+class _FakeSession:
+    """Has a SparkContext whose parallelism is asked for, and nothing else."""
+
+    class sparkContext:  # (the session's attribute's name)
+        defaultParallelism = 2
 
 
 def test_spark_connect_is_refused():
     with pytest.raises(ValueError, match="classic Spark session"):
-        SparkGrouping(object())
+        spark_context(object())
 
 
 @pytest.mark.slow
 def test_cli_engines_write_the_same_outputs(spark, tmp_path, capsys):
     """``simulate --engine spark`` and ``--engine local`` write identical series and
-    metrics, and each states its engine and its peak memory per event."""
-    import pyarrow.parquet as pq
-
+    metrics, and each states its engine and its peak memory per event; Spark also writes
+    the panes and late elements, and leaves no temporary directory."""
     from spark_backend import cli
 
     outs = {}
@@ -63,6 +105,9 @@ def test_cli_engines_write_the_same_outputs(spark, tmp_path, capsys):
     assert local.num_rows > 0 and local.equals(on_spark)
     metrics = [(outs[e] / "metrics.csv").read_text() for e in ("local", "spark")]
     assert metrics[0] == metrics[1]
+    assert pq.read_table(outs["spark"] / "panes" / "average_session_length").num_rows > 0
+    assert (outs["spark"] / "late" / "mobile_sessions").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["local", "spark"]
 
 
 def test_cli_refuses_bad_partitions_before_work(tmp_path, capsys):

@@ -11,6 +11,8 @@ watermark, discarding), reduced to their session length, flattened, and averaged
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from theory.data.trace import Trace
@@ -73,12 +75,21 @@ def pipeline(
 def traces(events: int, seed: int = 0, **params: Any) -> dict[str, Trace]:
     """Seeded mobile and console traces, ``events`` in all, split evenly; ``params`` go
     to both generators (:class:`~theory.data.specs.SessionSpec`'s fields, e.g. ``users``)."""
+    return {name: make() for name, make in trace_makers(events, seed, **params).items()}
+
+
+def trace_makers(events: int, seed: int = 0, **params: Any) -> dict[str, Callable[[], Trace]]:
+    """How to make each of :func:`traces`' traces, one at a time (the same traces)."""
     # here: the generators import scipy.stats (about a second), which the pipeline's
     # users (the command line's analyze) need not pay for
     from theory.data.generators import game_sessions_trace
 
     half = events // 2
     return {
-        "mobile_in": game_sessions_trace(events - half, seed=seed, platform="mobile", **params),
-        "console_in": game_sessions_trace(half, seed=seed + 1, platform="console", **params),
+        "mobile_in": partial(
+            game_sessions_trace, events - half, seed=seed, platform="mobile", **params
+        ),
+        "console_in": partial(
+            game_sessions_trace, half, seed=seed + 1, platform="console", **params
+        ),
     }

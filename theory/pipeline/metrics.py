@@ -70,7 +70,11 @@ def _finite(w: np.ndarray) -> np.ndarray:
 
 
 def window_latencies(result: SimulationResult, stage: str) -> np.ndarray:
-    """Fire time minus window end (µs) of each window's first pane at ``stage``."""
+    """Fire time minus window end (µs) of each window's first pane at ``stage`` (a result
+    that keeps its panes elsewhere gives them by its own ``window_latencies``)."""
+    own = getattr(result, "window_latencies", None)
+    if own is not None:
+        return np.asarray(own(stage))
     panes = result.stages[result.pipeline.graph.check(stage)].panes
     if panes is None or len(panes) == 0:
         return np.empty(0, dtype=np.int64)

@@ -47,7 +47,7 @@ BUFFER_HOLD = "buffer:output"
 
 #: Runs one grouping stage's script: ``(columns, strategy, fast) -> result``, as
 #: :func:`theory.windowing.runner.run_columns` does (the default, in this process);
-#: ``spark_backend.simulation.SparkGrouping`` runs it on Spark, partitioned by key.
+#: another may run it as key partitions (:func:`theory.windowing.partitioned.run_partitioned`).
 GroupRunner = Callable[[ScriptColumns, WindowingStrategy, bool], ScriptResult]
 
 
@@ -172,7 +172,7 @@ def simulate(
     are the same. ``grouping`` runs each grouping stage (:data:`GroupRunner`; e.g. on
     Spark, with the same result).
     """
-    _check_traces(pipeline, traces)
+    check_traces(pipeline, traces)
     check_seed(seed)
     outputs: dict[str, tuple[Stream, StepSeries]] = {}
     results: dict[str, StageResult] = {}
@@ -180,13 +180,13 @@ def simulate(
         spec = pipeline.stage(name)
         stage_rng = np.random.default_rng([seed, position])
         if isinstance(spec, Source):
-            stream, iw = _source_input(spec, traces[name])
+            stream, iw = source_input(spec, traces[name])
         else:
             stream, iw = _merged_input([outputs[u] for u in spec.inputs])
         if isinstance(spec, GroupByWindow):
             out, result = _run_group(spec, stream, iw, stage_rng, fast, grouping)
         else:
-            out, result = _run_elementwise(spec, stream, iw, stage_rng)
+            out, result = run_elementwise(spec, stream, iw, stage_rng)
         outputs[name] = (out, result.output_watermark)
         results[name] = result
         if on_stage is not None:
@@ -198,10 +198,15 @@ def simulate(
     return SimulationResult(pipeline, results, times)
 
 
-def differences(a: SimulationResult, b: SimulationResult) -> list[str]:
+#: What else differs between two results of one stage: ``(name, a's, b's) -> texts``.
+StageDifferences = Callable[[str, Any, Any], list[str]]
+
+
+def differences(a: SimulationResult, b: Any, elements: StageDifferences | None = None) -> list[str]:
     """What differs between two simulations of one pipeline (empty: identical): the
-    time grid, and per stage its watermark and hold series, arrivals, lateness, drops
-    and panes (NaN equal to NaN)."""
+    time grid, and per stage its watermark and hold series, arrivals, drops, and what
+    ``elements`` compares (default: lateness and panes, NaN equal to NaN). ``b`` may be
+    another engine's result with the same series (``spark_backend.keyed_compare``)."""
     out: list[str] = []
     if not np.array_equal(a.times, b.times):
         out.append("times")
@@ -209,35 +214,51 @@ def differences(a: SimulationResult, b: SimulationResult) -> list[str]:
         return [*out, f"stages {list(a.stages)} != {list(b.stages)}"]
     for name, x in a.stages.items():
         y = b.stages[name]
-        series = {"input": (x.input_watermark, y.input_watermark),
-                  "output": (x.output_watermark, y.output_watermark),
-                  "processing hold": (x.processing_hold, y.processing_hold)}  # fmt: skip
-        if x.holds.keys() != y.holds.keys():
-            out.append(f"{name}: holds {sorted(x.holds)} != {sorted(y.holds)}")
-        series.update({h: (x.holds[h], y.holds.get(h, _NO_HOLD)) for h in x.holds})
-        for what, (s, t) in series.items():
-            if not (
-                np.array_equal(s.times, t.times)
-                and np.array_equal(s.values, t.values)
-                and s.initial == t.initial
-            ):
-                out.append(f"{name}: {what} series")
-        if (x.arrivals, x.dropped, x.late_grouped) != (y.arrivals, y.dropped, y.late_grouped):
-            out.append(f"{name}: arrivals, dropped or late_grouped")
-        for f in ("late", "late_timestamp", "late_arrival"):
-            if not np.array_equal(getattr(x, f), getattr(y, f)):
-                out.append(f"{name}: {f}")
-        if (x.panes is None) != (y.panes is None):
-            out.append(f"{name}: panes on one side only")
-        elif x.panes is not None and y.panes is not None:
-            for f in PaneTable.__dataclass_fields__:
-                u, v = getattr(x.panes, f), getattr(y.panes, f)
-                if not np.array_equal(u, v, equal_nan=u.dtype.kind == "f"):
-                    out.append(f"{name}: panes' {f}")
+        out += _series_differences(name, x, y)
+        out += (elements or _element_differences)(name, x, y)
     return out
 
 
-def _check_traces(pipeline: Pipeline, traces: Mapping[str, Trace]) -> None:
+def _element_differences(name: str, x: StageResult, y: StageResult) -> list[str]:
+    """Lateness and panes of two results of stage ``name``."""
+    out = []
+    for f in ("late", "late_timestamp", "late_arrival"):
+        if not np.array_equal(getattr(x, f), getattr(y, f)):
+            out.append(f"{name}: {f}")
+    if (x.panes is None) != (y.panes is None):
+        out.append(f"{name}: panes on one side only")
+    elif x.panes is not None and y.panes is not None:
+        for f in PaneTable.__dataclass_fields__:
+            u, v = getattr(x.panes, f), getattr(y.panes, f)
+            if not np.array_equal(u, v, equal_nan=u.dtype.kind == "f"):
+                out.append(f"{name}: panes' {f}")
+    return out
+
+
+def _series_differences(name: str, x: Any, y: Any) -> list[str]:
+    """What differs between two results of stage ``name`` (a :class:`StageResult` or
+    alike): its input, output, processing-hold and hold series, arrivals, drops and late
+    elements grouped."""
+    out = []
+    series = {"input": (x.input_watermark, y.input_watermark),
+              "output": (x.output_watermark, y.output_watermark),
+              "processing hold": (x.processing_hold, y.processing_hold)}  # fmt: skip
+    if x.holds.keys() != y.holds.keys():
+        out.append(f"{name}: holds {sorted(x.holds)} != {sorted(y.holds)}")
+    series.update({h: (x.holds[h], y.holds.get(h, _NO_HOLD)) for h in x.holds})
+    for what, (s, t) in series.items():
+        if not (
+            np.array_equal(s.times, t.times)
+            and np.array_equal(s.values, t.values)
+            and s.initial == t.initial
+        ):
+            out.append(f"{name}: {what} series")
+    if (x.arrivals, x.dropped, x.late_grouped) != (y.arrivals, y.dropped, y.late_grouped):
+        out.append(f"{name}: arrivals, dropped or late_grouped")
+    return out
+
+
+def check_traces(pipeline: Pipeline, traces: Mapping[str, Trace]) -> None:
     """GraphError unless ``traces`` has exactly one trace per Source stage."""
     missing = [s for s in pipeline.source_names() if s not in traces]
     if missing:
@@ -252,10 +273,10 @@ def _merged_input(ups: list[tuple[Stream, StepSeries]]) -> tuple[Stream, StepSer
     streams and the minimum of the watermarks."""
     if len(ups) == 1:
         return ups[0]
-    return _merge_streams([s for s, _ in ups]), pointwise_min([wm for _, wm in ups])
+    return merge_streams([s for s, _ in ups]), pointwise_min([wm for _, wm in ups])
 
 
-def _source_input(spec: Source, trace: Trace) -> tuple[Stream, StepSeries]:
+def source_input(spec: Source, trace: Trace) -> tuple[Stream, StepSeries]:
     t = trace.sorted_by_arrival()
     wm = make_source_watermark(spec.watermark)
     iw = wm.curve(t.event_time, t.arrival_time, t.partition)
@@ -271,7 +292,7 @@ def _source_input(spec: Source, trace: Trace) -> tuple[Stream, StepSeries]:
     return Stream(t.arrival_time, t.event_time, t.key, t.value.astype(np.float64)), iw
 
 
-def _merge_streams(streams: list[Stream]) -> Stream:
+def merge_streams(streams: list[Stream]) -> Stream:
     time = np.concatenate([s.time for s in streams])
     order = np.argsort(time, kind="stable")
     return Stream(
@@ -282,15 +303,15 @@ def _merge_streams(streams: list[Stream]) -> Stream:
     )
 
 
-def _lateness(stream: Stream, iw: StepSeries) -> np.ndarray:
+def lateness(stream: Stream, iw: StepSeries) -> np.ndarray:
     """Late mask: timestamp below the input watermark just before arrival."""
     return stream.timestamp < iw.before(stream.time)
 
 
-def _run_elementwise(
+def run_elementwise(
     spec: Source | ParDo | Flatten, stream: Stream, iw: StepSeries, rng: np.random.Generator
 ) -> tuple[Stream, StageResult]:
-    late = _lateness(stream, iw)
+    late = lateness(stream, iw)
     depart = spec.processing.departures(stream.time, rng)
     hold_ts = np.where(late, MAX_TIMESTAMP, stream.timestamp)
     buffer = inflight_min(stream.time, depart, hold_ts)
@@ -329,12 +350,12 @@ def _run_group(
 ) -> tuple[Stream, StageResult]:
     iw = iw.latched()
     instants = sorted_union([stream.time, iw.times])
-    columns = _script_columns(spec, stream, iw, instants)
+    columns = script_columns(spec, stream, iw, instants)
     run = grouping(columns, spec.strategy, fast)
     panes, fire_times, state = _stage_outputs(run, instants, columns.key)
-    table, out = _pane_outputs(spec, panes, fire_times, rng)
+    table, out = pane_outputs(spec, panes, fire_times, rng)
     buffer = inflight_min(table.fire_time, table.emit_time, table.timestamp)
-    late = _lateness(stream, iw)
+    late = lateness(stream, iw)
     result = StageResult(
         spec.name,
         "GroupByWindow",
@@ -354,7 +375,7 @@ def _run_group(
     return out, result
 
 
-def _script_columns(
+def script_columns(
     spec: GroupByWindow, stream: Stream, iw: StepSeries, instants: np.ndarray
 ) -> ScriptColumns:
     """The stage's input as a script in columns: one event per instant (µs: the elements
@@ -388,26 +409,28 @@ def _stage_outputs(
     (``MAX_TIMESTAMP`` when there is none)."""
     n = instants.size
     panes = run.pane_columns if run.pane_columns is not None else PaneColumns.from_panes(run.panes)
-    keep = np.flatnonzero(run.pane_event < n)
-    event = run.pane_event[keep]
     code = dict(zip(dict.fromkeys(keys), count(), strict=False))
-    key_code = np.fromiter(map(code.__getitem__, panes.key), np.int64, panes.n_panes)[keep]
-    order = keep[
-        np.lexsort(
-            (
-                panes.pane_index[keep],
-                panes.end[keep],
-                panes.start[keep],
-                key_code,
-                event,
-            )
-        )
-    ]
+    order = pane_order(panes, run.pane_event, n, code)
     assert run.state_hold is not None  # (both paths record it)
     hold = run.state_hold[:n]
     change = np.flatnonzero(np.diff(hold, prepend=MAX_TIMESTAMP) != 0)
     state = StepSeries(instants[change], hold[change], MAX_TIMESTAMP)
     return panes.take(order), instants[run.pane_event[order]], state
+
+
+def pane_order(
+    panes: PaneColumns, pane_event: np.ndarray, n_events: int, key_code: Mapping[Hashable, int]
+) -> np.ndarray:
+    """The indices of the panes fired before event ``n_events`` (the final step) in the
+    canonical order: fire event, ``key_code`` of the key (its rank by first arrival),
+    window start, window end, pane index."""
+    keep = np.flatnonzero(pane_event < n_events)
+    code = np.fromiter(map(key_code.__getitem__, panes.key), np.int64, panes.n_panes)[keep]
+    return keep[
+        np.lexsort(
+            (panes.pane_index[keep], panes.end[keep], panes.start[keep], code, pane_event[keep])
+        )
+    ]
 
 
 def _combine(spec: GroupByWindow, panes: PaneColumns) -> np.ndarray:
@@ -429,7 +452,7 @@ def _combine(spec: GroupByWindow, panes: PaneColumns) -> np.ndarray:
     return np.fromiter(map(spec.combine_fn, panes.panes()), np.float64, n)
 
 
-def _pane_outputs(
+def pane_outputs(
     spec: GroupByWindow, panes: PaneColumns, fire_time: np.ndarray, rng: np.random.Generator
 ) -> tuple[PaneTable, Stream]:
     n = panes.n_panes
@@ -469,9 +492,18 @@ __all__ = [
     "GroupRunner",
     "PaneTable",
     "SimulationResult",
+    "StageDifferences",
     "StageResult",
     "Stream",
+    "check_traces",
     "differences",
+    "lateness",
+    "merge_streams",
+    "pane_order",
+    "pane_outputs",
+    "run_elementwise",
     "run_here",
+    "script_columns",
     "simulate",
+    "source_input",
 ]

@@ -1,0 +1,229 @@
+"""One key partition's steps of ``simulate --engine spark`` (the executor side): pure
+functions on numpy columns, the local simulator's own stage functions run on the
+partition's elements. All times are µs.
+
+A partition's share of a stream is a :class:`Part`: the
+:class:`~theory.pipeline.simulator.Stream` of its keys' elements, in the local stream's
+order, and each element's ``place`` in the whole stream: int64 columns compared
+lexicographically (a source row's index; a merged stream's (time, input, upstream place);
+a pane's (fire time, key rank, window start, window end, pane index)). Keys go to
+partitions by :func:`key_partition`, so a key's elements, and its panes, stay together.
+
+Holds travel as :class:`~theory.series.StepSeries` over event *indices* (only their
+changes), so what a partition sends to the driver grows with its hold's changes, not with
+the stage's events.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Hashable, Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from theory.pipeline.simulator import (
+    PaneTable,
+    Stream,
+    lateness,
+    pane_order,
+    pane_outputs,
+    run_elementwise,
+    script_columns,
+)
+from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Source
+from theory.series import StepSeries
+from theory.time import MAX_TIMESTAMP
+from theory.watermarks.holds import inflight_min
+from theory.windowing.partitioned import PartResult, run_part
+
+__all__ = [
+    "ElementStats",
+    "Part",
+    "dense",
+    "elementwise",
+    "first_places",
+    "group_outputs",
+    "group_round",
+    "key_partition",
+    "merge",
+    "split",
+    "steps",
+]
+
+#: No hold: the step series over event indices that is MAX_TIMESTAMP throughout.
+NO_STEPS = StepSeries(np.empty(0, np.int64), np.empty(0, np.int64), MAX_TIMESTAMP)
+
+# (elementwise stages with instant processing draw no random numbers: any generator will do)
+_NO_DRAWS = np.random.default_rng(0)
+
+
+class Part(NamedTuple):
+    """A partition's elements of a stream and their places in the whole stream."""
+
+    stream: Stream
+    place: np.ndarray  # (elements, width) int64, lexicographic
+
+
+class ElementStats(NamedTuple):
+    """What a partition sends the driver after a stage: its arrivals, late elements,
+    drops, late elements grouped, its in-flight holds (µs series), the path its grouping
+    ran on and its windows' first-pane latencies (fire time minus window end, µs)."""
+
+    arrivals: int
+    late: int
+    dropped: dict[str, int]
+    late_grouped: int
+    buffer: StepSeries
+    processing_hold: StepSeries
+    path: str
+    latencies: np.ndarray
+
+
+def _key_hash(k: Hashable) -> int:
+    if k is None:
+        return 0
+    if isinstance(k, (int, np.integer)):
+        return int(k)
+    return zlib.crc32(repr(k).encode())
+
+
+def key_partition(key: np.ndarray, n: int) -> np.ndarray:
+    """The partition (0..n-1) of each key: an int key modulo ``n``, else a CRC of its
+    repr (None: 0); the same for a key whatever the array's dtype."""
+    if key.dtype.kind in "iu":
+        return (key % n).astype(np.int64)
+    return np.fromiter((_key_hash(k) % n for k in key.tolist()), np.int64, key.size)
+
+
+def _order(place: np.ndarray) -> np.ndarray:
+    return np.lexsort(place.T[::-1]) if place.shape[1] else np.arange(place.shape[0])
+
+
+def _take(part: Part, idx: np.ndarray) -> Part:
+    return Part(part.stream.take(idx), part.place[idx])
+
+
+def split(part: Part, n: int, rekey_global: bool) -> list[tuple[int, Part]]:
+    """The part's elements by target partition (all to the key None's under
+    ``rekey_global``), as (partition, part) pairs, empty ones left out."""
+    if rekey_global:
+        target = np.zeros(len(part.stream), np.int64)
+    else:
+        target = key_partition(part.stream.key, n)
+    return [(int(p), _take(part, np.flatnonzero(target == p))) for p in np.unique(target)]
+
+
+def merge(pieces: Sequence[tuple[int, Part]], inputs: int) -> Part:
+    """One partition's stream from ``(input index, part)`` pieces, in the local order:
+    for a stage of one input, by place; of several (``inputs`` > 1), as the local
+    simulator merges them (by time, then input, then place)."""
+    width = max((p.place.shape[1] for _, p in pieces), default=1)
+    streams, places = [], []
+    for i, p in pieces:
+        place = np.pad(p.place, ((0, 0), (0, width - p.place.shape[1])))
+        if inputs > 1:
+            tag = np.column_stack([p.stream.time, np.full(len(p.stream), i, np.int64)])
+            place = np.hstack([tag, place])
+        streams.append(p.stream)
+        places.append(place)
+    if not streams:
+        empty = np.empty(0, np.int64)
+        return Part(Stream(empty, empty, empty, np.empty(0)), np.empty((0, width), np.int64))
+    keys = [s.key for s in streams]
+    key = (
+        np.concatenate(keys)
+        if all(k.dtype.kind in "iu" for k in keys)
+        else np.concatenate([k.astype(object) for k in keys])
+    )
+    stream = Stream(
+        np.concatenate([s.time for s in streams]),
+        np.concatenate([s.timestamp for s in streams]),
+        key,
+        np.concatenate([s.value for s in streams]),
+    )
+    whole = Part(stream, np.vstack(places))
+    return _take(whole, _order(whole.place))
+
+
+def elementwise(
+    spec: Source | ParDo | Flatten, part: Part, iw: StepSeries
+) -> tuple[Part, ElementStats, np.ndarray]:
+    """The stage on the partition (instant processing: checked by the driver): its
+    output part, stats, and its late elements' (arrival, timestamp) rows (µs)."""
+    out, r = run_elementwise(spec, part.stream, iw, _NO_DRAWS)
+    stats = ElementStats(r.arrivals, r.late_count, {}, 0, r.holds["buffer:output"],
+                         r.processing_hold, "", np.empty(0, np.int64))  # fmt: skip
+    return Part(out, part.place), stats, np.column_stack([r.late_arrival, r.late_timestamp])
+
+
+def steps(hold: np.ndarray) -> StepSeries:
+    """A hold per event (µs) as its changes over event indices."""
+    return StepSeries(np.arange(hold.size, dtype=np.int64), hold, MAX_TIMESTAMP).compressed()
+
+
+def dense(series: StepSeries, n: int) -> np.ndarray:
+    """The hold per event (``n`` events) from its changes over event indices (one array
+    of ``n`` made: the hold of a stage's every event is the largest thing a task holds)."""
+    cuts = np.concatenate(([0], np.clip(series.times, 0, n), [n]))
+    return np.repeat(np.concatenate(([series.initial], series.values)), np.diff(cuts))
+
+
+def group_round(
+    spec: GroupByWindow,
+    part: Part,
+    iw: StepSeries,
+    instants: np.ndarray,
+    fast: bool,
+    external: StepSeries | None,
+) -> PartResult:
+    """One round of the grouping stage on the partition, under the other partitions'
+    hold ``external`` (changes over event indices; None: none)."""
+    columns = script_columns(spec, part.stream, iw, instants)
+    held = None if external is None else dense(external, columns.iw_after.size)
+    return run_part(columns, spec.strategy, fast, held)
+
+
+def first_places(part: Part, rekey_global: bool) -> dict[Hashable, tuple[int, ...]]:
+    """Each key's first place in the stage's stream (the key None under ``rekey_global``)."""
+    order = _order(part.place)  # (a part is kept in place order; this is cheap then)
+    keys = [None] * len(order) if rekey_global else part.stream.key[order].tolist()
+    first: dict[Hashable, tuple[int, ...]] = {}
+    for k, row in zip(keys, order.tolist(), strict=True):
+        if k not in first:
+            first[k] = tuple(part.place[row].tolist())
+    return first
+
+
+def group_outputs(
+    spec: GroupByWindow,
+    part: Part,
+    iw: StepSeries,
+    instants: np.ndarray,
+    run: PartResult,
+    key_rank: Mapping[Hashable, int],
+) -> tuple[Part, PaneTable, ElementStats, np.ndarray]:
+    """The stage's outputs on the partition from its settled round ``run``: the panes
+    fired before the final step in the local order (``key_rank``: every key's rank by
+    first arrival in the whole stream), as a table and as the output part, the stats and
+    the late elements' (arrival, timestamp) rows (µs)."""
+    order = pane_order(run.pane_columns, run.pane_event, instants.size, key_rank)
+    panes = run.pane_columns.take(order)
+    fire = instants[run.pane_event[order]]
+    table, out = pane_outputs(spec, panes, fire, _NO_DRAWS)
+    rank = np.fromiter(map(key_rank.__getitem__, panes.key), np.int64, panes.n_panes)
+    place = np.column_stack([table.fire_time, rank, table.window_start, table.window_end,
+                             table.index]).astype(np.int64)  # fmt: skip
+    late = lateness(part.stream, iw)
+    stats = ElementStats(
+        len(part.stream),
+        int(np.count_nonzero(late)),
+        run.dropped,
+        run.late_elements,
+        inflight_min(table.fire_time, table.emit_time, table.timestamp),
+        inflight_min(table.fire_time, table.emit_time, table.fire_time),
+        run.path,
+        table.fire_time[table.index == 0] - table.window_end[table.index == 0],
+    )
+    rows = np.column_stack([part.stream.time[late], part.stream.timestamp[late]])
+    return Part(out, place.reshape(-1, 5)), table, stats, rows
