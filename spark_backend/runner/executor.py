@@ -96,6 +96,8 @@ class StageExecutor:
         self._local_bytes = LOCAL_BYTES if local_bytes is None else local_bytes
         conf = dict(spark_context.getConf().getAll())
         self._attempts = task_attempts(spark_context.master, conf)
+        #: The names of the stages run on the driver, in the order they finished.
+        self.driver_stages: list[str] = []
         self.monitoring_infos: dict[str, list[Any]] = {}
 
     def run(self) -> None:
@@ -236,6 +238,8 @@ class StageExecutor:
             self._attempts,
         )
         self._record(spec, [summary], outputs, {})
+        with self._lock:
+            self.driver_stages.append(spec.name)
 
     def _count_elements(self, infos: Iterable[Any]) -> None:
         for info in infos:
