@@ -99,11 +99,13 @@ class _FailOnce(beam.DoFn):
 def _impulse_stage(marker: Path) -> Any:
     plan = plan_pipeline(
         proto_of(
-            lambda p: p
-            | beam.Impulse()
-            | "FailOnce" >> beam.ParDo(_FailOnce(str(marker)))
-            | beam.Map(lambda x: (x, 1))
-            | beam.GroupByKey()
+            lambda p: (
+                p
+                | beam.Impulse()
+                | "FailOnce" >> beam.ParDo(_FailOnce(str(marker)))
+                | beam.Map(lambda x: (x, 1))
+                | beam.GroupByKey()
+            )
         ),
         lean=True,
     )

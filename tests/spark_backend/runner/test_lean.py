@@ -248,8 +248,8 @@ class _Mixed(beam.DoFn):
 
 def uniform_pipeline(seed: int) -> Any:
     """Create (one timestamp for all) -> ParDos with every output kind, a fan-out of
-    one element past the (test's) CHUNK, Count.PerElement with keys equal across types (1 and True), a
-    sum, and a count of re-timestamped elements."""
+    one element past the (test's) CHUNK, Count.PerElement with keys equal across types
+    (1 and True), a sum, and a count of re-timestamped elements."""
     rng = random.Random(seed)
     rows = [rng.randrange(200) for _ in range(rng.choice([30, 300]))]
 
@@ -260,9 +260,11 @@ def uniform_pipeline(seed: int) -> Any:
         wide = xs | "Wide" >> beam.FlatMap(lambda x: range(3_000) if x == rows[0] else [x])
         words = wide | "Word" >> beam.Map(lambda x: [1, True, 2, "a", x % 4][x % 5])
         _ = words | beam.combiners.Count.PerElement()
-        _ = wide | "Stamp" >> beam.Map(
-            lambda x: beam_window.TimestampedValue(x, Timestamp(micros=x))
-        ) | "Count" >> beam.combiners.Count.Globally().without_defaults()
+        _ = (
+            wide
+            | "Stamp" >> beam.Map(lambda x: beam_window.TimestampedValue(x, Timestamp(micros=x)))
+            | "Count" >> beam.combiners.Count.Globally().without_defaults()
+        )
 
     return build
 
