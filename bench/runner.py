@@ -275,6 +275,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--rounds", type=int, default=1, help="runs per runner (medians)")
     parser.add_argument(
+        "--all-on-spark",
+        action="store_true",
+        help="also run PySparkRunner(driver_stages=False): every stage a Spark job",
+    )
+    parser.add_argument(
         "--spark-conf",
         action="append",
         default=[],
@@ -293,19 +298,38 @@ def main(argv: list[str] | None = None) -> None:
     for n in sizes:
         print(f"\nn = {n:,}  (load average {os.getloadavg()[0]:.1f})")
         for name in args.workloads.split(","):
-            report(name, n, jvm, n <= args.fnapi_max, spark, args.rounds)
+            report(name, n, jvm, n <= args.fnapi_max, spark, args.rounds, args.all_on_spark)
 
 
 def _median(runs: list[Run], field: str) -> float:
     return statistics.median(getattr(r, field) for r in runs)
 
 
-def report(name: str, n: int, jvm: float, with_fnapi: bool, spark: Any, rounds: int = 1) -> None:
+def report(
+    name: str,
+    n: int,
+    jvm: float,
+    with_fnapi: bool,
+    spark: Any,
+    rounds: int = 1,
+    all_on_spark: bool = False,
+) -> None:
     load = os.getloadavg()[0]
     ours = [run_once(name, n, PySparkRunner()) for _ in range(max(1, rounds))]
     if len({r.digest for r in ours}) != 1:
         raise SystemExit(f"{name} at n={n}: PySparkRunner's runs differ")
     wall, cpu = _median(ours, "wall"), _median(ours, "cpu")
+    if all_on_spark:
+        spread = [run_once(name, n, PySparkRunner(driver_stages=False)) for _ in ours]
+        if {r.digest for r in spread} != {ours[0].digest}:
+            raise SystemExit(f"{name} at n={n}: outputs differ without driver stages")
+        s_wall, s_cpu = _median(spread, "wall"), _median(spread, "cpu")
+        print(
+            f"  {name:17s} every stage on Spark {n / s_wall:9,.0f} el/s ({s_wall:6.1f} s, "
+            f"CPU {s_cpu:6.1f} s): driver stages {s_wall / wall:4.2f}x wall, "
+            f"{s_cpu / cpu:4.2f}x CPU; outputs identical",
+            flush=True,
+        )
     line = (
         f"  {name:17s} PySparkRunner {n / wall:9,.0f} el/s ({wall:6.1f} s, CPU {cpu:6.1f} s, "
         f"peak {max(r.peak for r in ours) / 2**20:,.0f} MiB driver+JVM+workers, load {load:.1f})"
