@@ -21,6 +21,12 @@ tried and lost: one element may expand into millions, as a Create of shards does
 its stage then ran as one task). A GroupByKey whose plan says :data:`THEORY_ENGINE` is
 partitioned by key (no per-key lists) and grouped by theory's engine, a whole partition
 at once; otherwise by Spark's ``groupByKey`` and Beam's batch trigger driver.
+
+Small stages run in the driver process instead (:mod:`.driver_stages`): a stage whose
+inputs the driver holds whole and small, as it holds the impulse and any buffer whose
+Spark partitions all sent their outputs back with their metrics (one ``collect`` per
+Spark stage either way). A GroupByKey whose input the driver holds is grouped there, and
+a Spark stage reads its groups without a shuffle.
 """
 
 from __future__ import annotations
