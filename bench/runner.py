@@ -100,6 +100,32 @@ The >= 5x goal is not met: in wordcount Spark's fixed cost (five Spark jobs, the
 CPU) is most of the run, and in the windowed workloads the user's generator
 (``TimestampedValue`` and ``Timestamp`` objects, ~5 us an element, paid by both
 runners) and the GroupByKey's shuffle (decode, key, decode again) remain.
+
+Fourth version (2026-11-27, wordcount: small stages in the driver process,
+spark_backend.runner.driver_stages; the lean ParDo's tight loop on uniform batches; Count
+in the global window by a C-level Counter). The wordcount + digest pipeline was five
+Spark jobs (Create's impulse, the big stage, the count's merge with the digest, the sum,
+CombineGlobally's default); it is now one (the big stage, after Create's Reshuffle), the
+other four stages running on the driver on data it already holds. ``--all-on-spark``
+runs the same code with every stage a Spark job. n = 1M, medians of 3, outputs
+identical in every run (CPU = the whole process tree):
+
+    before (main at the start, load 3.8):
+    wordcount         135.4k el/s (7.4 s, CPU 3.9 s)  FnApiRunner 253.4k  0.53x wall / 0.43x CPU
+    after (load 15.0; the 2 cores shared with six other sessions):
+    wordcount         198.6k el/s (5.0 s, CPU 1.7 s)  FnApiRunner 167.1k  1.19x wall / 0.97x CPU
+    every stage on Spark, same run: 109.4k el/s (9.1 s, CPU 3.9 s): the driver stages
+    give 1.81x wall and 2.36x CPU
+
+CPU per process of a warm run (4th of 4 in one JVM, load 9-18): before, driver 0.36 s,
+JVM 1.42 s, Python workers 1.59 s; after, driver 0.43 s, JVM 0.37 s, workers 0.87 s.
+The big stage alone in one process (one core, 1M words): 1.25 s before, 0.64-0.74 s
+after; the user's code in it (generator, split, counting) is about 0.35 s of that.
+The >= 5x goal is not met: PySparkRunner now uses about FnApiRunner's CPU (0.97x), so
+on 2 cores its wall time can be at best about half FnApiRunner's CPU plus the driver's
+serial part (Beam's pipeline construction and plan, 0.4 s); FnApiRunner's own wall time
+(3.2-4.0 s at load 4-7) is more than twice its CPU (1.5 s), which is what the ratio gains
+from.
 """
 
 from __future__ import annotations
