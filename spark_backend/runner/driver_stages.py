@@ -5,7 +5,7 @@ little it computes, and a Beam pipeline has many tiny stages: a ``Create``'s imp
 stages after a combine (a few accumulators per key), ``CombineGlobally``'s default,
 ``assert_that``. A stage whose every input is already held by the driver and small (at
 most :data:`LOCAL_BYTES` encoded) runs here, on the very task function a Spark task
-runs (:func:`stage_records`): the same code, so the same output; one partition, as
+runs: the same code, so the same output; one partition, as
 FnApiRunner runs one bundle. A stage's outputs come back to the driver whenever they are
 small, from a driver stage or from a Spark job's one ``collect`` (:func:`small_outputs`),
 so the next small stage needs no job either.
@@ -27,13 +27,12 @@ from __future__ import annotations
 import re
 import traceback
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from apache_beam.transforms import trigger
 
-from spark_backend.runner.bundles import run_partition
 from spark_backend.runner.errors import PipelineFailedError
 from spark_backend.runner.grouping import (
     engine_partition,
@@ -41,8 +40,7 @@ from spark_backend.runner.grouping import (
     key_hash,
     keyed_elements,
 )
-from spark_backend.runner.lean import run_lean_partition
-from spark_backend.runner.plan import LEAN, THEORY_ENGINE, GroupSpec, StageSpec
+from spark_backend.runner.plan import THEORY_ENGINE, GroupSpec, StageSpec
 from spark_backend.runner.spark_errors import python_error_message
 from spark_backend.runner.summary import METRICS
 from spark_backend.runner.task_context import windowing
@@ -54,7 +52,6 @@ __all__ = [
     "redistributes",
     "run_on_driver",
     "small_outputs",
-    "stage_records",
     "task_attempts",
 ]
 
@@ -68,21 +65,6 @@ class Held:
     """A value held by the driver, read as a Spark broadcast is (``.value``)."""
 
     value: Any
-
-
-def stage_records(
-    spec: StageSpec,
-    job_id: str,
-    components: bytes,
-    side_data: Mapping[bytes, list[bytes]],
-    records: Iterable[tuple[str, bytes]],
-) -> Iterator[tuple[bytes, bytes]]:
-    """Run ``spec`` over one partition's ``(input transform, chunk)`` records on its
-    path (lean or Beam's bundle processor): ``(buffer, chunk)`` records, then the
-    metrics record. The task function of both Spark tasks and driver stages."""
-    if spec.path == LEAN:
-        return run_lean_partition(spec.descriptor, spec.outputs, records)
-    return run_partition(spec, job_id, components, side_data, records)
 
 
 def redistributes(group: GroupSpec, job_id: str, components: bytes) -> bool:
@@ -127,22 +109,17 @@ def task_attempts(master: str, conf: Mapping[str, str]) -> int:
 
 
 def run_on_driver(
-    spec: StageSpec,
-    job_id: str,
-    components: bytes,
-    side_data: Mapping[bytes, list[bytes]],
-    records: list[tuple[str, bytes]],
-    attempts: int = 1,
+    spec: StageSpec, task: Callable[[], Iterable[tuple[bytes, bytes]]], attempts: int = 1
 ) -> tuple[dict[bytes, list[bytes]], bytes]:
-    """Run ``spec`` over ``records`` as one partition in this process: its output chunks
-    per buffer (every output buffer present) and its pickled summary. Raise
-    :class:`PipelineFailedError` with the user code's error when the last of
-    ``attempts`` fails."""
+    """Run ``spec``'s ``task`` (the stage's Spark task function over all its input as one
+    partition) in this process: its output chunks per buffer (every output buffer
+    present) and its pickled summary. Raise :class:`PipelineFailedError` with the user
+    code's error when the last of ``attempts`` fails."""
     for attempt in range(1, max(1, attempts) + 1):
         outputs: dict[bytes, list[bytes]] = {b: [] for b in spec.outputs.values()}
         summary = b""
         try:
-            for buffer, chunk in stage_records(spec, job_id, components, side_data, records):
+            for buffer, chunk in task():
                 if buffer == METRICS:
                     summary = chunk
                 else:

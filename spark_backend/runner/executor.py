@@ -43,7 +43,7 @@ from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
 
-from spark_backend.runner.bundles import METRICS
+from spark_backend.runner.bundles import METRICS, run_partition
 from spark_backend.runner.driver_stages import (
     LOCAL_BYTES,
     Held,
@@ -51,7 +51,6 @@ from spark_backend.runner.driver_stages import (
     redistributes,
     run_on_driver,
     small_outputs,
-    stage_records,
     task_attempts,
 )
 from spark_backend.runner.errors import PipelineFailedError
@@ -62,7 +61,8 @@ from spark_backend.runner.grouping import (
     keyed_elements,
     split_elements,
 )
-from spark_backend.runner.plan import IMPULSE, THEORY_ENGINE, GroupSpec, Plan, StageSpec
+from spark_backend.runner.lean import run_lean_partition
+from spark_backend.runner.plan import IMPULSE, LEAN, THEORY_ENGINE, GroupSpec, Plan, StageSpec
 from spark_backend.runner.schedule import run_stages
 from spark_backend.runner.spark_errors import python_error_message
 from spark_backend.runner.task_context import coder
@@ -235,14 +235,11 @@ class StageExecutor:
 
     def _run_on_driver(self, spec: StageSpec) -> None:
         side = self._side_data(spec, on_driver=True)
-        outputs, summary = run_on_driver(
-            spec,
-            self._plan.job_id,
-            self._plan.components,
-            side.value if side is not None else {},
-            self._held_records(spec),
-            self._attempts,
+        components = Held(self._plan.components)
+        task = functools.partial(
+            _stage_task, spec, self._plan.job_id, components, side, self._held_records(spec)
         )
+        outputs, summary = run_on_driver(spec, task, self._attempts)
         self._record(spec, [summary], outputs, {})
         with self._lock:
             self.driver_stages.append(spec.name)
@@ -356,8 +353,10 @@ def _is_buffer(buffer: bytes, record: tuple[bytes, bytes]) -> bool:
 def _stage_task(
     spec: StageSpec, job_id: str, components: Any, side: Any, records: Iterable[Any]
 ) -> Iterator[tuple[bytes, bytes]]:
+    if spec.path == LEAN:
+        return run_lean_partition(spec.descriptor, spec.outputs, records)
     side_data = side.value if side is not None else {}
-    return stage_records(spec, job_id, components.value, side_data, records)
+    return run_partition(spec, job_id, components.value, side_data, records)
 
 
 def _identity(part: list[bytes]) -> list[bytes]:

@@ -9,21 +9,23 @@
 
 from __future__ import annotations
 
+import functools
 import pickle
 from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
 import pytest
-from apache_beam.metrics import Metrics
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
 from apache_beam.transforms import window
 
 from spark_backend.runner import PipelineFailedError
-from spark_backend.runner.driver_stages import run_on_driver, small_outputs, task_attempts
+from spark_backend.runner.driver_stages import Held, run_on_driver, small_outputs, task_attempts
+from spark_backend.runner.executor import _stage_task
 from spark_backend.runner.plan import plan_pipeline
 from spark_backend.runner.summary import METRICS
+from tests.spark_backend.runner.cluster_pipeline import FailOnce
 from tests.spark_backend.runner.conftest import on_spark, reference
 from tests.spark_backend.runner.test_lean import proto_of
 
@@ -83,26 +85,15 @@ def test_a_raising_dofn_on_the_driver_names_its_stage_and_error(runner: Any) -> 
     assert result.driver_stages == []  # it never finished
 
 
-class _FailOnce(beam.DoFn):
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
-        self.seen = Metrics.counter("test", "seen")
-
-    def process(self, element: Any) -> Any:
-        self.seen.inc()
-        if not Path(self.marker).exists():
-            Path(self.marker).touch()
-            raise RuntimeError("first attempt fails")
-        yield "done"
-
-
-def _impulse_stage(marker: Path) -> Any:
+def _first_stage_task(marker: Path) -> tuple[Any, Any]:
+    """The first stage of Create(["fail"]) -> FailOnce -> GroupByKey, and its task
+    over its whole input (the impulse), as the executor runs it on the driver."""
     plan = plan_pipeline(
         proto_of(
             lambda p: (
                 p
-                | beam.Impulse()
-                | "FailOnce" >> beam.ParDo(_FailOnce(str(marker)))
+                | beam.Create(["fail"])
+                | "FailOnce" >> beam.ParDo(FailOnce(str(marker)))
                 | beam.Map(lambda x: (x, 1))
                 | beam.GroupByKey()
             )
@@ -111,7 +102,9 @@ def _impulse_stage(marker: Path) -> Any:
     )
     spec = plan.stages[0]
     assert "FailOnce" in spec.name
-    return plan, spec, [(tid, ENCODED_IMPULSE_VALUE) for tid in spec.inputs]
+    records = [(tid, ENCODED_IMPULSE_VALUE) for tid in spec.inputs]
+    held = Held(plan.components)
+    return spec, functools.partial(_stage_task, spec, plan.job_id, held, None, records)
 
 
 def _seen(summary: bytes) -> int:
@@ -123,16 +116,16 @@ def _seen(summary: bytes) -> int:
 
 
 def test_a_driver_stage_is_retried_as_spark_retries_a_task(tmp_path: Path) -> None:
-    plan, spec, records = _impulse_stage(tmp_path / "retried")
-    outputs, summary = run_on_driver(spec, plan.job_id, plan.components, {}, records, attempts=2)
+    spec, task = _first_stage_task(tmp_path / "retried")
+    outputs, summary = run_on_driver(spec, task, attempts=2)
     (chunks,) = outputs.values()
-    assert len(chunks) == 1 and b"done" in chunks[0]  # the one element, once
+    assert len(chunks) == 1 and chunks[0].count(b"fail") == 1  # the one element, once
     assert _seen(summary) == 1  # the failed attempt's metrics are dropped
 
-    plan, spec, records = _impulse_stage(tmp_path / "once")
+    spec, task = _first_stage_task(tmp_path / "once")
     with pytest.raises(PipelineFailedError) as err:
-        run_on_driver(spec, plan.job_id, plan.components, {}, records, attempts=1)
-    assert "RuntimeError: first attempt fails" in str(err.value)
+        run_on_driver(spec, task, attempts=1)
+    assert "RuntimeError: transient failure, once" in str(err.value)
     assert "FailOnce" in str(err.value)
 
 
