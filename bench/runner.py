@@ -8,7 +8,9 @@ neither runner pays for pickling a large ``Create``:
 - **windowed_combine**: timestamped ``(key, value)`` -> ``FixedWindows(60 s)`` ->
   ``CombinePerKey(sum)`` (lifted: a partial combine before the shuffle);
 - **session_gbk**: timestamped ``(key, value)`` -> ``Sessions(30 s)`` -> ``GroupByKey``
-  -> the size of each group.
+  -> the size of each group;
+- **wordcount_file** (only when ``--workloads`` names it): the wordcount's lines read
+  from a text file with ``ReadFromText`` (written once per size to the temp folder).
 
 Every run ends with an order-independent digest of its output (a sum of 64-bit hashes
 of each element's value, timestamp and window), written by the pipeline to a scratch
@@ -214,6 +216,25 @@ def wordcount(p: beam.Pipeline, n: int) -> Any:
     return lines | beam.FlatMap(str.split) | beam.combiners.Count.PerElement()
 
 
+def text_file(n: int) -> str:
+    """A text file of the wordcount's ``n`` words (its lines, seeded), written once per
+    size into the temporary folder and reused."""
+    path = Path(tempfile.gettempdir()) / f"runner-bench-{os.getuid()}-words-{n}.txt"
+    if not path.exists():
+        fd, scratch = tempfile.mkstemp(prefix="runner-bench-", suffix=".txt")
+        with os.fdopen(fd, "w") as out:
+            for spec in shards(n):
+                out.writelines(line + "\n" for line in shard_lines(spec))
+        os.replace(scratch, path)
+    return str(path)
+
+
+def wordcount_file(p: beam.Pipeline, n: int) -> Any:
+    """The wordcount read from a text file (``ReadFromText``), as a Beam author writes it."""
+    lines = p | beam.io.ReadFromText(text_file(n))
+    return lines | beam.FlatMap(str.split) | beam.combiners.Count.PerElement()
+
+
 def windowed_combine(p: beam.Pipeline, n: int) -> Any:
     events = p | beam.Create(shards(n)) | beam.FlatMap(shard_events)
     return events | beam.WindowInto(window.FixedWindows(60)) | beam.CombinePerKey(sum)
@@ -229,7 +250,9 @@ WORKLOADS: dict[str, Callable[[beam.Pipeline, int], Any]] = {
     "wordcount": wordcount,
     "windowed_combine": windowed_combine,
     "session_gbk": session_gbk,
+    "wordcount_file": wordcount_file,  # not run by default (--workloads names it)
 }
+DEFAULT_WORKLOADS = "wordcount,windowed_combine,session_gbk"
 
 
 class Run(NamedTuple):
@@ -298,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1e5", help="comma-separated element counts")
     parser.add_argument("--fnapi-max", type=float, default=1e6, help="largest n FnApiRunner runs")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--workloads", default=DEFAULT_WORKLOADS, help=", ".join(WORKLOADS))
     parser.add_argument("--rounds", type=int, default=1, help="runs per runner (medians)")
     parser.add_argument(
         "--all-on-spark",
