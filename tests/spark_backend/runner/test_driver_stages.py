@@ -32,29 +32,35 @@ from tests.spark_backend.runner.test_lean import proto_of
 SUM: Any = sum
 
 
-def _build(p: beam.Pipeline) -> dict[str, Any]:
-    """A wordcount, a global GroupByKey and a windowed one after it, a side input and
-    CombineGlobally's default: big-enough first stage on Spark (Create's Reshuffle),
-    the rest small."""
+def _build(p: beam.Pipeline, spark_only: bool = False) -> dict[str, Any]:
+    """A wordcount, a global GroupByKey and a windowed combine after it, a side input
+    and CombineGlobally's default: the first stage on Spark (Create's Reshuffle), the
+    rest small. ``spark_only``: the side input and the windowed combine only (for the
+    run with every stage a Spark job, whose every stage costs a job)."""
     lines = p | beam.Create(["a b c", "b c", "c d e e", "a"] * 5)
     counts = lines | beam.FlatMap(str.split) | beam.combiners.Count.PerElement()
     total = counts | "Values" >> beam.Values() | "Total" >> beam.CombineGlobally(SUM)
     shares = counts | "Share" >> beam.Map(
         lambda kv, t: (kv[0], kv[1] * 1000 // t), beam.pvalue.AsSingleton(total)
     )
+    if spark_only:
+        return {"shares": shares, "windowed": _windowed(counts)}
     grouped = (
         counts
         | "ByCount" >> beam.Map(lambda kv: (kv[1], kv[0]))
         | "Group" >> beam.GroupByKey()
         | "Sorted" >> beam.MapTuple(lambda k, vs: (k, sorted(vs)))
     )
-    windowed = (
+    return {"counts": counts, "shares": shares, "grouped": grouped, "windowed": _windowed(counts)}
+
+
+def _windowed(counts: Any) -> Any:
+    return (
         counts
         | "Stamp" >> beam.Map(lambda kv: window.TimestampedValue(kv, kv[1] * 7))
         | beam.WindowInto(window.FixedWindows(10))
         | "PerWindow" >> beam.CombinePerKey(SUM)
     )
-    return {"counts": counts, "shares": shares, "grouped": grouped, "windowed": windowed}
 
 
 def test_small_stages_run_on_the_driver_with_fn_api_runners_output(runner: Any) -> None:
@@ -69,8 +75,10 @@ def test_small_stages_run_on_the_driver_with_fn_api_runners_output(runner: Any) 
     assert reshuffled and not set(reshuffled) & set(on_driver)  # spread on Spark
     assert len(on_driver) < len(result.stage_paths)
 
-    everywhere = on_spark(_build, expected, PySparkRunner(driver_stages=False))
+    spark_only = functools.partial(_build, spark_only=True)
+    everywhere = on_spark(spark_only, expected, PySparkRunner(driver_stages=False))
     assert everywhere.driver_stages == []
+    assert any("PerWindow" in name for name in everywhere.stage_paths)
 
 
 def test_a_raising_dofn_on_the_driver_names_its_stage_and_error(runner: Any) -> None:
