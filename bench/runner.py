@@ -112,12 +112,17 @@ other four stages running on the driver on data it already holds. ``--all-on-spa
 runs the same code with every stage a Spark job. n = 1M, medians of 3, outputs
 identical in every run (CPU = the whole process tree):
 
-    before (main at the start, load 3.8):
-    wordcount         135.4k el/s (7.4 s, CPU 3.9 s)  FnApiRunner 253.4k  0.53x wall / 0.43x CPU
-    after (load 15.0; the 2 cores shared with six other sessions):
-    wordcount         198.6k el/s (5.0 s, CPU 1.7 s)  FnApiRunner 167.1k  1.19x wall / 0.97x CPU
-    every stage on Spark, same run: 109.4k el/s (9.1 s, CPU 3.9 s): the driver stages
-    give 1.81x wall and 2.36x CPU
+    before (main; the 2 cores shared with six other sessions throughout):
+    load 3.8   135.4k el/s (7.4 s, CPU 3.9 s)   FnApiRunner 253.4k   0.53x wall / 0.43x CPU
+    load 15.6  102.4k el/s (9.8 s, CPU 4.6 s)   FnApiRunner 361.9k   0.28x wall / 0.32x CPU
+    after:
+    load 15.0  198.6k el/s (5.0 s, CPU 1.7 s)   FnApiRunner 167.1k   1.19x wall / 0.97x CPU
+    load 18.1  205.4k el/s (4.9 s, CPU 1.5 s)   FnApiRunner 214.4k   0.96x wall / 0.99x CPU
+    every stage on Spark, in the same two runs: 109.4k and 120.5k el/s (9.1 and 8.3 s,
+    CPU 3.9 and 3.7 s): the driver stages give 1.81x and 1.70x wall, 2.36x and 2.37x CPU
+    wordcount_file (ReadFromText, 1 round, load 11.0): 102.3k el/s (9.8 s, CPU 3.3 s),
+    FnApiRunner 152.9k, 0.67x wall / 0.59x CPU (the read is a splittable DoFn on Beam's
+    bundle processor, and the stage fused after it too: no lean text source yet)
 
 CPU per process of a warm run (4th of 4 in one JVM, load 9-18): before, driver 0.36 s,
 JVM 1.42 s, Python workers 1.59 s; after, driver 0.43 s, JVM 0.37 s, workers 0.87 s.
