@@ -5,10 +5,11 @@ little it computes, and a Beam pipeline has many tiny stages: a ``Create``'s imp
 stages after a combine (a few accumulators per key), ``CombineGlobally``'s default,
 ``assert_that``. A stage whose every input is already held by the driver and small (at
 most :data:`LOCAL_BYTES` encoded) runs here, on the very task function a Spark task
-runs: the same code, so the same output; one partition, as
-FnApiRunner runs one bundle. A stage's outputs come back to the driver whenever they are
-small, from a driver stage or from a Spark job's one ``collect`` (:func:`small_outputs`),
-so the next small stage needs no job either.
+runs: the same code, so the same output; one partition, as FnApiRunner runs one bundle.
+A driver stage's outputs stay on the driver (whatever their size: a Spark stage that
+reads them gets them parallelized), and a Spark stage's come back with its metrics, in
+its one ``collect``, when every partition's are small (:func:`small_outputs`), so the
+next small stage needs no job either.
 
 Two kinds of stage stay on Spark whatever their size: one that reads a GroupByKey with
 Beam's ``Always`` trigger (``Reshuffle``'s: the pipeline asks for its elements to be
