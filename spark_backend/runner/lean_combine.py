@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from operator import itemgetter
 from typing import Any, Final
 
 import numpy as np
@@ -167,7 +166,8 @@ class PrecombineOp:
         """Count per key in the default windowing: a C-level ``Counter`` over the keys
         (it keeps each key's first object, as Beam's table does)."""
         fast = self._fast
-        for key, count in Counter(map(itemgetter(0), batch.values)).items():
+        keys = [key for key, _ in batch.values]  # (a value that is not a pair fails, as in Beam)
+        for key, count in Counter(keys).items():
             slot = (0, 0, key)
             fast[slot] = fast.get(slot, 0) + count
         if len(fast) >= MAX_KEYS:

@@ -296,3 +296,21 @@ def test_a_uniform_batch_is_told_apart() -> None:
     assert not _uniform(Batch([], same[:0], GLOBAL, PANE_INFO_UNKNOWN))
     assert not _has_special(["a", 1, (2, None)])
     assert _has_special(["a", beam_window.TimestampedValue(1, Timestamp(micros=0))])
+
+
+def test_the_global_count_refuses_a_value_that_is_not_a_pair_as_beam_does() -> None:
+    from apache_beam.transforms.core import Windowing
+
+    from spark_backend.runner.lean_combine import PrecombineOp
+
+    op = PrecombineOp(
+        "Count", "t", combiners.CountCombineFn(), Windowing(beam_window.GlobalWindows())
+    )
+    ok = Batch([("a", None), ("b", 1), ("a", 2)], np.zeros(3, np.int64), GLOBAL, PANE_INFO_UNKNOWN)
+    out: list[Batch] = []
+    op.process(ok, out.append)
+    op.finish(out.append)
+    assert sorted(v for b in out for v in b.values) == [("a", 2), ("b", 1)]
+    bad = Batch([("a", None), ("a", 1, 2)], np.zeros(2, np.int64), GLOBAL, PANE_INFO_UNKNOWN)
+    with pytest.raises(ValueError, match=r"\[while running 'Count'\]"):
+        op.process(bad, out.append)
