@@ -115,11 +115,14 @@ identical in every run (CPU = the whole process tree):
     before (main; the 2 cores shared with six other sessions throughout):
     load 3.8   135.4k el/s (7.4 s, CPU 3.9 s)   FnApiRunner 253.4k   0.53x wall / 0.43x CPU
     load 15.6  102.4k el/s (9.8 s, CPU 4.6 s)   FnApiRunner 361.9k   0.28x wall / 0.32x CPU
+    load 8.0   173.4k el/s (5.8 s, CPU 5.4 s)   FnApiRunner 559.3k   0.31x wall / 0.33x CPU
     after:
+    load 7.2   360.1k el/s (2.8 s, CPU 1.6 s)   FnApiRunner 336.1k   1.07x wall / 1.05x CPU
     load 15.0  198.6k el/s (5.0 s, CPU 1.7 s)   FnApiRunner 167.1k   1.19x wall / 0.97x CPU
     load 18.1  205.4k el/s (4.9 s, CPU 1.5 s)   FnApiRunner 214.4k   0.96x wall / 0.99x CPU
-    every stage on Spark, in the same two runs: 109.4k and 120.5k el/s (9.1 and 8.3 s,
-    CPU 3.9 and 3.7 s): the driver stages give 1.81x and 1.70x wall, 2.36x and 2.37x CPU
+    every stage on Spark, in the same three runs: 144.3k, 109.4k and 120.5k el/s (6.9,
+    9.1 and 8.3 s; CPU 4.5, 3.9 and 3.7 s): the driver stages give 2.50x, 1.81x and
+    1.70x wall, 2.76x, 2.36x and 2.37x CPU
     wordcount_file (ReadFromText, 1 round, load 11.0): 102.3k el/s (9.8 s, CPU 3.3 s),
     FnApiRunner 152.9k, 0.67x wall / 0.59x CPU (the read is a splittable DoFn on Beam's
     bundle processor, and the stage fused after it too: no lean text source yet)
@@ -128,11 +131,11 @@ CPU per process of a warm run (4th of 4 in one JVM, load 9-18): before, driver 0
 JVM 1.42 s, Python workers 1.59 s; after, driver 0.43 s, JVM 0.37 s, workers 0.87 s.
 The big stage alone in one process (one core, 1M words): 1.25 s before, 0.64-0.74 s
 after; the user's code in it (generator, split, counting) is about 0.35 s of that.
-The >= 5x goal is not met: PySparkRunner now uses about FnApiRunner's CPU (0.97x), so
-on 2 cores its wall time can be at best about half FnApiRunner's CPU plus the driver's
-serial part (Beam's pipeline construction and plan, 0.4 s); FnApiRunner's own wall time
-(3.2-4.0 s at load 4-7) is more than twice its CPU (1.5 s), which is what the ratio gains
-from.
+The >= 5x goal is not met: PySparkRunner now uses about FnApiRunner's CPU (0.97-1.05x).
+On 2 cores its wall time is at best about half its CPU plus the driver's serial part
+(Beam's pipeline construction and the plan, about 0.4 s), some 1.2 s at 1M, while
+FnApiRunner's wall time varied from 1.8 to 6 s between runs (CPU 1.5-1.8 s); 5x would
+need about a third less CPU again and FnApiRunner at its slowest.
 """
 
 from __future__ import annotations
