@@ -8,7 +8,9 @@ neither runner pays for pickling a large ``Create``:
 - **windowed_combine**: timestamped ``(key, value)`` -> ``FixedWindows(60 s)`` ->
   ``CombinePerKey(sum)`` (lifted: a partial combine before the shuffle);
 - **session_gbk**: timestamped ``(key, value)`` -> ``Sessions(30 s)`` -> ``GroupByKey``
-  -> the size of each group.
+  -> the size of each group;
+- **wordcount_file** (only when ``--workloads`` names it): the wordcount's lines read
+  from a text file with ``ReadFromText`` (written once per size to the temp folder).
 
 Every run ends with an order-independent digest of its output (a sum of 64-bit hashes
 of each element's value, timestamp and window), written by the pipeline to a scratch
@@ -100,6 +102,40 @@ The >= 5x goal is not met: in wordcount Spark's fixed cost (five Spark jobs, the
 CPU) is most of the run, and in the windowed workloads the user's generator
 (``TimestampedValue`` and ``Timestamp`` objects, ~5 us an element, paid by both
 runners) and the GroupByKey's shuffle (decode, key, decode again) remain.
+
+Fourth version (2026-11-27, wordcount: small stages in the driver process,
+spark_backend.runner.driver_stages; the lean ParDo's tight loop on uniform batches; Count
+in the global window by a C-level Counter). The wordcount + digest pipeline was five
+Spark jobs (Create's impulse, the big stage, the count's merge with the digest, the sum,
+CombineGlobally's default); it is now one (the big stage, after Create's Reshuffle), the
+other four stages running on the driver on data it already holds. ``--all-on-spark``
+runs the same code with every stage a Spark job. n = 1M, medians of 3, outputs
+identical in every run (CPU = the whole process tree):
+
+    before (main; the 2 cores shared with six other sessions throughout):
+    load 3.8   135.4k el/s (7.4 s, CPU 3.9 s)   FnApiRunner 253.4k   0.53x wall / 0.43x CPU
+    load 15.6  102.4k el/s (9.8 s, CPU 4.6 s)   FnApiRunner 361.9k   0.28x wall / 0.32x CPU
+    load 8.0   173.4k el/s (5.8 s, CPU 5.4 s)   FnApiRunner 559.3k   0.31x wall / 0.33x CPU
+    after:
+    load 7.2   360.1k el/s (2.8 s, CPU 1.6 s)   FnApiRunner 336.1k   1.07x wall / 1.05x CPU
+    load 15.0  198.6k el/s (5.0 s, CPU 1.7 s)   FnApiRunner 167.1k   1.19x wall / 0.97x CPU
+    load 18.1  205.4k el/s (4.9 s, CPU 1.5 s)   FnApiRunner 214.4k   0.96x wall / 0.99x CPU
+    every stage on Spark, in the same three runs: 144.3k, 109.4k and 120.5k el/s (6.9,
+    9.1 and 8.3 s; CPU 4.5, 3.9 and 3.7 s): the driver stages give 2.50x, 1.81x and
+    1.70x wall, 2.76x, 2.36x and 2.37x CPU
+    wordcount_file (ReadFromText, 1 round, load 11.0): 102.3k el/s (9.8 s, CPU 3.3 s),
+    FnApiRunner 152.9k, 0.67x wall / 0.59x CPU (the read is a splittable DoFn on Beam's
+    bundle processor, and the stage fused after it too: no lean text source yet)
+
+CPU per process of a warm run (4th of 4 in one JVM, load 9-18): before, driver 0.36 s,
+JVM 1.42 s, Python workers 1.59 s; after, driver 0.43 s, JVM 0.37 s, workers 0.87 s.
+The big stage alone in one process (one core, 1M words): 1.25 s before, 0.64-0.74 s
+after; the user's code in it (generator, split, counting) is about 0.35 s of that.
+The >= 5x goal is not met: PySparkRunner now uses about FnApiRunner's CPU (0.97-1.05x).
+On 2 cores its wall time is at best about half its CPU plus the driver's serial part
+(Beam's pipeline construction and the plan, about 0.4 s), some 1.2 s at 1M, while
+FnApiRunner's wall time varied from 1.8 to 6 s between runs (CPU 1.5-1.8 s); 5x would
+need about a third less CPU again and FnApiRunner at its slowest.
 """
 
 from __future__ import annotations
@@ -188,6 +224,25 @@ def wordcount(p: beam.Pipeline, n: int) -> Any:
     return lines | beam.FlatMap(str.split) | beam.combiners.Count.PerElement()
 
 
+def text_file(n: int) -> str:
+    """A text file of the wordcount's ``n`` words (its lines, seeded), written once per
+    size into the temporary folder and reused."""
+    path = Path(tempfile.gettempdir()) / f"runner-bench-{os.getuid()}-words-{n}.txt"
+    if not path.exists():
+        fd, scratch = tempfile.mkstemp(prefix="runner-bench-", suffix=".txt")
+        with os.fdopen(fd, "w") as out:
+            for spec in shards(n):
+                out.writelines(line + "\n" for line in shard_lines(spec))
+        os.replace(scratch, path)
+    return str(path)
+
+
+def wordcount_file(p: beam.Pipeline, n: int) -> Any:
+    """The wordcount read from a text file (``ReadFromText``), as a Beam author writes it."""
+    lines = p | beam.io.ReadFromText(text_file(n))
+    return lines | beam.FlatMap(str.split) | beam.combiners.Count.PerElement()
+
+
 def windowed_combine(p: beam.Pipeline, n: int) -> Any:
     events = p | beam.Create(shards(n)) | beam.FlatMap(shard_events)
     return events | beam.WindowInto(window.FixedWindows(60)) | beam.CombinePerKey(sum)
@@ -203,7 +258,9 @@ WORKLOADS: dict[str, Callable[[beam.Pipeline, int], Any]] = {
     "wordcount": wordcount,
     "windowed_combine": windowed_combine,
     "session_gbk": session_gbk,
+    "wordcount_file": wordcount_file,  # not run by default (--workloads names it)
 }
+DEFAULT_WORKLOADS = "wordcount,windowed_combine,session_gbk"
 
 
 class Run(NamedTuple):
@@ -272,8 +329,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1e5", help="comma-separated element counts")
     parser.add_argument("--fnapi-max", type=float, default=1e6, help="largest n FnApiRunner runs")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--workloads", default=DEFAULT_WORKLOADS, help=", ".join(WORKLOADS))
     parser.add_argument("--rounds", type=int, default=1, help="runs per runner (medians)")
+    parser.add_argument(
+        "--all-on-spark",
+        action="store_true",
+        help="also run PySparkRunner(driver_stages=False): every stage a Spark job",
+    )
     parser.add_argument(
         "--spark-conf",
         action="append",
@@ -293,19 +355,38 @@ def main(argv: list[str] | None = None) -> None:
     for n in sizes:
         print(f"\nn = {n:,}  (load average {os.getloadavg()[0]:.1f})")
         for name in args.workloads.split(","):
-            report(name, n, jvm, n <= args.fnapi_max, spark, args.rounds)
+            report(name, n, jvm, n <= args.fnapi_max, spark, args.rounds, args.all_on_spark)
 
 
 def _median(runs: list[Run], field: str) -> float:
     return statistics.median(getattr(r, field) for r in runs)
 
 
-def report(name: str, n: int, jvm: float, with_fnapi: bool, spark: Any, rounds: int = 1) -> None:
+def report(
+    name: str,
+    n: int,
+    jvm: float,
+    with_fnapi: bool,
+    spark: Any,
+    rounds: int = 1,
+    all_on_spark: bool = False,
+) -> None:
     load = os.getloadavg()[0]
     ours = [run_once(name, n, PySparkRunner()) for _ in range(max(1, rounds))]
     if len({r.digest for r in ours}) != 1:
         raise SystemExit(f"{name} at n={n}: PySparkRunner's runs differ")
     wall, cpu = _median(ours, "wall"), _median(ours, "cpu")
+    if all_on_spark:
+        spread = [run_once(name, n, PySparkRunner(driver_stages=False)) for _ in ours]
+        if {r.digest for r in spread} != {ours[0].digest}:
+            raise SystemExit(f"{name} at n={n}: outputs differ without driver stages")
+        s_wall, s_cpu = _median(spread, "wall"), _median(spread, "cpu")
+        print(
+            f"  {name:17s} every stage on Spark {n / s_wall:9,.0f} el/s ({s_wall:6.1f} s, "
+            f"CPU {s_cpu:6.1f} s): driver stages {s_wall / wall:4.2f}x wall, "
+            f"{s_cpu / cpu:4.2f}x CPU; outputs identical",
+            flush=True,
+        )
     line = (
         f"  {name:17s} PySparkRunner {n / wall:9,.0f} el/s ({wall:6.1f} s, CPU {cpu:6.1f} s, "
         f"peak {max(r.peak for r in ours) / 2**20:,.0f} MiB driver+JVM+workers, load {load:.1f})"

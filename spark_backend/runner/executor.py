@@ -21,6 +21,12 @@ tried and lost: one element may expand into millions, as a Create of shards does
 its stage then ran as one task). A GroupByKey whose plan says :data:`THEORY_ENGINE` is
 partitioned by key (no per-key lists) and grouped by theory's engine, a whole partition
 at once; otherwise by Spark's ``groupByKey`` and Beam's batch trigger driver.
+
+Small stages run in the driver process instead (:mod:`.driver_stages`): a stage whose
+inputs the driver holds whole and small, as it holds the impulse and any buffer whose
+Spark partitions all sent their outputs back with their metrics (one ``collect`` per
+Spark stage either way). A GroupByKey whose input the driver holds is grouped there, and
+a Spark stage reads its groups without a shuffle.
 """
 
 from __future__ import annotations
@@ -38,6 +44,15 @@ from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
 
 from spark_backend.runner.bundles import METRICS, run_partition
+from spark_backend.runner.driver_stages import (
+    LOCAL_BYTES,
+    Held,
+    group_locally,
+    redistributes,
+    run_on_driver,
+    small_outputs,
+    task_attempts,
+)
 from spark_backend.runner.errors import PipelineFailedError
 from spark_backend.runner.grouping import (
     engine_partition,
@@ -64,7 +79,12 @@ class StageExecutor:
     the job group ``job_group``); collects their metrics."""
 
     def __init__(
-        self, spark_context: Any, plan: Plan, partitions: int, job_group: str | None = None
+        self,
+        spark_context: Any,
+        plan: Plan,
+        partitions: int,
+        job_group: str | None = None,
+        local_bytes: int | None = None,
     ) -> None:
         self._sc = spark_context
         self._plan = plan
@@ -78,6 +98,12 @@ class StageExecutor:
         self._persisted: list[Any] = []
         self._broadcasts: list[Any] = []
         self._components = self._broadcast(plan.components)
+        self._held: dict[bytes, list[bytes]] = defaultdict(list)  # buffers the driver holds
+        self._local_bytes = LOCAL_BYTES if local_bytes is None else local_bytes
+        conf = dict(spark_context.getConf().getAll())
+        self._attempts = task_attempts(spark_context.master, conf)
+        #: The names of the stages run on the driver, in the order they finished.
+        self.driver_stages: list[str] = []
         self.monitoring_infos: dict[str, list[Any]] = {}
 
     def run(self) -> None:
@@ -112,31 +138,111 @@ class StageExecutor:
     def _run_stage(self, spec: StageSpec) -> None:
         if self._cancelled.is_set():
             raise PipelineFailedError(spec.label, "the pipeline was cancelled")
+        if self._on_driver(spec):
+            self._run_on_driver(spec)
+            return
         task = functools.partial(
             _stage_task, spec, self._plan.job_id, self._components, self._side_data(spec)
         )
         output = self._input_rdd(spec).mapPartitions(task).persist()
         with self._lock:
             self._persisted.append(output)
+        limit = self._local_bytes // max(1, output.getNumPartitions())
         try:
-            metrics = output.filter(_is_metrics).values().collect()
+            parts = output.mapPartitions(functools.partial(small_outputs, limit)).collect()
         except Exception as err:
             raise PipelineFailedError(spec.label, python_error_message(err)) from None
-        summaries = [pickle.loads(m) for m in metrics]
-        responses = [beam_fn_api_pb2.ProcessBundleResponse.FromString(s.metrics) for s in summaries]
-        infos = list(consolidate(i for r in responses for i in r.monitoring_infos))
+        if all(chunks is not None for _, chunks in parts):
+            held: dict[bytes, list[bytes]] = {b: [] for b in spec.outputs.values()}
+            for _, chunks in parts:
+                for buffer, chunk in chunks:
+                    held[buffer].append(chunk)
+            output.unpersist(blocking=False)
+            self._record(spec, [s for s, _ in parts], held, {})
+            return
         outputs = {
             buffer: output.filter(functools.partial(_is_buffer, buffer)).values()
             for buffer in set(spec.outputs.values())
         }
+        self._record(spec, [s for s, _ in parts], {}, outputs)
+
+    def _record(
+        self,
+        spec: StageSpec,
+        metrics: list[bytes],
+        held: dict[bytes, list[bytes]],
+        rdds: dict[bytes, Any],
+    ) -> None:
+        """Keep a finished stage's metrics, sizes and outputs (``held`` by the driver,
+        or ``rdds`` on Spark)."""
+        summaries = [pickle.loads(m) for m in metrics]
+        responses = [beam_fn_api_pb2.ProcessBundleResponse.FromString(s.metrics) for s in summaries]
+        infos = list(consolidate(i for r in responses for i in r.monitoring_infos))
         with self._lock:
             self.monitoring_infos[spec.name] = infos
             self._count_elements(infos)
             for summary in summaries:
                 for buffer, size in summary.sizes.items():
                     self._sizes[buffer] += size
-            for buffer, rdd in outputs.items():
+            for buffer, chunks in held.items():
+                self._held[buffer].extend(chunks)
+            for buffer, rdd in rdds.items():
                 self._buffers[buffer].append(rdd)
+
+    # --- small stages on the driver (spark_backend.runner.driver_stages) ---------------
+
+    def _held_whole(self, buffer: bytes) -> bool:
+        """Whether the driver holds all of ``buffer`` (the impulse, or small outputs; a
+        group buffer holds its GroupByKey's input)."""
+        with self._lock:
+            return buffer == IMPULSE or buffer not in self._buffers
+
+    def _on_driver(self, spec: StageSpec) -> bool:
+        """Whether ``spec`` runs on the driver: every input held and small in total, no
+        Reshuffle to spread, no splittable restrictions."""
+        if self._local_bytes <= 0 or spec.residual_inputs:
+            return False
+        for buffer in spec.inputs.values():
+            if not self._held_whole(buffer):
+                return False
+            group = self._plan.groups.get(buffer)
+            if group is not None and redistributes(group, self._plan.job_id, self._plan.components):
+                return False
+        with self._lock:
+            size = sum(self._sizes.get(b, 0) for b in spec.inputs.values())
+        return size <= self._local_bytes
+
+    def _held_records(self, spec: StageSpec) -> list[tuple[str, bytes]]:
+        records: list[tuple[str, bytes]] = []
+        for transform_id, buffer in spec.inputs.items():
+            records.extend((transform_id, c) for p in self._held_parts(buffer) for c in p)
+        return records
+
+    def _held_parts(self, buffer: bytes) -> list[list[bytes]]:
+        """A held buffer's chunks, in the partitions a Spark stage would read them."""
+        if buffer == IMPULSE:
+            return [[ENCODED_IMPULSE_VALUE]]
+        if buffer.startswith(b"group:"):
+            group = self._plan.groups[buffer]
+            with self._lock:
+                chunks = list(self._held[buffer])
+                elements = self._elements.get(group.input_pcollection)
+            partitions = self._partitions_for([buffer], elements)
+            job, components = self._plan.job_id, self._plan.components
+            return group_locally(chunks, group, job, components, partitions)
+        with self._lock:
+            return [list(self._held[buffer])]
+
+    def _run_on_driver(self, spec: StageSpec) -> None:
+        side = self._side_data(spec, on_driver=True)
+        components = Held(self._plan.components)
+        task = functools.partial(
+            _stage_task, spec, self._plan.job_id, components, side, self._held_records(spec)
+        )
+        outputs, summary = run_on_driver(spec, task, self._attempts)
+        self._record(spec, [summary], outputs, {})
+        with self._lock:
+            self.driver_stages.append(spec.name)
 
     def _count_elements(self, infos: Iterable[Any]) -> None:
         for info in infos:
@@ -145,15 +251,25 @@ class StageExecutor:
                 if pcoll:
                     self._elements[pcoll] += monitoring_infos.extract_counter_value(info)
 
-    def _side_data(self, spec: StageSpec) -> Any:
+    def _side_data(self, spec: StageSpec, on_driver: bool = False) -> Any:
         if not spec.side_inputs:
             return None
-        data = {s.buffer_id: self._chunks(s.buffer_id).collect() for s in spec.side_inputs}
-        return self._broadcast(data)
+        data = {s.buffer_id: self._side_chunks(s.buffer_id) for s in spec.side_inputs}
+        return Held(data) if on_driver else self._broadcast(data)
+
+    def _side_chunks(self, buffer: bytes) -> list[bytes]:
+        if self._held_whole(buffer):
+            with self._lock:
+                return list(self._held[buffer])
+        return self._chunks(buffer).collect()
 
     def _chunks(self, buffer: bytes) -> Any:
+        """``buffer``'s chunks as one RDD: its Spark parts and the parts the driver holds."""
         with self._lock:
             rdds = list(self._buffers.get(buffer, []))
+            held = list(self._held.get(buffer, []))
+        if held:
+            rdds.append(self._sc.parallelize(held, max(1, min(len(held), self._partitions))))
         if not rdds:
             return self._sc.emptyRDD()
         return rdds[0] if len(rdds) == 1 else self._sc.union(rdds)
@@ -186,6 +302,9 @@ class StageExecutor:
         if buffer == IMPULSE:
             return self._sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
         if buffer.startswith(b"group:"):
+            if self._held_whole(buffer):  # grouped here, no shuffle
+                parts = self._held_parts(buffer)
+                return self._sc.parallelize(parts, len(parts)).flatMap(_identity)
             return self._grouped(self._plan.groups[buffer], buffer)
         return self._chunks(buffer)
 
@@ -245,6 +364,10 @@ def _stage_task(
         return run_lean_partition(spec.descriptor, spec.outputs, records)
     side_data = side.value if side is not None else {}
     return run_partition(spec, job_id, components.value, side_data, records, finalize)
+
+
+def _identity(part: list[bytes]) -> list[bytes]:
+    return part
 
 
 def _keyed(group: GroupSpec, job_id: str, components: Any, chunk: bytes) -> Any:

@@ -18,6 +18,7 @@ Beam's own algorithm per element (:meth:`PrecombineOp._add_exact`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -122,6 +123,9 @@ class PrecombineOp:
         windows = batch.windows
         if not (isinstance(windows, Intervals) or (windows is GLOBAL and self._default)):
             return False
+        if self._kernel == "count" and windows is GLOBAL:
+            self._count_global(batch, emit)
+            return True
         keys = [k for k, _ in batch.values]
         column = None
         if self._kernel != "count":
@@ -157,6 +161,17 @@ class PrecombineOp:
         if len(self._fast) >= MAX_KEYS:
             self._flush_fast(emit)
         return True
+
+    def _count_global(self, batch: Batch, emit: Emit) -> None:
+        """Count per key in the default windowing: a C-level ``Counter`` over the keys
+        (it keeps each key's first object, as Beam's table does)."""
+        fast = self._fast
+        keys = [key for key, _ in batch.values]  # (a value that is not a pair fails, as in Beam)
+        for key, count in Counter(keys).items():
+            slot = (0, 0, key)
+            fast[slot] = fast.get(slot, 0) + count
+        if len(fast) >= MAX_KEYS:
+            self._flush_fast(emit)
 
     def _reduce(self, inverse: np.ndarray, n: int, column: np.ndarray | None) -> list[Any]:
         counts = np.bincount(inverse, minlength=n)

@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, Final
 
+import numpy as np
 from apache_beam.internal import pickler
 from apache_beam.portability import python_urns
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
@@ -138,6 +139,9 @@ class ParDoOp:
 
     def process(self, batch: Batch, emit: Emit) -> None:
         """Call the DoFn on every value of ``batch``; emit outputs in chunks."""
+        if not self._check and _uniform(batch):
+            self._process_uniform(batch, emit)
+            return
         process = self._process
         values: list[Any] = []
         parents: list[int] = []
@@ -168,6 +172,41 @@ class ParDoOp:
                 values, parents = [], []
         if values:
             self._emit(batch, values, parents, emit)
+
+    def _process_uniform(self, batch: Batch, emit: Emit) -> None:
+        """:meth:`process` for a batch whose elements share one timestamp, the global
+        window and one pane: outputs need no parent, so the DoFn runs in the tightest
+        loop (element by element, as Beam calls it), a slice of the batch at a time
+        sized so that a slice's outputs stay near CHUNK."""
+        process = self._process
+        values = batch.values
+        step = CHUNK
+        lo = 0
+        while lo < len(values):
+            piece = values[lo : lo + step]
+            out: list[Any] = []
+            extend = out.extend
+            try:
+                for value in piece:
+                    results = process(value)
+                    if results is not None:
+                        extend(results)
+            except Exception as exn:
+                raise augmented(exn, self.label) from exn
+            lo += len(piece)
+            step = max(1, min(CHUNK, CHUNK * len(piece) // max(1, len(out))))
+            self._emit_uniform(batch, out, emit)
+
+    def _emit_uniform(self, batch: Batch, values: list[Any], emit: Emit) -> None:
+        if not values:
+            return
+        if _has_special(values):  # TaggedOutput, TimestampedValue, WindowedValue
+            self._emit(batch, values, [0] * len(values), emit)
+            return
+        micros = int(batch.micros[0])
+        for lo in range(0, len(values), CHUNK):
+            part = values[lo : lo + CHUNK]
+            emit(Batch(part, np.full(len(part), micros, np.int64), GLOBAL, batch.panes))
 
     def _emit(self, batch: Batch, values: list[Any], parents: list[int], emit: Emit) -> None:
         """Hand on outputs in batches of at most CHUNK (one element may have many)."""
@@ -228,6 +267,23 @@ class ParDoOp:
         return out.value, _meta(out)
 
 
+def _uniform(batch: Batch) -> bool:
+    """Whether every element of ``batch`` has the same timestamp, window (the global
+    one) and pane: then each output inherits the same metadata whatever its parent."""
+    return (
+        batch.windows is GLOBAL
+        and isinstance(batch.panes, PaneInfo)
+        and len(batch) > 0
+        and int(batch.micros.min()) == int(batch.micros.max())
+    )
+
+
+def _has_special(values: list[Any]) -> bool:
+    """Whether any of ``values`` is a TaggedOutput, TimestampedValue or WindowedValue
+    (by type, over the distinct types only)."""
+    return any(issubclass(t, _SPECIAL) for t in set(map(type, values)))
+
+
 #: An output's own metadata: µs, windows (None: the global window alone), pane.
 Meta = tuple[int, Any, Any]
 
@@ -264,4 +320,6 @@ def _with_meta(
         panes = list(base.pane_list())
         for j, (_, _, p) in special.items():
             panes[j] = p
+        if panes and all(p == panes[0] for p in panes):  # one pane for all (compact)
+            panes = panes[0]
     return Batch(values, micros, windows, panes)

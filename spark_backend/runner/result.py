@@ -33,6 +33,9 @@ class PySparkPipelineResult(PipelineResult):
         self.paths: dict[str, str] = {}
         #: Which path ran each fused stage, by stage name (see ``Plan.stage_paths``).
         self.stage_paths: dict[str, str] = {}
+        #: The names of the stages that ran in the driver process, not as Spark jobs
+        #: (filled as the run goes; see :mod:`spark_backend.runner.driver_stages`).
+        self.driver_stages: list[str] = []
         self._thread = threading.Thread(target=self._run, name="PySparkRunner", daemon=True)
         self._thread.start()
 

@@ -33,11 +33,14 @@ class PySparkRunner(PipelineRunner):
 
     ``fast_paths=False`` runs every batch GroupByKey on the generic path (Beam's trigger
     driver) and every stage on Beam's bundle processor (no lean stages): the reference
-    the fast paths are tested against."""
+    the fast paths are tested against. ``driver_stages`` (by default as ``fast_paths``)
+    runs small stages in the driver process instead of as Spark jobs
+    (:mod:`spark_backend.runner.driver_stages`); ``False`` runs every stage on Spark."""
 
-    def __init__(self, fast_paths: bool = True) -> None:
+    def __init__(self, fast_paths: bool = True, driver_stages: bool | None = None) -> None:
         super().__init__()
         self.fast_paths = fast_paths
+        self.driver_stages = fast_paths if driver_stages is None else driver_stages
 
     def run_pipeline(
         self, pipeline: Any, options: pipeline_options.PipelineOptions
@@ -68,7 +71,7 @@ class PySparkRunner(PipelineRunner):
             context = _spark_context(target)
             return start_streaming(proto, context, stream_options, self.fast_paths, stripped)
         plan = plan_pipeline(proto, self.fast_paths, lean=self.fast_paths)
-        result = _start(plan, target)
+        result = _start(plan, target, self.driver_stages)
         result.paths = plan.paths
         result.stage_paths = plan.stage_paths
         return result
@@ -105,13 +108,21 @@ def _spark_context(target: SparkTarget) -> Any:
     return get_session(target.master, target.conf, app_name="beam-pyspark-runner").sparkContext
 
 
-def _start(plan: Plan, target: SparkTarget) -> PySparkPipelineResult:
+def _start(plan: Plan, target: SparkTarget, driver_stages: bool) -> PySparkPipelineResult:
     spark_context = _spark_context(target)
     parallelism = spark_context.defaultParallelism
-    executor = StageExecutor(spark_context, plan, parallelism, job_group=f"beam-{plan.job_id}")
+    executor = StageExecutor(
+        spark_context,
+        plan,
+        parallelism,
+        job_group=f"beam-{plan.job_id}",
+        local_bytes=None if driver_stages else 0,
+    )
 
     def work() -> dict[str, list[Any]]:
         executor.run()
         return executor.monitoring_infos
 
-    return PySparkPipelineResult(work, executor.cancel)
+    result = PySparkPipelineResult(work, executor.cancel)
+    result.driver_stages = executor.driver_stages
+    return result

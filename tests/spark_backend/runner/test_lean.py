@@ -226,3 +226,91 @@ def test_a_dofn_asking_for_its_window_keeps_its_stage_on_beams_bundles() -> None
     assert plain.path == LEAN and plan.stage_paths[plain.name] == LEAN
     off = plan_pipeline(proto_of(build), lean=False)
     assert set(off.stage_paths.values()) == {BUNDLE_PROCESSOR}
+
+
+# --- uniform batches (one timestamp, the global window, one pane): the tight loop -------
+
+
+class _Mixed(beam.DoFn):
+    """Every kind of output Beam's output handler knows, on a global-window input."""
+
+    def process(self, x: int) -> Any:
+        if x % 11 == 0:
+            return None  # no output
+        if x % 7 == 0:
+            return [beam.pvalue.TaggedOutput("other", x)]  # another tag: dropped
+        if x % 5 == 0:
+            return [beam_window.TimestampedValue(x, Timestamp(micros=x * 1001))]
+        if x % 3 == 0:
+            return [x, x + 1]
+        return (y for y in (x, -x))
+
+
+def uniform_pipeline(seed: int) -> Any:
+    """Create (one timestamp for all) -> ParDos with every output kind, a fan-out of
+    one element past the (test's) CHUNK, Count.PerElement with keys equal across types
+    (1 and True), a sum, and a count of re-timestamped elements."""
+    rng = random.Random(seed)
+    rows = [rng.randrange(200) for _ in range(rng.choice([30, 300]))]
+
+    def build(p: beam.Pipeline) -> None:
+        xs = p | beam.Create(rows)
+        mixed = xs | beam.ParDo(_Mixed())
+        _ = mixed | "Key" >> beam.Map(lambda x: (x % 9, x)) | beam.CombinePerKey(SUM)
+        wide = xs | "Wide" >> beam.FlatMap(lambda x: range(3_000) if x == rows[0] else [x])
+        words = wide | "Word" >> beam.Map(lambda x: [1, True, 2, "a", x % 4][x % 5])
+        _ = words | beam.combiners.Count.PerElement()
+        _ = (
+            wide
+            | "Stamp" >> beam.Map(lambda x: beam_window.TimestampedValue(x, Timestamp(micros=x)))
+            | "Count" >> beam.combiners.Count.Globally().without_defaults()
+        )
+
+    return build
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_uniform_batches_lean_equal_beams_bundles(seed: int, monkeypatch: Any) -> None:
+    from spark_backend.runner import lean_pardo
+
+    monkeypatch.setattr(lean_pardo, "CHUNK", 1_000)  # so that one element's outputs span several
+    plan = plan_pipeline(proto_of(uniform_pipeline(seed)), lean=True)
+    assert all("Create-Impulse" in name for name in plan.reasons), plan.reasons  # Reshuffle's
+    compared = run_in_process(plan, partitions=2)
+    lean_names = [name for name, _, _ in compared]
+    assert any("Wide" in n and "Word" in n for n in lean_names), lean_names
+    assert any("_Mixed" in n for n in lean_names), lean_names
+    for name, reference, lean in compared:
+        assert reference == lean, name
+    assert sum(sum(r.values()) for _, r, _ in compared) > 0
+
+
+def test_a_uniform_batch_is_told_apart() -> None:
+    from spark_backend.runner.lean_pardo import _has_special, _uniform
+
+    same = np.full(3, 5, dtype=np.int64)
+    assert _uniform(Batch([1, 2, 3], same, GLOBAL, PANE_INFO_UNKNOWN))
+    assert not _uniform(Batch([1, 2, 3], np.array([5, 5, 6]), GLOBAL, PANE_INFO_UNKNOWN))
+    assert not _uniform(Batch([1, 2, 3], same, GLOBAL, [PANE_INFO_UNKNOWN] * 3))
+    assert not _uniform(Batch([1, 2, 3], same, Intervals(same, same + 1), PANE_INFO_UNKNOWN))
+    assert not _uniform(Batch([], same[:0], GLOBAL, PANE_INFO_UNKNOWN))
+    assert not _has_special(["a", 1, (2, None)])
+    assert _has_special(["a", beam_window.TimestampedValue(1, Timestamp(micros=0))])
+
+
+def test_the_global_count_refuses_a_value_that_is_not_a_pair_as_beam_does() -> None:
+    from apache_beam.transforms.core import Windowing
+
+    from spark_backend.runner.lean_combine import PrecombineOp
+
+    op = PrecombineOp(
+        "Count", "t", combiners.CountCombineFn(), Windowing(beam_window.GlobalWindows())
+    )
+    ok = Batch([("a", None), ("b", 1), ("a", 2)], np.zeros(3, np.int64), GLOBAL, PANE_INFO_UNKNOWN)
+    out: list[Batch] = []
+    op.process(ok, out.append)
+    op.finish(out.append)
+    assert sorted(v for b in out for v in b.values) == [("a", 2), ("b", 1)]
+    bad = Batch([("a", None), ("a", 1, 2)], np.zeros(2, np.int64), GLOBAL, PANE_INFO_UNKNOWN)
+    with pytest.raises(ValueError, match=r"\[while running 'Count'\]"):
+        op.process(bad, out.append)

@@ -1,0 +1,152 @@
+"""Driver side: small stages run in the driver process, without a Spark job.
+
+A Spark job costs a fixed 0.2-0.5 s (scheduling, task start, py4j, the JVM's CPU) however
+little it computes, and a Beam pipeline has many tiny stages: a ``Create``'s impulse, the
+stages after a combine (a few accumulators per key), ``CombineGlobally``'s default,
+``assert_that``. A stage whose every input is already held by the driver and small (at
+most :data:`LOCAL_BYTES` encoded) runs here, on the very task function a Spark task
+runs: the same code, so the same output; one partition, as FnApiRunner runs one bundle.
+A driver stage's outputs stay on the driver (whatever their size: a Spark stage that
+reads them gets them parallelized), and a Spark stage's come back with its metrics, in
+its one ``collect``, when every partition's are small (:func:`small_outputs`), so the
+next small stage needs no job either.
+
+Two kinds of stage stay on Spark whatever their size: one that reads a GroupByKey with
+Beam's ``Always`` trigger (``Reshuffle``'s: the pipeline asks for its elements to be
+spread, as ``Create`` does before the user's first ``FlatMap``), and one with a
+splittable DoFn's restrictions (spread over tasks). A GroupByKey whose input the driver
+holds is grouped here, into the partitions Spark's shuffle would give
+(:func:`group_locally`), and a Spark stage reads them without a shuffle.
+
+A driver stage is attempted as often as Spark would attempt a task
+(:func:`task_attempts`); a failed attempt's outputs and metrics are dropped, as Spark
+drops a failed task's.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from apache_beam.transforms import trigger
+
+from spark_backend.runner.errors import PipelineFailedError
+from spark_backend.runner.grouping import (
+    engine_partition,
+    group_partition,
+    key_hash,
+    keyed_elements,
+)
+from spark_backend.runner.plan import THEORY_ENGINE, GroupSpec, StageSpec
+from spark_backend.runner.spark_errors import python_error_message
+from spark_backend.runner.summary import METRICS
+from spark_backend.runner.task_context import windowing
+
+__all__ = [
+    "LOCAL_BYTES",
+    "Held",
+    "group_locally",
+    "redistributes",
+    "run_on_driver",
+    "small_outputs",
+    "task_attempts",
+]
+
+#: A buffer of at most this many encoded bytes may be held by the driver, and a stage
+#: whose inputs total at most this many runs there.
+LOCAL_BYTES: Final[int] = 4 << 20
+
+
+@dataclass(frozen=True)
+class Held:
+    """A value held by the driver, read as a Spark broadcast is (``.value``)."""
+
+    value: Any
+
+
+def redistributes(group: GroupSpec, job_id: str, components: bytes) -> bool:
+    """Whether ``group`` has Beam's ``Always`` trigger (a ``Reshuffle``): its readers
+    stay on Spark, spread over tasks."""
+    strategy = windowing(job_id, components, group.windowing_strategy_id)
+    return isinstance(strategy.triggerfn, trigger.Always)
+
+
+def group_locally(
+    chunks: Iterable[bytes], group: GroupSpec, job_id: str, components: bytes, partitions: int
+) -> list[list[bytes]]:
+    """``group``'s output chunks from its input ``chunks``, per partition: keys dealt by
+    :func:`~spark_backend.runner.grouping.key_hash` as the executor's shuffle deals them,
+    each partition grouped on the group's path (theory's engine or Beam's)."""
+    parts: list[list[tuple[bytes, bytes]]] = [[] for _ in range(max(1, partitions))]
+    for chunk in chunks:
+        for key, element in keyed_elements(chunk, group, job_id, components):
+            parts[key_hash(key) % len(parts)].append((key, element))
+    grouped = []
+    for pairs in parts:
+        if group.path == THEORY_ENGINE:
+            grouped.append(list(engine_partition(pairs, group, job_id, components)))
+            continue
+        by_key: dict[bytes, list[bytes]] = defaultdict(list)
+        for key, element in pairs:
+            by_key[key].append(element)
+        grouped.append(list(group_partition(by_key.items(), group, job_id, components)))
+    return grouped
+
+
+_LOCAL_MASTER = re.compile(r"^local(\[\s*(\*|\d+)\s*(,\s*(\d+)\s*)?\])?$")
+
+
+def task_attempts(master: str, conf: Mapping[str, str]) -> int:
+    """How many times Spark attempts a task under ``master``: ``local[N, F]`` F times,
+    ``local``/``local[N]`` once, a cluster ``spark.task.maxFailures`` times (4)."""
+    found = _LOCAL_MASTER.match(master.strip())
+    if found:
+        return int(found.group(4)) if found.group(4) else 1
+    return max(1, int(conf.get("spark.task.maxFailures", "4")))
+
+
+def run_on_driver(
+    spec: StageSpec, task: Callable[[], Iterable[tuple[bytes, bytes]]], attempts: int = 1
+) -> tuple[dict[bytes, list[bytes]], bytes]:
+    """Run ``spec``'s ``task`` (the stage's Spark task function over all its input as one
+    partition) in this process: its output chunks per buffer (every output buffer
+    present) and its pickled summary. Raise :class:`PipelineFailedError` with the user
+    code's error when the last of ``attempts`` fails."""
+    for attempt in range(1, max(1, attempts) + 1):
+        outputs: dict[bytes, list[bytes]] = {b: [] for b in spec.outputs.values()}
+        summary = b""
+        try:
+            for buffer, chunk in task():
+                if buffer == METRICS:
+                    summary = chunk
+                else:
+                    outputs[buffer].append(chunk)
+        except Exception as err:
+            if attempt >= attempts:
+                text = Exception("".join(traceback.format_exception(err)))
+                raise PipelineFailedError(spec.label, python_error_message(text)) from err
+            continue
+        return outputs, summary
+    raise AssertionError("unreachable")  # (the loop returns or raises)
+
+
+def small_outputs(limit: int, records: Iterable[tuple[bytes, bytes]]) -> Iterator[Any]:
+    """A Spark partition's ``(summary, chunks)``: its metrics record's summary, and its
+    output records if they total at most ``limit`` bytes (else None). Every record is
+    read, so the partition is computed (and cached) whole."""
+    kept: list[tuple[bytes, bytes]] | None = []
+    size = 0
+    summary = b""
+    for buffer, chunk in records:
+        if buffer == METRICS:
+            summary = chunk
+        elif kept is not None:
+            size += len(chunk)
+            kept.append((buffer, chunk))
+            if size > limit:
+                kept = None
+    yield summary, kept

@@ -1,0 +1,161 @@
+"""Small stages in the driver process (spark_backend.runner.driver_stages).
+
+- with and without driver stages, the outputs equal FnApiRunner's (values, timestamps,
+  windows, panes), and the stages that ran on the driver are the expected ones;
+- a driver stage is attempted as often as Spark attempts a task; a failed attempt's
+  outputs and metrics are dropped; the last failure names the stage and the user error;
+- the attempt count per master, and what a Spark partition sends back.
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+from pathlib import Path
+from typing import Any
+
+import apache_beam as beam
+import pytest
+from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
+from apache_beam.transforms import window
+
+from spark_backend.runner import PipelineFailedError
+from spark_backend.runner.driver_stages import Held, run_on_driver, small_outputs, task_attempts
+from spark_backend.runner.executor import _stage_task
+from spark_backend.runner.plan import plan_pipeline
+from spark_backend.runner.summary import METRICS
+from tests.spark_backend.runner.cluster_pipeline import FailOnce
+from tests.spark_backend.runner.conftest import on_spark, reference
+from tests.spark_backend.runner.test_lean import proto_of
+
+SUM: Any = sum
+
+
+def _build(p: beam.Pipeline, spark_only: bool = False) -> dict[str, Any]:
+    """A wordcount, a global GroupByKey and a windowed combine after it, a side input
+    and CombineGlobally's default: the first stage on Spark (Create's Reshuffle), the
+    rest small. ``spark_only``: the side input and the windowed combine only (for the
+    run with every stage a Spark job, whose every stage costs a job)."""
+    lines = p | beam.Create(["a b c", "b c", "c d e e", "a"] * 5)
+    counts = lines | beam.FlatMap(str.split) | beam.combiners.Count.PerElement()
+    total = counts | "Values" >> beam.Values() | "Total" >> beam.CombineGlobally(SUM)
+    shares = counts | "Share" >> beam.Map(
+        lambda kv, t: (kv[0], kv[1] * 1000 // t), beam.pvalue.AsSingleton(total)
+    )
+    if spark_only:
+        return {"shares": shares, "windowed": _windowed(counts)}
+    grouped = (
+        counts
+        | "ByCount" >> beam.Map(lambda kv: (kv[1], kv[0]))
+        | "Group" >> beam.GroupByKey()
+        | "Sorted" >> beam.MapTuple(lambda k, vs: (k, sorted(vs)))
+    )
+    return {"counts": counts, "shares": shares, "grouped": grouped, "windowed": _windowed(counts)}
+
+
+def _windowed(counts: Any) -> Any:
+    return (
+        counts
+        | "Stamp" >> beam.Map(lambda kv: window.TimestampedValue(kv, kv[1] * 7))
+        | beam.WindowInto(window.FixedWindows(10))
+        | "PerWindow" >> beam.CombinePerKey(SUM)
+    )
+
+
+def test_small_stages_run_on_the_driver_with_fn_api_runners_output(runner: Any) -> None:
+    from spark_backend.runner import PySparkRunner
+
+    expected = reference(_build)
+    result = on_spark(_build, expected, runner)
+    on_driver = result.driver_stages
+    assert any("Create-Impulse" in name for name in on_driver), on_driver
+    assert any("Group/Read" in name for name in on_driver), on_driver
+    reshuffled = [n for n in result.stage_paths if "Reshuffle/ReshufflePerKey/GroupByKey/Read" in n]
+    assert reshuffled and not set(reshuffled) & set(on_driver)  # spread on Spark
+    assert len(on_driver) < len(result.stage_paths)
+
+    spark_only = functools.partial(_build, spark_only=True)
+    everywhere = on_spark(spark_only, expected, PySparkRunner(driver_stages=False))
+    assert everywhere.driver_stages == []
+    assert any("PerWindow" in name for name in everywhere.stage_paths)
+
+
+def test_a_raising_dofn_on_the_driver_names_its_stage_and_error(runner: Any) -> None:
+    p = beam.Pipeline(runner=runner)
+    p | beam.Create([0]) | "Invert" >> beam.Map(lambda x: 1 / x)  # one element: no Reshuffle
+    result = p.run()
+    with pytest.raises(PipelineFailedError) as err:
+        result.wait_until_finish()
+    assert "ZeroDivisionError: division by zero" in str(err.value)
+    assert "[while running 'Invert']" in str(err.value)
+    assert "Invert" in err.value.stage
+    assert result.driver_stages == []  # it never finished
+
+
+def _first_stage_task(marker: Path) -> tuple[Any, Any]:
+    """The first stage of Create(["fail"]) -> FailOnce -> GroupByKey, and its task
+    over its whole input (the impulse), as the executor runs it on the driver."""
+    plan = plan_pipeline(
+        proto_of(
+            lambda p: (
+                p
+                | beam.Create(["fail"])
+                | "FailOnce" >> beam.ParDo(FailOnce(str(marker)))
+                | beam.Map(lambda x: (x, 1))
+                | beam.GroupByKey()
+            )
+        ),
+        lean=True,
+    )
+    spec = plan.stages[0]
+    assert "FailOnce" in spec.name
+    records = [(tid, ENCODED_IMPULSE_VALUE) for tid in spec.inputs]
+    held = Held(plan.components)
+    return spec, functools.partial(_stage_task, spec, plan.job_id, held, None, records)
+
+
+def _seen(summary: bytes) -> int:
+    infos = beam_fn_api_pb2.ProcessBundleResponse.FromString(pickle.loads(summary).metrics)
+    counters = [i for i in infos.monitoring_infos if i.labels.get("NAME") == "seen"]
+    from apache_beam.metrics import monitoring_infos
+
+    return sum(monitoring_infos.extract_counter_value(i) for i in counters)
+
+
+def test_a_driver_stage_is_retried_as_spark_retries_a_task(tmp_path: Path) -> None:
+    spec, task = _first_stage_task(tmp_path / "retried")
+    outputs, summary = run_on_driver(spec, task, attempts=2)
+    (chunks,) = outputs.values()
+    assert len(chunks) == 1 and chunks[0].count(b"fail") == 1  # the one element, once
+    assert _seen(summary) == 1  # the failed attempt's metrics are dropped
+
+    spec, task = _first_stage_task(tmp_path / "once")
+    with pytest.raises(PipelineFailedError) as err:
+        run_on_driver(spec, task, attempts=1)
+    assert "RuntimeError: transient failure, once" in str(err.value)
+    assert "FailOnce" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("master", "conf", "attempts"),
+    [
+        ("local", {}, 1),
+        ("local[*]", {}, 1),
+        ("local[4]", {"spark.task.maxFailures": "8"}, 1),
+        ("local[2,2]", {}, 2),
+        ("local[*, 3]", {}, 3),
+        ("spark://127.0.0.1:7077", {}, 4),
+        ("spark://127.0.0.1:7077", {"spark.task.maxFailures": "2"}, 2),
+        ("local-cluster[2,1,1024]", {}, 4),
+    ],
+)
+def test_task_attempts_follow_spark(master: str, conf: dict[str, str], attempts: int) -> None:
+    assert task_attempts(master, conf) == attempts
+
+
+def test_a_partition_sends_back_its_outputs_only_when_small() -> None:
+    records = [(b"a", b"x" * 10), (b"b", b"y" * 5), (METRICS, b"summary")]
+    assert list(small_outputs(15, iter(records))) == [(b"summary", records[:2])]
+    assert list(small_outputs(14, iter(records))) == [(b"summary", None)]
+    assert list(small_outputs(0, iter([(METRICS, b"s")]))) == [(b"s", [])]
