@@ -40,10 +40,12 @@ from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPU
 from spark_backend.runner.bundles import METRICS, run_partition
 from spark_backend.runner.errors import PipelineFailedError
 from spark_backend.runner.grouping import (
+    columns_partition,
     engine_partition,
     group_partition,
     key_hash,
     keyed_elements,
+    split_columns,
     split_elements,
 )
 from spark_backend.runner.lean import run_lean_partition
@@ -112,8 +114,18 @@ class StageExecutor:
     def _run_stage(self, spec: StageSpec) -> None:
         if self._cancelled.is_set():
             raise PipelineFailedError(spec.label, "the pipeline was cancelled")
+        columnar = frozenset(
+            tid
+            for tid, buffer in spec.outputs.items()
+            if buffer in self._plan.groups and self._plan.groups[buffer].columnar
+        )
         task = functools.partial(
-            _stage_task, spec, self._plan.job_id, self._components, self._side_data(spec)
+            _stage_task,
+            spec,
+            self._plan.job_id,
+            self._components,
+            self._side_data(spec),
+            columnar,
         )
         output = self._input_rdd(spec).mapPartitions(task).persist()
         with self._lock:
@@ -199,10 +211,14 @@ class StageExecutor:
 
     def _grouped(self, group: GroupSpec, buffer: bytes) -> Any:
         job, components = self._plan.job_id, self._components
-        pairs = self._chunks(buffer).flatMap(functools.partial(_keyed, group, job, components))
         with self._lock:
             elements = self._elements.get(group.input_pcollection)
         partitions = self._partitions_for([buffer], elements)
+        if group.columnar:  # KeyedColumns, one record per (map task, partition)
+            split = functools.partial(_split, group, job, components, partitions)
+            by_part = self._chunks(buffer).flatMap(split).partitionBy(partitions, _partition)
+            return by_part.mapPartitions(functools.partial(_columns, group, job, components))
+        pairs = self._chunks(buffer).flatMap(functools.partial(_keyed, group, job, components))
         if group.path == THEORY_ENGINE:  # the engine groups a whole partition by itself
             by_key = pairs.partitionBy(partitions, key_hash)
             return by_key.mapPartitions(functools.partial(_engine, group, job, components))
@@ -232,10 +248,15 @@ def _is_buffer(buffer: bytes, record: tuple[bytes, bytes]) -> bool:
 
 
 def _stage_task(
-    spec: StageSpec, job_id: str, components: Any, side: Any, records: Iterable[Any]
-) -> Iterator[tuple[bytes, bytes]]:
+    spec: StageSpec,
+    job_id: str,
+    components: Any,
+    side: Any,
+    columnar: frozenset[str],
+    records: Iterable[Any],
+) -> Iterator[tuple[bytes, Any]]:
     if spec.path == LEAN:
-        return run_lean_partition(spec.descriptor, spec.outputs, records)
+        return run_lean_partition(spec.descriptor, spec.outputs, records, columnar)
     side_data = side.value if side is not None else {}
     return run_partition(spec, job_id, components.value, side_data, records)
 
@@ -250,6 +271,18 @@ def _group(group: GroupSpec, job_id: str, components: Any, groups: Any) -> Any:
 
 def _engine(group: GroupSpec, job_id: str, components: Any, pairs: Any) -> Any:
     return engine_partition(pairs, group, job_id, components.value)
+
+
+def _split(group: GroupSpec, job_id: str, components: Any, partitions: int, chunk: Any) -> Any:
+    return split_columns(chunk, group, job_id, components.value, partitions)
+
+
+def _partition(partition: int) -> int:
+    return partition
+
+
+def _columns(group: GroupSpec, job_id: str, components: Any, records: Any) -> Any:
+    return columns_partition(records, group, job_id, components.value)
 
 
 def _each_element(coder_id: str, job_id: str, components: Any, chunk: bytes) -> Iterator[bytes]:

@@ -64,6 +64,7 @@ class PySparkRunner(PipelineRunner):
         plan = plan_pipeline(proto, self.fast_paths, lean=self.fast_paths)
         result = _start(plan, target)
         result.paths = plan.paths
+        result.columnar = plan.columnar
         result.stage_paths = plan.stage_paths
         return result
 
