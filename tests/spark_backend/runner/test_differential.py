@@ -92,7 +92,8 @@ SEEDS = [5, 7, 1]  # sessions, sliding with an offset, fixed with an offset (as 
 
 def test_group_by_key_and_combine_in_random_windows(differential: Any) -> None:
     """Each seed's four outputs are compared separately (one pipeline runs them all);
-    every GroupByKey and lifted Combine is grouped by theory's engine."""
+    every GroupByKey and lifted Combine shuffles columns and is grouped by the sort
+    (:mod:`spark_backend.runner.column_grouping`), on theory's engine's path."""
     assert [type(random_window_fn(s)).__name__ for s in SEEDS] == [
         "Sessions",
         "SlidingWindows",
@@ -102,6 +103,7 @@ def test_group_by_key_and_combine_in_random_windows(differential: Any) -> None:
     for seed in SEEDS:
         assert result.paths[f"Group{seed}"] == THEORY_ENGINE
         assert result.paths[f"Sum{seed}/Group"] == THEORY_ENGINE
+        assert {f"Group{seed}", f"Sum{seed}/Group"} <= result.columnar  # shuffled as columns
         # the stage that stamps, windows and partially combines the events ran lean
         (first,) = [n for n in result.stage_paths if f"W{seed}" in n and "Precombine" in n]
         assert result.stage_paths[first] == LEAN
@@ -115,6 +117,7 @@ def test_the_generic_path_gives_the_same_output(differential: Any) -> None:
     result = differential(lambda p: _grouped_in_random_windows(p, [5]), on=PySparkRunner(False))
     assert result.paths["Group5"] == TRIGGER_DRIVER  # sessions: merging on Beam's driver
     assert result.paths["Sum5/Group"] == TRIGGER_DRIVER
+    assert not result.columnar
     assert set(result.stage_paths.values()) == {BUNDLE_PROCESSOR}  # and no lean stage
 
 
@@ -136,6 +139,7 @@ def test_timestamp_combiners(differential: Any) -> None:
 
     result = differential(build)
     assert {result.paths[f"G {name}"] for name in combiners} == {THEORY_ENGINE}
+    assert {f"G {name}" for name in combiners} <= result.columnar
 
 
 def test_pardo_params_tagged_outputs_flatten_partition(differential: Any) -> None:
