@@ -4,7 +4,8 @@ partition's rows grouped with numpy, the output written in Beam's bytes once.
 In batch, under the default trigger or a bare ``AfterWatermark()``, Beam's trigger
 driver (and theory's engine, which models it) gives one ON_TIME pane per (key, final
 window) holding all its values: ``PaneInfo(is_first=True, is_last, ON_TIME, 0, 0)``,
-``is_last`` only for ``AfterWatermark()`` (the default trigger may fire late panes). The final windows are the rows' windows for Fixed and Sliding windows, and for
+``is_last`` only for ``AfterWatermark()`` (the default trigger may fire late panes).
+The final windows are the rows' windows for Fixed and Sliding windows, and for
 Sessions the merge of each key's windows sorted by start, a window joining the session
 before it when it starts before that session's end (Beam's ``Sessions.merge``). The
 pane's timestamp is the window's ``max_timestamp()`` (END_OF_WINDOW), or the smallest
@@ -55,12 +56,12 @@ _PANES: Final = {False: _on_time(False), True: _on_time(True)}
 
 class GroupedRows(NamedTuple):
     """Panes of a partition: ``order`` lists the rows pane by pane; pane ``g`` holds
-    ``order[first[g]:first[g] + count[g]]``, key code ``code[g]``, window
+    ``order[first[g]:first[g] + sizes[g]]``, key code ``code[g]``, window
     ``[start[g], end[g])``, timestamp ``stamp[g]``, and pane ``pane`` (its bytes)."""
 
     order: np.ndarray
     first: np.ndarray
-    count: np.ndarray
+    sizes: np.ndarray
     code: np.ndarray
     start: np.ndarray
     end: np.ndarray
@@ -117,7 +118,7 @@ def encode_panes(columns: KeyedColumns, rows: GroupedRows, chunk_bytes: int) -> 
     keys = columns.keys
     out = create_OutputStream()
     for g, (at, count, code) in enumerate(
-        zip(rows.first.tolist(), rows.count.tolist(), rows.code.tolist(), strict=True)
+        zip(rows.first.tolist(), rows.sizes.tolist(), rows.code.tolist(), strict=True)
     ):
         out.write_bigendian_uint64(stamps[g])
         out.write_bigendian_int32(1)

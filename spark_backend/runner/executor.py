@@ -125,7 +125,7 @@ class StageExecutor:
             self._plan.job_id,
             self._components,
             self._side_data(spec),
-            columnar,
+            columnar=columnar,
         )
         output = self._input_rdd(spec).mapPartitions(task).persist()
         with self._lock:
@@ -252,8 +252,9 @@ def _stage_task(
     job_id: str,
     components: Any,
     side: Any,
-    columnar: frozenset[str],
     records: Iterable[Any],
+    *,
+    columnar: frozenset[str] = frozenset(),
 ) -> Iterator[tuple[bytes, Any]]:
     if spec.path == LEAN:
         return run_lean_partition(spec.descriptor, spec.outputs, records, columnar)

@@ -152,9 +152,7 @@ class ColumnsWriter:
         micros = coded_micros(batch.micros)
         if rows is not None:
             codes, micros, column = codes[rows], micros[rows], column.take(pa.array(rows))
-        return KeyedColumns(
-            keys, codes, column, micros, starts // 1000 * 1000, ends // 1000 * 1000
-        )
+        return KeyedColumns(keys, codes, column, micros, starts // 1000 * 1000, ends // 1000 * 1000)
 
 
 def columns_of(chunk: Any, writer: ColumnsWriter, impl: Any) -> KeyedColumns:
@@ -176,9 +174,7 @@ def split_by_partition(columns: KeyedColumns, partitions: int) -> list[tuple[int
         return [(int(of_row[0]), columns)]
     order = np.argsort(of_row, kind="stable")
     bounds = np.flatnonzero(np.diff(of_row[order])) + 1
-    return [
-        (int(of_row[part[0]]), columns.take(part)) for part in np.split(order, bounds)
-    ]
+    return [(int(of_row[part[0]]), columns.take(part)) for part in np.split(order, bounds)]
 
 
 def concat(pieces: Sequence[KeyedColumns]) -> KeyedColumns:
@@ -190,9 +186,7 @@ def concat(pieces: Sequence[KeyedColumns]) -> KeyedColumns:
     index: dict[bytes, int] = {}
     codes = []
     for piece in pieces:
-        remap = np.array(
-            [index.setdefault(k, len(index)) for k in piece.keys], dtype=np.int64
-        )
+        remap = np.array([index.setdefault(k, len(index)) for k in piece.keys], dtype=np.int64)
         codes.append(remap[piece.codes] if len(piece.keys) else piece.codes)
     return KeyedColumns(
         list(index),

@@ -138,8 +138,13 @@ def _canonical(chunks: list[bytes], impl: Any) -> Counter[Any]:
         for wv, _ in split_elements(chunk, impl):
             key, values = wv.value
             window = tuple((w.start.micros, w.end.micros) for w in wv.windows)
-            out[repr(key), tuple(sorted(map(repr, values))), wv.timestamp.micros, window,
-                repr(wv.pane_info)] += 1
+            out[
+                repr(key),
+                tuple(sorted(map(repr, values))),
+                wv.timestamp.micros,
+                window,
+                repr(wv.pane_info),
+            ] += 1
     return out
 
 
@@ -191,9 +196,7 @@ def _stage_outputs(plan: Any) -> tuple[dict[bytes, list[bytes]], dict[bytes, lis
     return buffers, columns
 
 
-def _columnar_outputs(
-    plan: Any, group: Any, chunks: list[Any], partitions: int
-) -> list[bytes]:
+def _columnar_outputs(plan: Any, group: Any, chunks: list[Any], partitions: int) -> list[bytes]:
     pieces: dict[int, list[Any]] = defaultdict(list)
     for chunk in chunks:
         for part, cols in split_columns(chunk, group, plan.job_id, plan.components, partitions):
@@ -214,10 +217,9 @@ def test_columnar_grouping_equals_the_engine_path(seed: int, monkeypatch: Any) -
     buffers, columns = _stage_outputs(plan)
     for buffer, group in groups.items():
         impl = coder_impl(plan.job_id, plan.components, group.output_coder_id)
-        pairs = [
-            p for c in buffers[buffer] for p in keyed_elements(c, group, plan.job_id, plan.components)
-        ]
-        expected = _canonical(list(engine_partition(pairs, group, plan.job_id, plan.components)), impl)
+        job, components = plan.job_id, plan.components
+        pairs = [p for c in buffers[buffer] for p in keyed_elements(c, group, job, components)]
+        expected = _canonical(list(engine_partition(pairs, group, job, components)), impl)
         assert expected, group.label
         assert columns[buffer], f"{group.label}: the lean stage wrote no columns"
         from_lean = _columnar_outputs(plan, group, columns[buffer], partitions=3)
@@ -248,9 +250,9 @@ def test_the_sort_refuses_what_it_does_not_model() -> None:
     assert column_grouping.grouped_rows(columns([0, 1000], [20_000, 11_000]), sessions) is None
     edge = columns([0], [MAX_TIMESTAMP.micros])
     assert column_grouping.grouped_rows(edge, sessions) is None
+    transformed: Any = beam_window.TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED
     combined = beam.transforms.core.Windowing(
-        beam_window.Sessions(10),
-        timestamp_combiner=beam_window.TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED,
+        beam_window.Sessions(10), timestamp_combiner=transformed
     )
     assert column_grouping.grouped_rows(columns([0], [10_000]), combined) is None
     assert len(concat([columns([0], [5]), columns([7], [9])])) == 2
