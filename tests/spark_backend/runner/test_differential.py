@@ -18,6 +18,7 @@ from apache_beam.coders import VarIntCoder
 from apache_beam.coders.coders import IntervalWindowCoder
 from apache_beam.transforms import window
 from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.trigger import AccumulationMode, AfterWatermark
 from apache_beam.transforms.userstate import (
     BagStateSpec,
     CombiningValueStateSpec,
@@ -130,16 +131,42 @@ def test_timestamp_combiners(differential: Any) -> None:
 
     def build(p: beam.Pipeline) -> dict[str, Any]:
         events = p | Events(7, n=120)
-        return {
+        out = {
             name: events
             | f"W {name}" >> beam.WindowInto(window.Sessions(30), timestamp_combiner=combiner)
             | f"G {name}" >> beam.GroupByKey()
             for name, combiner in combiners.items()
         }
+        # one GroupByKey fed by a lean stage (columns) and a bundle stage (Beam's bytes,
+        # decoded once into columns), sliding windows under a bare AfterWatermark()
+        sliding = {
+            "windowfn": window.SlidingWindows(40, 15, offset=4),
+            "trigger": AfterWatermark(),
+            "accumulation_mode": AccumulationMode.DISCARDING,
+            "timestamp_combiner": window.TimestampCombiner.OUTPUT_AT_LATEST,
+        }
+        bundled = (
+            p
+            | "Other" >> Events(8, n=60)
+            | "Observed"
+            >> beam.Map(lambda kv, ts=beam.DoFn.TimestampParam: (kv[0], kv[1] + ts.micros % 7))
+            | "W observed" >> beam.WindowInto(**sliding)
+        )
+        plain = (
+            events
+            | "Plain" >> beam.Map(lambda kv: (kv[0], -kv[1]))
+            | "W plain" >> beam.WindowInto(**sliding)
+        )
+        out["mixed"] = (bundled, plain) | "Both" >> beam.Flatten() | "G mixed" >> beam.GroupByKey()
+        return out
 
     result = differential(build)
-    assert {result.paths[f"G {name}"] for name in combiners} == {THEORY_ENGINE}
-    assert {f"G {name}" for name in combiners} <= result.columnar
+    names = [*combiners, "mixed"]
+    assert {result.paths[f"G {name}"] for name in names} == {THEORY_ENGINE}
+    assert {f"G {name}" for name in names} <= result.columnar
+    (observed,) = [path for n, path in result.stage_paths.items() if "Observed" in n]
+    (plain,) = [path for n, path in result.stage_paths.items() if "Plain" in n]
+    assert (observed, plain) == (BUNDLE_PROCESSOR, LEAN)  # both kinds of writer
 
 
 def test_pardo_params_tagged_outputs_flatten_partition(differential: Any) -> None:
