@@ -19,6 +19,7 @@ from typing import Any
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 import pytest
 from apache_beam.coders import coders
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
@@ -31,8 +32,10 @@ from hypothesis import strategies as st
 
 from spark_backend.runner import column_grouping
 from spark_backend.runner.bundles import run_partition
+from spark_backend.runner.engine_grouping import engine_strategy
 from spark_backend.runner.grouping import (
     columns_partition,
+    encode_chunks,
     engine_partition,
     keyed_elements,
     split_columns,
@@ -99,7 +102,7 @@ def grouping_pipeline(seed: int) -> Any:
     default trigger or AfterWatermark()) -> GroupByKey and CombinePerKey(sum of ints):
     the window kind, combiner, trigger, key and value types cycle with the seed."""
     rng = random.Random(seed)
-    n, keys = rng.choice([60, 500, 2000]), rng.choice([1, 6, 50])
+    n, keys = rng.choice([60, 300, 900]), rng.choice([1, 6, 50])
     key_kind, value_kind = seed % 3, (seed // 3) % 3
     rows = [
         (_key(rng, key_kind, keys), _value(rng, value_kind), rng.randrange(-(10**8), 4 * 10**8))
@@ -232,27 +235,67 @@ def test_columnar_grouping_equals_the_engine_path(seed: int, monkeypatch: Any) -
         assert _canonical(by_engine, impl) == expected, group.label
 
 
-def test_the_sort_refuses_what_it_does_not_model() -> None:
-    def columns(starts: list[int], ends: list[int]) -> KeyedColumns:
-        n = len(starts)
-        return KeyedColumns(
-            [b"k"],
-            np.zeros(n, dtype=np.int64),
-            __import__("pyarrow").array([b"\x01"] * n, __import__("pyarrow").large_binary()),
-            np.array(starts, dtype=np.int64),
-            np.array(starts, dtype=np.int64),
-            np.array(ends, dtype=np.int64),
-        )
+def _columns(starts: list[int], ends: list[int]) -> KeyedColumns:
+    """One key (BytesCoder, nested), values 0, 1, ... (VarIntCoder), each row at its
+    window's start; ``starts``, ``ends`` in ms."""
+    n = len(starts)
+    starts, ends = [s * 1000 for s in starts], [e * 1000 for e in ends]
+    return KeyedColumns(
+        [coders.BytesCoder().get_impl().encode_nested(b"k")],
+        np.zeros(n, dtype=np.int64),
+        pa.array([coders.VarIntCoder().encode(i) for i in range(n)], pa.large_binary()),
+        np.array(starts, dtype=np.int64),
+        np.array(starts, dtype=np.int64),
+        np.array(ends, dtype=np.int64),
+    )
 
+
+@pytest.mark.parametrize(
+    "starts, ends, sessions",
+    [
+        ([0, 10_000, 20_000], [10_000, 20_000, 30_000], 3),  # touching: apart
+        ([0, 9_999, 20_000], [10_000, 19_999, 30_000], 2),  # overlapping by 1 ms: merged
+        ([5_000, 0, 5_000], [15_000, 10_000, 15_000], 1),  # out of order, a repeat
+    ],
+)
+def test_sessions_merge_as_in_the_engine(starts: list[int], ends: list[int], sessions: int) -> None:
+    columns = _columns(starts, ends)
+    windowing = beam.transforms.core.Windowing(beam_window.Sessions(10))
+    rows = column_grouping.grouped_rows(columns, windowing)
+    assert rows is not None
+    impl = coders.WindowedValueCoder(
+        coders.TupleCoder([coders.BytesCoder(), coders.IterableCoder(coders.VarIntCoder())]),
+        coders.IntervalWindowCoder(),
+    ).get_impl()
+    key = coders.BytesCoder().get_impl()
+    value = coders.VarIntCoder().get_impl()
+    theory = engine_strategy(windowing)
+    assert not isinstance(theory, str)
+    engine_chunks = encode_chunks(column_grouping.engine_values(columns, theory, key, value), impl)
+    engine = [e for c in engine_chunks for e, _ in split_elements(c, impl)]
+    by_sort = [
+        e
+        for c in column_grouping.encode_panes(columns, rows, 1 << 20)
+        for e, _ in split_elements(c, impl)
+    ]
+    canonical = lambda es: sorted(  # noqa: E731
+        (e.value[0], sorted(e.value[1]), e.timestamp, e.windows, e.pane_info) for e in es
+    )
+    assert canonical(by_sort) == canonical(engine)
+    assert len(engine) == sessions
+
+
+def test_the_sort_refuses_what_it_does_not_model() -> None:
     sessions = beam.transforms.core.Windowing(beam_window.Sessions(10))
-    assert column_grouping.grouped_rows(columns([0, 1000], [10_000, 11_000]), sessions)
+    assert column_grouping.grouped_rows(_columns([0, 1000], [10_000, 11_000]), sessions)
     # a later-starting window that ends first (windows merged before): not a plain sweep
-    assert column_grouping.grouped_rows(columns([0, 1000], [20_000, 11_000]), sessions) is None
-    edge = columns([0], [MAX_TIMESTAMP.micros])
+    assert column_grouping.grouped_rows(_columns([0, 1000], [20_000, 11_000]), sessions) is None
+    edge = _columns([0], [MAX_TIMESTAMP.micros // 1000])
     assert column_grouping.grouped_rows(edge, sessions) is None
     transformed: Any = beam_window.TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED
     combined = beam.transforms.core.Windowing(
         beam_window.Sessions(10), timestamp_combiner=transformed
     )
-    assert column_grouping.grouped_rows(columns([0], [10_000]), combined) is None
-    assert len(concat([columns([0], [5]), columns([7], [9])])) == 2
+    assert column_grouping.grouped_rows(_columns([0], [10_000]), combined) is None
+    joined = concat([_columns([0], [5]), _columns([7, 8], [9, 9])])
+    assert len(joined) == 3 and joined.keys == [joined.keys[0]] and joined.codes.tolist() == [0] * 3
