@@ -20,7 +20,9 @@ fewer than one per :data:`BYTES_PER_PARTITION` (fewer partitions for few element
 tried and lost: one element may expand into millions, as a Create of shards does, and
 its stage then ran as one task). A GroupByKey whose plan says :data:`THEORY_ENGINE` is
 partitioned by key (no per-key lists) and grouped by theory's engine, a whole partition
-at once; otherwise by Spark's ``groupByKey`` and Beam's batch trigger driver.
+at once; a ``columnar`` one shuffles one record of columns per (task, partition) and is
+grouped by a numpy sort (:func:`.grouping.columns_partition`); otherwise by Spark's
+``groupByKey`` and Beam's batch trigger driver.
 """
 
 from __future__ import annotations
