@@ -22,7 +22,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from apache_beam.coders import coders
-from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
 from apache_beam.transforms import trigger as beam_trigger
 from apache_beam.transforms import window as beam_window
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
@@ -43,9 +42,10 @@ from spark_backend.runner.grouping import (
 )
 from spark_backend.runner.keyed_columns import KeyedColumns, coded_micros, concat
 from spark_backend.runner.lean import run_lean_partition
-from spark_backend.runner.plan import IMPULSE, LEAN, THEORY_ENGINE, plan_pipeline
+from spark_backend.runner.plan import LEAN, THEORY_ENGINE, plan_pipeline
 from spark_backend.runner.summary import METRICS
 from spark_backend.runner.task_context import coder_impl
+from tests.spark_backend.runner.in_process import stage_records
 from tests.spark_backend.runner.test_lean import proto_of
 
 
@@ -157,31 +157,7 @@ def _stage_outputs(plan: Any) -> tuple[dict[bytes, list[bytes]], dict[bytes, lis
     buffers: dict[bytes, list[bytes]] = defaultdict(list)
     columns: dict[bytes, list[Any]] = defaultdict(list)
     for spec in plan.stages:
-        records: list[tuple[str, bytes]] = []
-        for tid, buffer in spec.inputs.items():
-            if buffer == IMPULSE:
-                chunks = [ENCODED_IMPULSE_VALUE]
-            elif buffer.startswith(b"group:"):
-                group = plan.groups[buffer]
-                pairs = [
-                    p
-                    for c in buffers[buffer]
-                    for p in keyed_elements(c, group, plan.job_id, plan.components)
-                ]
-                if group.path == THEORY_ENGINE:
-                    chunks = list(engine_partition(pairs, group, plan.job_id, plan.components))
-                else:  # the Create's reshuffle: one record per element is enough here
-                    from spark_backend.runner.grouping import group_partition
-
-                    by_key: dict[bytes, list[bytes]] = defaultdict(list)
-                    for k, e in pairs:
-                        by_key[k].append(e)
-                    chunks = list(
-                        group_partition(by_key.items(), group, plan.job_id, plan.components)
-                    )
-            else:
-                chunks = buffers[buffer]
-            records.extend((tid, c) for c in chunks)
+        records = stage_records(plan, spec, buffers)
         for buffer, chunk in run_partition(spec, plan.job_id, plan.components, {}, records):
             if buffer != METRICS:
                 buffers[buffer].append(chunk)
