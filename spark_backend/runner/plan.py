@@ -136,7 +136,7 @@ class GroupSpec:
     windowing_strategy_id: str
     path: str = TRIGGER_DRIVER
     reason: str = ""
-    columnar: bool = False  # THEORY_ENGINE only: shuffles KeyedColumns, sorts with numpy
+    columnar: bool = False  # THEORY_ENGINE, batch: shuffles KeyedColumns, sorts with numpy
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ class Plan:
 
     @property
     def columnar(self) -> frozenset[str]:
-        """The labels of the GroupByKeys whose shuffle carries columns (``GroupSpec.columnar``)."""
+        """The GroupByKeys whose batch shuffle carries columns (``GroupSpec.columnar``)."""
         return frozenset(g.label for g in self.groups.values() if g.columnar)
 
     @property
