@@ -25,6 +25,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final, NamedTuple
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from apache_beam.coders.coder_impl import PaneInfoCoderImpl, create_OutputStream
 from apache_beam.transforms import trigger as beam_trigger
 from apache_beam.transforms import window as beam_window
@@ -32,7 +34,7 @@ from apache_beam.utils import windowed_value
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 from spark_backend.runner.engine_grouping import engine_row_panes
-from spark_backend.runner.keyed_columns import KeyedColumns
+from spark_backend.runner.keyed_columns import POOL, KeyedColumns
 from spark_backend.runner.lean_encode import element_millis, ordered_millis
 
 __all__ = ["GroupedRows", "encode_panes", "engine_values", "grouped_rows"]
@@ -105,7 +107,7 @@ def grouped_rows(columns: KeyedColumns, windowing: Any) -> GroupedRows | None:
 def encode_panes(columns: KeyedColumns, rows: GroupedRows, chunk_bytes: int) -> Iterator[bytes]:
     """The panes as Beam's windowed ``KV<K, Iterable<V>>`` bytes (the values' bytes as
     they came), in chunks of about ``chunk_bytes``."""
-    values = columns.values.take(rows.order)
+    values = pc.take(columns.values, pa.array(rows.order), memory_pool=POOL)
     data = values.buffers()[2]
     data = b"" if data is None else data.to_pybytes()
     offsets = np.frombuffer(values.buffers()[1], dtype=np.int64)[

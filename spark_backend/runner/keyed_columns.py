@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from apache_beam.coders import coders
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP
 
@@ -31,6 +32,7 @@ from spark_backend.runner.lean_batch import GLOBAL, Batch, Intervals, decode
 from spark_backend.runner.lean_encode import element_millis
 
 __all__ = [
+    "POOL",
     "ColumnsWriter",
     "KeyedColumns",
     "coded_micros",
@@ -43,6 +45,10 @@ __all__ = [
 _MIN_MILLIS: Final[int] = -(abs(MIN_TIMESTAMP.micros) // 1000)
 _MAX_MILLIS: Final[int] = MAX_TIMESTAMP.micros // 1000
 _EXACT_KEYS: Final = (str, bytes, int)  # types whose equal values encode alike
+#: Arrow allocates with malloc here: its default (mimalloc) reserves virtual memory by
+#: the GiB, which a Python worker under ``spark.executor.pyspark.memory`` (an address
+#: space limit) cannot afford.
+POOL: Final = pa.system_memory_pool()
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,7 @@ class KeyedColumns:
         return KeyedColumns(
             [self.keys[k] for k in used.tolist()],
             codes.reshape(-1).astype(np.int64),
-            self.values.take(pa.array(rows)),
+            pc.take(self.values, pa.array(rows), memory_pool=POOL),
             self.micros[rows],
             self.starts[rows],
             self.ends[rows],
@@ -148,10 +154,11 @@ class ColumnsWriter:
                     index[exact] = code
             codes[i] = code
             encoded.append(value_bytes(v))
-        column = pa.array(encoded, type=pa.large_binary())
+        column = pa.array(encoded, type=pa.large_binary(), memory_pool=POOL)
         micros = coded_micros(batch.micros)
         if rows is not None:
-            codes, micros, column = codes[rows], micros[rows], column.take(pa.array(rows))
+            codes, micros = codes[rows], micros[rows]
+            column = pc.take(column, pa.array(rows), memory_pool=POOL)
         return KeyedColumns(keys, codes, column, micros, starts // 1000 * 1000, ends // 1000 * 1000)
 
 
@@ -191,7 +198,7 @@ def concat(pieces: Sequence[KeyedColumns]) -> KeyedColumns:
     return KeyedColumns(
         list(index),
         np.concatenate(codes),
-        pa.concat_arrays([p.values for p in pieces]),
+        pa.concat_arrays([p.values for p in pieces], memory_pool=POOL),
         np.concatenate([p.micros for p in pieces]),
         np.concatenate([p.starts for p in pieces]),
         np.concatenate([p.ends for p in pieces]),
