@@ -127,6 +127,17 @@ before, 2.25 + 0.10 s after (the grouping 26x faster: no decode on either side o
 shuffle, no engine call per (key, window)); windowed_combine 2.74 + 0.12 s before,
 2.38 + 0.01 s after. The user's generator alone takes 1.6-2.2 s of each stage: it is
 now most of the work in both workloads.
+
+At 10M (windowed_combine, one run each, ``--no-rdd``): before, 29.3k el/s (340.7 s,
+CPU 45.4 s, peak 2,167 MiB, load 19, no Python memory cap); after, with
+``spark.executor.pyspark.memory=2g``, 69.0k el/s (144.9 s, CPU 62.0 s, peak 2,272 MiB
+driver+JVM+workers, load 12.8), output = the plain-Python oracle's. The >= 200k el/s
+goal is not met. With a 1g cap the run still fails with a MemoryError in the user's
+FlatMap (each shard's 625k-element list); session_gbk at 10M fails so even with 2g
+(in process, one shard's lean stage peaks at 1.2 GiB of address space, 0.7 GiB
+resident: the user's list, the interpreter and its libraries). Arrow's default
+allocator (mimalloc) reserved about 1 GiB of address space for 125 MiB of arrays, so
+the columns use Arrow's system pool.
 """
 
 from __future__ import annotations
