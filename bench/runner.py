@@ -148,6 +148,9 @@ Python memory cap, JVM start 7.5 s, ``--no-rdd``), outputs identical to FnApiRun
     1M   session_gbk       125.8k el/s ( 7.9, 12.3)    10.3k el/s  12.17x/6.27x/6.91x   1,411
     10M  windowed_combine  292.6k el/s (34.2, 58.4)    -                                2,879
     10M  session_gbk       188.4k el/s (53.1, 87.2)    -                                3,229
+    before (main at 6c1a1dd, right after, load 0.4-1.4):
+    1M   windowed_combine  137.0k el/s ( 7.3, 11.5)    24.1k el/s   5.68x/2.67x/3.72x   1,329
+    1M   session_gbk        92.5k el/s (10.8, 19.1)    12.3k el/s   7.51x/4.27x/2.91x   1,414
 
 So on a quiet machine the >= 5x goal holds at 1M for both with the JVM start excluded,
 for sessions also with it included and in CPU; windowed_combine is 3.04x with the JVM
