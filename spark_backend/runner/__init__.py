@@ -46,7 +46,12 @@ Architecture (as Beam's portable Flink and Spark runners are built)
    whole partition per call; by Beam's batch trigger driver (what FnApiRunner's
    ``GroupingBuffer`` runs, the reference) otherwise or with
    ``PySparkRunner(fast_paths=False)``. ``Plan.paths`` and the result's ``paths`` say
-   which path grouped each GroupByKey. Both give FnApiRunner's outputs (tested).
+   which path grouped each GroupByKey. Both give FnApiRunner's outputs (tested). On the
+   engine's path the shuffle carries columns (:mod:`.keyed_columns`: key and value
+   bytes, coder-rounded µs; written by lean stages, Beam's bytes decoded once) and
+   each partition is grouped by one numpy sort (:mod:`.column_grouping`), the output
+   written in Beam's bytes from the value bytes; ``Plan.columnar`` and the result's
+   ``columnar`` name those GroupByKeys.
    Stages that share no data run at the same time (:mod:`.schedule`).
 6. **Result** (:mod:`.result`): the run happens in a driver thread under a Spark job
    group (``cancel``, ``wait_until_finish(duration)``). Metrics come back as records

@@ -36,11 +36,14 @@ from apache_beam.transforms import trigger
 
 from spark_backend.runner.errors import PipelineFailedError
 from spark_backend.runner.grouping import (
+    columns_partition,
     engine_partition,
     group_partition,
     key_hash,
     keyed_elements,
+    split_columns,
 )
+from spark_backend.runner.keyed_columns import KeyedColumns
 from spark_backend.runner.plan import THEORY_ENGINE, GroupSpec, StageSpec
 from spark_backend.runner.spark_errors import python_error_message
 from spark_backend.runner.summary import METRICS
@@ -76,11 +79,18 @@ def redistributes(group: GroupSpec, job_id: str, components: bytes) -> bool:
 
 
 def group_locally(
-    chunks: Iterable[bytes], group: GroupSpec, job_id: str, components: bytes, partitions: int
+    chunks: Iterable[Any], group: GroupSpec, job_id: str, components: bytes, partitions: int
 ) -> list[list[bytes]]:
     """``group``'s output chunks from its input ``chunks``, per partition: keys dealt by
     :func:`~spark_backend.runner.grouping.key_hash` as the executor's shuffle deals them,
-    each partition grouped on the group's path (theory's engine or Beam's)."""
+    each partition grouped on the group's path (theory's engine or Beam's); a columnar
+    group's chunks (columns or Beam's bytes) are dealt and sorted as its shuffle does."""
+    if group.columnar:
+        pieces: list[list[tuple[int, Any]]] = [[] for _ in range(max(1, partitions))]
+        for chunk in chunks:
+            for part, columns in split_columns(chunk, group, job_id, components, len(pieces)):
+                pieces[part].append((part, columns))
+        return [list(columns_partition(p, group, job_id, components)) for p in pieces]
     parts: list[list[tuple[bytes, bytes]]] = [[] for _ in range(max(1, partitions))]
     for chunk in chunks:
         for key, element in keyed_elements(chunk, group, job_id, components):
@@ -145,7 +155,7 @@ def small_outputs(limit: int, records: Iterable[tuple[bytes, bytes]]) -> Iterato
         if buffer == METRICS:
             summary = chunk
         elif kept is not None:
-            size += len(chunk)
+            size += chunk.nbytes() if isinstance(chunk, KeyedColumns) else len(chunk)
             kept.append((buffer, chunk))
             if size > limit:
                 kept = None

@@ -28,7 +28,7 @@ from apache_beam.utils.timestamp import Timestamp
 from beam_pipelines.convert import to_theory
 from theory import MAX_TIMESTAMP, GroupByWindowEngine, Pane, WindowingStrategy
 
-__all__ = ["engine_panes", "engine_strategy"]
+__all__ = ["engine_panes", "engine_row_panes", "engine_strategy"]
 
 _TIMINGS: Final[dict[str, Any]] = {
     t: getattr(windowed_value.PaneInfoTiming, t) for t in ("EARLY", "ON_TIME", "LATE", "UNKNOWN")
@@ -84,6 +84,35 @@ def engine_panes(strategy: WindowingStrategy, elements: Iterable[tuple[Any, Any]
             element.append(i)
             starts.append(w._start_micros)
             ends.append(w._end_micros)
+    yield from _panes(strategy, names, keys, values, stamps, element, starts, ends)
+
+
+def engine_row_panes(
+    strategy: WindowingStrategy,
+    names: list[Any],
+    codes: list[int],
+    values: list[Any],
+    stamps: list[int],
+    starts: list[int],
+    ends: list[int],
+) -> Iterator[Any]:
+    """As :func:`engine_panes`, for rows given as columns, one window each: row ``i`` has
+    key ``names[codes[i]]``, value, timestamp and window ``[starts[i], ends[i])`` (µs)."""
+    element = list(range(len(codes)))
+    named = dict(enumerate(names))
+    yield from _panes(strategy, named, codes, values, stamps, element, starts, ends)
+
+
+def _panes(
+    strategy: WindowingStrategy,
+    names: dict[Any, Any],
+    keys: list[Any],
+    values: list[Any],
+    stamps: list[int],
+    element: list[int],
+    starts: list[int],
+    ends: list[int],
+) -> Iterator[Any]:
     engine = GroupByWindowEngine(strategy)
     panes = engine.add_rows(keys, values, stamps, element, starts, ends, 0, len(element))
     panes += engine.advance_watermark_to(MAX_TIMESTAMP)

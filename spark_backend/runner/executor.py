@@ -20,7 +20,9 @@ fewer than one per :data:`BYTES_PER_PARTITION` (fewer partitions for few element
 tried and lost: one element may expand into millions, as a Create of shards does, and
 its stage then ran as one task). A GroupByKey whose plan says :data:`THEORY_ENGINE` is
 partitioned by key (no per-key lists) and grouped by theory's engine, a whole partition
-at once; otherwise by Spark's ``groupByKey`` and Beam's batch trigger driver.
+at once; a ``columnar`` one shuffles one record of columns per (task, partition) and is
+grouped by a numpy sort (:func:`.grouping.columns_partition`); otherwise by Spark's
+``groupByKey`` and Beam's batch trigger driver.
 
 Small stages run in the driver process instead (:mod:`.driver_stages`): a stage whose
 inputs the driver holds whole and small, as it holds the impulse and any buffer whose
@@ -55,10 +57,12 @@ from spark_backend.runner.driver_stages import (
 )
 from spark_backend.runner.errors import PipelineFailedError
 from spark_backend.runner.grouping import (
+    columns_partition,
     engine_partition,
     group_partition,
     key_hash,
     keyed_elements,
+    split_columns,
     split_elements,
 )
 from spark_backend.runner.lean import run_lean_partition
@@ -141,8 +145,18 @@ class StageExecutor:
         if self._on_driver(spec):
             self._run_on_driver(spec)
             return
+        columnar = frozenset(
+            tid
+            for tid, buffer in spec.outputs.items()
+            if buffer in self._plan.groups and self._plan.groups[buffer].columnar
+        )
         task = functools.partial(
-            _stage_task, spec, self._plan.job_id, self._components, self._side_data(spec)
+            _stage_task,
+            spec,
+            self._plan.job_id,
+            self._components,
+            self._side_data(spec),
+            columnar=columnar,
         )
         output = self._input_rdd(spec).mapPartitions(task).persist()
         with self._lock:
@@ -318,10 +332,14 @@ class StageExecutor:
 
     def _grouped(self, group: GroupSpec, buffer: bytes) -> Any:
         job, components = self._plan.job_id, self._components
-        pairs = self._chunks(buffer).flatMap(functools.partial(_keyed, group, job, components))
         with self._lock:
             elements = self._elements.get(group.input_pcollection)
         partitions = self._partitions_for([buffer], elements)
+        if group.columnar:  # KeyedColumns, one record per (map task, partition)
+            split = functools.partial(_split, group, job, components, partitions)
+            by_part = self._chunks(buffer).flatMap(split).partitionBy(partitions, _partition)
+            return by_part.mapPartitions(functools.partial(_columns, group, job, components))
+        pairs = self._chunks(buffer).flatMap(functools.partial(_keyed, group, job, components))
         if group.path == THEORY_ENGINE:  # the engine groups a whole partition by itself
             by_key = pairs.partitionBy(partitions, key_hash)
             return by_key.mapPartitions(functools.partial(_engine, group, job, components))
@@ -357,11 +375,14 @@ def _stage_task(
     side: Any,
     records: Iterable[Any],
     finalize: bool = True,
-) -> Iterator[tuple[bytes, bytes]]:
+    *,
+    columnar: frozenset[str] = frozenset(),
+) -> Iterator[tuple[bytes, Any]]:
     """A stage over one partition; ``finalize``: call bundle finalizers in the task
-    (see :func:`~spark_backend.runner.bundles.run_bundle`; a lean stage has none)."""
+    (see :func:`~spark_backend.runner.bundles.run_bundle`; a lean stage has none);
+    ``columnar``: the transforms whose outputs a lean stage writes as columns."""
     if spec.path == LEAN:
-        return run_lean_partition(spec.descriptor, spec.outputs, records)
+        return run_lean_partition(spec.descriptor, spec.outputs, records, columnar)
     side_data = side.value if side is not None else {}
     return run_partition(spec, job_id, components.value, side_data, records, finalize)
 
@@ -380,6 +401,18 @@ def _group(group: GroupSpec, job_id: str, components: Any, groups: Any) -> Any:
 
 def _engine(group: GroupSpec, job_id: str, components: Any, pairs: Any) -> Any:
     return engine_partition(pairs, group, job_id, components.value)
+
+
+def _split(group: GroupSpec, job_id: str, components: Any, partitions: int, chunk: Any) -> Any:
+    return split_columns(chunk, group, job_id, components.value, partitions)
+
+
+def _partition(partition: int) -> int:
+    return partition
+
+
+def _columns(group: GroupSpec, job_id: str, components: Any, records: Any) -> Any:
+    return columns_partition(records, group, job_id, components.value)
 
 
 def _each_element(coder_id: str, job_id: str, components: Any, chunk: bytes) -> Iterator[bytes]:

@@ -7,6 +7,11 @@ decoded and grouped the way FnApiRunner's ``GroupingBuffer`` groups them: in the
 default global windowing one pane at the end of the global window, otherwise Beam's
 batch trigger driver (``trigger.create_trigger_driver(windowing, True)``), which assigns
 merged windows, output timestamps (TimestampCombiner) and pane info.
+
+A GroupByKey the plan marks ``columnar`` shuffles
+:class:`~spark_backend.runner.keyed_columns.KeyedColumns` instead, one record per
+(map task, partition) (:func:`split_columns`), and groups each partition with numpy
+(:func:`columns_partition`, :mod:`spark_backend.runner.column_grouping`).
 """
 
 from __future__ import annotations
@@ -20,11 +25,21 @@ from apache_beam.transforms import trigger
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils import windowed_value
 
+from spark_backend.runner.column_grouping import encode_panes, engine_values, grouped_rows
 from spark_backend.runner.engine_grouping import engine_panes, engine_strategy
+from spark_backend.runner.keyed_columns import ColumnsWriter, columns_of, concat, split_by_partition
 from spark_backend.runner.plan import GroupSpec
 from spark_backend.runner.task_context import coder, coder_impl, windowing
 
-__all__ = ["CHUNK_BYTES", "engine_partition", "group_partition", "key_hash", "keyed_elements"]
+__all__ = [
+    "CHUNK_BYTES",
+    "columns_partition",
+    "engine_partition",
+    "group_partition",
+    "key_hash",
+    "keyed_elements",
+    "split_columns",
+]
 
 #: Output chunks are cut at about this many bytes (one Spark record each).
 CHUNK_BYTES: Final[int] = 1 << 20
@@ -88,6 +103,39 @@ def engine_partition(
         raise RuntimeError(f"{group.label}: theory's engine cannot group it: {strategy}")
     elements = ((key, input_impl.decode(e)) for key, e in pairs)
     return encode_chunks(engine_panes(strategy, elements), output_impl)
+
+
+def split_columns(
+    chunk: Any, group: GroupSpec, job_id: str, components: bytes, partitions: int
+) -> list[tuple[int, Any]]:
+    """A chunk of a columnar GroupByKey's input (columns from a lean stage, or Beam's
+    bytes, decoded once) as ``(partition, KeyedColumns)`` records for the shuffle."""
+    input_coder = coder(job_id, components, group.input_coder_id)
+    columns = columns_of(chunk, ColumnsWriter(input_coder), input_coder.get_impl())
+    return split_by_partition(columns, partitions)
+
+
+def columns_partition(
+    records: Iterable[tuple[int, Any]], group: GroupSpec, job_id: str, components: bytes
+) -> Iterator[bytes]:
+    """The grouped output chunks of one partition's ``(partition, KeyedColumns)``
+    records: sorted with numpy where :mod:`.column_grouping` models the partition, else
+    by theory's engine."""
+    pieces = [columns for _, columns in records]
+    if not pieces:
+        return iter(())
+    columns = concat(pieces)
+    strategy = windowing(job_id, components, group.windowing_strategy_id)
+    rows = grouped_rows(columns, strategy)
+    if rows is not None:
+        return encode_panes(columns, rows, CHUNK_BYTES)
+    input_coder = coder(job_id, components, group.input_coder_id)
+    key, value = (c.get_impl() for c in input_coder.wrapped_value_coder._coders)
+    theory = engine_strategy(strategy)
+    if isinstance(theory, str):  # the plan chose this path: it cannot happen
+        raise RuntimeError(f"{group.label}: theory's engine cannot group it: {theory}")
+    output_impl = coder_impl(job_id, components, group.output_coder_id)
+    return encode_chunks(engine_values(columns, theory, key, value), output_impl)
 
 
 def encode_chunks(values: Iterable[Any], impl: Any) -> Iterator[bytes]:

@@ -36,6 +36,7 @@ from apache_beam.runners import common, pipeline_context
 from apache_beam.runners.worker import bundle_processor, statesampler
 from apache_beam.utils.counters import CounterFactory
 
+from spark_backend.runner.keyed_columns import ColumnsWriter, KeyedColumns
 from spark_backend.runner.lean_batch import Batch, decode
 from spark_backend.runner.lean_combine import combine_phase_op, precombine_op
 from spark_backend.runner.lean_encode import BatchEncoder
@@ -65,10 +66,15 @@ class _Flatten:
 
 @dataclass
 class _Sink:
+    """A data output: each batch encoded with the output's coder, or (``columns``, a
+    columnar GroupByKey's input) turned into KeyedColumns."""
+
     label: str
     transform_id: str
     encoder: BatchEncoder
-    chunks: list[bytes] = field(default_factory=list)
+    coder: Any
+    chunks: list[Any] = field(default_factory=list)
+    columns: ColumnsWriter | None = None
 
     def setup(self) -> None:
         return None
@@ -78,7 +84,10 @@ class _Sink:
 
     def process(self, batch: Batch, emit: Emit) -> None:
         if len(batch):
-            self.chunks.append(self.encoder.encode(batch))
+            if self.columns is not None:
+                self.chunks.append(self.columns.columns(batch))
+            else:
+                self.chunks.append(self.encoder.encode(batch))
 
     def finish(self, emit: Emit) -> None:
         return None
@@ -135,7 +144,7 @@ def lean_program(descriptor: beam_fn_api_pb2.ProcessBundleDescriptor) -> Program
                 (pcoll,) = t.outputs.values()
                 inputs[tid] = (pcoll, coder.get_impl())
             else:
-                sinks[tid] = _Sink(t.unique_name, tid, BatchEncoder(coder))
+                sinks[tid] = _Sink(t.unique_name, tid, BatchEncoder(coder), coder)
             continue
         builder = _BUILDERS.get(urn)
         if builder is None:
@@ -156,15 +165,23 @@ def lean_program(descriptor: beam_fn_api_pb2.ProcessBundleDescriptor) -> Program
 
 
 def run_lean_partition(
-    descriptor: bytes, outputs: dict[str, bytes], records: Iterable[tuple[str, bytes]]
-) -> Iterator[tuple[bytes, bytes]]:
+    descriptor: bytes,
+    outputs: dict[str, bytes],
+    records: Iterable[tuple[str, bytes]],
+    columnar: frozenset[str] = frozenset(),
+) -> Iterator[tuple[bytes, Any]]:
     """Run a lean stage over one partition's ``records`` (``(input transform, chunk)``,
     a chunk encoded with the input's coder or a :class:`Batch` made in the same task);
     yield ``(buffer, chunk)`` for each output buffer (``outputs``: sink transform id ->
-    buffer), then the metrics record (as :func:`.bundles.run_partition` does)."""
+    buffer), then the metrics record (as :func:`.bundles.run_partition` does). The
+    sinks in ``columnar`` (a columnar GroupByKey's input) yield
+    :class:`~spark_backend.runner.keyed_columns.KeyedColumns` instead of bytes."""
     program = lean_program(beam_fn_api_pb2.ProcessBundleDescriptor.FromString(descriptor))
     if isinstance(program, str):  # the plan chose this path: it cannot happen
         raise RuntimeError(f"the stage cannot run lean: {program}")
+    for tid in columnar:
+        sink = program.sinks[tid]
+        sink.columns = ColumnsWriter(sink.coder)
     runner = _Runner(program)
     sizes: dict[bytes, int] = defaultdict(int)
     with runner:
@@ -180,11 +197,11 @@ def run_lean_partition(
 
 def _drain(
     program: Program, outputs: dict[str, bytes], sizes: dict[bytes, int]
-) -> Iterator[tuple[bytes, bytes]]:
+) -> Iterator[tuple[bytes, Any]]:
     for tid, sink in program.sinks.items():
         buffer = outputs[tid]
         for chunk in sink.chunks:
-            sizes[buffer] += len(chunk)
+            sizes[buffer] += chunk.nbytes if isinstance(chunk, KeyedColumns) else len(chunk)
             yield buffer, chunk
         sink.chunks.clear()
 

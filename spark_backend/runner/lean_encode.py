@@ -26,19 +26,19 @@ from apache_beam.utils.windowed_value import PaneInfo
 
 from spark_backend.runner.lean_batch import GLOBAL, Batch, Intervals
 
-__all__ = ["BatchEncoder"]
+__all__ = ["BatchEncoder", "element_millis", "ordered_millis"]
 
 _SHIFT: Final = np.uint64(1 << 63)
 _MIN_MICROS: Final[int] = MIN_TIMESTAMP.micros
 _PANES: Final = PaneInfoCoderImpl()
 
 
-def _ordered_millis(millis: np.ndarray) -> list[int]:
+def ordered_millis(millis: np.ndarray) -> list[int]:
     """Signed int64 milliseconds as Beam writes them: + 2^63, as unsigned ints."""
     return (millis.astype(np.uint64) + _SHIFT).tolist()
 
 
-def _element_millis(micros: np.ndarray) -> np.ndarray:
+def element_millis(micros: np.ndarray) -> np.ndarray:
     """Beam's element timestamp in ms: rounded toward zero, MIN_TIMESTAMP-clamped."""
     clamped = np.maximum(micros, _MIN_MICROS)
     return np.sign(clamped) * (np.abs(clamped) // 1000)
@@ -65,12 +65,12 @@ class BatchEncoder:
         if not (self._columnar and fits):
             return bytes(self._impl.encode_all(list(batch.windowed_values())))
         out = create_OutputStream()
-        stamps = _ordered_millis(_element_millis(batch.micros))
+        stamps = ordered_millis(element_millis(batch.micros))
         panes = _pane_bytes(batch)
         value = self._value.encode_to_stream
         if isinstance(windows, Intervals):
             end = windows.end // 1000
-            ends = _ordered_millis(end)
+            ends = ordered_millis(end)
             spans = (end - windows.start // 1000).tolist()
             for i, v in enumerate(batch.values):
                 out.write_bigendian_uint64(stamps[i])

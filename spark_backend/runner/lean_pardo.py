@@ -223,6 +223,10 @@ class ParDoOp:
         found = [j for j, v in enumerate(values) if isinstance(v, _SPECIAL)]
         if not found:
             return batch.take(parents, values)
+        if len(found) == len(values) and self._global and batch.windows is GLOBAL:
+            stamped = _all_timestamped(values)
+            if stamped is not None:  # the common case, as _special makes each one
+                return Batch(stamped[0], stamped[1], GLOBAL, PANE_INFO_UNKNOWN)
         special: dict[int, Meta] = {}
         dropped: set[int] = set()
         for j in found:
@@ -292,6 +296,15 @@ def _meta(wv: Any) -> Meta:
     windows = tuple(wv.windows)
     alone = len(windows) == 1 and type(windows[0]) is GlobalWindow
     return wv.timestamp_micros, None if alone else windows, wv.pane_info
+
+
+def _all_timestamped(values: list[Any]) -> tuple[list[Any], np.ndarray] | None:
+    """The values and µs of ``values`` when every one is exactly a ``TimestampedValue``
+    (each output then goes to the global window at its own timestamp), else None."""
+    if not all(type(v) is TimestampedValue for v in values):
+        return None
+    micros = np.fromiter((v.timestamp.micros for v in values), np.int64, len(values))
+    return [v.value for v in values], micros
 
 
 def _window_count(batch: Batch, i: int) -> int:

@@ -37,8 +37,9 @@ from apache_beam.runners.worker import bundle_processor
 from apache_beam.utils import proto_utils
 
 from spark_backend.runner.engine_grouping import engine_strategy
+from spark_backend.runner.keyed_columns import columnar_coders
 from spark_backend.runner.lean import lean_program
-from spark_backend.runner.task_context import windowing
+from spark_backend.runner.task_context import coder, windowing
 
 __all__ = [
     "BUNDLE_PROCESSOR",
@@ -123,7 +124,10 @@ TRIGGER_DRIVER = "beam-trigger-driver"  # Beam's batch trigger driver (the refer
 class GroupSpec:
     """A GroupByKey the runner executes: coders on each side, the windowing, and the
     path that groups it (:data:`GLOBAL_PANE`, :data:`THEORY_ENGINE` or
-    :data:`TRIGGER_DRIVER`, with the reason when the engine was not chosen)."""
+    :data:`TRIGGER_DRIVER`, with the reason when the engine was not chosen); on the
+    engine's path, ``columnar`` when its shuffle carries
+    :class:`~spark_backend.runner.keyed_columns.KeyedColumns` (else ``reason`` says
+    why not)."""
 
     label: str
     input_pcollection: str  # the PCollection grouped (for its element count)
@@ -132,6 +136,7 @@ class GroupSpec:
     windowing_strategy_id: str
     path: str = TRIGGER_DRIVER
     reason: str = ""
+    columnar: bool = False  # THEORY_ENGINE, batch: shuffles KeyedColumns, sorts with numpy
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,11 @@ class Plan:
     def paths(self) -> dict[str, str]:
         """Which path runs each GroupByKey, by its label (tests assert fast paths ran)."""
         return {g.label: g.path for g in self.groups.values()}
+
+    @property
+    def columnar(self) -> frozenset[str]:
+        """The GroupByKeys whose batch shuffle carries columns (``GroupSpec.columnar``)."""
+        return frozenset(g.label for g in self.groups.values() if g.columnar)
 
     @property
     def stage_paths(self) -> dict[str, str]:
@@ -351,4 +361,8 @@ def _choose_path(group: GroupSpec, job_id: str, components: bytes, fast: bool) -
     chosen = engine_strategy(strategy)
     if isinstance(chosen, str):
         return dataclasses.replace(group, reason=chosen)
-    return dataclasses.replace(group, path=THEORY_ENGINE)
+    refusal = columnar_coders(
+        coder(job_id, components, group.input_coder_id),
+        coder(job_id, components, group.output_coder_id),
+    )
+    return dataclasses.replace(group, path=THEORY_ENGINE, columnar=not refusal, reason=refusal)

@@ -31,6 +31,8 @@ class PySparkPipelineResult(PipelineResult):
         self._lock = threading.Lock()
         #: Which path grouped each GroupByKey, by label (see ``Plan.paths``).
         self.paths: dict[str, str] = {}
+        #: The GroupByKeys whose shuffle carried columns, by label (``Plan.columnar``).
+        self.columnar: frozenset[str] = frozenset()
         #: Which path ran each fused stage, by stage name (see ``Plan.stage_paths``).
         self.stage_paths: dict[str, str] = {}
         #: The names of the stages that ran in the driver process, not as Spark jobs

@@ -73,6 +73,7 @@ class PySparkRunner(PipelineRunner):
         plan = plan_pipeline(proto, self.fast_paths, lean=self.fast_paths)
         result = _start(plan, target, self.driver_stages)
         result.paths = plan.paths
+        result.columnar = plan.columnar
         result.stage_paths = plan.stage_paths
         return result
 

@@ -43,21 +43,30 @@ def _elements(plan: Plan, coder_id: str, chunks: list[bytes]) -> Counter[bytes]:
     return Counter(e for c in chunks for _, e in split_elements(c, impl))
 
 
+def stage_records(
+    plan: Plan, spec: Any, buffers: dict[bytes, list[bytes]]
+) -> list[tuple[str, bytes]]:
+    """The ``(input transform, chunk)`` records of stage ``spec``, from the encoded
+    ``buffers`` of the stages before it (GroupByKeys grouped as the executor does)."""
+    records: list[tuple[str, bytes]] = []
+    for tid, buffer in spec.inputs.items():
+        if buffer == IMPULSE:
+            chunks = [ENCODED_IMPULSE_VALUE]
+        elif buffer.startswith(b"group:"):
+            chunks = _grouped(plan, plan.groups[buffer], buffers[buffer])
+        else:
+            chunks = buffers[buffer]
+        records.extend((tid, c) for c in chunks)
+    return records
+
+
 def run_in_process(plan: Plan, partitions: int = 2) -> list[tuple[str, Counter, Counter]]:
     """For each lean stage: (stage name, bundle outputs, lean outputs), each a multiset
     of (buffer, encoded element); the stage's input is dealt over ``partitions``."""
     buffers: dict[bytes, list[bytes]] = defaultdict(list)
     compared = []
     for spec in plan.stages:
-        records: list[tuple[str, bytes]] = []
-        for tid, buffer in spec.inputs.items():
-            if buffer == IMPULSE:
-                chunks = [ENCODED_IMPULSE_VALUE]
-            elif buffer.startswith(b"group:"):
-                chunks = _grouped(plan, plan.groups[buffer], buffers[buffer])
-            else:
-                chunks = buffers[buffer]
-            records.extend((tid, c) for c in chunks)
+        records = stage_records(plan, spec, buffers)
         parts = (
             [records[i::partitions] for i in range(partitions)] if not spec.stateful else [records]
         )

@@ -18,6 +18,7 @@ from apache_beam.coders import VarIntCoder
 from apache_beam.coders.coders import IntervalWindowCoder
 from apache_beam.transforms import window
 from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.trigger import AccumulationMode, AfterWatermark
 from apache_beam.transforms.userstate import (
     BagStateSpec,
     CombiningValueStateSpec,
@@ -92,7 +93,8 @@ SEEDS = [5, 7, 1]  # sessions, sliding with an offset, fixed with an offset (as 
 
 def test_group_by_key_and_combine_in_random_windows(differential: Any) -> None:
     """Each seed's four outputs are compared separately (one pipeline runs them all);
-    every GroupByKey and lifted Combine is grouped by theory's engine."""
+    every GroupByKey and lifted Combine shuffles columns and is grouped by the sort
+    (:mod:`spark_backend.runner.column_grouping`), on theory's engine's path."""
     assert [type(random_window_fn(s)).__name__ for s in SEEDS] == [
         "Sessions",
         "SlidingWindows",
@@ -102,6 +104,7 @@ def test_group_by_key_and_combine_in_random_windows(differential: Any) -> None:
     for seed in SEEDS:
         assert result.paths[f"Group{seed}"] == THEORY_ENGINE
         assert result.paths[f"Sum{seed}/Group"] == THEORY_ENGINE
+        assert {f"Group{seed}", f"Sum{seed}/Group"} <= result.columnar  # shuffled as columns
         # the stage that stamps, windows and partially combines the events ran lean
         (first,) = [n for n in result.stage_paths if f"W{seed}" in n and "Precombine" in n]
         assert result.stage_paths[first] == LEAN
@@ -115,6 +118,7 @@ def test_the_generic_path_gives_the_same_output(differential: Any) -> None:
     result = differential(lambda p: _grouped_in_random_windows(p, [5]), on=PySparkRunner(False))
     assert result.paths["Group5"] == TRIGGER_DRIVER  # sessions: merging on Beam's driver
     assert result.paths["Sum5/Group"] == TRIGGER_DRIVER
+    assert not result.columnar
     assert set(result.stage_paths.values()) == {BUNDLE_PROCESSOR}  # and no lean stage
 
 
@@ -127,15 +131,42 @@ def test_timestamp_combiners(differential: Any) -> None:
 
     def build(p: beam.Pipeline) -> dict[str, Any]:
         events = p | Events(7, n=120)
-        return {
+        out = {
             name: events
             | f"W {name}" >> beam.WindowInto(window.Sessions(30), timestamp_combiner=combiner)
             | f"G {name}" >> beam.GroupByKey()
             for name, combiner in combiners.items()
         }
+        # one GroupByKey fed by a lean stage (columns) and a bundle stage (Beam's bytes,
+        # decoded once into columns), sliding windows under a bare AfterWatermark()
+        sliding = {
+            "windowfn": window.SlidingWindows(40, 15, offset=4),
+            "trigger": AfterWatermark(),
+            "accumulation_mode": AccumulationMode.DISCARDING,
+            "timestamp_combiner": window.TimestampCombiner.OUTPUT_AT_LATEST,
+        }
+        bundled = (
+            p
+            | "Other" >> Events(8, n=60)
+            | "Observed"
+            >> beam.Map(lambda kv, ts=beam.DoFn.TimestampParam: (kv[0], kv[1] + ts.micros % 7))
+            | "W observed" >> beam.WindowInto(**sliding)
+        )
+        plain = (
+            events
+            | "Plain" >> beam.Map(lambda kv: (kv[0], -kv[1]))
+            | "W plain" >> beam.WindowInto(**sliding)
+        )
+        out["mixed"] = (bundled, plain) | "Both" >> beam.Flatten() | "G mixed" >> beam.GroupByKey()
+        return out
 
     result = differential(build)
-    assert {result.paths[f"G {name}"] for name in combiners} == {THEORY_ENGINE}
+    names = [*combiners, "mixed"]
+    assert {result.paths[f"G {name}"] for name in names} == {THEORY_ENGINE}
+    assert {f"G {name}" for name in names} <= result.columnar
+    (observed,) = [path for n, path in result.stage_paths.items() if "Observed" in n]
+    (plain,) = [path for n, path in result.stage_paths.items() if "Plain" in n]
+    assert (observed, plain) == (BUNDLE_PROCESSOR, LEAN)  # both kinds of writer
 
 
 def test_pardo_params_tagged_outputs_flatten_partition(differential: Any) -> None:
