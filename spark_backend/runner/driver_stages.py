@@ -155,7 +155,7 @@ def small_outputs(limit: int, records: Iterable[tuple[bytes, bytes]]) -> Iterato
         if buffer == METRICS:
             summary = chunk
         elif kept is not None:
-            size += chunk.nbytes() if isinstance(chunk, KeyedColumns) else len(chunk)
+            size += chunk.nbytes if isinstance(chunk, KeyedColumns) else len(chunk)
             kept.append((buffer, chunk))
             if size > limit:
                 kept = None
