@@ -159,3 +159,37 @@ def test_a_partition_sends_back_its_outputs_only_when_small() -> None:
     assert list(small_outputs(15, iter(records))) == [(b"summary", records[:2])]
     assert list(small_outputs(14, iter(records))) == [(b"summary", None)]
     assert list(small_outputs(0, iter([(METRICS, b"s")]))) == [(b"s", [])]
+
+
+def _columns_held(p: beam.Pipeline) -> dict[str, Any]:
+    """A Spark stage (after Create's Reshuffle) writing a columnar GroupByKey's input as
+    columns, small enough for the driver to hold and group; sessions merge across the
+    Spark stage's partitions."""
+    events = p | "Events" >> beam.Create([(k % 3, k, k * 7) for k in range(60)])
+    return {
+        "sessions": events
+        | "Stamp" >> beam.Map(lambda e: window.TimestampedValue((e[0], e[1]), e[2]))
+        | beam.WindowInto(window.Sessions(10))
+        | "Group" >> beam.GroupByKey()
+        | "Sorted" >> beam.MapTuple(lambda k, vs: (k, sorted(vs)))
+    }
+
+
+def test_a_columnar_group_held_by_the_driver_is_grouped_there(
+    runner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_backend.runner import driver_stages
+    from spark_backend.runner.keyed_columns import KeyedColumns
+
+    seen: list[type] = []
+    split = driver_stages.split_columns
+
+    def spy(chunk: Any, *args: Any) -> Any:
+        seen.append(type(chunk))
+        return split(chunk, *args)
+
+    monkeypatch.setattr(driver_stages, "split_columns", spy)
+    result = on_spark(_columns_held, reference(_columns_held), runner)
+    assert "Group" in result.columnar, result.columnar
+    assert any("Group/Read" in name for name in result.driver_stages), result.driver_stages
+    assert KeyedColumns in seen, seen  # the Spark stage's columns, grouped on the driver
