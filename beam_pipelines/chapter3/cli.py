@@ -190,12 +190,22 @@ def run(argv: Sequence[str] | None = None, progress_stream: TextIO | None = None
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: :func:`run`, a refused input as one line and exit status 2."""
-    # force: importing Beam has already given the root logger a WARNING-level handler,
-    # which would swallow the stage lines
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", force=True)
+    # Importing Beam has already given the root logger a WARNING-level handler, which
+    # would swallow the stage lines: show them through a handler of this call's own, on
+    # this call's stderr, and put the root logger back after (a caller's later logging
+    # must not write to a stream this call used, which may be closed by then).
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
     try:
         run(argv)
     except (ValueError, TypeError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
     return 0

@@ -145,8 +145,13 @@ def test_the_command_line_refuses_a_trace_with_wrong_columns(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = _csv(tmp_path / "t.csv", {"event_time": [1000], "arrival_time": [2000]})
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
     assert main(["--input", str(path), "--output", str(tmp_path / "out")]) == 2
     assert "column 'platform'" in capsys.readouterr().err
+    # no handler left on this test's stderr, which pytest closes: later logging would
+    # print "--- Logging error ---" with a traceback into another test's output
+    assert (root.handlers, root.level) == (handlers, level)
 
 
 @pytest.mark.slow
@@ -162,10 +167,8 @@ def test_batch_on_the_default_runner_equals_the_simulation_with_no_late_data(
     line per stage on stderr (Beam's import had set the root logger to WARNING)."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
-    try:
-        assert main(["--input", str(trace_file), "--output", str(tmp_path)]) == 0
-    finally:
-        root.handlers[:], root.level = handlers, level
+    assert main(["--input", str(trace_file), "--output", str(tmp_path)]) == 0
+    assert (root.handlers, root.level) == (handlers, level)  # put back as it was
     expected = simulate_chapter3(traces, "perfect:oracle", whole_ms=True)
     assert_same_panes(expected.panes, tmp_path)
     stages = [
