@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from apache_beam.portability import common_urns
@@ -182,12 +182,15 @@ def plan_pipeline(
     (:mod:`spark_backend.runner.lean`), the others on Beam's bundle processor.
     ``stateful_roots`` starts a stage at every stateful DoFn (Beam's
     ``annotate_stateful_dofns_as_roots``), so that its one data input is its keyed main
-    input: streaming keeps state per key partition between batches."""
+    input: streaming keeps state per key partition between batches; a ParDo with side
+    inputs starts a stage too, so that its main elements can wait for their side windows
+    (:mod:`spark_backend.runner.streaming.pushback`)."""
     validate_pipeline_graph(pipeline)
     pipeline = merge_common_environments(merge_superset_dep_environments(pipeline))
     phases = list(_PHASES)
     if stateful_roots:
         phases.insert(1, translations.annotate_stateful_dofns_as_roots)
+        phases.insert(2, _side_input_dofns_as_roots)
     context, stages = translations.create_and_optimize_stages(
         pipeline,
         phases=phases,
@@ -221,6 +224,20 @@ def plan_pipeline(
         for b in _group_buffers(specs)
     }
     return Plan(job_id, components, specs, groups)
+
+
+def _side_input_dofns_as_roots(
+    stages: Iterable[translations.Stage], context: translations.TransformContext
+) -> Iterator[translations.Stage]:
+    """Start a stage at every ParDo with side inputs (as Beam's
+    ``annotate_stateful_dofns_as_roots`` does for stateful DoFns)."""
+    for stage in stages:
+        for transform in stage.transforms:
+            if transform.spec.urn == common_urns.primitives.PAR_DO.urn:
+                payload = proto_utils.parse_Bytes(transform.spec.payload, pb.ParDoPayload)
+                if payload.side_inputs:
+                    stage.forced_root = True
+        yield stage
 
 
 def _stage_buffers(stage: translations.Stage) -> tuple[dict[str, bytes], dict[str, bytes]]:

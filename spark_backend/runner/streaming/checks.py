@@ -2,10 +2,10 @@
 
 What ``--streaming`` does not run is refused with
 :class:`~spark_backend.runner.errors.UnsupportedTransformError` naming the transform:
-side inputs, ``Read`` (use a splittable DoFn), a state kind other than Bag,
-CombiningValue, ReadModifyWrite, Set and OrderedList (map and multimap state), a timer
-in a time domain other than event time and processing time, a stateful splittable DoFn,
-a GroupByKey whose windowing theory's engine does not model (a custom WindowFn or
+side inputs on a stateful or splittable DoFn, ``Read`` (use a splittable DoFn), a state
+kind other than Bag, CombiningValue, ReadModifyWrite, Set and OrderedList (map and
+multimap state), a timer in a time domain other than event time and processing time, a
+stateful splittable DoFn, a GroupByKey whose windowing theory's engine does not model (a custom WindowFn or
 trigger), and Beam's batch file sink (``iobase.Write``, under WriteToText and the like).
 """
 
@@ -78,8 +78,13 @@ def _check_par_do(transform: pb.PTransform) -> None:
                 f"timer {name!r} is in time domain {domain}; streaming fires "
                 "event-time and processing-time timers"
             )
-    if payload.side_inputs:
-        raise refuse("side inputs are not supported in streaming yet")
+    if payload.side_inputs and (
+        payload.state_specs or payload.timer_family_specs or payload.restriction_coder_id
+    ):
+        raise refuse(
+            "side inputs on a stateful or splittable DoFn are not supported in streaming "
+            "(side inputs on a stateless ParDo are)"
+        )
     if payload.restriction_coder_id and (payload.state_specs or payload.timer_family_specs):
         raise refuse("a splittable DoFn with state or timers is not supported in streaming")
 

@@ -36,6 +36,7 @@ import logging
 import pickle
 import threading
 import time
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -75,6 +76,8 @@ from spark_backend.runner.streaming.keyed_state import (
     stateful_label,
 )
 from spark_backend.runner.streaming.positions import Position
+from spark_backend.runner.streaming.pushback import main_input, pushback_batch, pushback_label
+from spark_backend.runner.streaming.side_views import SIDE_HOLD, SideView
 from spark_backend.runner.streaming.sinks import BatchSinks
 from spark_backend.runner.streaming.sources import (
     ELEMENTS,
@@ -261,6 +264,7 @@ class StreamingDriver:
         sinks: BatchSinks | None = None,
         drain: bool = False,
         per_instant: bool = False,
+        views: dict[bytes, SideView] | None = None,
     ) -> None:
         self._sc = spark_context
         self._plan = plan
@@ -277,8 +281,12 @@ class StreamingDriver:
         self._steps: dict[bytes, _StepState] = {
             b: _StepState((g.label,), STATE_HOLD) for b, g in plan.groups.items()
         }
+        #: each side input's contents, kept by the driver (:mod:`.side_views`)
+        self._views = views or {}
         for spec in plan.stages:
-            if spec.stateful:
+            if spec.side_inputs:
+                self._steps[_pushback_id(spec)] = _StepState((pushback_label(spec),), SIDE_HOLD)
+            elif spec.stateful:
                 self._steps[_stateful_id(spec)] = _StepState((stateful_label(spec),), TIMER_HOLD)
             elif spec.residual_inputs:
                 self._steps[_sdf_id(spec)] = _StepState(tuple(sdf_labels(spec)), ESTIMATOR_HOLD)
@@ -398,6 +406,8 @@ class StreamingDriver:
             if state.hold_name != ESTIMATOR_HOLD:  # an SDF's step keeps no state records
                 state.step = self._checkpoint.restored(self._sc, step_id)
             state.summaries = self._checkpoint.summaries(step_id) or []
+        for buffer in self._views:
+            (self._views[buffer],) = self._checkpoint.summaries(_view_id(buffer))
         _LOG.info("resuming after batch %d from %s", commit.batch, self._checkpoint.directory)
         return commit.position
 
@@ -493,13 +503,14 @@ class StreamingDriver:
         position = batch.position or Position(batch.number + 1, {}, finished=True)
         infos = self.monitoring_infos
         self._infos = defaultdict(list, infos)  # consolidated: a commit's size stays flat
+        summaries: dict[bytes, list[Any]] = {
+            step_id: state.summaries for step_id, state in self._steps.items()
+        }
+        for buffer, view in self._views.items():  # the side inputs' contents
+            self._checkpoint.keeping(_view_id(buffer), batch.number)
+            summaries[_view_id(buffer)] = [view]
         self._checkpoint.commit(
-            batch.number,
-            position,
-            self.clock,
-            self.watermarks,
-            {step_id: state.summaries for step_id, state in self._steps.items()},
-            infos,
+            batch.number, position, self.clock, self.watermarks, summaries, infos
         )
 
     def _run_stage(self, spec: StageSpec, run: _BatchRun) -> None:
@@ -510,6 +521,9 @@ class StreamingDriver:
             rdd = self._input(spec, transform_id, buffer, run)
             if rdd is not None:
                 tagged.append(rdd.map(functools.partial(_tag, transform_id)))
+        if spec.side_inputs:
+            self._pushback_stage(spec, tagged, run)
+            return
         if spec.stateful:
             self._stateful_stage(spec, tagged, run)
             return
@@ -589,6 +603,64 @@ class StreamingDriver:
         run.unsynced.update(step.labels)
         run.pending.append(out.filter(_is_summary).map(functools.partial(_named, step_id)))
         self._outputs(spec, out, run, kept=True)
+
+    def _pushback_stage(self, spec: StageSpec, tagged: list[Any], run: _BatchRun) -> None:
+        """A ParDo with side inputs (:mod:`.pushback`): its new main elements and those
+        still waiting, partitioned alike, run against the side views the driver holds;
+        the ones whose side windows are not ready wait in the partitions' state."""
+        step_id = _pushback_id(spec)
+        step = self._steps[step_id]
+        waiting = any(s.waiting for s in step.summaries)
+        if tagged or waiting or any(run.buffers.get(s.buffer_id) for s in spec.side_inputs):
+            readiness = self._side_readiness(spec, run)  # side data is taken in any case
+        if not tagged and not waiting:
+            self._idle(step)
+            return
+        side = {s.buffer_id: [self._views[s.buffer_id].chunk()] for s in spec.side_inputs}
+        job, components = self._plan.job_id, self._components
+        keyed = None
+        if tagged:
+            rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
+            keyed = rdd.map(_spread_chunk)
+        rdd = self._with_state(step, keyed)
+        task = functools.partial(
+            _pushback_task,
+            spec,
+            job,
+            components,
+            main_input(spec),
+            readiness,
+            self._sc.broadcast(side),
+        )
+        if self._sinks:  # a sink fused after the ParDo writes in this stage
+            task = self._sinks.keyed_task(run.batch.number, spec.name, task)
+        out = self._keyed_run(step_id, rdd, task, run)
+        run.unsynced.update(step.labels)
+        run.pending.append(out.filter(_is_summary).map(functools.partial(_named, step_id)))
+        self._outputs(spec, out, run, kept=True)
+
+    def _side_readiness(self, spec: StageSpec, run: _BatchRun) -> dict[str, Any]:
+        """Each side input's readiness for this batch, by tag: first the side
+        PCollections' chunks of this batch are collected into their views (one Spark job,
+        after the holds upstream of them synced)."""
+        self._sync(run)
+        tracker = self.watermarks.tracker
+        readiness = {}
+        for side in spec.side_inputs:
+            view = self._views[side.buffer_id]
+            if side.buffer_id not in run.viewed:
+                run.viewed.add(side.buffer_id)
+                chunks = []
+                rdds = run.buffers.get(side.buffer_id)
+                if rdds:
+                    rdd = rdds[0] if len(rdds) == 1 else self._sc.union(rdds)
+                    self._jobs += 1
+                    chunks = rdd.collect()
+                watermark = tracker.output_watermark(view.producer)
+                job, components = self._plan.job_id, self._plan.components
+                view.update(chunks, watermark, self.clock, job, components)
+            readiness[side.tag] = view.readiness(tracker.output_watermark(view.producer))
+        return readiness
 
     def _sdf_stage(self, spec: StageSpec, tagged: list[Any], run: _BatchRun) -> None:
         """An unbounded SDF stage's batch (:mod:`.unbounded`): new restrictions and the
@@ -744,6 +816,7 @@ class _BatchRun:
     steps: dict[bytes, Any] = field(default_factory=dict)  # keyed steps not yet computed
     unsynced: set[str] = field(default_factory=set)
     carried: dict[bytes, SourceSummary] = field(default_factory=dict)  # waiting residuals
+    viewed: set[bytes] = field(default_factory=set)  # side buffers added to their views
 
 
 def _ancestors(watermarks: PipelineWatermarks, label: str) -> set[str]:
@@ -768,6 +841,14 @@ def _stateful_id(spec: StageSpec) -> bytes:
 
 def _sdf_id(spec: StageSpec) -> bytes:
     return b"sdf:" + spec.name.encode()
+
+
+def _pushback_id(spec: StageSpec) -> bytes:
+    return b"pushback:" + spec.name.encode()
+
+
+def _view_id(buffer: bytes) -> bytes:
+    return b"view:" + buffer
 
 
 # Task functions: module level, so that Spark pickles them without the driver.
@@ -817,6 +898,26 @@ def _keyed_task(
     """A keyed step's partition: ``batch`` is :func:`group_batch` or
     :func:`stateful_batch`."""
     return batch(spec, job_id, components.value, times, index, records)
+
+
+def _spread_chunk(record: tuple[str, bytes]) -> tuple[int, tuple[str, bytes]]:
+    """A main-input chunk keyed to spread chunks over the partitions."""
+    return zlib.crc32(record[1]), record
+
+
+def _pushback_task(
+    spec: StageSpec,
+    job_id: str,
+    components: Any,
+    main: str,
+    readiness: dict[str, Any],
+    side: Any,
+    index: int,
+    records: Iterable[Any],
+) -> Iterator[Any]:
+    return pushback_batch(
+        spec, job_id, components.value, main, readiness, side.value, index, records
+    )
 
 
 def _sdf_task(

@@ -17,6 +17,7 @@ from spark_backend.runner.streaming.elements import Stripped
 from spark_backend.runner.streaming.lifting import relabel_lifted_groups
 from spark_backend.runner.streaming.result import StreamingPipelineResult
 from spark_backend.runner.streaming.shape import pipeline_shape
+from spark_backend.runner.streaming.side_views import side_views
 from spark_backend.runner.streaming.sinks import BatchSinks
 from spark_backend.runner.streaming.sources import impulse_labels, streaming_proto
 from spark_backend.runner.streaming.watermarks import PipelineWatermarks
@@ -67,6 +68,7 @@ def start_streaming(
     prepared, sources = streaming_proto(pipeline, lift=fast_paths, stripped=stripped)
     plan = plan_pipeline(prepared, stateful_roots=True, lean=fast_paths)
     plan = relabel_lifted_groups(plan, prepared)
+    views = side_views(plan, prepared)
     driver = StreamingDriver(
         spark_context,
         plan,
@@ -79,5 +81,6 @@ def start_streaming(
         sinks=BatchSinks(pipeline),
         drain=options.drain,
         per_instant=options.test_stream_batches == "instant",
+        views=views,
     )
     return StreamingPipelineResult(driver, f"beam-{plan.job_id}")

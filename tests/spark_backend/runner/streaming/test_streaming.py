@@ -11,7 +11,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.runner import PipelineState
 from apache_beam.testing.test_stream import TestStream
-from apache_beam.transforms import trigger, window
+from apache_beam.coders import VarIntCoder
+from apache_beam.transforms import trigger, userstate, window
 from apache_beam.utils.timestamp import Timestamp
 
 from spark_backend.runner import UnsupportedTransformError
@@ -172,12 +173,19 @@ def test_test_stream_in_batch_is_refused_as_streaming_only() -> None:
         run_refused(lambda p: one_stream(p) | beam.Map(str))
 
 
-def test_side_input_in_streaming_is_refused_naming_it() -> None:
+class _StatefulWithSide(beam.DoFn):
+    SEEN = userstate.BagStateSpec("seen", VarIntCoder())
+
+    def process(self, kv: Any, side: Any, seen: Any = beam.DoFn.StateParam(SEEN)) -> Any:
+        yield kv
+
+
+def test_side_input_on_a_stateful_dofn_in_streaming_is_refused_naming_it() -> None:
     def build(p: beam.Pipeline) -> None:
         side = beam.pvalue.AsList(p | "side" >> beam.Create([1]))
-        one_stream(p) | "Keep" >> beam.Map(lambda kv, s: kv, side)
+        one_stream(p) | "Keep" >> beam.ParDo(_StatefulWithSide(), side)
 
-    with pytest.raises(UnsupportedTransformError, match=r"'Keep'.*side inputs"):
+    with pytest.raises(UnsupportedTransformError, match=r"'Keep'.*side inputs on a stateful"):
         run_refused(build, "--streaming")
 
 
