@@ -43,13 +43,15 @@ from spark_backend.runner.grouping import split_elements
 from spark_backend.runner.plan import Plan
 from spark_backend.runner.streaming.watermarks import leaf_transforms
 from spark_backend.runner.task_context import coder_impl
+from theory.pipeline.graph import HoldKind, hold_name
 from theory.time import END_OF_GLOBAL_WINDOW, MIN_TIMESTAMP
 from theory.windowing.engine import GroupByWindowEngine
 
 __all__ = ["SIDE_HOLD", "SideReadiness", "SideView", "side_views", "window_bounds"]
 
-#: The named hold of a ParDo whose main elements wait for a side input.
-SIDE_HOLD: Final[str] = "side input"
+#: The named hold of a ParDo whose main elements wait for a side input (they wait in
+#: its partitions' state).
+SIDE_HOLD: Final[str] = hold_name(HoldKind.STATE, "side-input")
 
 #: A window as ``(start, end)`` in µs (the global window as theory bounds it).
 Bounds = tuple[int, int]
