@@ -5,8 +5,9 @@ What ``--streaming`` does not run is refused with
 side inputs on a stateful or splittable DoFn, ``Read`` (use a splittable DoFn), a state
 kind other than Bag, CombiningValue, ReadModifyWrite, Set and OrderedList (map and
 multimap state), a timer in a time domain other than event time and processing time, a
-stateful splittable DoFn, a GroupByKey whose windowing theory's engine does not model (a custom WindowFn or
-trigger), and Beam's batch file sink (``iobase.Write``, under WriteToText and the like).
+stateful splittable DoFn, a GroupByKey whose windowing theory's engine does not model (a
+custom WindowFn or trigger), and Beam's batch file sink (``iobase.Write``, under
+WriteToText and the like).
 """
 
 from __future__ import annotations

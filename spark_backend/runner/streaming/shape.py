@@ -1,11 +1,12 @@
 """A pipeline's shape, as a checkpoint records it: what a restart must match.
 
 The shape is every transform of the pipeline proto in its order (composites and leaves),
-each as its label, URN, the labels of the transforms producing its inputs, and the coder
-of each output, written as URNs (``beam:coder:kv:v1(beam:coder:bytes:v1, ...)``). It holds
-no pickled functions or payloads, so the same code gives the same shape in every process,
-and a changed DoFn body with the same labels and types is accepted (as Beam's update
-compatibility check accepts it). A ``TestStream`` also records its events, as digests
+each as its label, URN, the labels of the transforms producing its inputs, the views of a
+ParDo's side inputs (:func:`side_views_of`), and the coder of each output, written as URNs
+(``beam:coder:kv:v1(beam:coder:bytes:v1, ...)``). It holds no pickled functions or
+payloads, so the same code gives the same shape in every process, and a changed DoFn body
+with the same labels and types is accepted (as Beam's update compatibility check accepts
+it). A ``TestStream`` also records its events, as digests
 (:func:`event_digests`), so a restart whose TestStream sends other events is refused with
 the first differing event named. :func:`first_difference` names the first place two
 shapes differ, or says that the two pipelines share no transform at all.
@@ -59,8 +60,28 @@ def pipeline_shape(pipeline: pb.Pipeline) -> Shape:
         }
         if transform.spec.urn == _TEST_STREAM:
             entry["events"] = event_digests(transform)
+        views = side_views_of(components, transform)
+        if views:
+            entry["views"] = views
         shape.append(entry)
     return shape
+
+
+def side_views_of(components: pb.Components, transform: pb.PTransform) -> list[str]:
+    """A ParDo's side inputs as the views it reads: per tag, the access pattern's URN and
+    the side PCollection's WindowFn URN and trigger kind (empty for other transforms)."""
+    if transform.spec.urn != common_urns.primitives.PAR_DO.urn:
+        return []
+    payload = pb.ParDoPayload.FromString(transform.spec.payload)
+    views = []
+    for tag, side in sorted(payload.side_inputs.items()):
+        pcoll = components.pcollections[transform.inputs[tag]]
+        strategy = components.windowing_strategies[pcoll.windowing_strategy_id]
+        views.append(
+            f"{tag}={side.access_pattern.urn} window={strategy.window_fn.urn} "
+            f"trigger={strategy.trigger.WhichOneof('trigger')}"
+        )
+    return views
 
 
 def event_digests(transform: pb.PTransform) -> dict[str, Any]:
@@ -98,11 +119,11 @@ def first_difference(
                 f"transform #{index} is {new['label']!r} here but {old['label']!r} in the "
                 "checkpoint"
             )
-        for field in ("urn", "inputs", "outputs"):
-            if old[field] != new[field]:
+        for field in ("urn", "inputs", "outputs", "views"):
+            if old.get(field, []) != new.get(field, []):
                 return (
-                    f"transform {new['label']!r}: {field} {_show(new[field])} here but "
-                    f"{_show(old[field])} in the checkpoint"
+                    f"transform {new['label']!r}: {field} {_show(new.get(field, []))} here but "
+                    f"{_show(old.get(field, []))} in the checkpoint"
                 )
         if old.get("events") != new.get("events"):
             return f"transform {new['label']!r}: {_events_difference(old, new)}"
