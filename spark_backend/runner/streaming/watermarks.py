@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
 
 from theory.pipeline.graph import StageGraph, WatermarkTracker, hold_chain
@@ -49,13 +50,24 @@ def leaf_transforms(pipeline: pb.Pipeline) -> Iterator[pb.PTransform]:
 
 
 def _graph(pipeline: pb.Pipeline) -> StageGraph:
+    """Edges from each main input's producer: a side input does not hold a ParDo's input
+    watermark (as in Beam's runners); its main elements waiting for it hold the output
+    (:data:`~spark_backend.runner.streaming.side_views.SIDE_HOLD`)."""
     leaves = list(leaf_transforms(pipeline))
     producer = {pc: t.unique_name for t in leaves for pc in t.outputs.values()}
     inputs: dict[str, tuple[str, ...]] = {}
     for t in leaves:
-        ups = dict.fromkeys(producer[pc] for pc in t.inputs.values() if pc in producer)
+        mains = [pc for tag, pc in t.inputs.items() if tag not in _side_tags(t)]
+        ups = dict.fromkeys(producer[pc] for pc in mains if pc in producer)
         inputs[t.unique_name] = tuple(ups)
     return StageGraph(inputs)
+
+
+def _side_tags(transform: pb.PTransform) -> frozenset[str]:
+    """The input tags of ``transform`` that are side inputs (a ParDo's)."""
+    if transform.spec.urn != common_urns.primitives.PAR_DO.urn:
+        return frozenset()
+    return frozenset(pb.ParDoPayload.FromString(transform.spec.payload).side_inputs)
 
 
 @dataclass(frozen=True)

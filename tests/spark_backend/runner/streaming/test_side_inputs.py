@@ -8,6 +8,8 @@ views in a checkpoint."""
 from __future__ import annotations
 
 import random
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
@@ -18,6 +20,7 @@ from apache_beam.transforms import trigger, window
 from apache_beam.utils.timestamp import Timestamp
 
 from spark_backend.runner.streaming.side_views import SIDE_HOLD
+from tests.spark_backend.runner.streaming.conftest import CaptureValues, read_values
 from theory.time import MAX_TIMESTAMP
 
 pytestmark = pytest.mark.slow
@@ -26,44 +29,95 @@ S = 1_000_000
 SEED = 16
 
 
-def random_stream(seed: int, events: int = 10) -> TestStream:
-    """One TestStream of two output tags, ``main`` and ``side``, in whole seconds, each
-    tag with its own watermark. Side elements are always on time (ahead of the side
+Event = tuple[str, Any]
+
+
+def random_script(seed: int, events: int = 10) -> list[Event]:
+    """A main and a side script in whole seconds (each with its own watermark), and
+    processing-time steps. Side elements are always on time (ahead of the side
     watermark), so every side window is complete when its watermark passes it and
     BundleBasedDirectRunner's view is defined; main elements come before, between and
     after the side data of their windows (some wait), and some 10 s windows get no side
     element (empty views)."""
     rng = random.Random(seed)
-    stream = TestStream(output_tags={"main", "side"})
-    main_mark = side_mark = 0
+    # first, a main element whose side window waits while the main watermark passes it
+    script: list[Event] = [("main", [2]), ("clock", 1), ("main-mark", 15), ("clock", 1)]
+    main_mark, side_mark = 15, 0
     key = 0
     for _ in range(events):
         kind = rng.choice(("main", "main", "side", "side", "main-mark", "side-mark"))
         if kind == "main":
-            stamps = [main_mark + rng.randint(0, 25) for _ in range(rng.randint(1, 3))]
-            batch = [window.TimestampedValue(s, Timestamp(s)) for s in stamps]
-            stream = stream.add_elements(batch, tag="main")
+            script.append(
+                ("main", [main_mark + rng.randint(0, 25) for _ in range(rng.randint(1, 3))])
+            )
         elif kind == "side":
             batch = []
             for _ in range(rng.randint(1, 3)):
                 key += 1
                 stamp = side_mark + rng.choice((0, 1, 2, 3, 4, 25))
-                batch.append(window.TimestampedValue((key, stamp % 3), Timestamp(stamp)))
-            stream = stream.add_elements(batch, tag="side")
+                batch.append((stamp, (key, stamp % 3)))
+            script.append(("side", batch))
         elif kind == "main-mark":
             main_mark += rng.randint(3, 12)
-            stream = stream.advance_watermark_to(Timestamp(main_mark), tag="main")
+            script.append(("main-mark", main_mark))
         else:
             side_mark += rng.randint(3, 12)
-            stream = stream.advance_watermark_to(Timestamp(side_mark), tag="side")
+            script.append(("side-mark", side_mark))
+        script.append(("clock", 1))  # each event at its own processing time
+    return script
+
+
+def to_stream(script: list[Event]) -> TestStream:
+    """``script`` as one TestStream of two output tags, ``main`` and ``side``."""
+    stream = TestStream(output_tags={"main", "side"})
+    for kind, payload in script:
+        if kind == "main":
+            batch = [window.TimestampedValue(s, Timestamp(s)) for s in payload]
+            stream = stream.add_elements(batch, tag="main")
+        elif kind == "side":
+            batch = [window.TimestampedValue(v, Timestamp(s)) for s, v in payload]
+            stream = stream.add_elements(batch, tag="side")
+        elif kind == "clock":
+            stream = stream.advance_processing_time(payload)
+        else:
+            tag = kind.removesuffix("-mark")
+            stream = stream.advance_watermark_to(Timestamp(payload), tag=tag)
     end = Timestamp(micros=MAX_TIMESTAMP)
     return stream.advance_watermark_to(end, tag="main").advance_watermark_to(end, tag="side")
 
 
-def windowed_sides(p: beam.Pipeline, capture: Any) -> None:
+SCRIPT = random_script(SEED)
+
+
+def triggered_views(script: list[Event], accumulating: bool) -> dict[int, list[Any]]:
+    """What each main value reads from the triggered global side input as Beam defines
+    it: a main element waits for the first pane (or the side's end), and each pane (one
+    per side batch: ``Repeatedly(AfterCount(1))``) replaces the view."""
+    latest: list[Any] | None = None
+    seen: list[Any] = []
+    waiting: list[int] = []
+    out: dict[int, list[Any]] = {}
+    for kind, payload in script:
+        if kind == "side":
+            seen += [v for _, v in payload]
+            latest = sorted(seen if accumulating else [v for _, v in payload])
+            out.update((m, latest) for m in waiting)
+            waiting = []
+        elif kind == "main":
+            for m in payload:
+                if latest is None:
+                    waiting.append(m)
+                else:
+                    out[m] = latest
+    out.update((m, latest or []) for m in waiting)
+    return out
+
+
+def side_pipeline(p: beam.Pipeline, capture: Any) -> None:
     """Every access pattern over 10 s side windows read from 10 s main windows, a global
-    side read from them, and 10 s side windows read from 10 s sliding main windows."""
-    streams = p | "stream" >> random_stream(SEED)
+    side read from them, 10 s side windows read from 10 s sliding main windows, and a
+    triggered global side input (discarding and accumulating) read from 10 s windows."""
+    streams = p | "stream" >> to_stream(SCRIPT)
     side = streams["side"]
     fixed = side | "side windows" >> beam.WindowInto(window.FixedWindows(10))
     total = (
@@ -100,9 +154,26 @@ def windowed_sides(p: beam.Pipeline, capture: Any) -> None:
         | "sliding" >> beam.WindowInto(window.SlidingWindows(10, 5))
         | "read sliding" >> beam.Map(lambda v, lst: (v, sorted(lst)), beam.pvalue.AsList(fixed))
     )
-    for name, pcoll in (("fixed", reads), ("sliding", sliding)):
-        _ = pcoll | f"stamp {name}" >> beam.ParDo(Stamp(name)) | f"capture {name}" >> beam.ParDo(
-            capture
+    branches = {"fixed": reads, "sliding": sliding}
+    modes = {
+        "discarding": trigger.AccumulationMode.DISCARDING,
+        "accumulating": trigger.AccumulationMode.ACCUMULATING,
+    }
+    for mode_name, mode in modes.items():
+        name = f"triggered-{mode_name}"
+        triggered = side | f"{name} side" >> beam.WindowInto(
+            window.GlobalWindows(),
+            trigger=trigger.Repeatedly(trigger.AfterCount(1)),
+            accumulation_mode=mode,
+        )
+        branches[name] = fixed_main | f"read {name}" >> beam.Map(
+            lambda v, lst: (v, sorted(lst)), beam.pvalue.AsList(triggered)
+        )
+    for name, pcoll in branches.items():
+        _ = (
+            pcoll
+            | f"stamp {name}" >> beam.ParDo(Stamp(name))
+            | f"capture {name}" >> beam.ParDo(capture)
         )
 
 
@@ -115,43 +186,65 @@ class Stamp(beam.DoFn):
     def process(
         self,
         value: Any,
-        w: Any = beam.DoFn.WindowParam,  # noqa: B008
-        ts: Any = beam.DoFn.TimestampParam,  # noqa: B008
+        w: Any = beam.DoFn.WindowParam,
+        ts: Any = beam.DoFn.TimestampParam,
     ) -> Any:
         yield self._branch, repr(w), int(ts.micros), value
 
 
 @pytest.fixture(scope="module")
-def direct_windowed() -> list[Any]:
-    """BundleBasedDirectRunner's outputs of :func:`windowed_sides` (run once)."""
-    import tempfile
-    from pathlib import Path
-
-    from tests.spark_backend.runner.streaming.conftest import CaptureValues, read_values
-
+def direct_outputs() -> list[Any]:
+    """BundleBasedDirectRunner's outputs of :func:`side_pipeline` (run once)."""
     with tempfile.TemporaryDirectory() as directory:
         opts = beam.options.pipeline_options.PipelineOptions([], streaming=True)
         pipeline = beam.Pipeline(runner=BundleBasedDirectRunner(), options=opts)
-        windowed_sides(pipeline, CaptureValues(directory))
+        side_pipeline(pipeline, CaptureValues(directory))
         pipeline.run().wait_until_finish()
         return read_values(Path(directory))
 
 
-def test_windowed_side_inputs_match_bundle_based_direct_runner(
-    run_pipeline: Any, direct_windowed: list[Any]
+def test_side_inputs_match_bundle_based_direct_runner_across_a_restart(
+    run_pipeline: Any, direct_outputs: list[Any], tmp_path: Path
 ) -> None:
-    ours, result = run_pipeline(windowed_sides, key_partitions=2)
-    assert sorted(ours) == sorted(direct_windowed)
-    fixed = [o for o in ours if o[0] == "fixed"]
-    # the stream exercises what it should: empty side windows and non-empty ones
+    """One run stopped after 9 batches and resumed from its checkpoint (the views and the
+    waiting elements are in it) gives BundleBasedDirectRunner's outputs; a triggered
+    global side input gives Beam's model (first pane, then each pane replaces the view)
+    where BundleBasedDirectRunner waits for the side input's end and reads everything."""
+    checkpoint = str(tmp_path / "checkpoint")
+    first, stopped = run_pipeline(
+        side_pipeline, key_partitions=2, checkpoint_dir=checkpoint, max_batches=9
+    )
+    assert stopped.batches == 9
+    rest, result = run_pipeline(side_pipeline, key_partitions=2, checkpoint_dir=checkpoint)
+    ours = first + rest
+
+    def branch(outputs: list[Any], *names: str) -> list[Any]:
+        return sorted(o for o in outputs if o[0] in names)
+
+    assert branch(ours, "fixed", "sliding") == branch(direct_outputs, "fixed", "sliding")
+    fixed = branch(ours, "fixed")
+    # the script exercises what it should: empty side windows and non-empty ones
     assert any(o[3][1] == -1 for o in fixed) and any(o[3][1] != -1 for o in fixed)
     assert any(o[3][3] == [] for o in fixed) and any(o[3][3] for o in fixed)
+    everything = sorted(v for kind, batch in SCRIPT if kind == "side" for _, v in batch)
+    for mode, accumulating in (("discarding", False), ("accumulating", True)):
+        name = f"triggered-{mode}"
+        views = triggered_views(SCRIPT, accumulating)
+        assert {o[3][0]: o[3][1] for o in branch(ours, name)} == views, name
+        assert {o[3][0]: o[3][1] for o in branch(direct_outputs, name)} == dict.fromkeys(
+            views, everything
+        ), "BundleBasedDirectRunner reads the whole side input at its end"
+    assert len(set(map(repr, triggered_views(SCRIPT, False).values()))) > 2, (
+        "the view must change mid-stream"
+    )
     # elements waited for their side windows: the hold was set and held the output
     marks = result.watermarks()["read"]
     hold = marks[SIDE_HOLD]
     assert hold.values.min() < MAX_TIMESTAMP, "no main element ever waited"
     times = hold.times
     assert (marks["output"].at(times) <= hold.at(times)).all()
-    waited = int(times[hold.values < MAX_TIMESTAMP][0])
-    chain = result.why("read", waited)
-    assert ("read", SIDE_HOLD) in chain, chain
+    # a side input does not hold the ParDo's input watermark (Beam's runners): its
+    # waiting elements hold the output, and why() names that hold
+    binding = times[hold.at(times) < marks["input"].at(times)]
+    assert len(binding), "the side-input hold never held the output below the input"
+    assert result.why("read", int(binding[0]))[0] == ("read", SIDE_HOLD)

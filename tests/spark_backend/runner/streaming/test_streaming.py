@@ -7,11 +7,11 @@ from typing import Any
 
 import apache_beam as beam
 import pytest
+from apache_beam.coders import VarIntCoder
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.runner import PipelineState
 from apache_beam.testing.test_stream import TestStream
-from apache_beam.coders import VarIntCoder
 from apache_beam.transforms import trigger, userstate, window
 from apache_beam.utils.timestamp import Timestamp
 
@@ -176,7 +176,7 @@ def test_test_stream_in_batch_is_refused_as_streaming_only() -> None:
 class _StatefulWithSide(beam.DoFn):
     SEEN = userstate.BagStateSpec("seen", VarIntCoder())
 
-    def process(self, kv: Any, side: Any, seen: Any = beam.DoFn.StateParam(SEEN)) -> Any:
+    def process(self, kv: Any, side: Any, seen: Any = beam.DoFn.StateParam(SEEN)) -> Any:  # noqa: B008
         yield kv
 
 
