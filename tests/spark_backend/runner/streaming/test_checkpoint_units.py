@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,49 @@ def test_first_difference_names_where_shapes_differ(build: Any, message: str) ->
     found = first_difference(written, pipeline_shape(proto_of(build)))
     assert found is not None
     assert pytest.importorskip("re").search(message, found), found
+
+
+def reading(p: beam.Pipeline, view: Any = beam.pvalue.AsList, triggered: bool = False) -> None:
+    trigger = beam.trigger.Repeatedly(beam.trigger.AfterCount(1)) if triggered else None
+    side = (
+        p
+        | "side" >> beam.Create([(1, 2)])
+        | "side window"
+        >> beam.WindowInto(
+            beam.window.GlobalWindows(),
+            trigger=trigger,
+            accumulation_mode=beam.trigger.AccumulationMode.DISCARDING if triggered else None,
+        )
+    )
+    (
+        p
+        | "events" >> BeamTestStream().add_elements([1])
+        | "read" >> beam.Map(lambda x, s: x, view(side))
+    )
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (
+            lambda p: reading(p, beam.pvalue.AsMultiMap),
+            r"transform 'read': views \[python_side_input0=beam:side_input:multimap:v1 .* here but "
+            r"\[python_side_input0=beam:side_input:iterable:v1 .* in the checkpoint",
+        ),
+        (lambda p: reading(p, triggered=True), r"transform 'read': .*trigger=repeat\] here"),
+    ],
+)
+def test_the_shape_records_each_side_inputs_view(build: Any, message: str) -> None:
+    written = pipeline_shape(proto_of(reading))
+    (entry,) = [t for t in written if t["label"] == "read"]
+    assert entry["views"] == [
+        "python_side_input0=beam:side_input:iterable:v1 "
+        "window=beam:window_fn:global_windows:v1 "
+        "trigger=default"
+    ]
+    assert first_difference(written, pipeline_shape(proto_of(reading))) is None
+    found = first_difference(written, pipeline_shape(proto_of(build)))
+    assert found is not None and re.search(message, found), found
 
 
 def test_first_difference_names_a_transform_only_one_side_has() -> None:
