@@ -40,7 +40,20 @@ Architecture (the batch runner's machinery, driven batch by batch)
    hold. The run goes on while residuals remain (``--max_batches`` or ``cancel`` stop
    it). No bundle finalizer is called (see :mod:`.driver`): acks follow the driver's
    commit through the reader's resume, never precede it.
-6. **Watermarks** (:mod:`.watermarks`): theory's stage graph over the pipeline's
+6. **Side inputs** (:mod:`.side_views`, :mod:`.pushback`): a ParDo with side inputs
+   starts its stage. The driver keeps each side PCollection's contents per window (it
+   collects the side chunks of each batch; it never reads a main input) and tells the
+   tasks, per side input, its output watermark and the windows with a pane. A main
+   element in window ``W`` runs when ``window_mapping(W)`` is ready (a pane, or the side
+   watermark at the window's end: then an empty view or the default), else it waits in
+   the partition's state, holding the ParDo's output watermark (``state:side-input``).
+   With the default trigger the view is every side element of the window
+   (BundleBasedDirectRunner's); with any other trigger the side elements go through
+   theory's engine and each pane replaces the view (Beam's model: the "slowly changing"
+   side input). A side input does not hold a ParDo's input watermark (Beam's runners).
+   The views and the waiting elements are checkpointed; the shape records each view
+   (access pattern, WindowFn, trigger kind).
+7. **Watermarks** (:mod:`.watermarks`): theory's stage graph over the pipeline's
    transforms, with every GroupByKey's ``state:pending-windows`` hold, every stateful
    DoFn's ``state:timers`` and every SDF's ``source:watermark-estimator``, latched as
    DESIGN.md defines; a source that sends nothing keeps its watermark. While a stateful
@@ -73,12 +86,17 @@ there; timers and their outputs carry whole milliseconds (Beam's timer coder).
    ``--drain`` (or ``result.drain()``) stops the sources, puts every watermark at
    ``MAX_TIMESTAMP`` in one last batch (every pending window fires), then ends.
 
-Not yet supported (refused before any Spark work, naming the transform): side inputs,
-``Read`` (a splittable DoFn reads instead), map and multimap state, a splittable DoFn
-with state, Beam's batch file sink (``iobase.Write``). A splittable DoFn must checkpoint
-itself: the runner does not split a running bundle. User state is garbage-collected
-when the input watermark passes its window's end plus the allowed lateness (Beam's rule;
-BundleBasedDirectRunner keeps it). No bundle finalizer is called.
+Divergence of side inputs, tested: a triggered side input's view is its latest pane from
+the first pane on; BundleBasedDirectRunner instead blocks its main elements until the side
+input's watermark passes the window's end (the global window: the side input's end) and
+then reads every element of every pane.
+
+Not yet supported (refused before any Spark work, naming the transform): side inputs on a
+stateful or splittable DoFn, ``Read`` (a splittable DoFn reads instead), map and
+multimap state, a splittable DoFn with state, Beam's batch file sink (``iobase.Write``). A
+splittable DoFn must checkpoint itself: the runner does not split a running bundle. User
+state is garbage-collected when the input watermark passes its window's end plus the
+allowed lateness (Beam's rule; BundleBasedDirectRunner keeps it). No bundle finalizer is called.
 """
 
 from __future__ import annotations

@@ -503,7 +503,7 @@ class StreamingDriver:
         position = batch.position or Position(batch.number + 1, {}, finished=True)
         infos = self.monitoring_infos
         self._infos = defaultdict(list, infos)  # consolidated: a commit's size stays flat
-        summaries: dict[bytes, list[Any]] = {
+        summaries: dict[bytes | str, list[Any]] = {
             step_id: state.summaries for step_id, state in self._steps.items()
         }
         for buffer, view in self._views.items():  # the side inputs' contents

@@ -89,6 +89,7 @@ class SideView:
     engine: GroupByWindowEngine | None = None
     elements: dict[Bounds, list[bytes]] = field(default_factory=lambda: defaultdict(list))
     panes: set[Bounds] = field(default_factory=set)
+    started: bool = False
 
     def update(
         self, chunks: Iterable[bytes], watermark: int, clock: int, job_id: str, components: bytes
@@ -111,8 +112,9 @@ class SideView:
             for bounds, _, encoded in rows:
                 self.elements[bounds].append(encoded)
             return
-        if engine.processing_time is None:
+        if not self.started:  # the engine's clock starts at the first batch's
             engine.processing_time = clock
+            self.started = True
         if clock > engine.processing_time:
             self._take(engine.advance_processing_time(clock - engine.processing_time))
         if rows:
@@ -164,6 +166,5 @@ def side_views(plan: Plan, pipeline: pb.Pipeline) -> dict[bytes, SideView]:
             engine = None
             if strategy.trigger.WhichOneof("trigger") != "default":
                 engine = GroupByWindowEngine(to_theory(strategy, allow_unsafe_triggers=True))
-                engine.processing_time = None  # set by the first update
             views[side.buffer_id] = SideView(side.buffer_id, side.coder_id, producer[pcoll], engine)
     return views
