@@ -406,8 +406,9 @@ class StreamingDriver:
             if state.hold_name != ESTIMATOR_HOLD:  # an SDF's step keeps no state records
                 state.step = self._checkpoint.restored(self._sc, step_id)
             state.summaries = self._checkpoint.summaries(step_id) or []
-        for buffer in self._views:
-            (self._views[buffer],) = self._checkpoint.summaries(_view_id(buffer))
+        for buffer, fresh in self._views.items():
+            (committed,) = self._checkpoint.summaries(_view_id(buffer))
+            self._views[buffer] = fresh.resumed(committed)
         _LOG.info("resuming after batch %d from %s", commit.batch, self._checkpoint.directory)
         return commit.position
 

@@ -28,6 +28,7 @@ Times are int64 microseconds.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -129,6 +130,12 @@ class SideView:
         if watermark > engine.input_watermark:
             engine.output_watermark = watermark
             self._take(engine.advance_watermark_to(watermark))
+
+    def resumed(self, committed: SideView) -> SideView:
+        """This view with the contents of ``committed`` (a checkpoint's): the coder id and
+        the producer stay this run's (a coder's id may differ between processes; the
+        checkpoint's shape checked that the coders are the same)."""
+        return dataclasses.replace(committed, coder_id=self.coder_id, producer=self.producer)
 
     def _take(self, panes: Iterable[Any]) -> None:
         """Each pane replaces its window's view (in firing order)."""

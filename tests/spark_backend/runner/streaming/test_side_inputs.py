@@ -128,10 +128,13 @@ def side_pipeline(p: beam.Pipeline, capture: Any) -> None:
     glob = side | "global values" >> beam.Map(lambda kv: kv[0])
     main = streams["main"]
 
-    def read(value: Any, single: Any, it: Any, lst: Any, dct: Any, multi: Any, g: Any) -> Any:
+    def read(
+        value: Any, single: Any, bare: Any, it: Any, lst: Any, dct: Any, multi: Any, g: Any
+    ) -> Any:
         return (
             value,
             single,
+            "empty" if isinstance(bare, beam.pvalue.EmptySideInput) else bare,
             sorted(it),
             sorted(lst),
             sorted(dct.items()),
@@ -143,6 +146,7 @@ def side_pipeline(p: beam.Pipeline, capture: Any) -> None:
     reads = fixed_main | "read" >> beam.Map(
         read,
         beam.pvalue.AsSingleton(total, default_value=-1),
+        beam.pvalue.AsSingleton(total),  # no default: Beam's EmptySideInput when empty
         beam.pvalue.AsIter(fixed),
         beam.pvalue.AsList(fixed),
         beam.pvalue.AsDict(fixed),
@@ -225,7 +229,8 @@ def test_side_inputs_match_bundle_based_direct_runner_across_a_restart(
     fixed = branch(ours, "fixed")
     # the script exercises what it should: empty side windows and non-empty ones
     assert any(o[3][1] == -1 for o in fixed) and any(o[3][1] != -1 for o in fixed)
-    assert any(o[3][3] == [] for o in fixed) and any(o[3][3] for o in fixed)
+    assert all((o[3][2] == "empty") == (o[3][1] == -1) for o in fixed)
+    assert any(o[3][4] == [] for o in fixed) and any(o[3][4] for o in fixed)
     everything = sorted(v for kind, batch in SCRIPT if kind == "side" for _, v in batch)
     for mode, accumulating in (("discarding", False), ("accumulating", True)):
         name = f"triggered-{mode}"
