@@ -41,6 +41,7 @@ def random_script(seed: int, events: int = 10) -> list[Event]:
     element (empty views)."""
     rng = random.Random(seed)
     # first, a main element whose side window waits while the main watermark passes it
+    # (at processing times of their own: the hold shows in the series over time)
     script: list[Event] = [("main", [2]), ("clock", 1), ("main-mark", 15), ("clock", 1)]
     main_mark, side_mark = 15, 0
     key = 0
@@ -63,7 +64,6 @@ def random_script(seed: int, events: int = 10) -> list[Event]:
         else:
             side_mark += rng.randint(3, 12)
             script.append(("side-mark", side_mark))
-        script.append(("clock", 1))  # each event at its own processing time
     return script
 
 
