@@ -9,7 +9,8 @@ the :class:`SideView` of that PCollection, kept (and checkpointed) between batch
 ``S = window_mapping(W)``. ``S`` is *ready* when the side input has a pane for it, or when
 the side input's output watermark has reached ``S``'s end (BundleBasedDirectRunner's
 ``output_watermark >= window.end``; the view is then empty or the default, and
-AsSingleton without a default fails as Beam does).
+AsSingleton without a default gives Beam Python's ``EmptySideInput``, as the SDK does on
+every runner).
 
 - **Default trigger** (no trigger set on the side PCollection): the view of ``S`` is every
   side element ever seen in ``S``, late ones included, and ``S`` is ready by the
