@@ -175,6 +175,7 @@ class ParDoOp:
                 if len(values) >= CHUNK:
                     self._emit(batch, values, parents, emit)
                     values, parents = [], []
+                results = None  # (not alive while the DoFn makes the next one)
                 continue
             for added in self._pull(results, values):
                 parents.extend([i] * added)
@@ -236,6 +237,7 @@ class ParDoOp:
             elif len(out) >= CHUNK:
                 self._emit_uniform(batch, out, emit)
                 out.clear()
+            results = None  # (not alive while the DoFn makes the next one)
         self._emit_uniform(batch, out, emit)
 
     def _emit_uniform(self, batch: Batch, values: list[Any], emit: Emit) -> None:
