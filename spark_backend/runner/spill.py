@@ -64,7 +64,9 @@ class SpillBuffer:
 
     def _spill(self) -> None:
         if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix="beam-spill-", dir=spill_directory())
+            self._file = tempfile.TemporaryFile(  # noqa: SIM115 (closed by close())
+                prefix="beam-spill-", dir=spill_directory()
+            )
         for chunk in self._held:
             pickle.dump(chunk, self._file, protocol=pickle.HIGHEST_PROTOCOL)
         self.spilled += self._held_bytes

@@ -125,7 +125,9 @@ def _seen(summary: bytes) -> int:
 
 def test_a_driver_stage_is_retried_as_spark_retries_a_task(tmp_path: Path) -> None:
     spec, task = _first_stage_task(tmp_path / "retried")
-    outputs, summary = run_on_driver(spec, task, attempts=2)
+    ran = run_on_driver(spec, task, attempts=2)
+    assert ran is not None
+    outputs, summary = ran
     (chunks,) = outputs.values()
     assert len(chunks) == 1 and chunks[0].count(b"fail") == 1  # the one element, once
     assert _seen(summary) == 1  # the failed attempt's metrics are dropped
