@@ -321,12 +321,14 @@ DEFAULT_WORKLOADS = "wordcount,windowed_combine,session_gbk"
 
 
 class Run(NamedTuple):
-    """One run: wall seconds, CPU seconds of the process tree, digest, peak bytes."""
+    """One run: wall seconds, CPU seconds of the process tree, digest, peak bytes (of
+    the tree, and of its Python workers alone)."""
 
     wall: float
     cpu: float
     digest: str
     peak: int
+    workers: int = 0
 
 
 def run_once(workload: str, n: int, runner: Any) -> Run:
@@ -344,7 +346,8 @@ def run_once(workload: str, n: int, runner: Any) -> Run:
                 digest(WORKLOADS[workload](p, n), path)
             elapsed = time.perf_counter() - start
             cpu = tree_cpu(os.getpid()) - cpu0
-        return Run(elapsed, cpu, Path(path).read_text(), memory.peak)
+        workers = memory.by_kind.get("workers", 0)
+        return Run(elapsed, cpu, Path(path).read_text(), memory.peak, workers)
     finally:
         os.unlink(path)
 
@@ -459,7 +462,8 @@ def report(
         )
     line = (
         f"  {name:17s} PySparkRunner {n / wall:9,.0f} el/s ({wall:6.1f} s, CPU {cpu:6.1f} s, "
-        f"peak {max(r.peak for r in ours) / 2**20:,.0f} MiB driver+JVM+workers, load {load:.1f})"
+        f"peak {max(r.peak for r in ours) / 2**20:,.0f} MiB driver+JVM+workers, of which "
+        f"workers {max(r.workers for r in ours) / 2**20:,.0f} MiB, load {load:.1f})"
     )
     if with_fnapi:
         theirs = [run_once(name, n, FnApiRunner()) for _ in range(max(1, rounds))]
