@@ -213,6 +213,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # peak_memory, also when imported
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.transforms import window
 from apache_beam.utils.timestamp import Timestamp
@@ -374,6 +375,44 @@ def oracle_digest(n: int) -> str:
     return str(total % (1 << 64))
 
 
+def session_oracle_digest(n: int, gap_micros: int = 30_000_000) -> str:
+    """The digest session_gbk must give at ``n``, in plain Python and numpy from the
+    same seeded draws: each event's window ``[t, t + gap)`` in whole milliseconds (as
+    the GroupByKey's coder leaves it), merged per key while a window starts before the
+    session's end (Beam's ``Sessions``), each session's size at its ``max_timestamp()``
+    in whole milliseconds. Checked against FnApiRunner wherever it runs."""
+    keys: list[str] = []
+    starts: list[int] = []
+    for shard, count in shards(n):
+        rng = random.Random(1000 + shard)
+        for _ in range(count):
+            keys.append(f"k{rng.randrange(100)}")
+            rng.randrange(1000)  # the value: not in the output
+            starts.append(rng.randrange(SPAN_MICROS) // 1000 * 1000)
+    names, codes = np.unique(np.array(keys), return_inverse=True)
+    begin = np.array(starts, dtype=np.int64)
+    order = np.lexsort((begin, codes))
+    code, begin = codes[order], begin[order]
+    new = np.concatenate([[True], (code[1:] != code[:-1]) | (begin[1:] >= begin[:-1] + gap_micros)])
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], len(code)) - 1
+    total = 0
+    for at, end_at in zip(first.tolist(), last.tolist(), strict=True):
+        start, end = int(begin[at]), int(begin[end_at]) + gap_micros
+        w = window.IntervalWindow(Timestamp(micros=start), Timestamp(micros=end))
+        stamp = w.max_timestamp().micros // 1000 * 1000
+        value = (str(names[code[at]]), end_at - at + 1)
+        text = repr((value, stamp, repr(w))).encode()
+        total += int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
+    return str(total % (1 << 64))
+
+
+ORACLES: dict[str, Callable[[int], str]] = {
+    "windowed_combine": oracle_digest,
+    "session_gbk": session_oracle_digest,
+}
+
+
 def rdd_windowed_combine(spark: Any, n: int) -> float:
     """Seconds for the hand-written RDD version of windowed_combine (its result is
     only counted: this is a scale reference, not a Beam runner)."""
@@ -476,10 +515,11 @@ def report(
             "outputs identical"
         )
     print(line, flush=True)
-    if name == "windowed_combine":
-        if oracle_digest(n) != ours[0].digest:
+    if name in ORACLES:
+        if ORACLES[name](n) != ours[0].digest:
             raise SystemExit(f"{name} at n={n}: output differs from the oracle")
         print(f"  {'':17s} PySparkRunner's output = the plain-Python oracle's", flush=True)
+    if name == "windowed_combine":
         if not rdd:
             return
         rdd_s = rdd_windowed_combine(spark, n)
