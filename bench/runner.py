@@ -193,6 +193,37 @@ for sessions also with it included and in CPU; windowed_combine is 3.04x with th
 start included and 4.32x in CPU (the user's generator, ~5 us an element, is half of
 PySparkRunner's CPU there). The 10M windowed CombinePerKey ran at 292.6k el/s (goal
 200k), with the Python workers uncapped (peak of the whole tree quoted above).
+
+Sixth version (2026-11-28, bounded memory: the lean ParDo hands its outputs on a
+chunk at a time as they are made, reading an iterator a DoFn returns a chunk at a time;
+a lean sink spills its output past 32 MiB to a scratch file, spark_backend.runner.spill;
+a driver stage whose output passes 64 MiB runs on Spark instead). Where a Python
+worker's memory went, in process (one partition's first stage = 8 shards of 625k
+events, peak RSS / peak address space, the cap Spark sets being on address space):
+the interpreter with Beam, numpy and pyarrow ~180 / ~460 MiB; one shard's list, the
+user's, 256 / 256 MiB; before, session_gbk peaked at 2,512 / 2,957 MiB (the ParDo called
+the FlatMap on all 8 shards before handing anything on: 5M TimestampedValues), after
+the ParDo change 908 / 1,898, and with the spill 517 MiB RSS, completing under a 1 GiB
+address-space limit (171 MiB of columns spilled per partition); windowed_combine 475 /
+897 MiB under the same limit (the runner's share about 20 MiB RSS). n = 10M, one round
+each, ``--spark-conf spark.executor.pyspark.memory=1g --spark-conf
+spark.driver.memory=1g`` (Spark's own default driver memory), the 2 cores shared with
+seven other sessions, outputs equal to the plain-Python oracles (sessions' oracle:
+``session_oracle_digest``, equal to FnApiRunner's at 3k and 20k); peak = PSS of the
+tree and of Spark's Python processes alone (daemon and workers):
+
+    workload          load   PySparkRunner (wall, CPU s)   peak MiB: tree (workers)
+    windowed_combine  31.4   22.8k el/s (438.3,  72.0)     1,253
+    windowed_combine  15.4   39.5k el/s (253.4,  61.8)     1,263 (819)
+    session_gbk       31.9   18.7k el/s (534.1, 106.0)     1,706 (885)
+    session_gbk       30.8   16.8k el/s (595.5, 109.9)     1,766 (first run, no oracle yet)
+
+Both ran to the end under the caps that failed before (a 1g worker cap failed both at
+10M, and session_gbk also at 2g). CPU for windowed_combine, 61.8 s at load 15, is about
+the 58.4 s of the quiet uncapped run above (292.6k el/s in 34.2 s); at that CPU a
+quiet run would take about 36 s (about 280k el/s), an estimate from CPU, not a
+measurement: the wall figures here measure the queue of a loaded machine, and the
+>= 200k el/s goal at 10M was not measured on a quiet machine with the 1 GiB caps.
 """
 
 from __future__ import annotations
