@@ -215,14 +215,15 @@ tree and of Spark's Python processes alone (daemon and workers):
     workload          load   PySparkRunner (wall, CPU s)   peak MiB: tree (workers)
     windowed_combine  31.4   22.8k el/s (438.3,  72.0)     1,253
     windowed_combine  15.4   39.5k el/s (253.4,  61.8)     1,263 (819)
+    windowed_combine   6.5   86.1k el/s (116.2,  52.6)     1,306 (827)
     session_gbk       31.9   18.7k el/s (534.1, 106.0)     1,706 (885)
     session_gbk       30.8   16.8k el/s (595.5, 109.9)     1,766 (first run, no oracle yet)
 
 Both ran to the end under the caps that failed before (a 1g worker cap failed both at
-10M, and session_gbk also at 2g). CPU for windowed_combine, 61.8 s at load 15, is about
+10M, and session_gbk also at 2g). CPU for windowed_combine, 52.6 s at load 6.5, is below
 the 58.4 s of the quiet uncapped run above (292.6k el/s in 34.2 s); at that CPU a
-quiet run would take about 36 s (about 280k el/s), an estimate from CPU, not a
-measurement: the wall figures here measure the queue of a loaded machine, and the
+quiet run would take about 31 s (about 320k el/s), an estimate from CPU, not a
+measurement: at load 6.5 the run got under half of the 2 cores, and the
 >= 200k el/s goal at 10M was not measured on a quiet machine with the 1 GiB caps.
 """
 
