@@ -6,10 +6,14 @@ stages after a combine (a few accumulators per key), ``CombineGlobally``'s defau
 ``assert_that``. A stage whose every input is already held by the driver and small (at
 most :data:`LOCAL_BYTES` encoded) runs here, on the very task function a Spark task
 runs: the same code, so the same output; one partition, as FnApiRunner runs one bundle.
-A driver stage's outputs stay on the driver (whatever their size: a Spark stage that
-reads them gets them parallelized), and a Spark stage's come back with its metrics, in
-its one ``collect``, when every partition's are small (:func:`small_outputs`), so the
-next small stage needs no job either.
+A driver stage's outputs stay on the driver (a Spark stage that reads them gets them
+parallelized) up to a cap, :data:`DRIVER_OUTPUT_BYTES` by default: a small input may
+make a huge output (``Create(reshuffle=False) | FlatMap(generate millions)``), so past
+the cap the attempt is stopped (its outputs and metrics dropped, its DoFns torn down)
+and the stage runs again as a Spark job (:func:`run_on_driver` returns None), so the
+driver never holds more. A Spark stage's outputs come back with its metrics, in its one
+``collect``, when every partition's are small (:func:`small_outputs`), so the next
+small stage needs no job either.
 
 Two kinds of stage stay on Spark whatever their size: one that reads a GroupByKey with
 Beam's ``Always`` trigger (``Reshuffle``'s: the pipeline asks for its elements to be
@@ -43,13 +47,14 @@ from spark_backend.runner.grouping import (
     keyed_elements,
     split_columns,
 )
-from spark_backend.runner.keyed_columns import KeyedColumns
 from spark_backend.runner.plan import THEORY_ENGINE, GroupSpec, StageSpec
 from spark_backend.runner.spark_errors import python_error_message
+from spark_backend.runner.spill import chunk_bytes
 from spark_backend.runner.summary import METRICS
 from spark_backend.runner.task_context import windowing
 
 __all__ = [
+    "DRIVER_OUTPUT_BYTES",
     "LOCAL_BYTES",
     "Held",
     "group_locally",
@@ -62,6 +67,9 @@ __all__ = [
 #: A buffer of at most this many encoded bytes may be held by the driver, and a stage
 #: whose inputs total at most this many runs there.
 LOCAL_BYTES: Final[int] = 4 << 20
+
+#: A driver stage whose outputs pass this many bytes is stopped and run on Spark.
+DRIVER_OUTPUT_BYTES: Final[int] = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -120,26 +128,40 @@ def task_attempts(master: str, conf: Mapping[str, str]) -> int:
 
 
 def run_on_driver(
-    spec: StageSpec, task: Callable[[], Iterable[tuple[bytes, bytes]]], attempts: int = 1
-) -> tuple[dict[bytes, list[bytes]], bytes]:
+    spec: StageSpec,
+    task: Callable[[], Iterable[tuple[bytes, bytes]]],
+    attempts: int = 1,
+    cap: int = DRIVER_OUTPUT_BYTES,
+) -> tuple[dict[bytes, list[bytes]], bytes] | None:
     """Run ``spec``'s ``task`` (the stage's Spark task function over all its input as one
     partition) in this process: its output chunks per buffer (every output buffer
-    present) and its pickled summary. Raise :class:`PipelineFailedError` with the user
-    code's error when the last of ``attempts`` fails."""
+    present) and its pickled summary; None, the attempt stopped and dropped, as soon as
+    the outputs pass ``cap`` bytes (the caller runs the stage on Spark). Raise
+    :class:`PipelineFailedError` with the user code's error when the last of
+    ``attempts`` fails."""
     for attempt in range(1, max(1, attempts) + 1):
         outputs: dict[bytes, list[bytes]] = {b: [] for b in spec.outputs.values()}
         summary = b""
+        size = 0
+        records = iter(task())
         try:
-            for buffer, chunk in task():
+            for buffer, chunk in records:
                 if buffer == METRICS:
                     summary = chunk
-                else:
-                    outputs[buffer].append(chunk)
+                    continue
+                outputs[buffer].append(chunk)
+                size += chunk_bytes(chunk)
+                if size > cap:
+                    return None
         except Exception as err:
             if attempt >= attempts:
                 text = Exception("".join(traceback.format_exception(err)))
                 raise PipelineFailedError(spec.label, python_error_message(text)) from err
             continue
+        finally:
+            close = getattr(records, "close", None)
+            if close is not None:
+                close()  # (a stopped attempt's DoFns are torn down now)
         return outputs, summary
     raise AssertionError("unreachable")  # (the loop returns or raises)
 
@@ -155,7 +177,7 @@ def small_outputs(limit: int, records: Iterable[tuple[bytes, bytes]]) -> Iterato
         if buffer == METRICS:
             summary = chunk
         elif kept is not None:
-            size += chunk.nbytes if isinstance(chunk, KeyedColumns) else len(chunk)
+            size += chunk_bytes(chunk)
             kept.append((buffer, chunk))
             if size > limit:
                 kept = None

@@ -28,7 +28,8 @@ Small stages run in the driver process instead (:mod:`.driver_stages`): a stage 
 inputs the driver holds whole and small, as it holds the impulse and any buffer whose
 Spark partitions all sent their outputs back with their metrics (one ``collect`` per
 Spark stage either way). A GroupByKey whose input the driver holds is grouped there, and
-a Spark stage reads its groups without a shuffle.
+a Spark stage reads its groups without a shuffle. A driver stage whose outputs pass
+``driver_output_bytes`` is stopped and run as a Spark job instead (``moved_stages``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPU
 
 from spark_backend.runner.bundles import METRICS, run_partition
 from spark_backend.runner.driver_stages import (
+    DRIVER_OUTPUT_BYTES,
     LOCAL_BYTES,
     Held,
     group_locally,
@@ -69,6 +71,7 @@ from spark_backend.runner.lean import run_lean_partition
 from spark_backend.runner.plan import IMPULSE, LEAN, THEORY_ENGINE, GroupSpec, Plan, StageSpec
 from spark_backend.runner.schedule import run_stages
 from spark_backend.runner.spark_errors import python_error_message
+from spark_backend.runner.spill import SPILL_BYTES
 from spark_backend.runner.task_context import coder
 
 __all__ = ["BYTES_PER_PARTITION", "StageExecutor"]
@@ -89,6 +92,8 @@ class StageExecutor:
         partitions: int,
         job_group: str | None = None,
         local_bytes: int | None = None,
+        driver_output_bytes: int = DRIVER_OUTPUT_BYTES,
+        spill_bytes: int = SPILL_BYTES,
     ) -> None:
         self._sc = spark_context
         self._plan = plan
@@ -104,10 +109,15 @@ class StageExecutor:
         self._components = self._broadcast(plan.components)
         self._held: dict[bytes, list[bytes]] = defaultdict(list)  # buffers the driver holds
         self._local_bytes = LOCAL_BYTES if local_bytes is None else local_bytes
+        self._driver_output_bytes = driver_output_bytes
+        self._spill_bytes = spill_bytes
         conf = dict(spark_context.getConf().getAll())
         self._attempts = task_attempts(spark_context.master, conf)
         #: The names of the stages run on the driver, in the order they finished.
         self.driver_stages: list[str] = []
+        #: The stages begun on the driver whose outputs passed ``driver_output_bytes``:
+        #: stopped there and run on Spark, in the order they were moved.
+        self.moved_stages: list[str] = []
         self.monitoring_infos: dict[str, list[Any]] = {}
 
     def run(self) -> None:
@@ -142,9 +152,11 @@ class StageExecutor:
     def _run_stage(self, spec: StageSpec) -> None:
         if self._cancelled.is_set():
             raise PipelineFailedError(spec.label, "the pipeline was cancelled")
-        if self._on_driver(spec):
-            self._run_on_driver(spec)
+        if self._on_driver(spec) and self._run_on_driver(spec):
             return
+        self._run_on_spark(spec)
+
+    def _run_on_spark(self, spec: StageSpec) -> None:
         columnar = frozenset(
             tid
             for tid, buffer in spec.outputs.items()
@@ -157,6 +169,7 @@ class StageExecutor:
             self._components,
             self._side_data(spec),
             columnar=columnar,
+            spill_bytes=self._spill_bytes,
         )
         output = self._input_rdd(spec).mapPartitions(task).persist()
         with self._lock:
@@ -247,16 +260,29 @@ class StageExecutor:
         with self._lock:
             return [list(self._held[buffer])]
 
-    def _run_on_driver(self, spec: StageSpec) -> None:
+    def _run_on_driver(self, spec: StageSpec) -> bool:
+        """Run ``spec`` here; False (nothing recorded) if its outputs passed the cap."""
         side = self._side_data(spec, on_driver=True)
         components = Held(self._plan.components)
         task = functools.partial(
-            _stage_task, spec, self._plan.job_id, components, side, self._held_records(spec)
+            _stage_task,
+            spec,
+            self._plan.job_id,
+            components,
+            side,
+            self._held_records(spec),
+            spill_bytes=self._spill_bytes,
         )
-        outputs, summary = run_on_driver(spec, task, self._attempts)
+        ran = run_on_driver(spec, task, self._attempts, self._driver_output_bytes)
+        if ran is None:
+            with self._lock:
+                self.moved_stages.append(spec.name)
+            return False
+        outputs, summary = ran
         self._record(spec, [summary], outputs, {})
         with self._lock:
             self.driver_stages.append(spec.name)
+        return True
 
     def _count_elements(self, infos: Iterable[Any]) -> None:
         for info in infos:
@@ -377,12 +403,14 @@ def _stage_task(
     finalize: bool = True,
     *,
     columnar: frozenset[str] = frozenset(),
+    spill_bytes: int = SPILL_BYTES,
 ) -> Iterator[tuple[bytes, Any]]:
     """A stage over one partition; ``finalize``: call bundle finalizers in the task
     (see :func:`~spark_backend.runner.bundles.run_bundle`; a lean stage has none);
-    ``columnar``: the transforms whose outputs a lean stage writes as columns."""
+    ``columnar``: the transforms whose outputs a lean stage writes as columns;
+    ``spill_bytes``: a lean sink's cap on held output (:mod:`.spill`)."""
     if spec.path == LEAN:
-        return run_lean_partition(spec.descriptor, spec.outputs, records, columnar)
+        return run_lean_partition(spec.descriptor, spec.outputs, records, columnar, spill_bytes)
     side_data = side.value if side is not None else {}
     return run_partition(spec, job_id, components.value, side_data, records, finalize)
 

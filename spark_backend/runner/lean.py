@@ -36,12 +36,13 @@ from apache_beam.runners import common, pipeline_context
 from apache_beam.runners.worker import bundle_processor, statesampler
 from apache_beam.utils.counters import CounterFactory
 
-from spark_backend.runner.keyed_columns import ColumnsWriter, KeyedColumns
+from spark_backend.runner.keyed_columns import ColumnsWriter
 from spark_backend.runner.lean_batch import Batch, decode
 from spark_backend.runner.lean_combine import combine_phase_op, precombine_op
 from spark_backend.runner.lean_encode import BatchEncoder
 from spark_backend.runner.lean_pardo import Emit, pardo_op
 from spark_backend.runner.lean_windows import window_into_op
+from spark_backend.runner.spill import SPILL_BYTES, SpillBuffer, chunk_bytes
 from spark_backend.runner.summary import METRICS, PartitionSummary
 
 __all__ = ["Program", "lean_program", "run_lean_partition"]
@@ -67,13 +68,14 @@ class _Flatten:
 @dataclass
 class _Sink:
     """A data output: each batch encoded with the output's coder, or (``columns``, a
-    columnar GroupByKey's input) turned into KeyedColumns."""
+    columnar GroupByKey's input) turned into KeyedColumns; the chunks are held until
+    the task hands them on, spilled to disk past a byte cap (:mod:`.spill`)."""
 
     label: str
     transform_id: str
     encoder: BatchEncoder
     coder: Any
-    chunks: list[Any] = field(default_factory=list)
+    chunks: SpillBuffer = field(default_factory=SpillBuffer)
     columns: ColumnsWriter | None = None
 
     def setup(self) -> None:
@@ -169,28 +171,37 @@ def run_lean_partition(
     outputs: dict[str, bytes],
     records: Iterable[tuple[str, bytes]],
     columnar: frozenset[str] = frozenset(),
+    spill_bytes: int = SPILL_BYTES,
 ) -> Iterator[tuple[bytes, Any]]:
     """Run a lean stage over one partition's ``records`` (``(input transform, chunk)``,
     a chunk encoded with the input's coder or a :class:`Batch` made in the same task);
     yield ``(buffer, chunk)`` for each output buffer (``outputs``: sink transform id ->
     buffer), then the metrics record (as :func:`.bundles.run_partition` does). The
     sinks in ``columnar`` (a columnar GroupByKey's input) yield
-    :class:`~spark_backend.runner.keyed_columns.KeyedColumns` instead of bytes."""
+    :class:`~spark_backend.runner.keyed_columns.KeyedColumns` instead of bytes. Each
+    sink holds at most ``spill_bytes`` of output in memory between hand-overs (more
+    goes to a scratch file, :class:`~spark_backend.runner.spill.SpillBuffer`)."""
     program = lean_program(beam_fn_api_pb2.ProcessBundleDescriptor.FromString(descriptor))
     if isinstance(program, str):  # the plan chose this path: it cannot happen
         raise RuntimeError(f"the stage cannot run lean: {program}")
     for tid in columnar:
         sink = program.sinks[tid]
         sink.columns = ColumnsWriter(sink.coder)
+    for sink in program.sinks.values():
+        sink.chunks = SpillBuffer(spill_bytes)
     runner = _Runner(program)
     sizes: dict[bytes, int] = defaultdict(int)
-    with runner:
-        for transform_id, chunk in records:
-            pcoll, impl = program.inputs[transform_id]
-            runner.feed(pcoll, chunk if isinstance(chunk, Batch) else decode([chunk], impl))
+    try:
+        with runner:
+            for transform_id, chunk in records:
+                pcoll, impl = program.inputs[transform_id]
+                runner.feed(pcoll, chunk if isinstance(chunk, Batch) else decode([chunk], impl))
+                yield from _drain(program, outputs, sizes)
+            runner.finish()
             yield from _drain(program, outputs, sizes)
-        runner.finish()
-        yield from _drain(program, outputs, sizes)
+    finally:
+        for sink in program.sinks.values():
+            sink.chunks.close()
     response = beam_fn_api_pb2.ProcessBundleResponse(monitoring_infos=runner.monitoring_infos())
     yield METRICS, pickle.dumps(PartitionSummary(response.SerializeToString(), dict(sizes)))
 
@@ -200,10 +211,9 @@ def _drain(
 ) -> Iterator[tuple[bytes, Any]]:
     for tid, sink in program.sinks.items():
         buffer = outputs[tid]
-        for chunk in sink.chunks:
-            sizes[buffer] += chunk.nbytes if isinstance(chunk, KeyedColumns) else len(chunk)
+        for chunk in sink.chunks.drain():
+            sizes[buffer] += chunk_bytes(chunk)
             yield buffer, chunk
-        sink.chunks.clear()
 
 
 class _Runner:

@@ -16,8 +16,9 @@ other value keeps the input element's timestamp, windows and pane.
 from __future__ import annotations
 
 import inspect
+import itertools
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import numpy as np
@@ -39,6 +40,7 @@ __all__ = ["CHUNK", "ParDoOp", "augmented", "pardo_op"]
 CHUNK: Final[int] = 1 << 16
 _GLOBAL_WINDOW: Final = GlobalWindow()
 _SPECIAL: Final = (TaggedOutput, TimestampedValue, WindowedValue)
+_SIZED: Final = (list, tuple)  # a DoFn's results appended at once (held by the DoFn anyway)
 
 Emit = Callable[[Batch], None]
 
@@ -138,7 +140,9 @@ class ParDoOp:
         self._fn.teardown()
 
     def process(self, batch: Batch, emit: Emit) -> None:
-        """Call the DoFn on every value of ``batch``; emit outputs in chunks."""
+        """Call the DoFn on every value of ``batch``; emit outputs in chunks of CHUNK
+        as soon as they are made, so at most about CHUNK outputs are held here (an
+        iterator a DoFn returns is read a chunk at a time; a list it returns is its own)."""
         if not self._check and _uniform(batch):
             self._process_uniform(batch, emit)
             return
@@ -158,44 +162,83 @@ class ParDoOp:
                         )
                 if results is None:
                     continue
-                before = len(values)
-                values.extend(results)
+                if type(results) in _SIZED:
+                    values.extend(results)
             except Exception as exn:
                 raise augmented(exn, self.label) from exn
-            added = len(values) - before
-            if added == 1:
-                parents.append(i)
-            elif added:
+            if type(results) in _SIZED:
+                added = len(results)
+                if added == 1:
+                    parents.append(i)
+                elif added:
+                    parents.extend([i] * added)
+                if len(values) >= CHUNK:
+                    self._emit(batch, values, parents, emit)
+                    values, parents = [], []
+                results = None  # (not alive while the DoFn makes the next one)
+                continue
+            for added in self._pull(results, values):
                 parents.extend([i] * added)
-            if len(values) >= CHUNK:
-                self._emit(batch, values, parents, emit)
-                values, parents = [], []
+                if len(values) >= CHUNK:
+                    self._emit(batch, values, parents, emit)
+                    values.clear()  # (in place: _pull appends to this list)
+                    parents.clear()
         if values:
             self._emit(batch, values, parents, emit)
+
+    def _pull(self, results: Any, out: list[Any]) -> Iterator[int]:
+        """Append a DoFn's ``results`` to ``out``: a list or tuple at once, any other
+        iterable up to CHUNK - len(out) at a time; yield how many were added each time
+        (the caller empties ``out`` in place when it reaches CHUNK). A DoFn's error is raised
+        with the transform's label."""
+        try:
+            if type(results) in _SIZED:
+                out.extend(results)
+                yield len(results)
+                return
+            pieces = iter(results)
+        except Exception as exn:
+            raise augmented(exn, self.label) from exn
+        while True:
+            before = len(out)
+            asked = max(1, CHUNK - before)
+            try:
+                out.extend(itertools.islice(pieces, asked))
+            except Exception as exn:
+                raise augmented(exn, self.label) from exn
+            added = len(out) - before
+            if added:
+                yield added
+            if added < asked:  # the iterator is done
+                return
 
     def _process_uniform(self, batch: Batch, emit: Emit) -> None:
         """:meth:`process` for a batch whose elements share one timestamp, the global
         window and one pane: outputs need no parent, so the DoFn runs in the tightest
-        loop (element by element, as Beam calls it), a slice of the batch at a time
-        sized so that a slice's outputs stay near CHUNK."""
+        loop (element by element, as Beam calls it); outputs are handed on whenever
+        CHUNK of them are made."""
         process = self._process
-        values = batch.values
-        step = CHUNK
-        lo = 0
-        while lo < len(values):
-            piece = values[lo : lo + step]
-            out: list[Any] = []
-            extend = out.extend
+        out: list[Any] = []
+        extend = out.extend
+        for value in batch.values:
             try:
-                for value in piece:
-                    results = process(value)
-                    if results is not None:
-                        extend(results)
+                results = process(value)
+                if results is None:
+                    continue
+                if type(results) is list:
+                    extend(results)
             except Exception as exn:
                 raise augmented(exn, self.label) from exn
-            lo += len(piece)
-            step = max(1, min(CHUNK, CHUNK * len(piece) // max(1, len(out))))
-            self._emit_uniform(batch, out, emit)
+            if type(results) is not list:
+                for _ in self._pull(results, out):
+                    if len(out) >= CHUNK:
+                        self._emit_uniform(batch, out, emit)
+                        out.clear()
+            elif len(out) >= CHUNK:
+                self._emit_uniform(batch, out, emit)
+                out.clear()
+            results = None  # (not alive while the DoFn makes the next one)
+        self._emit_uniform(batch, out, emit)
 
     def _emit_uniform(self, batch: Batch, values: list[Any], emit: Emit) -> None:
         if not values:

@@ -38,6 +38,9 @@ class PySparkPipelineResult(PipelineResult):
         #: The names of the stages that ran in the driver process, not as Spark jobs
         #: (filled as the run goes; see :mod:`spark_backend.runner.driver_stages`).
         self.driver_stages: list[str] = []
+        #: The stages begun on the driver whose outputs passed the runner's
+        #: ``driver_output_bytes``: stopped there and run as Spark jobs.
+        self.moved_stages: list[str] = []
         self._thread = threading.Thread(target=self._run, name="PySparkRunner", daemon=True)
         self._thread.start()
 

@@ -15,10 +15,12 @@ from apache_beam.runners.pipeline_utils import group_by_key_input_visitor
 from apache_beam.runners.runner import PipelineRunner
 from apache_beam.transforms import environments
 
+from spark_backend.runner.driver_stages import DRIVER_OUTPUT_BYTES
 from spark_backend.runner.executor import StageExecutor
 from spark_backend.runner.options import SparkTarget, spark_target, streaming_options
 from spark_backend.runner.plan import Plan, plan_pipeline
 from spark_backend.runner.result import PySparkPipelineResult
+from spark_backend.runner.spill import SPILL_BYTES
 from spark_backend.runner.streaming.elements import stripped_test_streams
 from spark_backend.runner.streaming.run import start_streaming
 from spark_backend.runner.validate import check_pipeline
@@ -35,12 +37,33 @@ class PySparkRunner(PipelineRunner):
     driver) and every stage on Beam's bundle processor (no lean stages): the reference
     the fast paths are tested against. ``driver_stages`` (by default as ``fast_paths``)
     runs small stages in the driver process instead of as Spark jobs
-    (:mod:`spark_backend.runner.driver_stages`); ``False`` runs every stage on Spark."""
+    (:mod:`spark_backend.runner.driver_stages`); ``False`` runs every stage on Spark.
 
-    def __init__(self, fast_paths: bool = True, driver_stages: bool | None = None) -> None:
+    Memory (batch): ``driver_output_bytes`` caps the output a driver stage may hold (past
+    it the stage runs on Spark instead; default ``DRIVER_OUTPUT_BYTES``, 64 MiB), and
+    ``spill_bytes`` the output one lean sink of a task holds before spilling it to a
+    scratch file (:mod:`spark_backend.runner.spill`; default ``SPILL_BYTES``, 32 MiB).
+    Bound the Python workers' memory with ``--spark_conf
+    spark.executor.pyspark.memory=1g``."""
+
+    def __init__(
+        self,
+        fast_paths: bool = True,
+        driver_stages: bool | None = None,
+        driver_output_bytes: int = DRIVER_OUTPUT_BYTES,
+        spill_bytes: int = SPILL_BYTES,
+    ) -> None:
         super().__init__()
+        for name, value in (
+            ("driver_output_bytes", driver_output_bytes),
+            ("spill_bytes", spill_bytes),
+        ):
+            if type(value) is not int or value < 0:
+                raise ValueError(f"PySparkRunner({name}=...): expected bytes >= 0, got {value!r}")
         self.fast_paths = fast_paths
         self.driver_stages = fast_paths if driver_stages is None else driver_stages
+        self.driver_output_bytes = driver_output_bytes
+        self.spill_bytes = spill_bytes
 
     def run_pipeline(
         self, pipeline: Any, options: pipeline_options.PipelineOptions
@@ -71,7 +94,7 @@ class PySparkRunner(PipelineRunner):
             context = _spark_context(target)
             return start_streaming(proto, context, stream_options, self.fast_paths, stripped)
         plan = plan_pipeline(proto, self.fast_paths, lean=self.fast_paths)
-        result = _start(plan, target, self.driver_stages)
+        result = _start(plan, target, self)
         result.paths = plan.paths
         result.columnar = plan.columnar
         result.stage_paths = plan.stage_paths
@@ -109,7 +132,7 @@ def _spark_context(target: SparkTarget) -> Any:
     return get_session(target.master, target.conf, app_name="beam-pyspark-runner").sparkContext
 
 
-def _start(plan: Plan, target: SparkTarget, driver_stages: bool) -> PySparkPipelineResult:
+def _start(plan: Plan, target: SparkTarget, runner: PySparkRunner) -> PySparkPipelineResult:
     spark_context = _spark_context(target)
     parallelism = spark_context.defaultParallelism
     executor = StageExecutor(
@@ -117,7 +140,9 @@ def _start(plan: Plan, target: SparkTarget, driver_stages: bool) -> PySparkPipel
         plan,
         parallelism,
         job_group=f"beam-{plan.job_id}",
-        local_bytes=None if driver_stages else 0,
+        local_bytes=None if runner.driver_stages else 0,
+        driver_output_bytes=runner.driver_output_bytes,
+        spill_bytes=runner.spill_bytes,
     )
 
     def work() -> dict[str, list[Any]]:
@@ -126,4 +151,5 @@ def _start(plan: Plan, target: SparkTarget, driver_stages: bool) -> PySparkPipel
 
     result = PySparkPipelineResult(work, executor.cancel)
     result.driver_stages = executor.driver_stages
+    result.moved_stages = executor.moved_stages
     return result

@@ -24,6 +24,7 @@ from spark_backend.runner.grouping import (
 )
 from spark_backend.runner.lean import run_lean_partition
 from spark_backend.runner.plan import IMPULSE, LEAN, THEORY_ENGINE, GroupSpec, Plan
+from spark_backend.runner.spill import SPILL_BYTES
 from spark_backend.runner.summary import METRICS
 from spark_backend.runner.task_context import coder_impl
 
@@ -60,9 +61,12 @@ def stage_records(
     return records
 
 
-def run_in_process(plan: Plan, partitions: int = 2) -> list[tuple[str, Counter, Counter]]:
+def run_in_process(
+    plan: Plan, partitions: int = 2, spill_bytes: int = SPILL_BYTES
+) -> list[tuple[str, Counter, Counter]]:
     """For each lean stage: (stage name, bundle outputs, lean outputs), each a multiset
-    of (buffer, encoded element); the stage's input is dealt over ``partitions``."""
+    of (buffer, encoded element); the stage's input is dealt over ``partitions``; the
+    lean sinks spill past ``spill_bytes``."""
     buffers: dict[bytes, list[bytes]] = defaultdict(list)
     compared = []
     for spec in plan.stages:
@@ -78,7 +82,10 @@ def run_in_process(plan: Plan, partitions: int = 2) -> list[tuple[str, Counter, 
                 if buffer != METRICS:
                     reference[buffer].append(chunk)
             if spec.path == LEAN:
-                for buffer, chunk in run_lean_partition(spec.descriptor, spec.outputs, part):
+                lean_run = run_lean_partition(
+                    spec.descriptor, spec.outputs, part, spill_bytes=spill_bytes
+                )
+                for buffer, chunk in lean_run:
                     if buffer != METRICS:
                         lean[buffer].append(chunk)
         for buffer, chunks in reference.items():

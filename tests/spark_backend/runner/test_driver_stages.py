@@ -4,13 +4,15 @@
   windows, panes), and the stages that ran on the driver are the expected ones;
 - a driver stage is attempted as often as Spark attempts a task; a failed attempt's
   outputs and metrics are dropped; the last failure names the stage and the user error;
-- the attempt count per master, and what a Spark partition sends back.
+- the attempt count per master, and what a Spark partition sends back;
+- a driver stage whose outputs pass the cap is stopped and run on Spark, same outputs.
 """
 
 from __future__ import annotations
 
 import functools
 import pickle
+import random
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import pytest
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
 from apache_beam.transforms import window
+from apache_beam.utils.timestamp import Timestamp
 
 from spark_backend.runner import PipelineFailedError
 from spark_backend.runner.driver_stages import Held, run_on_driver, small_outputs, task_attempts
@@ -125,7 +128,9 @@ def _seen(summary: bytes) -> int:
 
 def test_a_driver_stage_is_retried_as_spark_retries_a_task(tmp_path: Path) -> None:
     spec, task = _first_stage_task(tmp_path / "retried")
-    outputs, summary = run_on_driver(spec, task, attempts=2)
+    ran = run_on_driver(spec, task, attempts=2)
+    assert ran is not None
+    outputs, summary = ran
     (chunks,) = outputs.values()
     assert len(chunks) == 1 and chunks[0].count(b"fail") == 1  # the one element, once
     assert _seen(summary) == 1  # the failed attempt's metrics are dropped
@@ -193,3 +198,41 @@ def test_a_columnar_group_held_by_the_driver_is_grouped_there(
     assert "Group" in result.columnar, result.columnar
     assert any("Group/Read" in name for name in result.driver_stages), result.driver_stages
     assert KeyedColumns in seen, seen  # the Spark stage's columns, grouped on the driver
+
+
+def _generated_events(shard: int) -> Any:
+    """Shard ``shard``'s 300 seeded timestamped (key, value) events, from a generator."""
+    rng = random.Random(shard)
+    for _ in range(300):
+        key, value = f"k{rng.randrange(5)}", rng.randrange(50)
+        yield window.TimestampedValue((key, value), Timestamp(micros=rng.randrange(600_000_000)))
+
+
+def _generating(p: beam.Pipeline) -> dict[str, Any]:
+    """Create(reshuffle=False) of 4 shards -> a FlatMap generating their events (a small
+    input, a large output, all in one stage that starts on the driver) -> sessions
+    grouped (columnar) and fixed windows summed."""
+    events = (
+        p | beam.Create(range(4), reshuffle=False) | "Generate" >> beam.FlatMap(_generated_events)
+    )
+    sessions = events | "Sessions" >> beam.WindowInto(window.Sessions(20))
+    grouped = sessions | "ByKey" >> beam.GroupByKey() | beam.MapTuple(lambda k, v: (k, sorted(v)))
+    sums = events | "Fixed" >> beam.WindowInto(window.FixedWindows(60)) | beam.CombinePerKey(SUM)
+    return {"grouped": grouped, "sums": sums}
+
+
+def test_a_driver_stage_past_its_output_cap_runs_on_spark(spark: Any) -> None:
+    """With the cap at 2 KiB the generating stage is stopped on the driver and run on
+    Spark (its sinks spilling every chunk: ``spill_bytes=0``); the outputs equal
+    FnApiRunner's and ``result`` says where each stage ran."""
+    from spark_backend.runner import PySparkRunner
+
+    runner = PySparkRunner(driver_output_bytes=2048, spill_bytes=0)
+    result = on_spark(_generating, reference(_generating), runner)
+    moved = [name for name in result.moved_stages if "Generate" in name]
+    assert moved and not set(moved) & set(result.driver_stages), result.moved_stages
+    assert "ByKey" in result.columnar
+    assert result.driver_stages  # the small stages after the shuffles still ran there
+    for name, value in (("driver_output_bytes", -1), ("spill_bytes", 1.5)):
+        with pytest.raises(ValueError, match=name):
+            PySparkRunner(**{name: value})
