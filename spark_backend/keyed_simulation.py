@@ -11,7 +11,7 @@ checks every series and pane):
   key partition (:func:`spark_backend.keyed_parts.key_partition`) to Parquet under the
   output directory, and drops them; each task reads its partition's file.
 - **Streams** stay on the executors as an RDD of ``(partition, Part)``, persisted with
-  MEMORY_AND_DISK (Spark spills what does not fit). A stage of several inputs, or one
+  DISK_ONLY (the block manager keeps them in files, not in the JVM heap). A stage of several inputs, or one
   that re-keys everything to one key, gathers the parts by target partition (a shuffle).
 - **Element-wise stages** run per partition with the input watermark broadcast; each
   partition sends back its counts and in-flight holds.
@@ -53,12 +53,12 @@ from spark_backend.keyed_parts import (
     first_places,
     group_outputs,
     group_round,
+    hold_changes,
     key_partition,
     merge,
+    others_min,
     split,
-    steps,
 )
-from theory.arrays import sorted_union
 from theory.columns import check_count
 from theory.data.trace import Trace
 from theory.pipeline.simulator import (
@@ -70,7 +70,6 @@ from theory.pipeline.simulator import (
 )
 from theory.pipeline.stages import GroupByWindow, Pipeline, Source
 from theory.series import StepSeries, pointwise_min, union_times
-from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import STATE_HOLD
 
 __all__ = [
@@ -222,7 +221,7 @@ class _Run:
         from pyspark import StorageLevel
 
         self.sc, self.n, self.out, self.fast, self.max_rounds = sc, n, out, fast, max_rounds
-        self.level = StorageLevel.MEMORY_AND_DISK
+        self.level = StorageLevel.DISK_ONLY
         self.kept: list[Any] = []
 
     def keep(self, rdd: Any) -> Any:
@@ -295,25 +294,21 @@ class _Run:
     def group(self, spec: GroupByWindow, parts: Any, iw: StepSeries) -> tuple[Any, KeyedStage]:
         parts = self.keep(parts)
         glob = spec.rekey == "global"
-        seen = parts.map(
-            lambda pp: (np.unique(pp[1].stream.time), first_places(pp[1], glob))
-        ).collect()
-        instants = sorted_union([*(t for t, _ in seen), iw.times])
         firsts: dict[Hashable, tuple[int, ...]] = {}
-        for _, got in seen:
+        for got in parts.map(lambda pp: first_places(pp[1], glob)).collect():
             for k, place in got.items():
                 if k not in firsts or place < firsts[k]:
                     firsts[k] = place
-        del seen
         ranks = {k: r for r, k in enumerate(sorted(firsts, key=firsts.__getitem__))}
-        shared = self.sc.broadcast((iw, instants, ranks))
+        del firsts
+        shared = self.sc.broadcast((iw, ranks))
         rounds, holds, done = self._rounds(spec, parts, shared)
         pane_dir, late_dir = self.out / "panes" / spec.name, self.out / "late" / spec.name
 
         def outputs(item: Any) -> tuple[int, tuple[Part, ElementStats]]:
-            (p, part), (_, (_, result)) = item
-            w, grid, rank = shared.value
-            out, table, stats, late = group_outputs(spec, part, w, grid, result, rank)
+            (p, part), (_, (_, instants, result)) = item
+            w, rank = shared.value
+            out, table, stats, late = group_outputs(spec, part, w, instants, result, rank)
             _write_panes(pane_dir, p, table, rank)
             _write_late(late_dir, p, late)
             return p, (out, stats)
@@ -322,10 +317,7 @@ class _Run:
         stats = emitted.map(lambda x: x[1][1]).collect()
         done.unpersist()
         shared.unpersist()
-        n_ev = instants.size
-        held = _min_series(list(holds.values()))
-        keep = held.times < n_ev
-        state = StepSeries(instants[held.times[keep]], held.values[keep], MAX_TIMESTAMP)
+        state = _min_series(list(holds.values()))
         buffer = _min_series([s.buffer for s in stats])
         dropped: dict[str, int] = {}
         for s in stats:
@@ -351,27 +343,35 @@ class _Run:
         self, spec: GroupByWindow, parts: Any, shared: Any
     ) -> tuple[int, dict[int, StepSeries], Any]:
         """Rounds until the partitions' external holds settle: (rounds, each partition's
-        state hold over event indices, the settled round's RDD of (p, (hold, PartResult
-        without its hold)))."""
+        own state hold (µs series), the settled round's RDD of (p, (hold, instants,
+        PartResult without its hold))). Every partition's own hold is broadcast and each
+        task takes the minimum of the others' (the driver holds one such minimum at a
+        time, to compare)."""
         fast = self.fast
-        external: dict[int, StepSeries] = {}
+        holds: dict[int, StepSeries] | None = None
         for r in range(1, self.max_rounds + 1):
-            ext = self.sc.broadcast(external)
+            ext = self.sc.broadcast(holds)
 
             def task(pp: tuple[int, Part], ext: Any = ext) -> tuple[int, Any]:
-                w, grid, _ = shared.value
-                r = group_round(spec, pp[1], w, grid, fast, ext.value.get(pp[0]))
+                w, _ = shared.value
+                last = ext.value
+                external = None if last is None else others_min(last, pp[0])
+                instants, res = group_round(spec, pp[1], w, fast, external)
                 # the hold kept as its changes only (the outputs do not need it)
-                return pp[0], (steps(r.state_hold), r._replace(state_hold=NO_STEPS.times))
+                held = hold_changes(res.state_hold, instants)
+                return pp[0], (held, instants, res._replace(state_hold=NO_STEPS.times))
 
             done = parts.map(task).persist(self.level)
-            holds = dict(done.map(lambda x: (x[0], x[1][0])).collect())
+            new = dict(done.map(lambda x: (x[0], x[1][0])).collect())
             ext.unpersist()
-            again = {p: _min_series([h for q, h in holds.items() if q != p]) for p in holds}
-            if len(holds) <= 1 or all(_same(again[p], external.get(p, NO_STEPS)) for p in holds):
-                return r, holds, done
+            if len(new) <= 1 or all(
+                _same(others_min(new, p) or NO_STEPS,
+                      NO_STEPS if holds is None else others_min(holds, p) or NO_STEPS)
+                for p in new
+            ):  # fmt: skip
+                return r, new, done
             done.unpersist()
-            external = again
+            holds = new
         raise RuntimeError(
             f"stage {spec.name!r}: the key partitions' holds did not settle in "
             f"{self.max_rounds} rounds"
