@@ -19,8 +19,8 @@ changes.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Hashable, Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -50,6 +50,7 @@ __all__ = [
     "key_partition",
     "merge",
     "others_min",
+    "settle",
     "split",
 ]
 
@@ -172,6 +173,44 @@ def others_min(holds: Mapping[int, StepSeries], p: int) -> StepSeries | None:
     """The minimum of the partitions' own holds other than ``p``'s (None: no other)."""
     others = [h for q, h in holds.items() if q != p]
     return pointwise_min(others) if others else None
+
+
+def settle(
+    run_round: Callable[[Mapping[int, StepSeries] | None], tuple[dict[int, StepSeries], Any]],
+    max_rounds: int,
+    name: str,
+    release: Callable[[Any], None] = lambda _: None,
+) -> tuple[int, dict[int, StepSeries], Any]:
+    """A grouping stage's rounds until the partitions' external holds settle (as
+    :func:`theory.windowing.partitioned.run_partitioned`). ``run_round(holds)`` runs
+    every partition under the minimum of the others' ``holds`` from the last round (None
+    in the first: no hold) and returns each partition's own hold and what it ran (a
+    round not kept is passed to ``release``). Returns (rounds, own holds, the settled
+    round's). RuntimeError naming stage ``name`` if ``max_rounds`` do not settle."""
+    holds: dict[int, StepSeries] | None = None
+    for r in range(1, max_rounds + 1):
+        new, ran = run_round(holds)
+        if len(new) <= 1 or all(
+            _same(others_min(new, p), None if holds is None else others_min(holds, p))
+            for p in new
+        ):
+            return r, new, ran
+        release(ran)
+        holds = new
+    raise RuntimeError(
+        f"stage {name!r}: the key partitions' holds did not settle in {max_rounds} rounds"
+    )
+
+
+def _same(a: StepSeries | None, b: StepSeries | None) -> bool:
+    """Whether two holds are the same function (None: no hold, as a series without a
+    change)."""
+    a, b = a or NO_STEPS, b or NO_STEPS
+    return (
+        a.initial == b.initial
+        and np.array_equal(a.times, b.times)
+        and np.array_equal(a.values, b.values)
+    )
 
 
 def group_round(

@@ -10,18 +10,20 @@ checks every series and pane):
   watermark (which needs every row's event and arrival time), writes the rows split by
   key partition (:func:`spark_backend.keyed_parts.key_partition`) to Parquet under the
   output directory, and drops them; each task reads its partition's file.
-- **Streams** stay on the executors as an RDD of ``(partition, Part)``, persisted with
-  DISK_ONLY (the block manager keeps them in files, not in the JVM heap). A stage of several inputs, or one
-  that re-keys everything to one key, gathers the parts by target partition (a shuffle).
+- **Streams** stay on the executors as an RDD of ``(partition, Part)``, persisted
+  DISK_ONLY (in the block manager's files, not the JVM heap). A stage of several inputs,
+  or one that re-keys everything to one key, gathers the parts by target partition (a
+  shuffle).
 - **Element-wise stages** run per partition with the input watermark broadcast; each
   partition sends back its counts and in-flight holds.
-- **Grouping stages** run per partition over the stage's global event grid (every
-  element's arrival and watermark step, broadcast), in rounds: each partition runs under
-  the minimum of the other partitions' state holds from the last round, and the rounds
-  stop when those settle (as :func:`theory.windowing.partitioned.run_partitioned`). Holds
-  travel as their changes only (step series over event indices) and are reduced by
-  minimum on the driver. Panes are ordered, combined and written to Parquet by the tasks;
-  the driver never collects them.
+- **Grouping stages** run each partition over its own instants of the stage's grid
+  (:mod:`spark_backend.keyed_grid`: its arrivals and the watermark steps that can fire
+  its windows; the input watermark and the keys' ranks broadcast), in rounds: each
+  partition runs under the minimum of the other partitions' state holds from the last
+  round, and the rounds stop when those settle (:func:`spark_backend.keyed_parts.settle`,
+  as :func:`theory.windowing.partitioned.run_partitioned`). Holds travel as their changes
+  only (step series over µs) and are reduced by minimum on the driver. Panes are
+  ordered, combined and written to Parquet by the tasks; the driver never collects them.
 - **Outputs** in ``out``: ``panes/STAGE/part-P.parquet`` (the
   :class:`~theory.pipeline.simulator.PaneTable` columns plus ``key_rank``) and
   ``late/STAGE/part-P.parquet`` (late elements' ``arrival`` and ``timestamp``). The
@@ -57,6 +59,7 @@ from spark_backend.keyed_parts import (
     key_partition,
     merge,
     others_min,
+    settle,
     split,
 )
 from theory.columns import check_count
@@ -342,17 +345,16 @@ class _Run:
     def _rounds(
         self, spec: GroupByWindow, parts: Any, shared: Any
     ) -> tuple[int, dict[int, StepSeries], Any]:
-        """Rounds until the partitions' external holds settle: (rounds, each partition's
-        own state hold (µs series), the settled round's RDD of (p, (hold, instants,
-        PartResult without its hold))). Every partition's own hold is broadcast and each
-        task takes the minimum of the others' (the driver holds one such minimum at a
-        time, to compare)."""
-        fast = self.fast
-        holds: dict[int, StepSeries] | None = None
-        for r in range(1, self.max_rounds + 1):
+        """Rounds until the partitions' external holds settle (:func:`settle`): (rounds,
+        each partition's own state hold (µs series), the settled round's RDD of (p,
+        (hold, instants, PartResult without its hold))). Every partition's own hold is
+        broadcast and each task takes the minimum of the others'."""
+        fast, level = self.fast, self.level
+
+        def run_round(holds: Mapping[int, StepSeries] | None) -> tuple[dict, Any]:
             ext = self.sc.broadcast(holds)
 
-            def task(pp: tuple[int, Part], ext: Any = ext) -> tuple[int, Any]:
+            def task(pp: tuple[int, Part]) -> tuple[int, Any]:
                 w, _ = shared.value
                 last = ext.value
                 external = None if last is None else others_min(last, pp[0])
@@ -361,21 +363,12 @@ class _Run:
                 held = hold_changes(res.state_hold, instants)
                 return pp[0], (held, instants, res._replace(state_hold=NO_STEPS.times))
 
-            done = parts.map(task).persist(self.level)
+            done = parts.map(task).persist(level)
             new = dict(done.map(lambda x: (x[0], x[1][0])).collect())
             ext.unpersist()
-            if len(new) <= 1 or all(
-                _same(others_min(new, p) or NO_STEPS,
-                      NO_STEPS if holds is None else others_min(holds, p) or NO_STEPS)
-                for p in new
-            ):  # fmt: skip
-                return r, new, done
-            done.unpersist()
-            holds = new
-        raise RuntimeError(
-            f"stage {spec.name!r}: the key partitions' holds did not settle in "
-            f"{self.max_rounds} rounds"
-        )
+            return new, done
+
+        return settle(run_round, self.max_rounds, spec.name, lambda done: done.unpersist())
 
 
 def _latched(s: StepSeries) -> StepSeries:
@@ -385,10 +378,6 @@ def _latched(s: StepSeries) -> StepSeries:
     if v.size == 0 or (v[0] > s.initial and bool(np.all(v[1:] > v[:-1]))):
         return s
     return s.latched()
-
-
-def _same(a: StepSeries, b: StepSeries) -> bool:
-    return np.array_equal(a.times, b.times) and np.array_equal(a.values, b.values)
 
 
 def _min_series(series: list[StepSeries]) -> StepSeries:
