@@ -47,8 +47,12 @@ def timed(fn, tree=True):
         out = fn()
         wall = time.perf_counter() - t0
         cpu = (tree_cpu(os.getpid()) if tree else time.process_time()) - c0
-    kinds = ", ".join(f"{k} {v / 2**20:,.0f}" for k, v in memory.by_kind.items())
-    return wall, cpu, memory.peak, alone.peak, kinds, out
+    return wall, cpu, memory.peak, alone.peak, memory.by_kind, out
+
+
+def per_kind(kinds, n):
+    """Each kind's peak as MiB and bytes per event (``n`` events)."""
+    return ", ".join(f"{k} {v / 2**20:,.0f} MiB ({v / n:,.0f} B/event)" for k, v in kinds.items())
 
 
 def run_local(pipe, n):
@@ -107,8 +111,8 @@ def main() -> None:
             print(
                 f"{n:>11,} spark: {wall:8.1f} s wall, {cpu:7.1f} s CPU (process tree), "
                 f"{n / wall:9,.0f} ev/s wall, {n / cpu:9,.0f} ev/s CPU, peak {peak / 2**20:,.0f} "
-                f"MiB (tree; peaks by kind: {kinds} MiB), {keyed.partitions} partitions, "
-                f"rounds {rounds}",
+                f"MiB = {peak / n:,.0f} B/event (tree PSS; peaks by kind: {per_kind(kinds, n)}), "
+                f"{keyed.partitions} partitions, rounds {rounds}",
                 flush=True,
             )
             if args.no_local:
@@ -119,7 +123,8 @@ def main() -> None:
             wall, cpu, _, peak, _, local = timed(partial(run_local, pipe, n), tree=False)
             print(
                 f"{n:>11,} local: {wall:8.1f} s wall, {cpu:7.1f} s CPU, {n / wall:9,.0f} ev/s "
-                f"wall, {n / cpu:9,.0f} ev/s CPU, peak {peak / 2**20:,.0f} MiB (this process)",
+                f"wall, {n / cpu:9,.0f} ev/s CPU, peak {peak / 2**20:,.0f} MiB = {peak / n:,.0f} "
+                "B/event (this process)",
                 flush=True,
             )
             diff = keyed_differences(local, keyed)

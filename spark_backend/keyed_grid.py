@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from theory.arrays import sorted_union
 from theory.pipeline.simulator import Stream
 from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
@@ -42,11 +43,11 @@ def _thresholds(strategy: WindowingStrategy, ts: np.ndarray) -> np.ndarray:
     """Watermark values at which a window of these timestamps may fire or be collected."""
     end = np.minimum(strategy.window_fn.assign_array(ts).end, _CAP)  # type: ignore[attr-defined]
     lateness = min(int(strategy.allowed_lateness), _CAP)
-    ends = np.unique(end)
+    ends = sorted_union([end])
     near = [ends - 1, ends, ends + 1]
     if lateness:
         near += [e + lateness for e in near]
-    return np.unique(np.concatenate(near))
+    return sorted_union(near)
 
 
 def partition_grid(strategy: WindowingStrategy, stream: Stream, iw: StepSeries) -> np.ndarray:
@@ -55,9 +56,9 @@ def partition_grid(strategy: WindowingStrategy, stream: Stream, iw: StepSeries) 
     steps = iw.times
     cross = np.searchsorted(iw.values, _thresholds(strategy, stream.timestamp), side="left")
     crossing = steps[cross[cross < steps.size]]
-    needed = np.union1d(stream.time, crossing)
+    needed = sorted_union([stream.time, crossing])
     before = np.searchsorted(steps, needed, side="left") - 1
-    return np.union1d(needed, steps[before[before >= 0]])
+    return sorted_union([needed, steps[before[before >= 0]]])
 
 
 def grid_columns(
