@@ -193,8 +193,7 @@ def simulate_keyed(
         for name in pipeline.graph.order:
             spec = pipeline.stage(name)
             if isinstance(spec, Source):
-                trace = traces[name]
-                parts, iw = run.source(spec, trace() if callable(trace) else trace)
+                parts, iw = run.source(spec, traces[name])
             else:
                 ups = [streams[u] for u in spec.inputs]
                 glob = isinstance(spec, GroupByWindow) and spec.rekey == "global"
@@ -235,11 +234,10 @@ class _Run:
         for rdd in self.kept:
             rdd.unpersist()
 
-    def source(self, spec: Source, trace: Trace) -> tuple[Any, StepSeries]:
+    def source(self, spec: Source, trace: TraceInput) -> tuple[Any, StepSeries]:
         """The source's rows split by key partition into Parquet files (this process);
-        the partitions' RDD reads them."""
-        stream, iw = source_input(spec, trace)
-        del trace
+        the partitions' RDD reads them. A trace made here is dropped once read."""
+        stream, iw = source_input(spec, trace() if callable(trace) else trace)
         folder = self.out / "_sources" / spec.name
         folder.mkdir(parents=True, exist_ok=True)
         target = key_partition(stream.key, self.n)
