@@ -71,7 +71,8 @@ class Part(NamedTuple):
 class ElementStats(NamedTuple):
     """What a partition sends the driver after a stage: its arrivals, late elements,
     drops, late elements grouped, its in-flight holds (µs series), the path its grouping
-    ran on and its windows' first-pane latencies (fire time minus window end, µs)."""
+    ran on, its windows' first-pane latencies (fire time minus window end, µs) and the
+    instants its grouping ran over (0 for an element-wise stage)."""
 
     arrivals: int
     late: int
@@ -81,6 +82,7 @@ class ElementStats(NamedTuple):
     processing_hold: StepSeries
     path: str
     latencies: np.ndarray
+    instants: int = 0
 
 
 def _key_hash(k: Hashable) -> int:
@@ -272,6 +274,7 @@ def group_outputs(
         inflight_min(table.fire_time, table.emit_time, table.fire_time),
         run.path,
         table.fire_time[table.index == 0] - table.window_end[table.index == 0],
+        instants.size,
     )
     rows = np.column_stack([part.stream.time[late], part.stream.timestamp[late]])
     return Part(out, place.reshape(-1, 5)), table, stats, rows

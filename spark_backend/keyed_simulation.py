@@ -123,6 +123,8 @@ class KeyedStage:
     path: str = ""
     latencies: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     rounds: int = 0
+    #: The most instants a partition's grouping ran over (its own grid; 0: not grouping).
+    largest_grid: int = 0
 
     @property
     def late_fraction(self) -> float:
@@ -335,9 +337,10 @@ class _Run:
             PaneFiles(pane_dir, _count(pane_dir)),
             paths.pop() if len(paths) == 1 else ("mixed" if paths else ""),
             np.concatenate([s.latencies for s in stats]) if stats else np.empty(0, np.int64),
-            rounds,
+            rounds, max((s.instants for s in stats), default=0),
         )  # fmt: skip
-        LOG.info("stage %s: %d rounds, %d panes", spec.name, rounds, len(stage.panes or ()))
+        LOG.info("stage %s: %d rounds, %d panes, at most %d instants a partition", spec.name,
+                 rounds, len(stage.panes or ()), stage.largest_grid)  # fmt: skip
         return emitted.mapValues(lambda r: r[0]), stage
 
     def _rounds(

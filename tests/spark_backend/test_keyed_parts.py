@@ -78,7 +78,7 @@ def test_split_and_merge_keep_the_local_order(seed, n_parts, n_a, n_b):
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from([5, 9, 9, 20, MAX_TIMESTAMP]), max_size=30))
 def test_holds_travel_as_their_changes(values):
-    hold = np.array(values + [0], np.int64)  # (the final step's is left out)
+    hold = np.array([*values, 0], np.int64)  # (the final step's is left out)
     instants = np.arange(100, 100 + 3 * hold.size - 3, 3, dtype=np.int64)
     changes = hold_changes(hold, instants)
     assert np.array_equal(changes.at(instants), hold[:-1])
@@ -120,7 +120,7 @@ def keyed_stage(spec: GroupByWindow, stream: Stream, iw: StepSeries, n_parts: in
         return {p: hold_changes(r.state_hold, inst) for p, (inst, r) in ran.items()}, ran
 
     rounds, holds, ran = settle(run_round, 64, spec.name)
-    tables = [group_outputs(spec, parts[p], iw, inst, r, ranks)[1:3:1][0]
+    tables = [group_outputs(spec, parts[p], iw, inst, r, ranks)[1]
               for p, (inst, r) in ran.items()]  # fmt: skip
     fields = list(PaneTable.__dataclass_fields__)
     cols = {f: np.concatenate([getattr(t, f) for t in tables]) for f in fields}
@@ -131,7 +131,7 @@ def keyed_stage(spec: GroupByWindow, stream: Stream, iw: StepSeries, n_parts: in
     return rounds, state, {f: c[order] for f, c in cols.items()}, [i for i, _ in ran.values()]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
     window=st.sampled_from(WINDOWS),
@@ -148,11 +148,13 @@ def test_a_partition_on_its_own_instants_runs_as_on_the_whole_grid(
 ):
     """Key partitions each run over their own instants, in rounds, give the local
     simulator's panes (every field, in its order) and state hold (µs)."""
-    strategy = WindowingStrategy(window, trigger, mode, allowed_lateness=lateness,
-                                 timestamp_combiner=combiner, allow_unsafe_triggers=True)  # fmt: skip
+    strategy = WindowingStrategy(
+        window, trigger, mode, allowed_lateness=lateness, timestamp_combiner=combiner,
+        allow_unsafe_triggers=True,
+    )  # fmt: skip
     spec = GroupByWindow("g", "in", strategy, "sum")
     pipe = Pipeline([Source("in", watermark), spec])
-    trace = _trace(seed, 300, 7)
+    trace = _trace(seed, 200, 7)
     local = simulate(pipe, {"in": trace}, fast=fast).stages["g"]
     stream, _ = source_input(pipe.stage("in"), trace)
     _, state, panes, _ = keyed_stage(spec, stream, local.input_watermark, n_parts, fast)
