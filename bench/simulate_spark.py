@@ -14,10 +14,17 @@ results are identical (:func:`spark_backend.keyed_compare.keyed_differences`).
 (``RLIMIT_AS``; the local run in a fresh Python process, Spark's driver after its JVM
 started and its Python workers through ``spark.executor.pyspark.memory``) and prints
 whether each completed or ran out of memory. For the whole tree, the JVM included, start
-the script under ``prlimit --as=BYTES`` with the same BYTES (the JVM then needs a small
-heap and reservations: see the README's line for issue 19). Usage::
+the script under ``prlimit --as=BYTES`` with the same BYTES; the JVM then needs a small
+heap and small reservations (3 GiB is enough with these)::
 
-    nice python bench/simulate_spark.py --events 1e6 [--partitions 4] [--no-local]
+    JAVA_TOOL_OPTIONS="-Xmx1g -XX:CompressedClassSpaceSize=64m -XX:ReservedCodeCacheSize=64m \
+      -XX:MaxMetaspaceSize=256m -Xss512k -XX:+UseSerialGC" MALLOC_ARENA_MAX=2 \
+      nice prlimit --as=$((3*1024**3)) python bench/simulate_spark.py --events 1.6e7 \
+      --partitions 32 --limit $((3*1024**3)) --conf spark.driver.memory=1g
+
+Usage::
+
+    nice python bench/simulate_spark.py --events 1e6 [--partitions 32] [--no-local]
 """
 
 from __future__ import annotations
