@@ -10,17 +10,25 @@ Python workers), events per second, and peak resident memory sampled every 0.5 s
 the process tree and the driver alone; local: this process), then whether the two
 results are identical (:func:`spark_backend.keyed_compare.keyed_differences`).
 
-``--limit BYTES`` runs each engine under that address-space limit per Python process
-(``RLIMIT_AS``; the local run in a child process, Spark's driver after its JVM started and
-its Python workers through ``spark.executor.pyspark.memory``) and prints whether each
-completed or ran out of memory. Usage::
+``--limit BYTES`` runs each engine under that address-space limit per process
+(``RLIMIT_AS``; the local run in a fresh Python process, Spark's driver after its JVM
+started and its Python workers through ``spark.executor.pyspark.memory``) and prints
+whether each completed or ran out of memory. For the whole tree, the JVM included, start
+the script under ``prlimit --as=BYTES`` with the same BYTES; the JVM then needs a small
+heap and small reservations (3 GiB is enough with these)::
 
-    nice python bench/simulate_spark.py --events 1e6 [--partitions 4] [--no-local]
+    JAVA_TOOL_OPTIONS="-Xmx1g -XX:CompressedClassSpaceSize=64m -XX:ReservedCodeCacheSize=64m \
+      -XX:MaxMetaspaceSize=256m -Xss512k -XX:+UseSerialGC" MALLOC_ARENA_MAX=2 \
+      nice prlimit --as=$((3*1024**3)) python bench/simulate_spark.py --events 1.6e7 \
+      --partitions 32 --limit $((3*1024**3)) --conf spark.driver.memory=1g
+
+Usage::
+
+    nice python bench/simulate_spark.py --events 1e6 [--partitions 32] [--no-local]
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import resource
 import shutil
@@ -47,8 +55,12 @@ def timed(fn, tree=True):
         out = fn()
         wall = time.perf_counter() - t0
         cpu = (tree_cpu(os.getpid()) if tree else time.process_time()) - c0
-    kinds = ", ".join(f"{k} {v / 2**20:,.0f}" for k, v in memory.by_kind.items())
-    return wall, cpu, memory.peak, alone.peak, kinds, out
+    return wall, cpu, memory.peak, alone.peak, memory.by_kind, out
+
+
+def per_kind(kinds, n):
+    """Each kind's peak as MiB and bytes per event (``n`` events)."""
+    return ", ".join(f"{k} {v / 2**20:,.0f} MiB ({v / n:,.0f} B/event)" for k, v in kinds.items())
 
 
 def run_local(pipe, n):
@@ -56,25 +68,37 @@ def run_local(pipe, n):
     return simulate(pipe, chapter3.traces(n, seed=0))
 
 
-def _limited_local(limit, pipe, n, answer):
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    try:
-        t0 = time.perf_counter()
-        run_local(pipe, n)
-        answer.put(f"completed in {time.perf_counter() - t0:.1f} s")
-    except MemoryError:
-        answer.put("MemoryError")
+_LOCAL_UNDER_LIMIT = """
+import resource, sys, time
+from theory.pipeline import chapter3
+from theory.pipeline.simulator import simulate
+n, watermark = int(sys.argv[1]), sys.argv[2]
+t0 = time.perf_counter()
+try:
+    simulate(chapter3.pipeline(watermark), chapter3.traces(n, seed=0))
+except MemoryError:
+    print("MemoryError"); sys.exit(3)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(f"completed in {time.perf_counter() - t0:.1f} s, peak RSS {peak / 2**20:,.0f} MiB")
+"""
 
 
-def local_under_limit(limit, pipe, n) -> str:
-    """How the local simulation fares in a child process under ``limit`` bytes of
-    address space."""
-    ctx = multiprocessing.get_context("fork")
-    answer = ctx.Queue()
-    child = ctx.Process(target=_limited_local, args=(limit, pipe, n, answer))
-    child.start()
-    child.join()
-    return answer.get() if not answer.empty() else f"died (exit code {child.exitcode})"
+def local_under_limit(limit, watermark, n) -> str:
+    """How the local simulation fares in a fresh Python process under ``limit`` bytes
+    of address space (the limit a whole-tree ``prlimit --as`` gives every process)."""
+    import subprocess
+    import sys
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    done = subprocess.run([sys.executable, "-c", _LOCAL_UNDER_LIMIT, str(n), watermark],
+                          preexec_fn=cap, capture_output=True, text=True)  # fmt: skip
+    said = done.stdout.strip().splitlines()
+    if said:
+        return said[-1]
+    tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+    return f"died (exit code {done.returncode}: {tail[0]})"
 
 
 def main() -> None:
@@ -107,19 +131,21 @@ def main() -> None:
             print(
                 f"{n:>11,} spark: {wall:8.1f} s wall, {cpu:7.1f} s CPU (process tree), "
                 f"{n / wall:9,.0f} ev/s wall, {n / cpu:9,.0f} ev/s CPU, peak {peak / 2**20:,.0f} "
-                f"MiB (tree; peaks by kind: {kinds} MiB), {keyed.partitions} partitions, "
-                f"rounds {rounds}",
+                f"MiB = {peak / n:,.0f} B/event (tree PSS; peaks by kind: {per_kind(kinds, n)}), "
+                f"{keyed.partitions} partitions, rounds {rounds}",
                 flush=True,
             )
             if args.no_local:
                 continue
             if args.limit:
-                print(f"{n:>11,} local under the limit: {local_under_limit(limit, pipe, n)}")
+                fate = local_under_limit(limit, args.watermark, n)
+                print(f"{n:>11,} local under the limit: {fate}", flush=True)
                 continue
             wall, cpu, _, peak, _, local = timed(partial(run_local, pipe, n), tree=False)
             print(
                 f"{n:>11,} local: {wall:8.1f} s wall, {cpu:7.1f} s CPU, {n / wall:9,.0f} ev/s "
-                f"wall, {n / cpu:9,.0f} ev/s CPU, peak {peak / 2**20:,.0f} MiB (this process)",
+                f"wall, {n / cpu:9,.0f} ev/s CPU, peak {peak / 2**20:,.0f} MiB = {peak / n:,.0f} "
+                "B/event (this process)",
                 flush=True,
             )
             diff = keyed_differences(local, keyed)

@@ -9,19 +9,22 @@ lexicographically (a source row's index; a merged stream's (time, input, upstrea
 a pane's (fire time, key rank, window start, window end, pane index)). Keys go to
 partitions by :func:`key_partition`, so a key's elements, and its panes, stay together.
 
-Holds travel as :class:`~theory.series.StepSeries` over event *indices* (only their
-changes), so what a partition sends to the driver grows with its hold's changes, not with
-the stage's events.
+A grouping stage runs on the partition's own instants of the stage's grid
+(:mod:`spark_backend.keyed_grid`), so a task's arrays grow with its partition, not with
+the stage's input. Holds travel as their changes only (:class:`~theory.series.StepSeries`
+over those instants), so what a partition sends to the driver grows with its hold's
+changes.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Hashable, Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from spark_backend.keyed_grid import external_after, grid_columns, partition_grid
 from theory.pipeline.simulator import (
     PaneTable,
     Stream,
@@ -29,10 +32,9 @@ from theory.pipeline.simulator import (
     pane_order,
     pane_outputs,
     run_elementwise,
-    script_columns,
 )
 from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Source
-from theory.series import StepSeries
+from theory.series import StepSeries, pointwise_min
 from theory.time import MAX_TIMESTAMP
 from theory.watermarks.holds import inflight_min
 from theory.windowing.partitioned import PartResult, run_part
@@ -40,15 +42,16 @@ from theory.windowing.partitioned import PartResult, run_part
 __all__ = [
     "ElementStats",
     "Part",
-    "dense",
     "elementwise",
     "first_places",
     "group_outputs",
     "group_round",
+    "hold_changes",
     "key_partition",
     "merge",
+    "others_min",
+    "settle",
     "split",
-    "steps",
 ]
 
 #: No hold: the step series over event indices that is MAX_TIMESTAMP throughout.
@@ -68,7 +71,8 @@ class Part(NamedTuple):
 class ElementStats(NamedTuple):
     """What a partition sends the driver after a stage: its arrivals, late elements,
     drops, late elements grouped, its in-flight holds (µs series), the path its grouping
-    ran on and its windows' first-pane latencies (fire time minus window end, µs)."""
+    ran on, its windows' first-pane latencies (fire time minus window end, µs) and the
+    instants its grouping ran over (0 for an element-wise stage)."""
 
     arrivals: int
     late: int
@@ -78,6 +82,7 @@ class ElementStats(NamedTuple):
     processing_hold: StepSeries
     path: str
     latencies: np.ndarray
+    instants: int = 0
 
 
 def _key_hash(k: Hashable) -> int:
@@ -157,31 +162,75 @@ def elementwise(
     return Part(out, part.place), stats, np.column_stack([r.late_arrival, r.late_timestamp])
 
 
-def steps(hold: np.ndarray) -> StepSeries:
-    """A hold per event (µs) as its changes over event indices."""
-    return StepSeries(np.arange(hold.size, dtype=np.int64), hold, MAX_TIMESTAMP).compressed()
+def hold_changes(hold: np.ndarray, instants: np.ndarray) -> StepSeries:
+    """A partition's hold after each of its events (µs; the final step's left out) as
+    its changes over the ``instants`` (µs) of its events."""
+    n = instants.size
+    h = hold[:n]
+    change = np.flatnonzero(np.diff(h, prepend=MAX_TIMESTAMP) != 0)
+    return StepSeries(instants[change], h[change], MAX_TIMESTAMP)
 
 
-def dense(series: StepSeries, n: int) -> np.ndarray:
-    """The hold per event (``n`` events) from its changes over event indices (one array
-    of ``n`` made: the hold of a stage's every event is the largest thing a task holds)."""
-    cuts = np.concatenate(([0], np.clip(series.times, 0, n), [n]))
-    return np.repeat(np.concatenate(([series.initial], series.values)), np.diff(cuts))
+def others_min(holds: Mapping[int, StepSeries], p: int) -> StepSeries | None:
+    """The minimum of the partitions' own holds other than ``p``'s (None: no other)."""
+    others = [h for q, h in holds.items() if q != p]
+    return pointwise_min(others) if others else None
+
+
+def settle(
+    run_round: Callable[[Mapping[int, StepSeries] | None], tuple[dict[int, StepSeries], Any]],
+    max_rounds: int,
+    name: str,
+    release: Callable[[Any], None] = lambda _: None,
+) -> tuple[int, dict[int, StepSeries], Any]:
+    """A grouping stage's rounds until the partitions' external holds settle (as
+    :func:`theory.windowing.partitioned.run_partitioned`). ``run_round(holds)`` runs
+    every partition under the minimum of the others' ``holds`` from the last round (None
+    in the first: no hold) and returns each partition's own hold and what it ran (a
+    round not kept is passed to ``release``). Returns (rounds, own holds, the settled
+    round's). RuntimeError naming stage ``name`` if ``max_rounds`` do not settle."""
+    holds: dict[int, StepSeries] | None = None
+    for r in range(1, max_rounds + 1):
+        new, ran = run_round(holds)
+        if len(new) <= 1 or all(
+            _same(others_min(new, p), None if holds is None else others_min(holds, p))
+            for p in new
+        ):
+            return r, new, ran
+        release(ran)
+        holds = new
+    raise RuntimeError(
+        f"stage {name!r}: the key partitions' holds did not settle in {max_rounds} rounds"
+    )
+
+
+def _same(a: StepSeries | None, b: StepSeries | None) -> bool:
+    """Whether two holds are the same function (None: no hold, as a series without a
+    change)."""
+    a, b = a or NO_STEPS, b or NO_STEPS
+    return (
+        a.initial == b.initial
+        and np.array_equal(a.times, b.times)
+        and np.array_equal(a.values, b.values)
+    )
 
 
 def group_round(
     spec: GroupByWindow,
     part: Part,
     iw: StepSeries,
-    instants: np.ndarray,
     fast: bool,
     external: StepSeries | None,
-) -> PartResult:
-    """One round of the grouping stage on the partition, under the other partitions'
-    hold ``external`` (changes over event indices; None: none)."""
-    columns = script_columns(spec, part.stream, iw, instants)
-    held = None if external is None else dense(external, columns.iw_after.size)
-    return run_part(columns, spec.strategy, fast, held)
+) -> tuple[np.ndarray, PartResult]:
+    """One round of the grouping stage on the partition over its own instants
+    (:func:`spark_backend.keyed_grid.partition_grid`), under the other partitions' hold
+    ``external`` (µs series; None: none): (the instants, the result, whose events index
+    them; the final step is the last event)."""
+    instants = partition_grid(spec.strategy, part.stream, iw)
+    key = [None] * len(part.stream) if spec.rekey == "global" else part.stream.key.tolist()
+    columns = grid_columns(key, part.stream, iw, instants)
+    held = None if external is None else external_after(external, instants)
+    return instants, run_part(columns, spec.strategy, fast, held)
 
 
 def first_places(part: Part, rekey_global: bool) -> dict[Hashable, tuple[int, ...]]:
@@ -203,10 +252,11 @@ def group_outputs(
     run: PartResult,
     key_rank: Mapping[Hashable, int],
 ) -> tuple[Part, PaneTable, ElementStats, np.ndarray]:
-    """The stage's outputs on the partition from its settled round ``run``: the panes
-    fired before the final step in the local order (``key_rank``: every key's rank by
-    first arrival in the whole stream), as a table and as the output part, the stats and
-    the late elements' (arrival, timestamp) rows (µs)."""
+    """The stage's outputs on the partition from its settled round ``run`` over its
+    ``instants`` (:func:`group_round`'s): the panes fired before the final step in the
+    local order (``key_rank``: every key's rank by first arrival in the whole stream), as
+    a table and as the output part, the stats and the late elements' (arrival,
+    timestamp) rows (µs)."""
     order = pane_order(run.pane_columns, run.pane_event, instants.size, key_rank)
     panes = run.pane_columns.take(order)
     fire = instants[run.pane_event[order]]
@@ -224,6 +274,7 @@ def group_outputs(
         inflight_min(table.fire_time, table.emit_time, table.fire_time),
         run.path,
         table.fire_time[table.index == 0] - table.window_end[table.index == 0],
+        instants.size,
     )
     rows = np.column_stack([part.stream.time[late], part.stream.timestamp[late]])
     return Part(out, place.reshape(-1, 5)), table, stats, rows

@@ -10,18 +10,20 @@ checks every series and pane):
   watermark (which needs every row's event and arrival time), writes the rows split by
   key partition (:func:`spark_backend.keyed_parts.key_partition`) to Parquet under the
   output directory, and drops them; each task reads its partition's file.
-- **Streams** stay on the executors as an RDD of ``(partition, Part)``, persisted with
-  MEMORY_AND_DISK (Spark spills what does not fit). A stage of several inputs, or one
-  that re-keys everything to one key, gathers the parts by target partition (a shuffle).
+- **Streams** stay on the executors as an RDD of ``(partition, Part)``, persisted
+  DISK_ONLY (in the block manager's files, not the JVM heap). A stage of several inputs,
+  or one that re-keys everything to one key, gathers the parts by target partition (a
+  shuffle).
 - **Element-wise stages** run per partition with the input watermark broadcast; each
   partition sends back its counts and in-flight holds.
-- **Grouping stages** run per partition over the stage's global event grid (every
-  element's arrival and watermark step, broadcast), in rounds: each partition runs under
-  the minimum of the other partitions' state holds from the last round, and the rounds
-  stop when those settle (as :func:`theory.windowing.partitioned.run_partitioned`). Holds
-  travel as their changes only (step series over event indices) and are reduced by
-  minimum on the driver. Panes are ordered, combined and written to Parquet by the tasks;
-  the driver never collects them.
+- **Grouping stages** run each partition over its own instants of the stage's grid
+  (:mod:`spark_backend.keyed_grid`: its arrivals and the watermark steps that can fire
+  its windows; the input watermark and the keys' ranks broadcast), in rounds: each
+  partition runs under the minimum of the other partitions' state holds from the last
+  round, and the rounds stop when those settle (:func:`spark_backend.keyed_parts.settle`,
+  as :func:`theory.windowing.partitioned.run_partitioned`). Holds travel as their changes
+  only (step series over µs) and are reduced by minimum on the driver. Panes are
+  ordered, combined and written to Parquet by the tasks; the driver never collects them.
 - **Outputs** in ``out``: ``panes/STAGE/part-P.parquet`` (the
   :class:`~theory.pipeline.simulator.PaneTable` columns plus ``key_rank``) and
   ``late/STAGE/part-P.parquet`` (late elements' ``arrival`` and ``timestamp``). The
@@ -53,12 +55,13 @@ from spark_backend.keyed_parts import (
     first_places,
     group_outputs,
     group_round,
+    hold_changes,
     key_partition,
     merge,
+    others_min,
+    settle,
     split,
-    steps,
 )
-from theory.arrays import sorted_union
 from theory.columns import check_count
 from theory.data.trace import Trace
 from theory.pipeline.simulator import (
@@ -70,7 +73,6 @@ from theory.pipeline.simulator import (
 )
 from theory.pipeline.stages import GroupByWindow, Pipeline, Source
 from theory.series import StepSeries, pointwise_min, union_times
-from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import STATE_HOLD
 
 __all__ = [
@@ -121,6 +123,8 @@ class KeyedStage:
     path: str = ""
     latencies: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     rounds: int = 0
+    #: The most instants a partition's grouping ran over (its own grid; 0: not grouping).
+    largest_grid: int = 0
 
     @property
     def late_fraction(self) -> float:
@@ -191,8 +195,7 @@ def simulate_keyed(
         for name in pipeline.graph.order:
             spec = pipeline.stage(name)
             if isinstance(spec, Source):
-                trace = traces[name]
-                parts, iw = run.source(spec, trace() if callable(trace) else trace)
+                parts, iw = run.source(spec, traces[name])
             else:
                 ups = [streams[u] for u in spec.inputs]
                 glob = isinstance(spec, GroupByWindow) and spec.rekey == "global"
@@ -222,7 +225,7 @@ class _Run:
         from pyspark import StorageLevel
 
         self.sc, self.n, self.out, self.fast, self.max_rounds = sc, n, out, fast, max_rounds
-        self.level = StorageLevel.MEMORY_AND_DISK
+        self.level = StorageLevel.DISK_ONLY
         self.kept: list[Any] = []
 
     def keep(self, rdd: Any) -> Any:
@@ -233,11 +236,10 @@ class _Run:
         for rdd in self.kept:
             rdd.unpersist()
 
-    def source(self, spec: Source, trace: Trace) -> tuple[Any, StepSeries]:
+    def source(self, spec: Source, trace: TraceInput) -> tuple[Any, StepSeries]:
         """The source's rows split by key partition into Parquet files (this process);
-        the partitions' RDD reads them."""
-        stream, iw = source_input(spec, trace)
-        del trace
+        the partitions' RDD reads them. A trace made here is dropped once read."""
+        stream, iw = source_input(spec, trace() if callable(trace) else trace)
         folder = self.out / "_sources" / spec.name
         folder.mkdir(parents=True, exist_ok=True)
         target = key_partition(stream.key, self.n)
@@ -295,25 +297,21 @@ class _Run:
     def group(self, spec: GroupByWindow, parts: Any, iw: StepSeries) -> tuple[Any, KeyedStage]:
         parts = self.keep(parts)
         glob = spec.rekey == "global"
-        seen = parts.map(
-            lambda pp: (np.unique(pp[1].stream.time), first_places(pp[1], glob))
-        ).collect()
-        instants = sorted_union([*(t for t, _ in seen), iw.times])
         firsts: dict[Hashable, tuple[int, ...]] = {}
-        for _, got in seen:
+        for got in parts.map(lambda pp: first_places(pp[1], glob)).collect():
             for k, place in got.items():
                 if k not in firsts or place < firsts[k]:
                     firsts[k] = place
-        del seen
         ranks = {k: r for r, k in enumerate(sorted(firsts, key=firsts.__getitem__))}
-        shared = self.sc.broadcast((iw, instants, ranks))
+        del firsts
+        shared = self.sc.broadcast((iw, ranks))
         rounds, holds, done = self._rounds(spec, parts, shared)
         pane_dir, late_dir = self.out / "panes" / spec.name, self.out / "late" / spec.name
 
         def outputs(item: Any) -> tuple[int, tuple[Part, ElementStats]]:
-            (p, part), (_, (_, result)) = item
-            w, grid, rank = shared.value
-            out, table, stats, late = group_outputs(spec, part, w, grid, result, rank)
+            (p, part), (_, (_, instants, result)) = item
+            w, rank = shared.value
+            out, table, stats, late = group_outputs(spec, part, w, instants, result, rank)
             _write_panes(pane_dir, p, table, rank)
             _write_late(late_dir, p, late)
             return p, (out, stats)
@@ -322,10 +320,7 @@ class _Run:
         stats = emitted.map(lambda x: x[1][1]).collect()
         done.unpersist()
         shared.unpersist()
-        n_ev = instants.size
-        held = _min_series(list(holds.values()))
-        keep = held.times < n_ev
-        state = StepSeries(instants[held.times[keep]], held.values[keep], MAX_TIMESTAMP)
+        state = _min_series(list(holds.values()))
         buffer = _min_series([s.buffer for s in stats])
         dropped: dict[str, int] = {}
         for s in stats:
@@ -342,40 +337,39 @@ class _Run:
             PaneFiles(pane_dir, _count(pane_dir)),
             paths.pop() if len(paths) == 1 else ("mixed" if paths else ""),
             np.concatenate([s.latencies for s in stats]) if stats else np.empty(0, np.int64),
-            rounds,
+            rounds, max((s.instants for s in stats), default=0),
         )  # fmt: skip
-        LOG.info("stage %s: %d rounds, %d panes", spec.name, rounds, len(stage.panes or ()))
+        LOG.info("stage %s: %d rounds, %d panes, at most %d instants a partition", spec.name,
+                 rounds, len(stage.panes or ()), stage.largest_grid)  # fmt: skip
         return emitted.mapValues(lambda r: r[0]), stage
 
     def _rounds(
         self, spec: GroupByWindow, parts: Any, shared: Any
     ) -> tuple[int, dict[int, StepSeries], Any]:
-        """Rounds until the partitions' external holds settle: (rounds, each partition's
-        state hold over event indices, the settled round's RDD of (p, (hold, PartResult
-        without its hold)))."""
-        fast = self.fast
-        external: dict[int, StepSeries] = {}
-        for r in range(1, self.max_rounds + 1):
-            ext = self.sc.broadcast(external)
+        """Rounds until the partitions' external holds settle (:func:`settle`): (rounds,
+        each partition's own state hold (µs series), the settled round's RDD of (p,
+        (hold, instants, PartResult without its hold))). Every partition's own hold is
+        broadcast and each task takes the minimum of the others'."""
+        fast, level = self.fast, self.level
 
-            def task(pp: tuple[int, Part], ext: Any = ext) -> tuple[int, Any]:
-                w, grid, _ = shared.value
-                r = group_round(spec, pp[1], w, grid, fast, ext.value.get(pp[0]))
+        def run_round(holds: Mapping[int, StepSeries] | None) -> tuple[dict, Any]:
+            ext = self.sc.broadcast(holds)
+
+            def task(pp: tuple[int, Part]) -> tuple[int, Any]:
+                w, _ = shared.value
+                last = ext.value
+                external = None if last is None else others_min(last, pp[0])
+                instants, res = group_round(spec, pp[1], w, fast, external)
                 # the hold kept as its changes only (the outputs do not need it)
-                return pp[0], (steps(r.state_hold), r._replace(state_hold=NO_STEPS.times))
+                held = hold_changes(res.state_hold, instants)
+                return pp[0], (held, instants, res._replace(state_hold=NO_STEPS.times))
 
-            done = parts.map(task).persist(self.level)
-            holds = dict(done.map(lambda x: (x[0], x[1][0])).collect())
+            done = parts.map(task).persist(level)
+            new = dict(done.map(lambda x: (x[0], x[1][0])).collect())
             ext.unpersist()
-            again = {p: _min_series([h for q, h in holds.items() if q != p]) for p in holds}
-            if len(holds) <= 1 or all(_same(again[p], external.get(p, NO_STEPS)) for p in holds):
-                return r, holds, done
-            done.unpersist()
-            external = again
-        raise RuntimeError(
-            f"stage {spec.name!r}: the key partitions' holds did not settle in "
-            f"{self.max_rounds} rounds"
-        )
+            return new, done
+
+        return settle(run_round, self.max_rounds, spec.name, lambda done: done.unpersist())
 
 
 def _latched(s: StepSeries) -> StepSeries:
@@ -385,10 +379,6 @@ def _latched(s: StepSeries) -> StepSeries:
     if v.size == 0 or (v[0] > s.initial and bool(np.all(v[1:] > v[:-1]))):
         return s
     return s.latched()
-
-
-def _same(a: StepSeries, b: StepSeries) -> bool:
-    return np.array_equal(a.times, b.times) and np.array_equal(a.values, b.values)
 
 
 def _min_series(series: list[StepSeries]) -> StepSeries:

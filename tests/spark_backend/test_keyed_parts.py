@@ -6,9 +6,33 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_backend.keyed_parts import Part, dense, key_partition, merge, split, steps
-from theory.pipeline.simulator import Stream, merge_streams
-from theory.time import MAX_TIMESTAMP
+from spark_backend.keyed_grid import partition_grid
+from spark_backend.keyed_parts import (
+    Part,
+    group_outputs,
+    group_round,
+    hold_changes,
+    key_partition,
+    merge,
+    others_min,
+    settle,
+    split,
+)
+from theory.data.trace import Trace
+from theory.pipeline.simulator import PaneTable, Stream, merge_streams, simulate, source_input
+from theory.pipeline.stages import GroupByWindow, Pipeline, Source
+from theory.series import StepSeries, pointwise_min
+from theory.time import MAX_TIMESTAMP, SECOND
+from theory.windowing.engine import STATE_HOLD
+from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
+from theory.windowing.triggers import (
+    AfterCount,
+    AfterProcessingTime,
+    AfterWatermark,
+    DefaultTrigger,
+    Repeatedly,
+)
+from theory.windowing.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows
 
 
 def test_a_key_has_one_partition_whatever_its_array():
@@ -54,7 +78,111 @@ def test_split_and_merge_keep_the_local_order(seed, n_parts, n_a, n_b):
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from([5, 9, 9, 20, MAX_TIMESTAMP]), max_size=30))
 def test_holds_travel_as_their_changes(values):
-    hold = np.array(values, np.int64)
-    changes = steps(hold)
-    assert np.array_equal(dense(changes, hold.size), hold)
-    assert changes.values.size == np.count_nonzero(np.diff(hold, prepend=MAX_TIMESTAMP))
+    hold = np.array([*values, 0], np.int64)  # (the final step's is left out)
+    instants = np.arange(100, 100 + 3 * hold.size - 3, 3, dtype=np.int64)
+    changes = hold_changes(hold, instants)
+    assert np.array_equal(changes.at(instants), hold[:-1])
+    assert changes.values.size == np.count_nonzero(np.diff(hold[:-1], prepend=MAX_TIMESTAMP))
+
+
+WINDOWS = [FixedWindows(60 * SECOND), SlidingWindows(60 * SECOND, 20 * SECOND),
+           Sessions(30 * SECOND), GlobalWindows()]  # fmt: skip
+TRIGGERS = [
+    DefaultTrigger(),
+    AfterWatermark(early=AfterCount(3), late=AfterCount(1)),
+    AfterWatermark(early=AfterProcessingTime(5 * SECOND)),
+    AfterWatermark(late=AfterCount(2)),
+    Repeatedly(AfterCount(4)),
+]
+
+
+def _trace(seed: int, n: int, keys: int, tick: int = SECOND) -> Trace:
+    rng = np.random.default_rng(seed)
+    event = np.sort(rng.integers(0, 600 * SECOND, n))
+    # bursts of ties, stragglers far behind: late data under the heuristic watermarks
+    delay = rng.integers(0, 4 * SECOND, n) + (rng.random(n) < 0.1) * rng.integers(0, 90 * SECOND, n)
+    arrival = (event + delay) // tick * tick  # (ticks of a second: many ties)
+    return Trace(event, arrival, rng.integers(0, keys, n), rng.integers(1, 9, n).astype(float))
+
+
+def keyed_stage(spec: GroupByWindow, stream: Stream, iw: StepSeries, n_parts: int, fast: bool):
+    """The stage run as :mod:`spark_backend.keyed_simulation` runs it, in this process:
+    (rounds, state hold, the panes as one table in the local order, each partition's
+    instants)."""
+    glob = spec.rekey == "global"
+    parts = dict(split(Part(stream, np.arange(len(stream)).reshape(-1, 1)), n_parts, glob))
+    keys = [None] if glob else stream.key.tolist()
+    ranks = {k: r for r, k in enumerate(dict.fromkeys(keys))}
+
+    def run_round(holds):
+        ran = {p: group_round(spec, pt, iw, fast, None if holds is None else others_min(holds, p))
+               for p, pt in parts.items()}  # fmt: skip
+        return {p: hold_changes(r.state_hold, inst) for p, (inst, r) in ran.items()}, ran
+
+    rounds, holds, ran = settle(run_round, 64, spec.name)
+    tables = [group_outputs(spec, parts[p], iw, inst, r, ranks)[1]
+              for p, (inst, r) in ran.items()]  # fmt: skip
+    fields = list(PaneTable.__dataclass_fields__)
+    cols = {f: np.concatenate([getattr(t, f) for t in tables]) for f in fields}
+    rank = np.fromiter(map(ranks.__getitem__, cols["key"].tolist()), np.int64, cols["key"].size)
+    order = np.lexsort((cols["index"], cols["window_end"], cols["window_start"], rank,
+                        cols["fire_time"]))  # fmt: skip
+    state = pointwise_min(list(holds.values()))
+    return rounds, state, {f: c[order] for f, c in cols.items()}, [i for i, _ in ran.values()]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    window=st.sampled_from(WINDOWS),
+    trigger=st.sampled_from(TRIGGERS),
+    mode=st.sampled_from(list(AccumulationMode)),
+    combiner=st.sampled_from(list(TimestampCombiner)),
+    lateness=st.sampled_from([0, 45 * SECOND]),
+    watermark=st.sampled_from(["perfect", "bounded:5s", "percentile:0.6"]),
+    n_parts=st.integers(2, 5),
+    fast=st.booleans(),
+)
+def test_a_partition_on_its_own_instants_runs_as_on_the_whole_grid(
+    seed, window, trigger, mode, combiner, lateness, watermark, n_parts, fast
+):
+    """Key partitions each run over their own instants, in rounds, give the local
+    simulator's panes (every field, in its order) and state hold (µs)."""
+    strategy = WindowingStrategy(
+        window, trigger, mode, allowed_lateness=lateness, timestamp_combiner=combiner,
+        allow_unsafe_triggers=True,
+    )  # fmt: skip
+    spec = GroupByWindow("g", "in", strategy, "sum")
+    pipe = Pipeline([Source("in", watermark), spec])
+    trace = _trace(seed, 200, 7)
+    local = simulate(pipe, {"in": trace}, fast=fast).stages["g"]
+    stream, _ = source_input(pipe.stage("in"), trace)
+    _, state, panes, _ = keyed_stage(spec, stream, local.input_watermark, n_parts, fast)
+    assert local.panes is not None and len(local.panes) == panes["key"].size
+    for f, got in panes.items():
+        want = getattr(local.panes, f)
+        assert np.array_equal(want, got, equal_nan=want.dtype.kind == "f"), f
+    held = local.holds[STATE_HOLD]
+    assert np.array_equal(held.times, state.times) and np.array_equal(held.values, state.values)
+
+
+def test_a_partition_holds_fewer_instants_than_the_stage():
+    """Sessions of 40 keys in 8 partitions under the perfect watermark: each partition's
+    grid is well under the stage's (the whole grid: every arrival and watermark step),
+    and the result is still the local one."""
+    strategy = WindowingStrategy(Sessions(30 * SECOND), AfterWatermark())
+    spec = GroupByWindow("g", "in", strategy, "sum")
+    pipe = Pipeline([Source("in", "perfect"), spec])
+    trace = _trace(7, 4_000, 40, tick=1)
+    local = simulate(pipe, {"in": trace}).stages["g"]
+    stream, _ = source_input(pipe.stage("in"), trace)
+    iw = local.input_watermark
+    rounds, state, panes, grids = keyed_stage(spec, stream, iw, 8, True)
+    whole = np.union1d(stream.time, iw.times).size
+    assert len(grids) == 8 and max(g.size for g in grids) < whole / 2
+    assert rounds >= 2 and panes["key"].size == len(local.panes)
+    assert np.array_equal(local.holds[STATE_HOLD].values, state.values)
+    # more than its arrivals: the watermark steps before them and those that fire windows
+    part = Part(stream, np.arange(len(stream)).reshape(-1, 1))
+    mine = dict(split(part, 8, False))[0].stream
+    assert partition_grid(strategy, mine, iw).size > np.union1d(mine.time, []).size

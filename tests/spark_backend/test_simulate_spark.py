@@ -3,6 +3,7 @@ the executors by key partition, every grouping stage in rounds, gives the local
 simulator's result, every stage's series, holds, late elements and panes (a small trace;
 the 1M-event equality is ``bench/simulate_spark.py``'s). Times are µs."""
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -31,6 +32,9 @@ def test_spark_simulation_equals_local(spark, tmp_path):
     assert min(stages[s].rounds for s in ("mobile_sessions", "console_sessions")) >= 2
     assert stages["average_session_length"].rounds == 1
     assert local.stages["mobile_sessions"].late_count > 0  # (the case has late data)
+    # each partition ran over its own instants, well under the stage's every arrival
+    arrivals = np.unique(traces["mobile_in"].arrival_time).size
+    assert 0 < stages["mobile_sessions"].largest_grid < arrivals * 0.75
     # the panes are the tasks' files, one per partition that fired any
     files = sorted((tmp_path / "a" / "panes" / "mobile_sessions").glob("part-*.parquet"))
     assert len(files) == 3
