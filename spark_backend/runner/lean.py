@@ -41,6 +41,7 @@ from spark_backend.runner.lean_batch import Batch, decode
 from spark_backend.runner.lean_combine import combine_phase_op, precombine_op
 from spark_backend.runner.lean_encode import BatchEncoder
 from spark_backend.runner.lean_pardo import Emit, pardo_op
+from spark_backend.runner.lean_sdf import sdf_process_op
 from spark_backend.runner.lean_windows import window_into_op
 from spark_backend.runner.summary import METRICS, PartitionSummary
 
@@ -104,6 +105,9 @@ _BUILDERS: dict[str, Callable[[Any, str, Any], Any]] = {
 }
 
 
+_SDF_PROCESS = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
+
+
 @dataclass(frozen=True)
 class Stage:
     """What an op builder reads besides its transform: the stage's Beam context and
@@ -129,8 +133,12 @@ class Program:
     sinks: dict[str, _Sink]  # data-output transform id -> sink
 
 
-def lean_program(descriptor: beam_fn_api_pb2.ProcessBundleDescriptor) -> Program | str:
-    """The lean program of a stage, or a sentence saying why the stage is not lean."""
+def lean_program(
+    descriptor: beam_fn_api_pb2.ProcessBundleDescriptor, unbounded_sdf: bool = False
+) -> Program | str:
+    """The lean program of a stage, or a sentence saying why the stage is not lean;
+    ``unbounded_sdf`` (streaming) runs a splittable DoFn as
+    :class:`~.lean_sdf.SdfProcessOp`, its residuals collected on the op."""
     context = pipeline_context.PipelineContext(descriptor)
     ops: dict[str, Any] = {}
     inputs: dict[str, tuple[str, Any]] = {}
@@ -147,6 +155,8 @@ def lean_program(descriptor: beam_fn_api_pb2.ProcessBundleDescriptor) -> Program
                 sinks[tid] = _Sink(t.unique_name, tid, BatchEncoder(coder), coder)
             continue
         builder = _BUILDERS.get(urn)
+        if unbounded_sdf and urn == _SDF_PROCESS:
+            builder = sdf_process_op
         if builder is None:
             return f"{t.unique_name}: {urn} has no lean op"
         if len(t.outputs) != 1:
@@ -169,14 +179,17 @@ def run_lean_partition(
     outputs: dict[str, bytes],
     records: Iterable[tuple[str, bytes]],
     columnar: frozenset[str] = frozenset(),
+    program: Program | None = None,
 ) -> Iterator[tuple[bytes, Any]]:
     """Run a lean stage over one partition's ``records`` (``(input transform, chunk)``,
     a chunk encoded with the input's coder or a :class:`Batch` made in the same task);
     yield ``(buffer, chunk)`` for each output buffer (``outputs``: sink transform id ->
     buffer), then the metrics record (as :func:`.bundles.run_partition` does). The
     sinks in ``columnar`` (a columnar GroupByKey's input) yield
-    :class:`~spark_backend.runner.keyed_columns.KeyedColumns` instead of bytes."""
-    program = lean_program(beam_fn_api_pb2.ProcessBundleDescriptor.FromString(descriptor))
+    :class:`~spark_backend.runner.keyed_columns.KeyedColumns` instead of bytes.
+    ``program``: the stage's program when the caller built it (to read its ops after)."""
+    if program is None:
+        program = lean_program(beam_fn_api_pb2.ProcessBundleDescriptor.FromString(descriptor))
     if isinstance(program, str):  # the plan chose this path: it cannot happen
         raise RuntimeError(f"the stage cannot run lean: {program}")
     for tid in columnar:

@@ -65,7 +65,7 @@ def start_streaming(
     if options.checkpoint_dir is not None:
         checkpoint = open_checkpoint(options.checkpoint_dir, pipeline_shape(pipeline), partitions)
     prepared, sources = streaming_proto(pipeline, lift=fast_paths, stripped=stripped)
-    plan = plan_pipeline(prepared, stateful_roots=True, lean=fast_paths)
+    plan = plan_pipeline(prepared, stateful_roots=True, lean=fast_paths, unbounded_sdf=True)
     plan = relabel_lifted_groups(plan, prepared)
     driver = StreamingDriver(
         spark_context,
@@ -80,4 +80,6 @@ def start_streaming(
         drain=options.drain,
         per_instant=options.test_stream_batches == "instant",
     )
-    return StreamingPipelineResult(driver, f"beam-{plan.job_id}")
+    result = StreamingPipelineResult(driver, f"beam-{plan.job_id}")
+    result.stage_paths = plan.stage_paths
+    return result
