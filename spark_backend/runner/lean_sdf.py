@@ -23,6 +23,8 @@ WindowInto and the lifted combine after it run on columns.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -44,10 +46,11 @@ from apache_beam.runners.sdf_utils import (
 from apache_beam.transforms import core
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils import proto_utils
+from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from spark_backend.runner.lean_batch import Batch
-from spark_backend.runner.lean_pardo import Emit, ParDoOp, augmented
+from spark_backend.runner.lean_pardo import CHUNK, Emit, ParDoOp, augmented
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 __all__ = ["LeanResidual", "SdfProcessOp", "sdf_process_op"]
@@ -189,23 +192,28 @@ class SdfProcessOp:
 
     def process(self, batch: Batch, emit: Emit) -> None:
         """Run every element-restriction of ``batch`` to its end or its checkpoint;
-        emit the outputs in batches."""
+        emit the outputs in batches of about ``CHUNK`` as they come."""
         elements = Batch([v[0][0] for v in batch.values], batch.micros, batch.windows, batch.panes)
         values: list[Any] = []
         parents: list[int] = []
         for i, ((element, (restriction, state)), _) in enumerate(batch.values):
-            before = len(values)
             try:
-                self._one(elements, i, element, restriction, state, values)
+                for piece in self._run(elements, i, element, restriction, state):
+                    values.extend(piece)
+                    parents.extend([i] * len(piece))
+                    if len(values) >= CHUNK:
+                        self._outputs._emit(elements, values, parents, emit)
+                        values, parents = [], []
             except Exception as exn:
                 raise augmented(exn, self.label) from exn
-            parents.extend([i] * (len(values) - before))
         if values:
             self._outputs._emit(elements, values, parents, emit)
 
-    def _one(
-        self, elements: Batch, i: int, element: Any, restriction: Any, state: Any, out: list[Any]
-    ) -> None:
+    def _run(
+        self, elements: Batch, i: int, element: Any, restriction: Any, state: Any
+    ) -> Iterator[list[Any]]:
+        """``process`` on one element-restriction, its outputs in pieces of at most
+        ``CHUNK``; then ``check_done`` and the residual, if deferred."""
         tracker = ThreadsafeRestrictionTracker(self._restrictions.create_tracker(restriction))
         inner = self._estimators.create_watermark_estimator(state)
         estimator = ThreadsafeWatermarkEstimator(inner)
@@ -222,22 +230,30 @@ class SdfProcessOp:
                     f"Returning a {type(results).__name__} from a ParDo or FlatMap is not "
                     f"allowed. Please use list({results!r}) if you really want this behavior."
                 )
-        if results is not None:
-            if type(inner) in _NOT_OBSERVING:
-                out.extend(results)
-            else:  # observed as each output is made, as Beam's output handler does
-                observe = estimator.observe_timestamp
-                for result in results:
-                    out.append(result)
-                    observe(_timestamp(result, elements, i))
+        if results is None:
+            pass
+        elif type(inner) in _NOT_OBSERVING:
+            outputs = iter(results)
+            while piece := list(itertools.islice(outputs, CHUNK)):
+                yield piece
+        else:  # each output observed as it is made, as Beam's output handler does
+            observe = estimator.observe_timestamp
+            own = Timestamp(micros=int(elements.micros[i]))
+            piece = []
+            for result in results:
+                piece.append(result)
+                observe(_timestamp(result, own))
+                if len(piece) >= CHUNK:
+                    yield piece
+                    piece = []
+            if piece:
+                yield piece
         tracker.check_done()
         status = tracker.deferred_status()
         if status:
             self._defer(elements, i, element, status, estimator)
 
-    def _defer(
-        self, elements: Batch, i: int, element: Any, status: Any, estimator: Any
-    ) -> None:
+    def _defer(self, elements: Batch, i: int, element: Any, status: Any, estimator: Any) -> None:
         restriction, delay = status
         size = self._restrictions.restriction_size(element, restriction)
         if size < 0:
@@ -253,10 +269,11 @@ class SdfProcessOp:
         )
 
 
-def _timestamp(result: Any, elements: Batch, i: int) -> Any:
-    """The timestamp Beam's output handler gives output ``result`` of element ``i``."""
+def _timestamp(result: Any, own: Any) -> Any:
+    """The timestamp Beam's output handler gives ``result``: its own, or (a plain
+    value) the input element's, ``own``."""
     if isinstance(result, TaggedOutput):
         result = result.value
     if isinstance(result, (TimestampedValue, WindowedValue)):
         return result.timestamp
-    return elements.windowed_value(i).timestamp
+    return own

@@ -133,11 +133,15 @@ def initial_records(plan: Any, stage: Any, provider: Any, shards: int) -> list[t
         restriction = Offsets().initial_restriction(shard)
         state = provider.initial_estimator_state(shard, restriction)
         value = ((str(shard).encode(), (restriction, state)), ROUNDS)
-        chunk += impl.encode_nested(WindowedValue(value, Timestamp(micros=-5), [window.GlobalWindow()]))
+        chunk += impl.encode_nested(
+            WindowedValue(value, Timestamp(micros=-5), [window.GlobalWindow()])
+        )
     return [(input_id, chunk)]
 
 
-def run(plan: Any, stage: Any, records: list[tuple[str, bytes]], clock: int) -> tuple[Counter[Any], Any]:
+def run(
+    plan: Any, stage: Any, records: list[tuple[str, bytes]], clock: int
+) -> tuple[Counter[Any], Any]:
     """One task: the output elements (value, µs, windows, pane) and the residuals."""
     out: Counter[Any] = Counter()
     residuals = None
@@ -212,8 +216,10 @@ def test_a_manual_watermark_is_the_residuals_hold_and_millis_are_rounded_at_the_
     out, residuals = run(plan, lean, initial_records(plan, lean, provider, shards=2), 0)
     assert [r.watermark for r in residuals] == [3, 3]  # position 0: 0 s + 3 µs
     stamps = sorted({micros for _, micros, _, _ in out})
-    assert stamps == sorted({(j * 400_123 + s * 7) // 1000 * 1000 for j in range(3) for s in (0, 1)} | {0})
-    # the plain value keeps the input's timestamp (-5 µs, rounded down to -1 ms)
+    assert stamps == sorted(
+        {(j * 400_123 + s * 7) // 1000 * 1000 for j in range(3) for s in (0, 1)} | {0}
+    )
+    # the plain value keeps the input's timestamp: -5 µs, which its coder made 0 ms
     assert any(value[1][2] == "plain" for value, *_ in out)
 
 
