@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
@@ -245,3 +246,77 @@ def test_an_sdf_asking_for_what_the_lean_path_cannot_give_stays_on_the_bundle_pr
     # the batch runner never plans an SDF stage lean (it loops residuals in the task)
     batch = plan_pipeline(prepared, lean=True)
     assert all(s.path == BUNDLE_PROCESSOR for s in batch.stages if s.residual_inputs)
+
+
+# -- on Spark: the lean stage in a streaming run, stopped and resumed from its checkpoint
+
+SHARDS, POSITIONS, PER = 2, ROUNDS, 300
+
+
+def generated(shard: int, position: int) -> list[tuple[int, int]]:
+    """Shard ``shard``'s (key, µs) at ``position``: ``PER`` elements in that second."""
+    return [((shard * 7 + j) % 5, position * S + j * (S // PER) + shard) for j in range(PER)]
+
+
+class Generate(beam.DoFn):
+    """Claims the next second, emits its elements, puts the Manual watermark at the
+    second's end and checkpoints."""
+
+    def process(
+        self,
+        shard: int,
+        tracker: Any = beam.DoFn.RestrictionParam(Offsets()),
+        estimator: Any = beam.DoFn.WatermarkEstimatorParam(
+            ManualWatermarkEstimator.default_provider()
+        ),
+    ) -> Any:
+        position = tracker.current_restriction().start
+        if not tracker.try_claim(position):
+            return
+        for key, micros in generated(shard, position):
+            yield window.TimestampedValue((key, 1), Timestamp(micros=micros))
+        estimator.set_watermark(Timestamp(micros=(position + 1) * S))
+        tracker.defer_remainder()
+
+
+def test_a_lean_sdf_stage_stopped_and_resumed_from_its_checkpoint_loses_and_repeats_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_pipelines.pane_files import WritePanes, read_panes
+    from spark_backend.runner import PySparkRunner
+
+    out = tmp_path / "out"
+    results = []
+    for stop in (2, None):  # two batches, then on from the checkpoint to the end
+        options = PipelineOptions(
+            streaming=True,
+            checkpoint_dir=str(tmp_path / "ckpt"),
+            key_partitions=2,
+            **({"max_batches": stop} if stop else {}),
+        )
+        p = beam.Pipeline(runner=PySparkRunner(), options=options)
+        (
+            p
+            | "shards" >> beam.Create(list(range(SHARDS)))
+            | "read" >> beam.ParDo(Generate())
+            | "window" >> beam.WindowInto(window.FixedWindows(1))
+            | "count" >> beam.CombinePerKey(beam.combiners.CountCombineFn())
+            | "write" >> WritePanes(out, "count")
+        )
+        result = p.run()
+        result.wait_until_finish()
+        results.append(result)
+    (sdf,) = [name for name in results[0].stage_paths if "read/Process" in name]
+    assert [r.stage_paths[sdf] for r in results] == [LEAN, LEAN]
+    assert [r.batches for r in results] == [2, POSITIONS - 2]  # one batch per position
+    want: Counter[Any] = Counter()
+    for shard in range(SHARDS):
+        for position in range(POSITIONS):
+            for key, micros in generated(shard, position):
+                want[key, micros // S * S] += 1
+    rows = read_panes(out, "count")
+    assert {row.timing for row in rows} == {"ON_TIME"}
+    assert Counter((row.key, row.start) for row in rows) == Counter(set(want))  # each once
+    assert {(row.key, row.start): row.value for row in rows} == dict(want)
