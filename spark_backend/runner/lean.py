@@ -189,9 +189,10 @@ def run_lean_partition(
     :class:`~spark_backend.runner.keyed_columns.KeyedColumns` instead of bytes.
     ``program``: the stage's program when the caller built it (to read its ops after)."""
     if program is None:
-        program = lean_program(beam_fn_api_pb2.ProcessBundleDescriptor.FromString(descriptor))
-    if isinstance(program, str):  # the plan chose this path: it cannot happen
-        raise RuntimeError(f"the stage cannot run lean: {program}")
+        built = lean_program(beam_fn_api_pb2.ProcessBundleDescriptor.FromString(descriptor))
+        if isinstance(built, str):  # the plan chose this path: it cannot happen
+            raise RuntimeError(f"the stage cannot run lean: {built}")
+        program = built
     for tid in columnar:
         sink = program.sinks[tid]
         sink.columns = ColumnsWriter(sink.coder)

@@ -115,9 +115,12 @@ def sdf_process_op(transform: pb.PTransform, transform_id: str, stage: Any) -> A
     for method in ("start_bundle", "finish_bundle"):
         if getattr(type(fn), method, None) is not getattr(core.DoFn, method, None):
             return f"DoFn overrides {method}"
-    method = signature.process_method
+    process = signature.process_method
     names: dict[str, list[str]] = {"tracker": [], "estimator": [], "finalizer": []}
-    for name, default in zip(method.args[-len(method.defaults) :], method.defaults, strict=True):
+    defaults = process.defaults
+    for name, default in zip(
+        process.args[len(process.args) - len(defaults) :], defaults, strict=True
+    ):
         if isinstance(default, core.DoFn.RestrictionParam):
             names["tracker"].append(name)
         elif isinstance(default, core.DoFn.WatermarkEstimatorParam):

@@ -135,7 +135,7 @@ def initial_records(plan: Any, stage: Any, provider: Any, shards: int) -> list[t
         state = provider.initial_estimator_state(shard, restriction)
         value = ((str(shard).encode(), (restriction, state)), ROUNDS)
         chunk += impl.encode_nested(
-            WindowedValue(value, Timestamp(micros=-5), [window.GlobalWindow()])
+            WindowedValue(value, Timestamp(micros=-5), (window.GlobalWindow(),))
         )
     return [(input_id, chunk)]
 
@@ -294,7 +294,7 @@ def test_a_lean_sdf_stage_stopped_and_resumed_from_its_checkpoint_loses_and_repe
             streaming=True,
             checkpoint_dir=str(tmp_path / "ckpt"),
             key_partitions=2,
-            **({"max_batches": stop} if stop else {}),
+            **({"max_batches": stop} if stop else {}),  # type: ignore[arg-type]
         )
         p = beam.Pipeline(runner=PySparkRunner(), options=options)
         (
@@ -305,7 +305,7 @@ def test_a_lean_sdf_stage_stopped_and_resumed_from_its_checkpoint_loses_and_repe
             | "count" >> beam.CombinePerKey(beam.combiners.CountCombineFn())
             | "write" >> WritePanes(out, "count")
         )
-        result = p.run()
+        result: Any = p.run()
         result.wait_until_finish()
         results.append(result)
     (sdf,) = [name for name in results[0].stage_paths if "read/Process" in name]
