@@ -433,7 +433,9 @@ def generated_source(batches: int, per_batch: int, keys: int, bound: int, shards
 
 def run_source(args: argparse.Namespace, n: int, streaming: bool, master: str, out: Path) -> Any:
     """The windowed count over :func:`generated_source` on PySparkRunner (streaming: a
-    real clock, one batch per claimed second; batch: each shard read to its end)."""
+    real clock, one batch per claimed second; batch: each shard read to its end): wall
+    and CPU seconds, elements, and the path that ran the SDF's stage (``lean`` or Beam's
+    bundle processor)."""
     per_batch = args.rate
     batches = -(-n // per_batch)
     options = PipelineOptions(
@@ -448,7 +450,9 @@ def run_source(args: argparse.Namespace, n: int, streaming: bool, master: str, o
     cpu0, t0 = tree_cpu(os.getpid()), time.perf_counter()
     result = p.run()
     result.wait_until_finish()
-    return time.perf_counter() - t0, tree_cpu(os.getpid()) - cpu0, batches * per_batch
+    wall, cpu = time.perf_counter() - t0, tree_cpu(os.getpid()) - cpu0
+    paths = {name: path for name, path in result.stage_paths.items() if "read/Process" in name}
+    return wall, cpu, batches * per_batch, ", ".join(sorted(set(paths.values())))
 
 
 def source_part(args: argparse.Namespace, master: str) -> None:
@@ -464,9 +468,9 @@ def source_part(args: argparse.Namespace, master: str) -> None:
             for r in range(args.rounds):
                 for mode in ("streaming", "batch") if args.batch else ("streaming",):
                     out = Path(tmp) / f"{mode}{r}"
-                    wall, cpu, total = run_source(args, n, mode == "streaming", master, out)
+                    wall, cpu, total, path = run_source(args, n, mode == "streaming", master, out)
                     runs[mode].append((wall, cpu))
-                    print(_rate(f"round {r}: {mode}", total, wall, cpu))
+                    print(_rate(f"round {r}: {mode}", total, wall, cpu) + f"; SDF stage: {path}")
             if runs["batch"]:
                 got, want = (
                     Counter((p.key, p.start, p.value) for p in read_panes(Path(tmp) / d, "count"))
