@@ -29,12 +29,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from apache_beam.coders.coders import WindowedValueCoder
-from apache_beam.internal import pickler
 from apache_beam.io.watermark_estimators import (
     ManualWatermarkEstimator,
     WalltimeWatermarkEstimator,
 )
-from apache_beam.portability import python_urns
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
 from apache_beam.pvalue import TaggedOutput
 from apache_beam.runners.common import DoFnSignature
@@ -45,12 +43,19 @@ from apache_beam.runners.sdf_utils import (
 )
 from apache_beam.transforms import core
 from apache_beam.transforms.window import TimestampedValue
-from apache_beam.utils import proto_utils
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from spark_backend.runner.lean_batch import Batch
-from spark_backend.runner.lean_pardo import CHUNK, Emit, ParDoOp, augmented
+from spark_backend.runner.lean_pardo import (
+    CHUNK,
+    Emit,
+    ParDoOp,
+    _is_param,
+    _overrides,
+    augmented,
+    dofn_of,
+)
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 __all__ = ["LeanResidual", "SdfProcessOp", "sdf_process_op"]
@@ -92,19 +97,10 @@ class _DroppedFinalizer:
 def sdf_process_op(transform: pb.PTransform, transform_id: str, stage: Any) -> Any:
     """The lean op for a ``ProcessSizedElementsAndRestrictions`` ``transform``, or a
     sentence saying why it is not one."""
-    payload = proto_utils.parse_Bytes(transform.spec.payload, pb.ParDoPayload)
-    if payload.side_inputs or payload.state_specs or payload.timer_family_specs:
-        return "side inputs, state or timers"
-    if payload.requires_time_sorted_input or payload.requires_stable_input:
-        return "needs sorted or stable input"
-    if payload.do_fn.urn != python_urns.PICKLED_DOFN_INFO:
-        return f"DoFn kind {payload.do_fn.urn}"
-    if len(transform.outputs) != 1 or len(transform.inputs) != 1:
-        return "more than one input or output"
-    info = core.DoFnInfo.from_runner_api(payload.do_fn, stage.context)
-    fn, args, kwargs, side, windowing = pickler.loads(info.serialized_dofn_data())
-    if args or kwargs or side:
-        return "extra arguments"
+    found = dofn_of(transform, stage, splittable=True)
+    if isinstance(found, str):
+        return found
+    fn, windowing = found
     if not isinstance(fn, core.DoFn):
         return "not a DoFn"
     signature = DoFnSignature(fn)
@@ -113,7 +109,7 @@ def sdf_process_op(transform: pb.PTransform, transform_id: str, stage: Any) -> A
     if fn._process_batch_defined or fn._process_yields_batches:
         return "batched DoFn"
     for method in ("start_bundle", "finish_bundle"):
-        if getattr(type(fn), method, None) is not getattr(core.DoFn, method, None):
+        if _overrides(fn, method):
             return f"DoFn overrides {method}"
     process = signature.process_method
     names: dict[str, list[str]] = {"tracker": [], "estimator": [], "finalizer": []}
@@ -130,8 +126,6 @@ def sdf_process_op(transform: pb.PTransform, transform_id: str, stage: Any) -> A
         elif _is_param(default):
             return f"process asks for {default}"
     (pcoll,) = transform.inputs.values()
-    if windowing is None:
-        windowing = stage.windowing_of(pcoll)
     (tag,) = transform.outputs
     (input_tag,) = transform.inputs
     outputs = ParDoOp(transform.unique_name, transform_id, fn, windowing.windowfn, tag)
@@ -140,12 +134,6 @@ def sdf_process_op(transform: pb.PTransform, transform_id: str, stage: Any) -> A
     estimator = names["estimator"][0] if names["estimator"] else None
     params = _Params(tracker, estimator, tuple(names["finalizer"]))
     return SdfProcessOp(outputs, signature, input_tag, params, residual_coder)
-
-
-def _is_param(default: Any) -> bool:
-    return isinstance(default, core._DoFnParam) or (
-        isinstance(default, type) and issubclass(default, core._DoFnParam)
-    )
 
 
 def _windowed_coder(stage: Any, pcoll: str) -> Any:
