@@ -24,8 +24,10 @@ measured once and left out of every rate):
   watermark estimator, a real clock): each bundle claims the next second of data
   (``--rate`` elements), sets the watermark to that second minus ``--bound`` and
   checkpoints, so each micro-batch is one second of data and the driver never holds
-  an element. Beside it the batch runner reads the same source to its end; medians of
-  ``--rounds`` and the counts compared.
+  an element. Streaming runs the SDF's stage on the lean path
+  (:mod:`spark_backend.runner.lean_sdf`; each round prints the path that ran it).
+  Beside it the batch runner reads the same source to its end (its SDF stage on Beam's
+  bundle processor); medians of ``--rounds`` and the counts compared.
 - **chapter 3**: ``python -m beam_pipelines.chapter3`` on ``--ch3-events`` trace events
   (``--ch3-users`` users per platform, arrivals rounded up to ``--ch3-step``) on
   PySparkRunner streaming, one micro-batch per arrival step, against ``theory.simulate``

@@ -10,7 +10,13 @@ the coder's rounding, windows, panes) and the same residuals: the same bytes (el
 restriction, estimator state), resume time and watermark hold. The DoFn emits
 TimestampedValues off whole milliseconds, plain values (the input's timestamp), outputs
 to an undeclared tag, several elements per bundle, and defers with and without a delay.
-Clock-based estimators are compared on what does not depend on the clock.
+The estimators: Beam's Monotonic, Manual and Walltime, the project's BoundedOutOfOrderness,
+ProcessingTimeLag and Percentile; clock-based ones are compared on what does not depend on
+the clock. (The project's tracking estimator runs on the lean path in
+``test_pubsub_commit``, against the emulator.)
+
+Last, on Spark: a lean SDF stage stopped after two batches and resumed from its
+checkpoint writes every pane once.
 """
 
 # ruff: noqa: B008
@@ -36,7 +42,11 @@ from apache_beam.transforms.core import RestrictionProvider, WatermarkEstimatorP
 from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_pipelines.estimators import BoundedOutOfOrdernessEstimatorProvider
+from beam_pipelines.estimators import (
+    BoundedOutOfOrdernessEstimatorProvider,
+    PercentileEstimatorProvider,
+    ProcessingTimeLagEstimatorProvider,
+)
 from spark_backend.runner.bundles import METRICS
 from spark_backend.runner.plan import BUNDLE_PROCESSOR, LEAN, plan_pipeline
 from spark_backend.runner.streaming.grouping import SUMMARY
@@ -74,7 +84,12 @@ PROVIDERS = {
     "manual": (ManualWatermarkEstimator.default_provider(), False),
     "walltime": (WalltimeWatermarkEstimator.default_provider(), True),
     "bounded": (BoundedOutOfOrdernessEstimatorProvider("2s"), True),
+    "lag": (ProcessingTimeLagEstimatorProvider(5 * S), True),
+    "percentile": (PercentileEstimatorProvider(0.5, "1h"), True),
 }
+#: (estimator, whether a lifted count follows): every estimator before a GroupByKey,
+#: two before the lifted combine's Precombine
+CASES = [(name, False) for name in PROVIDERS] + [("monotonic", True), ("manual", True)]
 
 
 def source(provider: Any, manual: bool) -> beam.DoFn:
@@ -164,8 +179,7 @@ def decoded(plan: Any, stage: Any, residual: Any) -> Any:
     return wv, element, restriction, state, size
 
 
-@pytest.mark.parametrize("combine", [False, True], ids=["group", "lifted-count"])
-@pytest.mark.parametrize("name", list(PROVIDERS))
+@pytest.mark.parametrize(("name", "combine"), CASES)
 def test_the_lean_sdf_stage_gives_the_bundle_processors_outputs_and_residuals(
     name: str, combine: bool
 ) -> None:
