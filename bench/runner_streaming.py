@@ -483,7 +483,7 @@ def run_source(args: argparse.Namespace, n: int, streaming: bool, master: str, o
     events = p | "shards" >> beam.Create(list(range(args.shards))) | "read" >> beam.ParDo(fn)
     windowed_count(events, args.window) | "write" >> WritePanes(out, "count")
     cpu0, t0 = tree_cpu(os.getpid()), time.perf_counter()
-    result = p.run()
+    result: Any = p.run()  # a PySparkPipelineResult (stage_paths)
     result.wait_until_finish()
     wall, cpu = time.perf_counter() - t0, tree_cpu(os.getpid()) - cpu0
     paths = {name: path for name, path in result.stage_paths.items() if "read/Process" in name}
