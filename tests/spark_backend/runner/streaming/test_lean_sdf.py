@@ -31,14 +31,11 @@ from typing import Any
 
 import apache_beam as beam
 import pytest
-from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.io.watermark_estimators import (
     ManualWatermarkEstimator,
-    MonotonicWatermarkEstimator,
     WalltimeWatermarkEstimator,
 )
 from apache_beam.transforms import environments, window
-from apache_beam.transforms.core import RestrictionProvider, WatermarkEstimatorProvider
 from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
@@ -53,29 +50,10 @@ from spark_backend.runner.streaming.grouping import SUMMARY
 from spark_backend.runner.streaming.sources import streaming_proto
 from spark_backend.runner.streaming.unbounded import sdf_batch
 from spark_backend.runner.task_context import coder
-from theory.time import MIN_TIMESTAMP
+from tests.spark_backend.runner.streaming.test_unbounded import MonotonicFromMin, Offsets
 
 S = 1_000_000
 ROUNDS = 4
-
-
-class Offsets(RestrictionProvider):
-    def initial_restriction(self, element: Any) -> OffsetRange:
-        return OffsetRange(0, ROUNDS)
-
-    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
-        return OffsetRestrictionTracker(restriction)
-
-    def restriction_size(self, element: Any, restriction: OffsetRange) -> int:
-        return int(restriction.size())
-
-
-class MonotonicFromMin(WatermarkEstimatorProvider):
-    def initial_estimator_state(self, element: Any, restriction: Any) -> Timestamp:
-        return Timestamp(micros=MIN_TIMESTAMP)
-
-    def create_watermark_estimator(self, state: Timestamp) -> MonotonicWatermarkEstimator:
-        return MonotonicWatermarkEstimator(state)
 
 
 #: name -> (provider, whether its watermark and state depend on the wall clock)
@@ -101,7 +79,7 @@ def source(provider: Any, manual: bool) -> beam.DoFn:
         def process(
             self,
             element: bytes,
-            tracker: Any = beam.DoFn.RestrictionParam(Offsets()),
+            tracker: Any = beam.DoFn.RestrictionParam(Offsets(ROUNDS)),
             estimator: Any = beam.DoFn.WatermarkEstimatorParam(provider),
         ) -> Any:
             shard = int(element)  # the shard number, as the Impulse's bytes
@@ -146,7 +124,7 @@ def initial_records(plan: Any, stage: Any, provider: Any, shards: int) -> list[t
     impl = coder(plan.job_id, plan.components, stage.input_coders[input_id]).get_impl()
     chunk = b""
     for shard in range(shards):
-        restriction = Offsets().initial_restriction(shard)
+        restriction = Offsets(ROUNDS).initial_restriction(shard)
         state = provider.initial_estimator_state(shard, restriction)
         value = ((str(shard).encode(), (restriction, state)), ROUNDS)
         chunk += impl.encode_nested(
@@ -242,7 +220,7 @@ class _Params(beam.DoFn):
     def process(
         self,
         element: Any,
-        tracker: Any = beam.DoFn.RestrictionParam(Offsets()),
+        tracker: Any = beam.DoFn.RestrictionParam(Offsets(ROUNDS)),
         stamp: Any = beam.DoFn.TimestampParam,
     ) -> Any:
         yield element
@@ -279,7 +257,7 @@ class Generate(beam.DoFn):
     def process(
         self,
         shard: int,
-        tracker: Any = beam.DoFn.RestrictionParam(Offsets()),
+        tracker: Any = beam.DoFn.RestrictionParam(Offsets(ROUNDS)),
         estimator: Any = beam.DoFn.WatermarkEstimatorParam(
             ManualWatermarkEstimator.default_provider()
         ),
