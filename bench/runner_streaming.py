@@ -24,8 +24,10 @@ measured once and left out of every rate):
   watermark estimator, a real clock): each bundle claims the next second of data
   (``--rate`` elements), sets the watermark to that second minus ``--bound`` and
   checkpoints, so each micro-batch is one second of data and the driver never holds
-  an element. Beside it the batch runner reads the same source to its end; medians of
-  ``--rounds`` and the counts compared.
+  an element. Streaming runs the SDF's stage on the lean path
+  (:mod:`spark_backend.runner.lean_sdf`; each round prints the path that ran it).
+  Beside it the batch runner reads the same source to its end (its SDF stage on Beam's
+  bundle processor); medians of ``--rounds`` and the counts compared.
 - **chapter 3**: ``python -m beam_pipelines.chapter3`` on ``--ch3-events`` trace events
   (``--ch3-users`` users per platform, arrivals rounded up to ``--ch3-step``) on
   PySparkRunner streaming, one micro-batch per arrival step, against ``theory.simulate``
@@ -93,6 +95,49 @@ at load 10-18 throughout; medians of 3 rounds, CPU = the process tree's):
       counts identical. Here Beam's SDK is the cost: each element goes through the
       bundle processor's Python (WindowInto's assign, Timestamp arithmetic), about 30
       µs of CPU an element, and batch 0 runs the four shards in one task.
+
+Measured (fourth version, 2026-11-28 01:44-02:24 UTC, local[2], the same shared machine
+at load 28-40 throughout; medians of 3 rounds, CPU = the process tree's):
+
+    executor-side source, 300k elements, main then this code back to back, twice (each
+      its own process and Spark session, after its warm-up): main 2,464 and 3,289 el/s
+      (121.8 s and 91.2 s; CPU 10.8 s both), this 18,296 and 19,922 el/s (16.4 s and
+      15.1 s; CPU 4.3 s and 4.5 s): 6-7x the throughput, 2.4-2.5x less CPU; the SDF's
+      stage ran lean in every round
+    both parts in one run, 1M elements each (load 31-34): TestStream count 31,119 el/s
+      (32.1 s, CPU 7.5 s; rounds 31.1k / 44.7k / 30.9k; pane latency 0 for all 6,000
+      panes); executor-side source 42,321 el/s (23.6 s, CPU 6.8 s; rounds 38.2k / 44.7k
+      / 42.3k): the source now runs at 1.36x the TestStream replay's throughput in the
+      same run, on less CPU (the replay's quiet figure, session 8: 154k el/s)
+
+    Profile before (main, cProfile inside the SDF task, 300k elements, load 14; cProfile
+    inflates the totals): of the task's time, WindowInto's per-element assign 29%
+    (FixedWindows.assign and its Timestamp arithmetic, Beam's argument insertion),
+    Beam's cythonized operations (receive, pre-combine, encode) 25%, Timestamp objects
+    13% (1.5M made), the user's DoFn 8.5%, the SDF output handler's observe_timestamp
+    3%. The same one-bundle task without Spark (100k elements, the heap frozen as in
+    the workers, load 21): the bundle processor 23.6 us of CPU an element, the lean
+    path 2.7-3.1 us, most of it the user's DoFn making its TimestampedValues.
+
+    the same, when the machine calmed down (02:31-02:37 UTC, load 6-10): main's source,
+      300k, 15,303 el/s (19.6 s, CPU 8.7 s; rounds 18.4k / 15.1k / 15.3k); this code in
+      one run: TestStream count 1M 98,697 el/s (10.1 s, CPU 6.7 s; rounds 98.7k / 94.6k
+      / 107.2k, median batch 0.78-0.90 s; latency 0 for all 6,000 panes), source 300k
+      67,556 el/s (4.4 s, CPU 2.1 s; rounds 56.5k / 67.6k / 67.6k): 4.4x main's
+      throughput on 4.1x less CPU; source 1M 89,732 el/s (11.1 s, CPU 5.8 s; rounds
+      89.7k / 73.4k / 92.6k): 0.91x the TestStream count in the same run, about 1.1 s a
+      batch (two Spark jobs: the count's input watermark needs the source's hold first)
+
+What made the difference in the fourth version: the SDF's stage runs without Beam's
+bundle processor (:mod:`spark_backend.runner.lean_sdf`): ``process`` is called with
+Beam's own tracker and estimator wrappers, its outputs become columns (values, int64
+µs) that the lean WindowInto and Precombine after it process with numpy, and its
+residuals are encoded as the bundle processor encodes them. A quiet run was not
+possible in the session (load 6-40), so the goal (>= 100k el/s) is not shown met on a
+quiet machine: the best median is 89.7k el/s (1M, load 8-10), where the TestStream
+count, 154k quiet in session 8, ran at 98.7k.
+Batch 0's shards are not all in one task: Create's Reshuffle deals them over the key
+partitions by random key (seen: 2 + 2 and 1 + 3 on local[2]); left as it is.
 
 The goal (>= 100k el/s) is not met at these loads by either source. The TestStream
 count takes 7.4 s of CPU for 1M elements on two cores; it reached 100k el/s in one
@@ -433,7 +478,9 @@ def generated_source(batches: int, per_batch: int, keys: int, bound: int, shards
 
 def run_source(args: argparse.Namespace, n: int, streaming: bool, master: str, out: Path) -> Any:
     """The windowed count over :func:`generated_source` on PySparkRunner (streaming: a
-    real clock, one batch per claimed second; batch: each shard read to its end)."""
+    real clock, one batch per claimed second; batch: each shard read to its end): wall
+    and CPU seconds, elements, and the path that ran the SDF's stage (``lean`` or Beam's
+    bundle processor)."""
     per_batch = args.rate
     batches = -(-n // per_batch)
     options = PipelineOptions(
@@ -446,9 +493,11 @@ def run_source(args: argparse.Namespace, n: int, streaming: bool, master: str, o
     events = p | "shards" >> beam.Create(list(range(args.shards))) | "read" >> beam.ParDo(fn)
     windowed_count(events, args.window) | "write" >> WritePanes(out, "count")
     cpu0, t0 = tree_cpu(os.getpid()), time.perf_counter()
-    result = p.run()
+    result: Any = p.run()  # a PySparkPipelineResult (stage_paths)
     result.wait_until_finish()
-    return time.perf_counter() - t0, tree_cpu(os.getpid()) - cpu0, batches * per_batch
+    wall, cpu = time.perf_counter() - t0, tree_cpu(os.getpid()) - cpu0
+    paths = {name: path for name, path in result.stage_paths.items() if "read/Process" in name}
+    return wall, cpu, batches * per_batch, ", ".join(sorted(set(paths.values())))
 
 
 def source_part(args: argparse.Namespace, master: str) -> None:
@@ -464,9 +513,9 @@ def source_part(args: argparse.Namespace, master: str) -> None:
             for r in range(args.rounds):
                 for mode in ("streaming", "batch") if args.batch else ("streaming",):
                     out = Path(tmp) / f"{mode}{r}"
-                    wall, cpu, total = run_source(args, n, mode == "streaming", master, out)
+                    wall, cpu, total, path = run_source(args, n, mode == "streaming", master, out)
                     runs[mode].append((wall, cpu))
-                    print(_rate(f"round {r}: {mode}", total, wall, cpu))
+                    print(_rate(f"round {r}: {mode}", total, wall, cpu) + f"; SDF stage: {path}")
             if runs["batch"]:
                 got, want = (
                     Counter((p.key, p.start, p.value) for p in read_panes(Path(tmp) / d, "count"))

@@ -41,6 +41,7 @@ from spark_backend.runner.lean_batch import Batch, decode
 from spark_backend.runner.lean_combine import combine_phase_op, precombine_op
 from spark_backend.runner.lean_encode import BatchEncoder
 from spark_backend.runner.lean_pardo import Emit, pardo_op
+from spark_backend.runner.lean_sdf import sdf_process_op
 from spark_backend.runner.lean_windows import window_into_op
 from spark_backend.runner.spill import SPILL_BYTES, SpillBuffer, chunk_bytes
 from spark_backend.runner.summary import METRICS, PartitionSummary
@@ -106,6 +107,9 @@ _BUILDERS: dict[str, Callable[[Any, str, Any], Any]] = {
 }
 
 
+_SDF_PROCESS = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
+
+
 @dataclass(frozen=True)
 class Stage:
     """What an op builder reads besides its transform: the stage's Beam context and
@@ -131,8 +135,12 @@ class Program:
     sinks: dict[str, _Sink]  # data-output transform id -> sink
 
 
-def lean_program(descriptor: beam_fn_api_pb2.ProcessBundleDescriptor) -> Program | str:
-    """The lean program of a stage, or a sentence saying why the stage is not lean."""
+def lean_program(
+    descriptor: beam_fn_api_pb2.ProcessBundleDescriptor, unbounded_sdf: bool = False
+) -> Program | str:
+    """The lean program of a stage, or a sentence saying why the stage is not lean;
+    ``unbounded_sdf`` (streaming) runs a splittable DoFn as
+    :class:`~.lean_sdf.SdfProcessOp`, its residuals collected on the op."""
     context = pipeline_context.PipelineContext(descriptor)
     ops: dict[str, Any] = {}
     inputs: dict[str, tuple[str, Any]] = {}
@@ -149,6 +157,8 @@ def lean_program(descriptor: beam_fn_api_pb2.ProcessBundleDescriptor) -> Program
                 sinks[tid] = _Sink(t.unique_name, tid, BatchEncoder(coder), coder)
             continue
         builder = _BUILDERS.get(urn)
+        if unbounded_sdf and urn == _SDF_PROCESS:
+            builder = sdf_process_op
         if builder is None:
             return f"{t.unique_name}: {urn} has no lean op"
         if len(t.outputs) != 1:
@@ -172,6 +182,7 @@ def run_lean_partition(
     records: Iterable[tuple[str, bytes]],
     columnar: frozenset[str] = frozenset(),
     spill_bytes: int = SPILL_BYTES,
+    program: Program | None = None,
 ) -> Iterator[tuple[bytes, Any]]:
     """Run a lean stage over one partition's ``records`` (``(input transform, chunk)``,
     a chunk encoded with the input's coder or a :class:`Batch` made in the same task);
@@ -180,10 +191,13 @@ def run_lean_partition(
     sinks in ``columnar`` (a columnar GroupByKey's input) yield
     :class:`~spark_backend.runner.keyed_columns.KeyedColumns` instead of bytes. Each
     sink holds at most ``spill_bytes`` of output in memory between hand-overs (more
-    goes to a scratch file, :class:`~spark_backend.runner.spill.SpillBuffer`)."""
-    program = lean_program(beam_fn_api_pb2.ProcessBundleDescriptor.FromString(descriptor))
-    if isinstance(program, str):  # the plan chose this path: it cannot happen
-        raise RuntimeError(f"the stage cannot run lean: {program}")
+    goes to a scratch file, :class:`~spark_backend.runner.spill.SpillBuffer`).
+    ``program``: the stage's program when the caller built it (to read its ops after)."""
+    if program is None:
+        built = lean_program(beam_fn_api_pb2.ProcessBundleDescriptor.FromString(descriptor))
+        if isinstance(built, str):  # the plan chose this path: it cannot happen
+            raise RuntimeError(f"the stage cannot run lean: {built}")
+        program = built
     for tid in columnar:
         sink = program.sinks[tid]
         sink.columns = ColumnsWriter(sink.coder)

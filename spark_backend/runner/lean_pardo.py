@@ -34,7 +34,7 @@ from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN, PaneInfo, Window
 
 from spark_backend.runner.lean_batch import GLOBAL, Batch
 
-__all__ = ["CHUNK", "ParDoOp", "augmented", "pardo_op"]
+__all__ = ["CHUNK", "ParDoOp", "augmented", "dofn_of", "pardo_op"]
 
 #: A ParDo hands on its output in batches of about this many elements.
 CHUNK: Final[int] = 1 << 16
@@ -60,10 +60,28 @@ def augmented(exn: BaseException, label: str) -> BaseException:
 
 def pardo_op(transform: pb.PTransform, transform_id: str, stage: Any) -> ParDoOp | str:
     """The lean op for a ParDo ``transform``, or why it is not one."""
+    found = dofn_of(transform, stage)
+    if isinstance(found, str):
+        return found
+    fn, windowing = found
+    reason = _plain(fn)
+    if reason:
+        return reason
+    (tag,) = transform.outputs
+    return ParDoOp(transform.unique_name, transform_id, fn, windowing.windowfn, tag)
+
+
+def dofn_of(
+    transform: pb.PTransform, stage: Any, splittable: bool = False
+) -> tuple[Any, Any] | str:
+    """The DoFn of a ParDo ``transform`` with one input and output and no side inputs,
+    state, timers, sorted or stable input or extra arguments, and the windowing its
+    outputs get; else why not. ``splittable``: a splittable (or finalizing) DoFn's
+    ``ProcessSizedElementsAndRestrictions`` is accepted too."""
     payload = proto_utils.parse_Bytes(transform.spec.payload, pb.ParDoPayload)
     if payload.side_inputs or payload.state_specs or payload.timer_family_specs:
         return "side inputs, state or timers"
-    if payload.restriction_coder_id or payload.requests_finalization:
+    if not splittable and (payload.restriction_coder_id or payload.requests_finalization):
         return "splittable or finalizing"
     if payload.requires_time_sorted_input or payload.requires_stable_input:
         return "needs sorted or stable input"
@@ -76,14 +94,10 @@ def pardo_op(transform: pb.PTransform, transform_id: str, stage: Any) -> ParDoOp
     fn, args, kwargs, side, windowing = pickler.loads(info.serialized_dofn_data())
     if args or kwargs or side:
         return "extra arguments"
-    reason = _plain(fn)
-    if reason:
-        return reason
     if windowing is None:
         (pcoll,) = transform.inputs.values()
         windowing = stage.windowing_of(pcoll)
-    (tag,) = transform.outputs
-    return ParDoOp(transform.unique_name, transform_id, fn, windowing.windowfn, tag)
+    return fn, windowing
 
 
 def _plain(fn: Any) -> str:

@@ -175,6 +175,7 @@ def plan_pipeline(
     fast_paths: bool = True,
     lean: bool = False,
     stateful_roots: bool = False,
+    unbounded_sdf: bool = False,
 ) -> Plan:
     """Beam's fused stages of ``pipeline`` (a proto already checked), in run order;
     ``fast_paths=False`` keeps every GroupByKey on Beam's trigger driver (the reference);
@@ -184,7 +185,8 @@ def plan_pipeline(
     ``annotate_stateful_dofns_as_roots``), so that its one data input is its keyed main
     input: streaming keeps state per key partition between batches; a ParDo with side
     inputs starts a stage too, so that its main elements can wait for their side windows
-    (:mod:`spark_backend.runner.streaming.pushback`)."""
+    (:mod:`spark_backend.runner.streaming.pushback`). ``unbounded_sdf`` (streaming) lets
+    a splittable DoFn's stage run lean (:mod:`.lean_sdf`)."""
     validate_pipeline_graph(pipeline)
     pipeline = merge_common_environments(merge_superset_dep_environments(pipeline))
     phases = list(_PHASES)
@@ -216,7 +218,7 @@ def plan_pipeline(
         specs = tuple(_stage_spec(runner_context, s, *buffers[s.name], context) for s in stages)
     finally:
         manager.close_all()
-    specs = tuple(_choose_stage_path(spec, lean) for spec in specs)
+    specs = tuple(_choose_stage_path(spec, lean, unbounded_sdf) for spec in specs)
     job_id = uuid.uuid4().hex
     components = context.components.SerializeToString()
     groups = {
@@ -282,10 +284,11 @@ def _stage_spec(
     )
 
 
-def _choose_stage_path(spec: StageSpec, lean: bool) -> StageSpec:
+def _choose_stage_path(spec: StageSpec, lean: bool, unbounded_sdf: bool = False) -> StageSpec:
     if not lean:
         return dataclasses.replace(spec, path=BUNDLE_PROCESSOR, reason="lean stages are off")
-    program = lean_program(beam_fn_api_pb2.ProcessBundleDescriptor.FromString(spec.descriptor))
+    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(spec.descriptor)
+    program = lean_program(descriptor, unbounded_sdf and bool(spec.residual_inputs))
     if isinstance(program, str):
         _LOG.info("stage %s on Beam's bundle processor: %s", spec.label, program)
         return dataclasses.replace(spec, path=BUNDLE_PROCESSOR, reason=program)

@@ -66,7 +66,7 @@ def start_streaming(
     if options.checkpoint_dir is not None:
         checkpoint = open_checkpoint(options.checkpoint_dir, pipeline_shape(pipeline), partitions)
     prepared, sources = streaming_proto(pipeline, lift=fast_paths, stripped=stripped)
-    plan = plan_pipeline(prepared, stateful_roots=True, lean=fast_paths)
+    plan = plan_pipeline(prepared, stateful_roots=True, lean=fast_paths, unbounded_sdf=True)
     plan = relabel_lifted_groups(plan, prepared)
     views = side_views(plan, prepared)
     driver = StreamingDriver(
@@ -83,4 +83,6 @@ def start_streaming(
         per_instant=options.test_stream_batches == "instant",
         views=views,
     )
-    return StreamingPipelineResult(driver, f"beam-{plan.job_id}")
+    result = StreamingPipelineResult(driver, f"beam-{plan.job_id}")
+    result.stage_paths = plan.stage_paths
+    return result

@@ -17,6 +17,12 @@ no residual is left the restriction is done and the hold is released.
 
 The DoFn must checkpoint itself: the runner does not split a running bundle, so a
 ``process`` that never returns blocks its batch.
+
+A stage the planner made lean (``StageSpec.path``, :mod:`spark_backend.runner.lean_sdf`)
+runs without the bundle processor: the DoFn is called with Beam's own tracker and
+estimator, and its outputs go on as columns through the lean ops fused after it
+(WindowInto, the lifted combine's Precombine); its residuals are the same bytes, delay
+and watermark as the bundle processor's.
 """
 
 from __future__ import annotations
@@ -34,7 +40,9 @@ from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateS
 from apache_beam.utils.timestamp import Timestamp
 
 from spark_backend.runner.bundles import Round, bundle_worker, by_input, metrics_record, run_bundle
-from spark_backend.runner.plan import StageSpec
+from spark_backend.runner.lean import lean_program, run_lean_partition
+from spark_backend.runner.lean_sdf import SdfProcessOp
+from spark_backend.runner.plan import LEAN, StageSpec
 from spark_backend.runner.streaming.grouping import SUMMARY
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
@@ -94,6 +102,9 @@ def sdf_batch(
 ) -> Iterator[tuple[Any, bytes]]:
     """Run one bundle over ``records`` (``(input transform id, chunk)``); yield output
     chunks, the metrics record and ``(SUMMARY, pickled SourceSummary)``."""
+    if spec.path == LEAN:
+        yield from _lean_batch(spec, clock_after, records)
+        return
     data = by_input(spec, records)
     if not any(data.values()):
         yield metrics_record([], {})
@@ -110,6 +121,30 @@ def sdf_batch(
         yield buffer, chunk
     yield metrics_record(consolidate(result.response.monitoring_infos), sizes)
     residuals = tuple(_residual(spec, r, clock_after) for r in result.response.residual_roots)
+    yield SUMMARY, pickle.dumps(SourceSummary(residuals))
+
+
+def _lean_batch(
+    spec: StageSpec, clock_after: int, records: Iterable[tuple[str, bytes]]
+) -> Iterator[tuple[Any, bytes]]:
+    """:func:`sdf_batch` on the lean path: the stage's program over ``records``, then
+    the residuals its SDF ops deferred."""
+    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(spec.descriptor)
+    program = lean_program(descriptor, unbounded_sdf=True)
+    if isinstance(program, str):  # the plan chose this path: it cannot happen
+        raise RuntimeError(f"the stage cannot run lean: {program}")
+    yield from run_lean_partition(spec.descriptor, spec.outputs, records, program=program)
+    residuals = tuple(
+        Residual(
+            spec.residual_inputs[r.transform_id, r.input_tag],
+            r.element,
+            clock_after + r.delay,
+            r.watermark,
+        )
+        for op in program.ops.values()
+        if isinstance(op, SdfProcessOp)
+        for r in op.residuals
+    )
     yield SUMMARY, pickle.dumps(SourceSummary(residuals))
 
 

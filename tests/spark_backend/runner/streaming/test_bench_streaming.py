@@ -46,6 +46,9 @@ def test_bench_runner_streaming_smoke(spark: Any, capsys: pytest.CaptureFixture[
     assert re.search(r"batch +[\d,]+ el/s", out), out
     assert out.count("counts identical") == 2, out  # the TestStream's and the source's
     assert re.search(r"executor-side source: 2,000 elements", out), out
+    # streaming runs the SDF's stage lean; the batch runner on Beam's bundle processor
+    assert re.search(r"round 0: streaming .*; SDF stage: lean$", out, re.M), out
+    assert re.search(r"round 0: batch .*; SDF stage: beam-bundle-processor$", out, re.M), out
     assert re.search(r"warm-up \(left out\) +[\d,]+ el/s", out), out
     latency = re.search(r"pane latency in micro-batches: .* max (-?\d+) \(goal <= 1\)", out)
     assert latency is not None and 0 <= int(latency.group(1)) <= 1, out
