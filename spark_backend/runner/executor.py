@@ -66,10 +66,12 @@ from spark_backend.runner.grouping import (
     split_elements,
 )
 from spark_backend.runner.lean import run_lean_partition
+from spark_backend.runner.lean_batch import decode
 from spark_backend.runner.plan import IMPULSE, LEAN, THEORY_ENGINE, GroupSpec, Plan, StageSpec
 from spark_backend.runner.schedule import run_stages
 from spark_backend.runner.spark_errors import python_error_message
-from spark_backend.runner.task_context import coder
+from spark_backend.runner.task_context import coder, coder_impl
+from spark_backend.runner.text_source import TextRange, range_bytes, split_ranges
 
 __all__ = ["BYTES_PER_PARTITION", "StageExecutor"]
 
@@ -103,6 +105,7 @@ class StageExecutor:
         self._broadcasts: list[Any] = []
         self._components = self._broadcast(plan.components)
         self._held: dict[bytes, list[bytes]] = defaultdict(list)  # buffers the driver holds
+        self._ranges: dict[str, list[TextRange]] = {}  # text-reading stage -> byte ranges
         self._local_bytes = LOCAL_BYTES if local_bytes is None else local_bytes
         conf = dict(spark_context.getConf().getAll())
         self._attempts = task_attempts(spark_context.master, conf)
@@ -213,9 +216,11 @@ class StageExecutor:
 
     def _on_driver(self, spec: StageSpec) -> bool:
         """Whether ``spec`` runs on the driver: every input held and small in total, no
-        Reshuffle to spread, no splittable restrictions."""
+        Reshuffle to spread, no splittable restrictions, no text source above the size."""
         if self._local_bytes <= 0 or spec.residual_inputs:
             return False
+        if spec.text_source is not None:
+            return range_bytes(self._text_ranges(spec)) <= self._local_bytes
         for buffer in spec.inputs.values():
             if not self._held_whole(buffer):
                 return False
@@ -288,7 +293,26 @@ class StageExecutor:
             return self._sc.emptyRDD()
         return rdds[0] if len(rdds) == 1 else self._sc.union(rdds)
 
+    def _text_ranges(self, spec: StageSpec) -> list[TextRange]:
+        """A text-reading stage's byte ranges (split once per run)."""
+        with self._lock:
+            if spec.name not in self._ranges:
+                self._ranges[spec.name] = split_ranges(spec.text_source, self._partitions)
+            return self._ranges[spec.name]
+
+    def _ranges_rdd(self, spec: StageSpec) -> Any:
+        """A text-reading stage's input: one record per byte range, each a batch of one
+        :class:`TextRange` carrying the impulse's timestamp, window and pane."""
+        ((tid, coder_id),) = spec.input_coders.items()
+        impl = coder_impl(self._plan.job_id, self._plan.components, coder_id)
+        impulse = decode([ENCODED_IMPULSE_VALUE], impl)
+        ranges = self._text_ranges(spec)
+        records = [(tid, impulse.take([0], [r])) for r in ranges]
+        return self._sc.parallelize(records, max(1, len(records)))
+
     def _input_rdd(self, spec: StageSpec) -> Any:
+        if spec.text_source is not None:
+            return self._ranges_rdd(spec)
         sdf_inputs = set(spec.residual_inputs.values())
         tagged = []
         for transform_id, buffer in spec.inputs.items():

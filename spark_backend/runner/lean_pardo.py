@@ -127,6 +127,8 @@ class ParDoOp:
         self._tag = tag
         signature = DoFnSignature(fn)
         self._process = signature.process_method.method_value
+        #: ``FlatMap(str.split)``: a slice of str values is split in one C call.
+        self._splits_words = type(fn) is core.CallableWrapperDoFn and fn._fn is str.split
         self._check = not isinstance(fn, core.CallableWrapperDoFn) and not (
             inspect.isgeneratorfunction(self._process)
         )
@@ -184,6 +186,14 @@ class ParDoOp:
         lo = 0
         while lo < len(values):
             piece = values[lo : lo + step]
+            if self._splits_words and _all_str(piece):
+                # str.split() per value, flattened, is the split of the values joined
+                # by a space (whitespace runs separate words either way)
+                lo += len(piece)
+                words = " ".join(piece).split()
+                step = max(1, min(CHUNK, CHUNK * len(piece) // max(1, len(words))))
+                self._emit_plain(batch, words, emit)
+                continue
             out: list[Any] = []
             extend = out.extend
             try:
@@ -203,6 +213,10 @@ class ParDoOp:
         if _has_special(values):  # TaggedOutput, TimestampedValue, WindowedValue
             self._emit(batch, values, [0] * len(values), emit)
             return
+        self._emit_plain(batch, values, emit)
+
+    def _emit_plain(self, batch: Batch, values: list[Any], emit: Emit) -> None:
+        """Emit plain ``values`` with a uniform ``batch``'s metadata, CHUNK at a time."""
         micros = int(batch.micros[0])
         for lo in range(0, len(values), CHUNK):
             part = values[lo : lo + CHUNK]
@@ -280,6 +294,10 @@ def _uniform(batch: Batch) -> bool:
         and len(batch) > 0
         and int(batch.micros.min()) == int(batch.micros.max())
     )
+
+
+def _all_str(values: list[Any]) -> bool:
+    return set(map(type, values)) == {str}
 
 
 def _has_special(values: list[Any]) -> bool:

@@ -21,6 +21,7 @@ from spark_backend.runner.plan import Plan, plan_pipeline
 from spark_backend.runner.result import PySparkPipelineResult
 from spark_backend.runner.streaming.elements import stripped_test_streams
 from spark_backend.runner.streaming.run import start_streaming
+from spark_backend.runner.text_source import lean_text_reads
 from spark_backend.runner.validate import check_pipeline
 from spark_backend.session import get_session
 
@@ -70,6 +71,8 @@ class PySparkRunner(PipelineRunner):
         if streaming:
             context = _spark_context(target)
             return start_streaming(proto, context, stream_options, self.fast_paths, stripped)
+        if self.fast_paths:  # ReadFromText read by the lean text source
+            proto = lean_text_reads(proto)
         plan = plan_pipeline(proto, self.fast_paths, lean=self.fast_paths)
         result = _start(plan, target, self.driver_stages)
         result.paths = plan.paths
