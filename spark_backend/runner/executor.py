@@ -297,7 +297,10 @@ class StageExecutor:
         """A text-reading stage's byte ranges (split once per run)."""
         with self._lock:
             if spec.name not in self._ranges:
-                self._ranges[spec.name] = split_ranges(spec.text_source, self._partitions)
+                try:
+                    self._ranges[spec.name] = split_ranges(spec.text_source, self._partitions)
+                except OSError as err:
+                    raise PipelineFailedError(spec.label, str(err)) from None
             return self._ranges[spec.name]
 
     def _ranges_rdd(self, spec: StageSpec) -> Any:

@@ -34,7 +34,7 @@ from apache_beam.portability.api import beam_runner_api_pb2 as pb
 from apache_beam.utils import proto_utils
 
 from spark_backend.runner.lean_batch import Batch
-from spark_backend.runner.lean_pardo import CHUNK, Emit
+from spark_backend.runner.lean_pardo import CHUNK, Emit, augmented
 
 __all__ = [
     "TEXT_READ_URN",
@@ -51,6 +51,8 @@ __all__ = [
 TEXT_READ_URN: Final[str] = python_urns.IMPULSE_READ_TRANSFORM
 #: The smallest byte range a split makes (smaller ones cost more than they save).
 MIN_RANGE_BYTES: Final[int] = 1 << 16
+#: The largest: a task holds one range's records at a time (memory stays bounded).
+MAX_RANGE_BYTES: Final[int] = 64 << 20
 _PICKLED_SOURCE: Final[str] = python_urns.PICKLED_SOURCE
 
 
@@ -128,17 +130,22 @@ def _compression(path: str, declared: str) -> str:
 
 
 def split_ranges(source: Any, parts: int) -> list[TextRange]:
-    """The source's files (its glob matched now) as byte ranges, about ``parts`` of them
-    over the uncompressed bytes (at least :data:`MIN_RANGE_BYTES` each); a compressed
-    file is one range."""
-    (match,) = FileSystems.match([source._pattern.get()])
-    files = sorted(((m.path, m.size_in_bytes) for m in match.metadata_list), key=lambda f: f[0])
+    """The source's files (its glob matched now) as byte ranges: the uncompressed bytes
+    in about ``parts`` ranges, each within [:data:`MIN_RANGE_BYTES`,
+    :data:`MAX_RANGE_BYTES`]; a compressed file is one range. No file matching raises
+    ``FileNotFoundError`` naming the pattern."""
+    pattern = source._pattern.get()
+    (match,) = FileSystems.match([pattern])
+    if not match.metadata_list:
+        raise FileNotFoundError(f"ReadFromText: no file matches the pattern {pattern!r}")
+    files = sorted((m.path, m.size_in_bytes) for m in match.metadata_list)
     plain = [
         size
         for path, size in files
         if _compression(path, source._compression_type) == CompressionTypes.UNCOMPRESSED
     ]
-    step = max(MIN_RANGE_BYTES, -(-sum(plain) // max(1, parts)))
+    wanted = -(-sum(plain) // max(1, parts))
+    step = min(MAX_RANGE_BYTES, max(MIN_RANGE_BYTES, wanted))
     ranges: list[TextRange] = []
     for path, size in files:
         compression = _compression(path, source._compression_type)
@@ -241,7 +248,10 @@ class TextReadOp:
         for i, value in enumerate(batch.values):
             ranges = [value] if isinstance(value, TextRange) else self.ranges(1)
             for r in ranges:
-                records = read_range(r, skip, coder)
+                try:
+                    records = read_range(r, skip, coder)
+                except Exception as exn:
+                    raise augmented(exn, self.label) from exn
                 for at in range(0, len(records), CHUNK):
                     part = records[at : at + CHUNK]
                     emit(batch.take([i] * len(part), part))
