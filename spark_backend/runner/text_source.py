@@ -50,9 +50,9 @@ __all__ = [
 #: The transform a leaf ``Read`` becomes in a fused stage (Beam's read_to_impulse).
 TEXT_READ_URN: Final[str] = python_urns.IMPULSE_READ_TRANSFORM
 #: The smallest byte range a split makes (smaller ones cost more than they save).
-MIN_RANGE_BYTES: Final[int] = 1 << 16
+MIN_RANGE_BYTES: int = 1 << 16
 #: The largest: a task holds one range's records at a time (memory stays bounded).
-MAX_RANGE_BYTES: Final[int] = 64 << 20
+MAX_RANGE_BYTES: int = 64 << 20
 _PICKLED_SOURCE: Final[str] = python_urns.PICKLED_SOURCE
 
 

@@ -250,13 +250,15 @@ def test_bad_input_fails_naming_the_pattern_or_the_transform(tmp_path: Path, run
     from spark_backend.runner import PipelineFailedError
 
     missing = str(tmp_path / "nothing-*.txt")
-    with pytest.raises(PipelineFailedError, match="no file matches the pattern.*nothing-"):
-        with beam.Pipeline(runner=runner) as p:
-            p | beam.io.ReadFromText(missing, validate=False)
+    no_file = r"no file matches the pattern .*nothing-"
+    with pytest.raises(PipelineFailedError, match=no_file), beam.Pipeline(runner=runner) as p:
+        p | beam.io.ReadFromText(missing, validate=False)
     latin = tmp_path / "latin.txt"
     latin.write_bytes("caf\xe9\n".encode("latin-1"))
     for reference_runner in (FnApiRunner(), runner):
-        with pytest.raises(Exception, match="utf-8") as caught:
-            with beam.Pipeline(runner=reference_runner) as p:
-                p | "ReadLatin" >> beam.io.ReadFromText(str(latin))
+        with (
+            pytest.raises(Exception, match="utf-8") as caught,
+            beam.Pipeline(runner=reference_runner) as p,
+        ):
+            p | "ReadLatin" >> beam.io.ReadFromText(str(latin))
     assert "ReadLatin" in str(caught.value)
