@@ -103,7 +103,7 @@ class StageExecutor:
         self._elements: dict[str, int] = defaultdict(int)
         self._persisted: list[Any] = []
         self._broadcasts: list[Any] = []
-        self._components = self._broadcast(plan.components)
+        self._components_handle: Any = None  # broadcast when a Spark task first needs it
         self._held: dict[bytes, list[bytes]] = defaultdict(list)  # buffers the driver holds
         self._ranges: dict[str, list[TextRange]] = {}  # text-reading stage -> byte ranges
         self._local_bytes = LOCAL_BYTES if local_bytes is None else local_bytes
@@ -124,6 +124,20 @@ class StageExecutor:
         """Cancel the running Spark jobs; no further stage starts."""
         self._cancelled.set()
         self._sc.cancelJobGroup(self._job_group)
+
+    @property
+    def _components(self) -> Any:
+        """The pipeline's components as a Spark broadcast, made on first use (a run whose
+        Spark stages are all lean never needs it)."""
+        with self._lock:
+            handle = self._components_handle
+        if handle is None:
+            handle = self._broadcast(self._plan.components)
+            with self._lock:
+                if self._components_handle is None:
+                    self._components_handle = handle
+                handle = self._components_handle
+        return handle
 
     def _in_job_group(self) -> None:
         self._sc.setJobGroup(self._job_group, "Beam pipeline on PySparkRunner", True)
@@ -157,7 +171,7 @@ class StageExecutor:
             _stage_task,
             spec,
             self._plan.job_id,
-            self._components,
+            Held(None) if spec.path == LEAN else self._components,
             self._side_data(spec),
             columnar=columnar,
         )
