@@ -41,7 +41,7 @@ from spark_backend.runner.engine_grouping import engine_strategy
 from spark_backend.runner.keyed_columns import columnar_coders
 from spark_backend.runner.lean import Program, lean_program
 from spark_backend.runner.task_context import coder, windowing
-from spark_backend.runner.text_source import TextReadOp
+from spark_backend.runner.text_source import TEXT_READ_URN, TextReadOp
 
 __all__ = [
     "BUNDLE_PROCESSOR",
@@ -55,6 +55,7 @@ __all__ = [
     "SideInputSpec",
     "StageSpec",
     "plan_pipeline",
+    "reads_off_lean",
 ]
 
 IMPULSE = translations.IMPULSE_BUFFER
@@ -277,6 +278,20 @@ def _choose_stage_path(spec: StageSpec, lean: bool) -> StageSpec:
         return dataclasses.replace(spec, path=BUNDLE_PROCESSOR, reason=program)
     _LOG.info("stage %s lean", spec.label)
     return dataclasses.replace(spec, path=LEAN, text_source=_impulse_text_source(spec, program))
+
+
+def reads_off_lean(plan: Plan) -> frozenset[str]:
+    """The labels of the text reads (:mod:`.text_source`) fused into a stage that is not
+    lean: Beam's bundle processor would read each in one task, unsplit."""
+    names: set[str] = set()
+    for spec in plan.stages:
+        if spec.path == LEAN:
+            continue
+        descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(spec.descriptor)
+        names.update(
+            t.unique_name for t in descriptor.transforms.values() if t.spec.urn == TEXT_READ_URN
+        )
+    return frozenset(names)
 
 
 def _impulse_text_source(spec: StageSpec, program: Program) -> Any:

@@ -91,9 +91,11 @@ def _read_source(transform: pb.PTransform) -> Any:
     return pickler.loads(payload.source.payload)
 
 
-def lean_text_reads(pipeline: pb.Pipeline) -> pb.Pipeline:
+def lean_text_reads(pipeline: pb.Pipeline, keep: frozenset[str] = frozenset()) -> pb.Pipeline:
     """``pipeline`` with every ``Read`` of a lean-readable text source made a leaf (its
-    Impulse/EmitSource/SDF expansion removed); other transforms are untouched."""
+    Impulse/EmitSource/SDF expansion removed), except those named in ``keep`` (their
+    stage is not lean, and Beam's splittable read spreads them better); other
+    transforms are untouched."""
     pipeline = pb.Pipeline.FromString(pipeline.SerializeToString())
     transforms = pipeline.components.transforms
     for tid in list(transforms):
@@ -102,13 +104,15 @@ def lean_text_reads(pipeline: pb.Pipeline) -> pb.Pipeline:
         t = transforms[tid]
         if t.spec.urn != common_urns.deprecated_primitives.READ.urn or not t.subtransforms:
             continue
+        if t.unique_name in keep:
+            continue
         source = _read_source(t)
         if source is None or text_source(source):
             continue
-        keep = set(t.outputs.values())
+        read_outputs = set(t.outputs.values())
         for sub in _descendants(transforms, tid):
             for pcoll in transforms[sub].outputs.values():
-                if pcoll not in keep:
+                if pcoll not in read_outputs:
                     pipeline.components.pcollections.pop(pcoll, None)
             del transforms[sub]
         del t.subtransforms[:]

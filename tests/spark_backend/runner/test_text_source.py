@@ -259,3 +259,25 @@ def test_bad_input_fails_naming_the_pattern_or_the_transform(tmp_path: Path, run
         ):
             p | "ReadLatin" >> beam.io.ReadFromText(str(latin))
     assert "ReadLatin" in str(caught.value)
+
+
+def test_a_read_fused_into_a_stage_that_is_not_lean_keeps_beams_splittable_read(
+    tmp_path: Path,
+) -> None:
+    from spark_backend.runner.runner import batch_plan
+
+    path = tmp_path / "f.txt"
+    path.write_text("a b\nc\n")
+
+    def build(p: beam.Pipeline) -> None:
+        side = p | "Side" >> beam.Create([1])
+        fast = p | "Fast" >> beam.io.ReadFromText(str(path))
+        fast | "Split" >> beam.FlatMap(str.split)
+        slow = p | "Slow" >> beam.io.ReadFromText(str(path))
+        slow | "WithSide" >> beam.Map(lambda x, s: x, beam.pvalue.AsSingleton(side))
+
+    plan = batch_plan(proto_of(build), fast_paths=True)
+    names = " ".join(plan.stage_paths)
+    assert "Fast-Read_" in names and "Fast/Read/SDF" not in names  # the lean text source
+    assert "Slow/Read/SDFBoundedSourceReader" in names  # Beam's, split over tasks
+    assert [s.text_source is not None for s in plan.stages].count(True) == 1
