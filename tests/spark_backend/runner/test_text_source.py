@@ -281,3 +281,26 @@ def test_a_read_fused_into_a_stage_that_is_not_lean_keeps_beams_splittable_read(
     assert "Fast-Read_" in names and "Fast/Read/SDF" not in names  # the lean text source
     assert "Slow/Read/SDFBoundedSourceReader" in names  # Beam's, split over tasks
     assert [s.text_source is not None for s in plan.stages].count(True) == 1
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    lines=st.lists(
+        st.text(alphabet=st.sampled_from(["a", "é", " ", "\t", "\r", "\x0b", "\u3000", "\x1c"]))
+    )
+)
+def test_flat_map_str_split_in_one_call_equals_splitting_each_value(lines: list[str]) -> None:
+    import numpy as np
+    from apache_beam.transforms import core
+    from apache_beam.transforms.window import GlobalWindows
+    from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN
+
+    from spark_backend.runner.lean_batch import GLOBAL, Batch
+    from spark_backend.runner.lean_pardo import ParDoOp
+
+    op = ParDoOp("Split", "t", core.CallableWrapperDoFn(str.split), GlobalWindows(), "None")
+    assert op._splits_words
+    out: list[Any] = []
+    batch = Batch(list(lines), np.full(len(lines), 5, np.int64), GLOBAL, PANE_INFO_UNKNOWN)
+    op.process(batch, lambda b: out.extend(zip(b.values, b.micros.tolist(), strict=True)))
+    assert out == [(w, 5) for line in lines for w in line.split()]
