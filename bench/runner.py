@@ -229,8 +229,11 @@ against FnApiRunner in the same run; outputs identical in every run:
     after:
     wordcount       123.0k el/s ( 8.1 s, CPU 1.8 s)  112.3k el/s   1.10x / 0.13x / 1.03x
     wordcount_file  180.4k el/s ( 5.5 s, CPU 1.3 s)   92.8k el/s   1.94x / 0.17x / 1.93x
+    after, again 20 minutes later (load 15-25, JVM start 52.2 s):
+    wordcount       179.4k el/s ( 5.6 s, CPU 1.6 s)  145.9k el/s   1.23x / 0.12x / 1.07x
+    wordcount_file  288.8k el/s ( 3.5 s, CPU 1.0 s)  119.6k el/s   2.42x / 0.15x / 1.93x
 
-(JVM start 58.5-64.6 s at this load.) The >= 5x goal is not met. CPU per process of a
+(JVM start 58.5-64.6 s at the first runs' load.) The >= 5x goal is not met. CPU per process of a
 warm wordcount_file run (4 runs, load 37-38): driver 0.56-0.65 s (of which Beam's
 pipeline construction and proto about 0.17 s, paid by FnApiRunner too), JVM 0.44-0.88 s
 (one Spark job of 2 tasks), Python workers 0.25-0.38 s (the read, split and count: the
