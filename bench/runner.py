@@ -233,14 +233,29 @@ against FnApiRunner in the same run; outputs identical in every run:
     wordcount       179.4k el/s ( 5.6 s, CPU 1.6 s)  145.9k el/s   1.23x / 0.12x / 1.07x
     wordcount_file  288.8k el/s ( 3.5 s, CPU 1.0 s)  119.6k el/s   2.42x / 0.15x / 1.93x
 
-(JVM start 58.5-64.6 s at the first runs' load.) The >= 5x goal is not met. CPU per process of a
-warm wordcount_file run (4 runs, load 37-38): driver 0.56-0.65 s (of which Beam's
-pipeline construction and proto about 0.17 s, paid by FnApiRunner too), JVM 0.44-0.88 s
-(one Spark job of 2 tasks), Python workers 0.25-0.38 s (the read, split and count: the
-floor is 0.127 s). In one process, the lean stage over half the file (500k words) takes
-0.09 s CPU, down from 0.35 s before the Counter fusion and the split (the PairWithVoid
-``Map`` per element was most of it). What is left is fixed cost: the JVM's share of one
-Spark job and the driver's.
+(JVM start 58.5-64.6 s at the first runs' load.) Then, with the load down to 7-10, the
+two trees one right after the other (branch first, JVM start 15.6 and 14.0 s):
+
+    workload        PySparkRunner (wall, CPU)        FnApiRunner   ratio wall / incl. JVM / CPU
+    after:
+    wordcount       619.6k el/s ( 1.6 s, CPU 1.1 s)  708.5k el/s   0.87x / 0.08x / 1.30x
+    wordcount_file  743.2k el/s ( 1.3 s, CPU 0.8 s)  395.8k el/s   1.88x / 0.15x / 1.87x
+    before (main at f55c23d):
+    wordcount       320.7k el/s ( 3.1 s, CPU 1.6 s)  263.9k el/s   1.22x / 0.22x / 0.93x
+    wordcount_file  154.8k el/s ( 6.5 s, CPU 2.6 s)  213.8k el/s   0.72x / 0.23x / 0.66x
+
+So PySparkRunner itself got 4.8x faster on wordcount_file (6.5 s -> 1.3 s, CPU 2.6 s ->
+0.8 s) and about 2x on wordcount, but FnApiRunner's own wall time moved 2.7x between
+the two runs (1.4 s to 3.8 s on wordcount at 1.4-1.6 s of CPU): the ratios against it
+are 1.9-2.4x on wordcount_file and 0.9-1.2x on wordcount, short of 5x.
+
+The >= 5x goal is not met. CPU per process of a warm wordcount_file run (4 runs, load
+37-38): driver 0.56-0.65 s (of which Beam's pipeline construction and proto about 0.17
+s, paid by FnApiRunner too), JVM 0.44-0.88 s (one Spark job of 2 tasks), Python workers
+0.25-0.38 s (the read, split and count: the floor is 0.127 s). In one process, the lean
+stage over half the file (500k words) takes 0.09 s CPU, down from 0.35 s before the
+Counter fusion and the split (the PairWithVoid ``Map`` per element was most of it). What
+is left is fixed cost: the JVM's share of one Spark job and the driver's.
 """
 
 from __future__ import annotations
