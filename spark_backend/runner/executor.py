@@ -68,11 +68,13 @@ from spark_backend.runner.grouping import (
     split_elements,
 )
 from spark_backend.runner.lean import run_lean_partition
+from spark_backend.runner.lean_batch import decode
 from spark_backend.runner.plan import IMPULSE, LEAN, THEORY_ENGINE, GroupSpec, Plan, StageSpec
 from spark_backend.runner.schedule import run_stages
 from spark_backend.runner.spark_errors import python_error_message
 from spark_backend.runner.spill import SPILL_BYTES
-from spark_backend.runner.task_context import coder
+from spark_backend.runner.task_context import coder, coder_impl
+from spark_backend.runner.text_source import TextRange, range_bytes, split_ranges
 
 __all__ = ["BYTES_PER_PARTITION", "StageExecutor"]
 
@@ -106,8 +108,9 @@ class StageExecutor:
         self._elements: dict[str, int] = defaultdict(int)
         self._persisted: list[Any] = []
         self._broadcasts: list[Any] = []
-        self._components = self._broadcast(plan.components)
+        self._components_handle: Any = None  # broadcast when a Spark task first needs it
         self._held: dict[bytes, list[bytes]] = defaultdict(list)  # buffers the driver holds
+        self._ranges: dict[str, list[TextRange]] = {}  # text-reading stage -> byte ranges
         self._local_bytes = LOCAL_BYTES if local_bytes is None else local_bytes
         self._driver_output_bytes = driver_output_bytes
         self._spill_bytes = spill_bytes
@@ -131,6 +134,20 @@ class StageExecutor:
         """Cancel the running Spark jobs; no further stage starts."""
         self._cancelled.set()
         self._sc.cancelJobGroup(self._job_group)
+
+    @property
+    def _components(self) -> Any:
+        """The pipeline's components as a Spark broadcast, made on first use (a run whose
+        Spark stages are all lean never needs it)."""
+        with self._lock:
+            handle = self._components_handle
+        if handle is None:
+            handle = self._broadcast(self._plan.components)
+            with self._lock:
+                if self._components_handle is None:
+                    self._components_handle = handle
+                handle = self._components_handle
+        return handle
 
     def _in_job_group(self) -> None:
         self._sc.setJobGroup(self._job_group, "Beam pipeline on PySparkRunner", True)
@@ -166,7 +183,7 @@ class StageExecutor:
             _stage_task,
             spec,
             self._plan.job_id,
-            self._components,
+            Held(None) if spec.path == LEAN else self._components,
             self._side_data(spec),
             columnar=columnar,
             spill_bytes=self._spill_bytes,
@@ -226,9 +243,11 @@ class StageExecutor:
 
     def _on_driver(self, spec: StageSpec) -> bool:
         """Whether ``spec`` runs on the driver: every input held and small in total, no
-        Reshuffle to spread, no splittable restrictions."""
+        Reshuffle to spread, no splittable restrictions, no text source above the size."""
         if self._local_bytes <= 0 or spec.residual_inputs:
             return False
+        if spec.text_source is not None:
+            return range_bytes(self._text_ranges(spec)) <= self._local_bytes
         for buffer in spec.inputs.values():
             if not self._held_whole(buffer):
                 return False
@@ -314,7 +333,29 @@ class StageExecutor:
             return self._sc.emptyRDD()
         return rdds[0] if len(rdds) == 1 else self._sc.union(rdds)
 
+    def _text_ranges(self, spec: StageSpec) -> list[TextRange]:
+        """A text-reading stage's byte ranges (split once per run)."""
+        with self._lock:
+            if spec.name not in self._ranges:
+                try:
+                    self._ranges[spec.name] = split_ranges(spec.text_source, self._partitions)
+                except OSError as err:
+                    raise PipelineFailedError(spec.label, str(err)) from None
+            return self._ranges[spec.name]
+
+    def _ranges_rdd(self, spec: StageSpec) -> Any:
+        """A text-reading stage's input: one record per byte range, each a batch of one
+        :class:`TextRange` carrying the impulse's timestamp, window and pane."""
+        ((tid, coder_id),) = spec.input_coders.items()
+        impl = coder_impl(self._plan.job_id, self._plan.components, coder_id)
+        impulse = decode([ENCODED_IMPULSE_VALUE], impl)
+        ranges = self._text_ranges(spec)
+        records = [(tid, impulse.take([0], [r])) for r in ranges]
+        return self._sc.parallelize(records, max(1, len(records)))
+
     def _input_rdd(self, spec: StageSpec) -> Any:
+        if spec.text_source is not None:
+            return self._ranges_rdd(spec)
         sdf_inputs = set(spec.residual_inputs.values())
         tagged = []
         for transform_id, buffer in spec.inputs.items():

@@ -39,12 +39,14 @@ from apache_beam.utils.counters import CounterFactory
 from spark_backend.runner.keyed_columns import ColumnsWriter
 from spark_backend.runner.lean_batch import Batch, decode
 from spark_backend.runner.lean_combine import combine_phase_op, precombine_op
+from spark_backend.runner.lean_count import fuse_count_per_element
 from spark_backend.runner.lean_encode import BatchEncoder
 from spark_backend.runner.lean_pardo import Emit, pardo_op
 from spark_backend.runner.lean_sdf import sdf_process_op
 from spark_backend.runner.lean_windows import window_into_op
 from spark_backend.runner.spill import SPILL_BYTES, SpillBuffer, chunk_bytes
 from spark_backend.runner.summary import METRICS, PartitionSummary
+from spark_backend.runner.text_source import TEXT_READ_URN, text_read_op
 
 __all__ = ["Program", "lean_program", "run_lean_partition"]
 
@@ -104,6 +106,7 @@ _BUILDERS: dict[str, Callable[[Any, str, Any], Any]] = {
     common_urns.combine_components.COMBINE_PER_KEY_EXTRACT_OUTPUTS.urn: combine_phase_op,
     common_urns.combine_components.COMBINE_PER_KEY_CONVERT_TO_ACCUMULATORS.urn: combine_phase_op,
     common_urns.primitives.FLATTEN.urn: lambda t, tid, stage: _Flatten(t.unique_name, tid),
+    TEXT_READ_URN: text_read_op,
 }
 
 
@@ -173,6 +176,7 @@ def lean_program(
         for pcoll in descriptor.transforms[tid].inputs.values():
             consumers[pcoll].append(tid)
     produces = {tid: next(iter(descriptor.transforms[tid].outputs.values()), "") for tid in ops}
+    fuse_count_per_element(ops, consumers, produces)
     return Program(ops, dict(consumers), produces, inputs, sinks)
 
 

@@ -98,6 +98,13 @@ class PrecombineOp:
         self._table: dict[Any, list[Any]] = {}  # Beam's: (window, key) or key -> [acc, ts]
         self._fast: dict[tuple[int, int, Any], Any] = {}  # (start, end, key) -> partial
         self.path = self._kernel or "per-element"
+        #: Batches carry the keys alone (a fused PairWithVoid, :mod:`.lean_count`).
+        self.keys_only = False
+
+    @property
+    def counts_in_default_windowing(self) -> bool:
+        """Whether this is a CountCombineFn's Precombine in the default windowing."""
+        return self._kernel == "count" and self._default
 
     def setup(self) -> None:
         self._fn.setup()
@@ -107,6 +114,12 @@ class PrecombineOp:
 
     def process(self, batch: Batch, emit: Emit) -> None:
         try:
+            if self.keys_only:
+                if batch.windows is GLOBAL:
+                    self._count_global(batch, emit)
+                    return
+                pairs = [(k, None) for k in batch.values]
+                batch = Batch(pairs, batch.micros, batch.windows, batch.panes)
             if not (self._kernel and self._add_vectorised(batch, emit)):
                 self._add_exact(batch, emit)
         except Exception as exn:
@@ -166,7 +179,7 @@ class PrecombineOp:
         """Count per key in the default windowing: a C-level ``Counter`` over the keys
         (it keeps each key's first object, as Beam's table does)."""
         fast = self._fast
-        keys = [key for key, _ in batch.values]  # (a value that is not a pair fails, as in Beam)
+        keys = batch.values if self.keys_only else [key for key, _ in batch.values]
         for key, count in Counter(keys).items():
             slot = (0, 0, key)
             fast[slot] = fast.get(slot, 0) + count

@@ -143,6 +143,8 @@ class ParDoOp:
         self._tag = tag
         signature = DoFnSignature(fn)
         self._process = signature.process_method.method_value
+        #: ``FlatMap(str.split)``: a slice of str values is split in one C call.
+        self._splits_words = type(fn) is core.CallableWrapperDoFn and fn._fn is str.split
         self._check = not isinstance(fn, core.CallableWrapperDoFn) and not (
             inspect.isgeneratorfunction(self._process)
         )
@@ -230,11 +232,26 @@ class ParDoOp:
         """:meth:`process` for a batch whose elements share one timestamp, the global
         window and one pane: outputs need no parent, so the DoFn runs in the tightest
         loop (element by element, as Beam calls it); outputs are handed on whenever
-        CHUNK of them are made."""
+        CHUNK of them are made. ``FlatMap(str.split)`` over strings is one C call per
+        slice of the batch, sized so that a slice's words stay near CHUNK."""
+        values = batch.values
+        if self._splits_words:
+            lo, step = 0, CHUNK
+            while lo < len(values):
+                piece = values[lo : lo + step]
+                if not _all_str(piece):
+                    break  # the rest element by element, below (order kept)
+                lo += len(piece)
+                # str.split() per value, flattened, is the split of the values joined
+                # by a space (whitespace runs separate words either way)
+                words = " ".join(piece).split()
+                step = max(1, min(CHUNK, CHUNK * len(piece) // max(1, len(words))))
+                self._emit_plain(batch, words, emit)
+            values = values[lo:]
         process = self._process
         out: list[Any] = []
         extend = out.extend
-        for value in batch.values:
+        for value in values:
             try:
                 results = process(value)
                 if results is None:
@@ -260,6 +277,10 @@ class ParDoOp:
         if _has_special(values):  # TaggedOutput, TimestampedValue, WindowedValue
             self._emit(batch, values, [0] * len(values), emit)
             return
+        self._emit_plain(batch, values, emit)
+
+    def _emit_plain(self, batch: Batch, values: list[Any], emit: Emit) -> None:
+        """Emit plain ``values`` with a uniform ``batch``'s metadata, CHUNK at a time."""
         micros = int(batch.micros[0])
         for lo in range(0, len(values), CHUNK):
             part = values[lo : lo + CHUNK]
@@ -337,6 +358,10 @@ def _uniform(batch: Batch) -> bool:
         and len(batch) > 0
         and int(batch.micros.min()) == int(batch.micros.max())
     )
+
+
+def _all_str(values: list[Any]) -> bool:
+    return set(map(type, values)) == {str}
 
 
 def _has_special(values: list[Any]) -> bool:

@@ -19,6 +19,7 @@ import logging
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2, beam_provision_api_pb2
@@ -38,8 +39,9 @@ from apache_beam.utils import proto_utils
 
 from spark_backend.runner.engine_grouping import engine_strategy
 from spark_backend.runner.keyed_columns import columnar_coders
-from spark_backend.runner.lean import lean_program
+from spark_backend.runner.lean import Program, lean_program
 from spark_backend.runner.task_context import coder, windowing
+from spark_backend.runner.text_source import TEXT_READ_URN, TextReadOp
 
 __all__ = [
     "BUNDLE_PROCESSOR",
@@ -53,6 +55,7 @@ __all__ = [
     "SideInputSpec",
     "StageSpec",
     "plan_pipeline",
+    "reads_off_lean",
 ]
 
 IMPULSE = translations.IMPULSE_BUFFER
@@ -103,6 +106,7 @@ class StageSpec:
     keyed_input: bool  # stateful, and its one data input feeds the stateful DoFn
     path: str = ""  # LEAN or BUNDLE_PROCESSOR (set by plan_pipeline)
     reason: str = ""  # why the stage is not lean
+    text_source: Any = None  # a lean stage reading a text source from its impulse input
 
     @property
     def label(self) -> str:
@@ -293,7 +297,33 @@ def _choose_stage_path(spec: StageSpec, lean: bool, unbounded_sdf: bool = False)
         _LOG.info("stage %s on Beam's bundle processor: %s", spec.label, program)
         return dataclasses.replace(spec, path=BUNDLE_PROCESSOR, reason=program)
     _LOG.info("stage %s lean", spec.label)
-    return dataclasses.replace(spec, path=LEAN)
+    return dataclasses.replace(spec, path=LEAN, text_source=_impulse_text_source(spec, program))
+
+
+def reads_off_lean(plan: Plan) -> frozenset[str]:
+    """The labels of the text reads (:mod:`.text_source`) fused into a stage that is not
+    lean: Beam's bundle processor would read each in one task, unsplit."""
+    names: set[str] = set()
+    for spec in plan.stages:
+        if spec.path == LEAN:
+            continue
+        descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(spec.descriptor)
+        names.update(
+            t.unique_name for t in descriptor.transforms.values() if t.spec.urn == TEXT_READ_URN
+        )
+    return frozenset(names)
+
+
+def _impulse_text_source(spec: StageSpec, program: Program) -> Any:
+    """The text source a lean stage reads from its one input, the impulse (the executor
+    then splits it into byte ranges, :mod:`.text_source`), else None."""
+    if list(spec.inputs.values()) != [IMPULSE]:
+        return None
+    (impulse_pcoll, _) = next(iter(program.inputs.values()))
+    readers = [program.ops[tid] for tid in program.consumers.get(impulse_pcoll, ())]
+    if len(readers) == 1 and isinstance(readers[0], TextReadOp):
+        return readers[0].source
+    return None
 
 
 def _keyed_input(stage: translations.Stage) -> bool:

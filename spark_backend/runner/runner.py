@@ -18,11 +18,12 @@ from apache_beam.transforms import environments
 from spark_backend.runner.driver_stages import DRIVER_OUTPUT_BYTES
 from spark_backend.runner.executor import StageExecutor
 from spark_backend.runner.options import SparkTarget, spark_target, streaming_options
-from spark_backend.runner.plan import Plan, plan_pipeline
+from spark_backend.runner.plan import Plan, plan_pipeline, reads_off_lean
 from spark_backend.runner.result import PySparkPipelineResult
 from spark_backend.runner.spill import SPILL_BYTES
 from spark_backend.runner.streaming.elements import stripped_test_streams
 from spark_backend.runner.streaming.run import start_streaming
+from spark_backend.runner.text_source import lean_text_reads
 from spark_backend.runner.validate import check_pipeline
 from spark_backend.session import get_session
 
@@ -93,12 +94,24 @@ class PySparkRunner(PipelineRunner):
         if streaming:
             context = _spark_context(target)
             return start_streaming(proto, context, stream_options, self.fast_paths, stripped)
-        plan = plan_pipeline(proto, self.fast_paths, lean=self.fast_paths)
+        plan = batch_plan(proto, self.fast_paths)
         result = _start(plan, target, self)
         result.paths = plan.paths
         result.columnar = plan.columnar
         result.stage_paths = plan.stage_paths
         return result
+
+
+def batch_plan(proto: Any, fast_paths: bool) -> Plan:
+    """The batch plan of ``proto``; with ``fast_paths``, text reads by the lean text
+    source, except those whose stage is not lean (they keep Beam's splittable read)."""
+    if not fast_paths:
+        return plan_pipeline(proto, fast_paths, lean=False)
+    plan = plan_pipeline(lean_text_reads(proto), fast_paths, lean=True)
+    keep = reads_off_lean(plan)
+    if keep:
+        plan = plan_pipeline(lean_text_reads(proto, keep), fast_paths, lean=True)
+    return plan
 
 
 def _with_fn_api_experiment(options: pipeline_options.PipelineOptions) -> None:

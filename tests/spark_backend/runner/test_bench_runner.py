@@ -25,13 +25,13 @@ def test_bench_runner_smoke(spark: Any, capsys: pytest.CaptureFixture[str]) -> N
     bench.main(["--sizes", "2000"])
     out = capsys.readouterr().out
     lines = re.findall(r"^  (\w+) +PySparkRunner .* outputs identical$", out, re.M)
-    assert lines == ["wordcount", "windowed_combine", "session_gbk"], out
+    assert lines == ["wordcount", "wordcount_file", "windowed_combine", "session_gbk"], out
     assert "hand-written RDD" in out
     assert "PySparkRunner's output = the plain-Python oracle's" in out
     peaks = [int(m.replace(",", "")) for m in re.findall(r"peak ([\d,]+) MiB driver", out)]
-    assert len(peaks) == 3 and all(p > 100 for p in peaks), out  # a JVM alone is > 100 MiB
+    assert len(peaks) == 4 and all(p > 100 for p in peaks), out  # a JVM alone is > 100 MiB
     workers = [int(m.replace(",", "")) for m in re.findall(r"of which workers ([\d,]+) MiB", out)]
-    assert len(workers) == 3 and all(0 < w < p for w, p in zip(workers, peaks, strict=True)), out
+    assert len(workers) == 4 and all(0 < w < p for w, p in zip(workers, peaks, strict=True)), out
     bench.report("wordcount", 2000, 0.0, False, spark, all_on_spark=True)
     out = capsys.readouterr().out
     assert re.search(r"wordcount +every stage on Spark .* outputs identical$", out, re.M), out
