@@ -18,7 +18,7 @@ Per stage, over processing time (all µs):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from itertools import count
 from math import fsum
@@ -36,8 +36,8 @@ from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from theory.watermarks.holds import inflight_min
 from theory.watermarks.spec import make_source_watermark
 from theory.windowing.engine import STATE_HOLD
-from theory.windowing.fast_path import ScriptColumns
-from theory.windowing.pane_columns import TIMINGS, PaneColumns
+from theory.windowing.fast_path import ScriptColumns, int_key_codes
+from theory.windowing.pane_columns import TIMINGS, Keys, PaneColumns, key_list
 from theory.windowing.runner import run_columns
 from theory.windowing.script import ScriptResult
 from theory.windowing.strategy import WindowingStrategy
@@ -387,21 +387,19 @@ def script_columns(
     iw_after[np.searchsorted(instants, iw.times)] = iw.values
     np.maximum.accumulate(iw_after, out=iw_after)  # (iw is latched: this fills the gaps)
     iw_after[-1] = MAX_TIMESTAMP
-    keys: Sequence[Hashable] = (
-        [None] * len(stream) if spec.rekey == "global" else stream.key.tolist()
-    )
+    keys: Keys = [None] * len(stream) if spec.rekey == "global" else stream.key
     return ScriptColumns(
         iw_after,
         np.zeros(n_ev, np.int64),
         keys,
-        stream.value.astype(object),
+        stream.value,
         stream.timestamp,
         np.searchsorted(instants, stream.time),
     )
 
 
 def _stage_outputs(
-    run: ScriptResult, instants: np.ndarray, keys: Sequence[Hashable]
+    run: ScriptResult, instants: np.ndarray, keys: Keys
 ) -> tuple[PaneColumns, np.ndarray, StepSeries]:
     """The panes fired before the final step in a canonical order (fire time, key in
     order of first arrival in ``keys``, window, pane index: the order within an instant
@@ -409,8 +407,7 @@ def _stage_outputs(
     (``MAX_TIMESTAMP`` when there is none)."""
     n = instants.size
     panes = run.pane_columns if run.pane_columns is not None else PaneColumns.from_panes(run.panes)
-    code = dict(zip(dict.fromkeys(keys), count(), strict=False))
-    order = pane_order(panes, run.pane_event, n, code)
+    order = pane_order(panes, run.pane_event, n, key_ranks(panes.key, keys))
     assert run.state_hold is not None  # (both paths record it)
     hold = run.state_hold[:n]
     change = np.flatnonzero(np.diff(hold, prepend=MAX_TIMESTAMP) != 0)
@@ -418,14 +415,31 @@ def _stage_outputs(
     return panes.take(order), instants[run.pane_event[order]], state
 
 
+def key_ranks(pane_keys: Keys, keys: Keys) -> np.ndarray:
+    """Each pane key's rank by first arrival in ``keys`` (vectorised for integer arrays)."""
+    if all(isinstance(k, np.ndarray) and k.dtype.kind in "iu" for k in (pane_keys, keys)):
+        by_first = int_key_codes(np.asarray(keys))[1]
+        code = np.argsort(by_first)  # the ranks of the distinct keys, ascending
+        return code[np.searchsorted(by_first[code], np.asarray(pane_keys))]
+    rank = dict(zip(dict.fromkeys(key_list(keys)), count(), strict=False))
+    return np.fromiter(map(rank.__getitem__, key_list(pane_keys)), np.int64, len(pane_keys))
+
+
 def pane_order(
-    panes: PaneColumns, pane_event: np.ndarray, n_events: int, key_code: Mapping[Hashable, int]
+    panes: PaneColumns,
+    pane_event: np.ndarray,
+    n_events: int,
+    key_code: Mapping[Hashable, int] | np.ndarray,
 ) -> np.ndarray:
     """The indices of the panes fired before event ``n_events`` (the final step) in the
-    canonical order: fire event, ``key_code`` of the key (its rank by first arrival),
-    window start, window end, pane index."""
+    canonical order: fire event, ``key_code`` of the key (its rank by first arrival: a
+    mapping, or the array of each pane's, :func:`key_ranks`), window start, window end,
+    pane index."""
     keep = np.flatnonzero(pane_event < n_events)
-    code = np.fromiter(map(key_code.__getitem__, panes.key), np.int64, panes.n_panes)[keep]
+    if isinstance(key_code, np.ndarray):
+        code = key_code[keep]
+    else:
+        code = np.fromiter(map(key_code.__getitem__, panes.key), np.int64, panes.n_panes)[keep]
     return keep[
         np.lexsort(
             (panes.pane_index[keep], panes.end[keep], panes.start[keep], code, pane_event[keep])
@@ -457,7 +471,7 @@ def pane_outputs(
 ) -> tuple[PaneTable, Stream]:
     n = panes.n_panes
     key = np.empty(n, dtype=object)
-    key[:] = panes.key
+    key[:] = key_list(panes.key)
     ts = panes.timestamp
     timing = _TIMING_VALUES[panes.timing]
     value = _combine(spec, panes)
@@ -475,7 +489,9 @@ def pane_outputs(
         emit,
     )
     out_key: Any = key
-    if n and all(isinstance(k, (int, np.integer)) for k in key[: min(n, 16)]):
+    if isinstance(panes.key, np.ndarray) and panes.key.dtype.kind in "iu":
+        out_key = panes.key.astype(np.int64)
+    elif n and all(isinstance(k, (int, np.integer)) for k in key[: min(n, 16)]):
         try:
             out_key = key.astype(np.int64)
         except (TypeError, ValueError):
@@ -497,6 +513,7 @@ __all__ = [
     "Stream",
     "check_traces",
     "differences",
+    "key_ranks",
     "lateness",
     "merge_streams",
     "pane_order",
