@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from theory.arrays import (
     COVER_EMPTY,
     cover_min,
-    range_min,
     group_last,
     minus_clamped,
     plus_clamped,
+    range_min,
     sorted_unique,
     stable_argsort_int,
     stable_order,

@@ -10,7 +10,7 @@ from theory.data.trace import Trace
 from theory.pipeline import chapter3
 from theory.pipeline.graph import GraphError, WatermarkTracker
 from theory.pipeline.processing import Processing
-from theory.pipeline.simulator import BUFFER_HOLD, SimulationResult, simulate
+from theory.pipeline.simulator import BUFFER_HOLD, SimulationResult, differences, simulate
 from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Pipeline, Source
 from theory.time import MAX_TIMESTAMP, SECOND
 from theory.windowing.engine import STATE_HOLD
@@ -44,6 +44,17 @@ def assert_invariants(result: SimulationResult) -> None:
 
 def test_chapter3_invariants_perfect(perfect_result):
     assert_invariants(perfect_result)
+
+
+def test_simulate_keeping_freed_memory_is_the_same_simulation(heuristic_result):
+    """The opt-in allocator setting (theory.memory) changes nothing in the result."""
+    again = simulate(
+        chapter3.pipeline("bounded:2s"), chapter3.traces(20_000, seed=3), seed=3,
+        keep_freed_memory=True,
+    )  # fmt: skip
+    assert differences(again, heuristic_result) == []
+    with pytest.raises(TypeError, match="keep_freed_memory must be a bool"):
+        simulate(heuristic_result.pipeline, chapter3.traces(100), keep_freed_memory=1)
 
 
 def test_chapter3_invariants_heuristic(heuristic_result):

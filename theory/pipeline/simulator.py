@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from theory.arrays import sorted_union
-from theory.columns import check_seed
+from theory.columns import check_bool, check_seed
 from theory.data.trace import Trace
+from theory.memory import kept_freed_memory
 from theory.pipeline.graph import GraphError, hold_chain
 from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Pipeline, Source
 from theory.series import StepSeries, pointwise_min, union_times
@@ -163,6 +164,7 @@ def simulate(
     on_stage: Callable[[str], None] | None = None,
     fast: bool = True,
     grouping: GroupRunner = run_here,
+    keep_freed_memory: bool = False,
 ) -> SimulationResult:
     """Run ``pipeline`` over one trace per Source stage; deterministic for a given seed.
 
@@ -170,10 +172,17 @@ def simulate(
     Grouping stages run on the engine's vectorised path where it models them (``fast``,
     the default; each stage's ``path`` says which ran), else event by event; the results
     are the same. ``grouping`` runs each grouping stage (:data:`GroupRunner`; e.g. on
-    Spark, with the same result).
+    Spark, with the same result). ``keep_freed_memory``: glibc keeps freed memory during
+    the run (:func:`theory.memory.kept_freed_memory`: process-wide while it lasts, put
+    back after; faster from millions of events, the same result).
     """
     check_traces(pipeline, traces)
     check_seed(seed)
+    check_bool(keep_freed_memory, "keep_freed_memory")
+    if keep_freed_memory:
+        with kept_freed_memory():
+            return simulate(pipeline, traces, seed=seed, on_stage=on_stage, fast=fast,
+                            grouping=grouping)  # fmt: skip
     outputs: dict[str, tuple[Stream, StepSeries]] = {}
     results: dict[str, StageResult] = {}
     for position, name in enumerate(pipeline.graph.order):
