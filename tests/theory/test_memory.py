@@ -41,4 +41,3 @@ def test_freed_memory_is_reused_within_the_block_and_returned_after():
     assert outside >= 16  # 64 MiB of at most 2 MiB pages
     assert inside * 8 < outside
     assert held - after > 48 << 20  # the kept block went back to the kernel on leaving
-
