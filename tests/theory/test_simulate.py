@@ -275,3 +275,21 @@ def test_invariants_on_random_pipelines(case, seed):
         assert BUFFER_HOLD in r.holds
         if all(pipe.stage(s).watermark == "perfect" for s in pipe.source_names()):
             assert r.late_count == 0, name
+
+
+@pytest.mark.parametrize("last", [5, 9, 12])
+@pytest.mark.parametrize("times", [[], [3, 9], [3, 9, 10]])
+def test_a_finished_source_steps_to_the_end_of_time_at_its_last_arrival(times, last):
+    """The appended step (a new one, one replacing the step at that instant, or one
+    before later steps) is the series the general build gives."""
+    from theory.pipeline.simulator import _finished
+    from theory.series import StepSeries
+
+    iw = StepSeries(np.array(times, np.int64), np.arange(len(times), dtype=np.int64) * 7, -1)
+    got = _finished(iw, last)
+    want = StepSeries.from_events(
+        np.append(iw.times, last), np.append(iw.values, MAX_TIMESTAMP), iw.initial
+    )
+    assert (got.times.tolist(), got.values.tolist(), got.initial) == (
+        want.times.tolist(), want.values.tolist(), want.initial,
+    )  # fmt: skip

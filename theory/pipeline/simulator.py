@@ -292,13 +292,24 @@ def source_input(spec: Source, trace: Trace) -> tuple[Stream, StepSeries]:
     if spec.finish and len(t):
         # A finished bounded source: the watermark jumps to the end of time once the last
         # element has arrived (the last update at one instant wins).
-        last = t.arrival_time[-1:]
-        iw = StepSeries.from_events(
-            np.concatenate((iw.times, last)),
-            np.concatenate((iw.values, [MAX_TIMESTAMP])),
-            iw.initial,
-        )
+        iw = _finished(iw, int(t.arrival_time[-1]))
     return Stream(t.arrival_time, t.event_time, t.key, t.value.astype(np.float64)), iw
+
+
+def _finished(iw: StepSeries, last: int) -> StepSeries:
+    """``iw`` with a step to ``MAX_TIMESTAMP`` at ``last`` (µs; the last update at one
+    instant wins), built by appending when no step comes after ``last``."""
+    n = iw.times.size
+    if n and iw.times[-1] > last:
+        return StepSeries.from_events(
+            np.append(iw.times, last), np.append(iw.values, MAX_TIMESTAMP), iw.initial
+        )
+    at_last = bool(n and iw.times[-1] == last)
+    size = n if at_last else n + 1
+    times, values = np.empty(size, np.int64), np.empty(size, np.int64)
+    times[:n], values[:n] = iw.times, iw.values
+    times[-1], values[-1] = last, MAX_TIMESTAMP
+    return StepSeries(times, values, iw.initial)
 
 
 def merge_streams(streams: list[Stream]) -> Stream:
