@@ -4,12 +4,12 @@ and glibc's option to keep freed memory (:func:`keep_freed_memory`)."""
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from pathlib import Path
 
 from spark_backend.memory import rss
+from theory.memory import set_keep_freed_memory
 
 
 class PeakMemory:
@@ -119,12 +119,9 @@ def tree_cpu(root: int) -> float:
 
 
 def keep_freed_memory() -> None:
-    """glibc: serve large arrays from the heap and keep freed memory, so that a numpy
-    temporary over 32 MB is not fresh memory from the kernel (mapped and zeroed) each
-    time; isolates the computation from first-touch costs. Users get the default."""
-    libc = ctypes.CDLL("libc.so.6")
-    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
-    ok = libc.mallopt(m_mmap_threshold, 1 << 30) and libc.mallopt(m_trim_threshold, 1 << 34)
-    ok = ok and libc.mallopt(m_top_pad, 1 << 29)
-    if not ok:
-        raise SystemExit("mallopt refused the settings")
+    """glibc: serve large arrays from the heap and keep freed memory for the rest of the
+    process (:func:`theory.memory.set_keep_freed_memory`), so that a numpy temporary over
+    32 MB is not fresh memory from the kernel (mapped and zeroed) each time; isolates the
+    computation from first-touch costs. Users get the default."""
+    if not set_keep_freed_memory(True):
+        raise SystemExit("keeping freed memory needs glibc")

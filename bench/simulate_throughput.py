@@ -12,8 +12,9 @@ paths; the trace itself is allocated before). Sizes with no slow run print ``-``
 ``sys`` is the median system CPU time of the vectorised runs (inside ``fast cpu``): the
 kernel mapping and zeroing fresh memory, which glibc asks for each time a numpy
 temporary over 32 MB is allocated (from about 4M elements per stage).
-``--keep-freed-memory`` has glibc keep freed memory instead, which isolates the
-computation; the default allocator is what users get. Usage::
+``--keep-freed-memory`` runs the simulator with its opt-in ``keep_freed_memory=True``
+(:mod:`theory.memory`: glibc keeps freed memory during each run, and gives it back
+after); without it, the default allocator. Usage::
 
     python bench/simulate_throughput.py --events 100000 1000000 --repeats 3 --slow-repeats 1
 """
@@ -27,7 +28,6 @@ import tracemalloc
 from functools import partial
 
 from bench_args import add_repeats, bench_parser
-from peak_memory import keep_freed_memory  # bench/peak_memory.py (this folder)
 from timing import median_time  # bench/timing.py (this script's folder)
 
 from theory.pipeline import chapter3
@@ -66,13 +66,11 @@ def main() -> None:
     parser.add_argument(
         "--keep-freed-memory",
         action="store_true",
-        help="glibc keeps freed memory (isolates first-touch costs)",
+        help="simulate(keep_freed_memory=True): glibc keeps freed memory in each run",
     )
     args = parser.parse_args()
-    if args.keep_freed_memory:
-        keep_freed_memory()
     load = os.getloadavg()[0]
-    allocator = "glibc keeping freed memory" if args.keep_freed_memory else "default"
+    allocator = "keep_freed_memory=True" if args.keep_freed_memory else "default"
     print(
         f"medians; load average {load:.1f} on {os.cpu_count()} cores; watermark "
         f"{args.watermark}; allocator: {allocator}"
@@ -82,7 +80,12 @@ def main() -> None:
         f"{'cpu ev/s':>11} {'slow cpu':>9} {'ratio':>7} {'B/event':>8}  paths"
     )
     for n in args.events:
-        run = partial(simulate, chapter3.pipeline(args.watermark), chapter3.traces(n, seed=0))
+        run = partial(
+            simulate,
+            chapter3.pipeline(args.watermark),
+            chapter3.traces(n, seed=0),
+            keep_freed_memory=args.keep_freed_memory,
+        )
         sys_times: list[float] = []
         wall, cpu, result = median_time(partial(system_seconds, run, sys_times), args.repeats)
         paths = ",".join(

@@ -147,7 +147,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             written = "series, metrics, panes and late elements"
         else:
             result = simulate(
-                pipe, inputs, seed=args.seed, on_stage=lambda s: bar.step(f"stage {s}")
+                pipe,
+                inputs,
+                seed=args.seed,
+                on_stage=lambda s: bar.step(f"stage {s}"),
+                keep_freed_memory=args.keep_freed_memory,
             )
             written = "series and metrics"
         elapsed = time.perf_counter() - t0
@@ -434,6 +438,13 @@ def build_parser() -> argparse.ArgumentParser:
                 "Spark, partitioned by key (watermarks and holds reduced on the driver; the "
                 "same result); auto: spark when --master or SPARK_REMOTE is given or the "
                 "simulation needs more than a quarter of the available memory, else local",
+            )
+            p.add_argument(
+                "--keep-freed-memory",
+                action="store_true",
+                help="local engine: glibc keeps freed memory during the simulation (faster "
+                "from millions of events: large arrays are not fresh memory each time; "
+                "given back after; see theory.memory)",
             )
             p.add_argument("--master", default=None, help="Spark master URL (None: local[*])")
             p.add_argument(

@@ -57,7 +57,8 @@ def test_bench_pubsub_estimator() -> None:
 
 
 def test_bench_simulate_throughput() -> None:
-    out = run("simulate_throughput.py", "--events", "2000", "--repeats", "1")
+    out = run("simulate_throughput.py", "--events", "2000", "--repeats", "1", "--keep-freed-memory")
+    assert "allocator: keep_freed_memory=True" in out
     row = re.search(
         r"2,000 +[\d.]+ +([\d.]+) +([\d.]+) +[\d,]+ +[\d,]+ +[\d.]+ +[\d.]+x +\d+ +(\S+)", out
     )

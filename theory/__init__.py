@@ -35,6 +35,7 @@ package, one idea a folder:
                             and its simulation
 ``theory.experiments``      trade-off, propagation
 ``theory.progress``         ``Progress``: a text progress bar for long work (every CLI)
+``theory.memory``           opt-in: glibc keeps freed memory in a block (large runs)
 ==========================  ===========================================================
 """
 

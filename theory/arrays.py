@@ -93,13 +93,14 @@ def _dedupe_sorted(s: np.ndarray) -> np.ndarray:
 
 def range_min(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """``min(a[lo[i]:hi[i]])`` for every i (all ranges non-empty): a sparse table built
-    one level at a time, each range answered at its level, so that only two levels are
-    alive at once (memory linear in ``a``, whatever the longest range)."""
+    one level at a time, each range answered at its level, in two buffers used in turn
+    (memory linear in ``a``, whatever the longest range; no fresh memory per level)."""
     out = np.empty(lo.size, a.dtype)
     if lo.size == 0:
         return out
     level = np.frexp((hi - lo).astype(np.float64))[1] - 1  # floor(log2(length))
     table = a
+    buffers: list[np.ndarray] = []  # two, used in turn once the first level is built
     j = 0
     while True:
         at = np.flatnonzero(level == j)
@@ -108,7 +109,9 @@ def range_min(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         if not np.any(level > j):
             return out
         w = 1 << j
-        table = np.minimum(table[:-w], table[w:])
+        if not buffers:
+            buffers = [np.empty(a.size - 1, a.dtype), np.empty(a.size - 1, a.dtype)]
+        table = np.minimum(table[:-w], table[w:], out=buffers[j & 1][: table.size - w])
         j += 1
 
 
@@ -186,10 +189,13 @@ def cover_min(lo: np.ndarray, hi: np.ndarray, val: np.ndarray, m: int) -> np.nda
     level = (np.frexp(length.astype(np.float64))[1] - 1).astype(np.int8)
     order = np.argsort(level, kind="stable")
     bounds = np.searchsorted(level[order], np.arange(int(level.max()) + 2))
+    # two buffers of m slots, used in turn: each level is written into the one the level
+    # above it is not in (no fresh memory per level)
+    buffers = [np.empty(m, np.int64), np.empty(m, np.int64)]
     cur: np.ndarray | None = None
     for lev in range(int(level.max()), -1, -1):
         w = 1 << lev
-        new = _push_down(cur, w, m)
+        new = _push_down(cur, w, buffers[lev & 1][: m - w + 1])
         sel = order[bounds[lev] : bounds[lev + 1]]
         if sel.size:
             v = val[sel]
@@ -200,13 +206,14 @@ def cover_min(lo: np.ndarray, hi: np.ndarray, val: np.ndarray, m: int) -> np.nda
     return cur
 
 
-def _push_down(cur: np.ndarray | None, w: int, m: int) -> np.ndarray:
-    """The level of block width ``w`` (``m - w + 1`` starts) from the level above, where
-    ``cur[i]`` covers ``[i, i + 2w)``: it goes to the blocks at ``i`` and ``i + w``."""
+def _push_down(cur: np.ndarray | None, w: int, new: np.ndarray) -> np.ndarray:
+    """Into ``new`` (``m - w + 1`` slots, not overlapping ``cur``), the level of block
+    width ``w`` (``m - w + 1`` starts) from the level above, where ``cur[i]`` covers
+    ``[i, i + 2w)``: it goes to the blocks at ``i`` and ``i + w``."""
     if cur is None:
-        return np.full(m - w + 1, COVER_EMPTY, dtype=np.int64)
+        new[:] = COVER_EMPTY
+        return new
     k = cur.size
-    new = np.empty(m - w + 1, dtype=np.int64)
     if k <= w:
         new[:k] = cur
         new[k:w] = COVER_EMPTY

@@ -14,7 +14,7 @@ from typing import Literal
 
 import numpy as np
 
-from theory.arrays import sorted_union
+from theory.arrays import sorted_union, stable_order
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 
@@ -52,8 +52,9 @@ class StepSeries:
         v = np.asarray(values, dtype=np.int64)
         if t.size == 0:
             return StepSeries(t, v, initial)
-        order = np.argsort(t, kind="stable")
-        t, v = t[order], v[order]
+        order = stable_order(t)  # (None: already in time order, the common case)
+        if order is not None:
+            t, v = t[order], v[order]
         last = np.ones(t.size, dtype=bool)
         last[:-1] = t[1:] != t[:-1]
         return StepSeries(t[last], v[last], initial)
@@ -73,11 +74,11 @@ class StepSeries:
         """The value of the last step at or before ``t`` (``side="right"``) or strictly
         before it (``"left"``), ``initial`` before the first step; int64."""
         q = np.asarray(t, dtype=np.int64)
-        idx = np.searchsorted(self.times, q, side=side) - 1
-        out = np.where(
-            idx >= 0, self.values[np.maximum(idx, 0)] if self.values.size else 0, self.initial
-        )
-        return out.astype(np.int64)
+        # the values after ``initial``: position i holds the value after i steps
+        steps = np.empty(self.values.size + 1, np.int64)
+        steps[0] = self.initial
+        steps[1:] = self.values
+        return steps[np.searchsorted(self.times, q, side=side)]
 
     def final(self) -> int:
         """The last value (``initial`` if there is no change)."""

@@ -36,7 +36,7 @@ def test_simulate_writes_series_and_metrics(tmp_path, capsys):
 def test_heuristic_watermark_reports_late_data(tmp_path, capsys):
     out = tmp_path / "sim"
     assert cli.main(["simulate", "--events", "3000", "--watermark", "bounded:1s",
-                     "--out", str(out)]) == 0
+                     "--keep-freed-memory", "--out", str(out)]) == 0
     metrics = pacsv.read_csv(out / "metrics.csv").to_pydict()
     assert metrics["late_count"][0] > 0
 

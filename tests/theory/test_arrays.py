@@ -14,6 +14,7 @@ from theory.arrays import (
     group_last,
     minus_clamped,
     plus_clamped,
+    range_min,
     sorted_unique,
     stable_argsort_int,
     stable_order,
@@ -140,3 +141,19 @@ def test_cover_min_empty_slots_are_cover_empty() -> None:
     assert cover_min(empty, empty, empty, 3).tolist() == [COVER_EMPTY] * 3
     lo, hi, val = np.array([1, 2], I64), np.array([1, 3], I64), np.array([7, -4], I64)
     assert cover_min(lo, hi, val, 4).tolist() == [COVER_EMPTY, COVER_EMPTY, -4, COVER_EMPTY]
+
+
+@given(st.integers(1, 70).flatmap(lambda n: st.tuples(
+    st.lists(st.integers(-50, 50), min_size=n, max_size=n),
+    st.lists(st.tuples(st.integers(0, n - 1), st.integers(1, n)), max_size=30),
+)))
+def test_range_min_matches_brute_force(case: tuple[list[int], list[tuple[int, int]]]) -> None:
+    # ranges up to 70 long: up to 6 levels, built in two buffers used in turn
+    values, ranges = case
+    ranges = [(min(x, y - 1), max(x + 1, y)) for x, y in ranges]
+    a = np.array(values, dtype=I64)
+    lo = np.array([x for x, _ in ranges], dtype=I64)
+    hi = np.array([y for _, y in ranges], dtype=I64)
+    got = range_min(a, lo, hi)
+    assert got.tolist() == [min(values[x:y]) for x, y in ranges]
+    assert a.tolist() == values  # the input is left as it was

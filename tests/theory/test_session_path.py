@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from tests.helpers.windowing import assert_same, script_of, script_ops
 from theory.windowing import session_path
 from theory.windowing.fast_path import Refusal, key_codes, script_columns
-from theory.windowing.runner import run_script
+from theory.windowing.runner import run_columns, run_script
 from theory.windowing.script import (
     ElementEvent,
     Event,
@@ -168,3 +168,51 @@ def test_key_chunks_equal_the_engine(monkeypatch, trigger, keys, bound):
         fast = run_script(script, strat)
         assert_same(fast, run_script(script, strat, fast=False), fast.path)
         assert fast.path == ("vectorised" if bound is None else "mixed"), fast.refusal
+
+
+@pytest.mark.parametrize("bound", [None, 150], ids=["vectorised", "mixed"])
+def test_array_key_columns_equal_list_keys_across_chunks(monkeypatch, bound):
+    """The simulator's form of a script (keys an int64 array, values float64, no Python
+    object per element), over several key chunks: the same panes (keys as Python ints),
+    series and counts as the list form, and as the engine on the array form."""
+    monkeypatch.setattr(session_path, "CHUNK_ROWS", 100)
+    columns = script_columns(_seeded(2000, 5, keys=13, bound=bound).events)
+    assert columns is not None
+    arrays = columns._replace(
+        key=np.asarray(columns.key, np.int64) + 10**12,  # a wide span: not a small table
+        value=columns.value.astype(np.float64),
+    )
+    listed = columns._replace(key=[k + 10**12 for k in columns.key])
+    strat = WindowingStrategy(Sessions(30 if bound is None else 120), allowed_lateness=300)
+    fast = run_columns(arrays, strat)
+    assert fast.path == ("vectorised" if bound is None else "mixed"), fast.refusal
+    assert isinstance(fast.pane_columns.key, np.ndarray) or bound is not None
+    assert {type(p.key) for p in fast.panes} == {int}
+    assert {type(v) for p in fast.panes for v in p.values} == {float}
+    assert_same(fast, run_columns(arrays, strat, fast=False), fast.path)
+    other = run_columns(listed, strat)
+    assert fast.panes == other.panes and fast.pane_event.tolist() == other.pane_event.tolist()
+    for f in ("output_watermark", "state_hold"):
+        assert getattr(fast, f).tolist() == getattr(other, f).tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(-(2**62), 2**62), min_size=1, max_size=6),
+    st.lists(st.integers(0, 5), max_size=3000),
+)
+def test_int_key_codes_equal_the_dict_codes(distinct, picks):
+    """Integer key arrays are coded vectorised, in order of first appearance, as the
+    dict does on the list; small spans (a table) and wide ones (a sort), late first
+    appearances (past the first prefix) included."""
+    for keys in (
+        np.array([distinct[p % len(distinct)] for p in picks], np.int64),
+        np.array([p * 3 - 7 for p in picks], np.int64),
+        np.array(picks, np.uint64),
+        np.array([0] * 2000 + picks[::-1] + [9], np.int64),
+    ):
+        got = key_codes(keys)
+        want = key_codes(keys.tolist())
+        assert got is not None and want is not None
+        assert got[0].tolist() == want[0].tolist()
+        assert np.asarray(got[1]).tolist() == want[1]

@@ -10,7 +10,7 @@ from theory.data.trace import Trace
 from theory.pipeline import chapter3
 from theory.pipeline.graph import GraphError, WatermarkTracker
 from theory.pipeline.processing import Processing
-from theory.pipeline.simulator import BUFFER_HOLD, SimulationResult, simulate
+from theory.pipeline.simulator import BUFFER_HOLD, SimulationResult, differences, simulate
 from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Pipeline, Source
 from theory.time import MAX_TIMESTAMP, SECOND
 from theory.windowing.engine import STATE_HOLD
@@ -44,6 +44,17 @@ def assert_invariants(result: SimulationResult) -> None:
 
 def test_chapter3_invariants_perfect(perfect_result):
     assert_invariants(perfect_result)
+
+
+def test_simulate_keeping_freed_memory_is_the_same_simulation(heuristic_result):
+    """The opt-in allocator setting (theory.memory) changes nothing in the result."""
+    again = simulate(
+        chapter3.pipeline("bounded:2s"), chapter3.traces(20_000, seed=3), seed=3,
+        keep_freed_memory=True,
+    )  # fmt: skip
+    assert differences(again, heuristic_result) == []
+    with pytest.raises(TypeError, match="keep_freed_memory must be a bool"):
+        simulate(heuristic_result.pipeline, chapter3.traces(100), keep_freed_memory=1)
 
 
 def test_chapter3_invariants_heuristic(heuristic_result):
@@ -264,3 +275,21 @@ def test_invariants_on_random_pipelines(case, seed):
         assert BUFFER_HOLD in r.holds
         if all(pipe.stage(s).watermark == "perfect" for s in pipe.source_names()):
             assert r.late_count == 0, name
+
+
+@pytest.mark.parametrize("last", [5, 9, 12])
+@pytest.mark.parametrize("times", [[], [3, 9], [3, 9, 10]])
+def test_a_finished_source_steps_to_the_end_of_time_at_its_last_arrival(times, last):
+    """The appended step (a new one, one replacing the step at that instant, or one
+    before later steps) is the series the general build gives."""
+    from theory.pipeline.simulator import _finished
+    from theory.series import StepSeries
+
+    iw = StepSeries(np.array(times, np.int64), np.arange(len(times), dtype=np.int64) * 7, -1)
+    got = _finished(iw, last)
+    want = StepSeries.from_events(
+        np.append(iw.times, last), np.append(iw.values, MAX_TIMESTAMP), iw.initial
+    )
+    assert (got.times.tolist(), got.values.tolist(), got.initial) == (
+        want.times.tolist(), want.values.tolist(), want.initial,
+    )  # fmt: skip

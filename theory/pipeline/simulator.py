@@ -18,7 +18,7 @@ Per stage, over processing time (all µs):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from itertools import count
 from math import fsum
@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from theory.arrays import sorted_union
-from theory.columns import check_seed
+from theory.columns import check_bool, check_seed
 from theory.data.trace import Trace
+from theory.memory import kept_freed_memory
 from theory.pipeline.graph import GraphError, hold_chain
 from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Pipeline, Source
 from theory.series import StepSeries, pointwise_min, union_times
@@ -36,8 +37,8 @@ from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from theory.watermarks.holds import inflight_min
 from theory.watermarks.spec import make_source_watermark
 from theory.windowing.engine import STATE_HOLD
-from theory.windowing.fast_path import ScriptColumns
-from theory.windowing.pane_columns import TIMINGS, PaneColumns
+from theory.windowing.fast_path import ScriptColumns, int_key_codes
+from theory.windowing.pane_columns import TIMINGS, Keys, PaneColumns, key_list
 from theory.windowing.runner import run_columns
 from theory.windowing.script import ScriptResult
 from theory.windowing.strategy import WindowingStrategy
@@ -163,6 +164,7 @@ def simulate(
     on_stage: Callable[[str], None] | None = None,
     fast: bool = True,
     grouping: GroupRunner = run_here,
+    keep_freed_memory: bool = False,
 ) -> SimulationResult:
     """Run ``pipeline`` over one trace per Source stage; deterministic for a given seed.
 
@@ -170,10 +172,17 @@ def simulate(
     Grouping stages run on the engine's vectorised path where it models them (``fast``,
     the default; each stage's ``path`` says which ran), else event by event; the results
     are the same. ``grouping`` runs each grouping stage (:data:`GroupRunner`; e.g. on
-    Spark, with the same result).
+    Spark, with the same result). ``keep_freed_memory``: glibc keeps freed memory during
+    the run (:func:`theory.memory.kept_freed_memory`: process-wide while it lasts, put
+    back after; faster from millions of events, the same result).
     """
     check_traces(pipeline, traces)
     check_seed(seed)
+    check_bool(keep_freed_memory, "keep_freed_memory")
+    if keep_freed_memory:
+        with kept_freed_memory():
+            return simulate(pipeline, traces, seed=seed, on_stage=on_stage, fast=fast,
+                            grouping=grouping)  # fmt: skip
     outputs: dict[str, tuple[Stream, StepSeries]] = {}
     results: dict[str, StageResult] = {}
     for position, name in enumerate(pipeline.graph.order):
@@ -283,13 +292,24 @@ def source_input(spec: Source, trace: Trace) -> tuple[Stream, StepSeries]:
     if spec.finish and len(t):
         # A finished bounded source: the watermark jumps to the end of time once the last
         # element has arrived (the last update at one instant wins).
-        last = t.arrival_time[-1:]
-        iw = StepSeries.from_events(
-            np.concatenate((iw.times, last)),
-            np.concatenate((iw.values, [MAX_TIMESTAMP])),
-            iw.initial,
-        )
+        iw = _finished(iw, int(t.arrival_time[-1]))
     return Stream(t.arrival_time, t.event_time, t.key, t.value.astype(np.float64)), iw
+
+
+def _finished(iw: StepSeries, last: int) -> StepSeries:
+    """``iw`` with a step to ``MAX_TIMESTAMP`` at ``last`` (µs; the last update at one
+    instant wins), built by appending when no step comes after ``last``."""
+    n = iw.times.size
+    if n and iw.times[-1] > last:
+        return StepSeries.from_events(
+            np.append(iw.times, last), np.append(iw.values, MAX_TIMESTAMP), iw.initial
+        )
+    at_last = bool(n and iw.times[-1] == last)
+    size = n if at_last else n + 1
+    times, values = np.empty(size, np.int64), np.empty(size, np.int64)
+    times[:n], values[:n] = iw.times, iw.values
+    times[-1], values[-1] = last, MAX_TIMESTAMP
+    return StepSeries(times, values, iw.initial)
 
 
 def merge_streams(streams: list[Stream]) -> Stream:
@@ -387,21 +407,19 @@ def script_columns(
     iw_after[np.searchsorted(instants, iw.times)] = iw.values
     np.maximum.accumulate(iw_after, out=iw_after)  # (iw is latched: this fills the gaps)
     iw_after[-1] = MAX_TIMESTAMP
-    keys: Sequence[Hashable] = (
-        [None] * len(stream) if spec.rekey == "global" else stream.key.tolist()
-    )
+    keys: Keys = [None] * len(stream) if spec.rekey == "global" else stream.key
     return ScriptColumns(
         iw_after,
         np.zeros(n_ev, np.int64),
         keys,
-        stream.value.astype(object),
+        stream.value,
         stream.timestamp,
         np.searchsorted(instants, stream.time),
     )
 
 
 def _stage_outputs(
-    run: ScriptResult, instants: np.ndarray, keys: Sequence[Hashable]
+    run: ScriptResult, instants: np.ndarray, keys: Keys
 ) -> tuple[PaneColumns, np.ndarray, StepSeries]:
     """The panes fired before the final step in a canonical order (fire time, key in
     order of first arrival in ``keys``, window, pane index: the order within an instant
@@ -409,8 +427,7 @@ def _stage_outputs(
     (``MAX_TIMESTAMP`` when there is none)."""
     n = instants.size
     panes = run.pane_columns if run.pane_columns is not None else PaneColumns.from_panes(run.panes)
-    code = dict(zip(dict.fromkeys(keys), count(), strict=False))
-    order = pane_order(panes, run.pane_event, n, code)
+    order = pane_order(panes, run.pane_event, n, key_ranks(panes.key, keys))
     assert run.state_hold is not None  # (both paths record it)
     hold = run.state_hold[:n]
     change = np.flatnonzero(np.diff(hold, prepend=MAX_TIMESTAMP) != 0)
@@ -418,14 +435,31 @@ def _stage_outputs(
     return panes.take(order), instants[run.pane_event[order]], state
 
 
+def key_ranks(pane_keys: Keys, keys: Keys) -> np.ndarray:
+    """Each pane key's rank by first arrival in ``keys`` (vectorised for integer arrays)."""
+    if all(isinstance(k, np.ndarray) and k.dtype.kind in "iu" for k in (pane_keys, keys)):
+        by_first = int_key_codes(np.asarray(keys))[1]
+        code = np.argsort(by_first)  # the ranks of the distinct keys, ascending
+        return code[np.searchsorted(by_first[code], np.asarray(pane_keys))]
+    rank = dict(zip(dict.fromkeys(key_list(keys)), count(), strict=False))
+    return np.fromiter(map(rank.__getitem__, key_list(pane_keys)), np.int64, len(pane_keys))
+
+
 def pane_order(
-    panes: PaneColumns, pane_event: np.ndarray, n_events: int, key_code: Mapping[Hashable, int]
+    panes: PaneColumns,
+    pane_event: np.ndarray,
+    n_events: int,
+    key_code: Mapping[Hashable, int] | np.ndarray,
 ) -> np.ndarray:
     """The indices of the panes fired before event ``n_events`` (the final step) in the
-    canonical order: fire event, ``key_code`` of the key (its rank by first arrival),
-    window start, window end, pane index."""
+    canonical order: fire event, ``key_code`` of the key (its rank by first arrival: a
+    mapping, or the array of each pane's, :func:`key_ranks`), window start, window end,
+    pane index."""
     keep = np.flatnonzero(pane_event < n_events)
-    code = np.fromiter(map(key_code.__getitem__, panes.key), np.int64, panes.n_panes)[keep]
+    if isinstance(key_code, np.ndarray):
+        code = key_code[keep]
+    else:
+        code = np.fromiter(map(key_code.__getitem__, panes.key), np.int64, panes.n_panes)[keep]
     return keep[
         np.lexsort(
             (panes.pane_index[keep], panes.end[keep], panes.start[keep], code, pane_event[keep])
@@ -457,7 +491,7 @@ def pane_outputs(
 ) -> tuple[PaneTable, Stream]:
     n = panes.n_panes
     key = np.empty(n, dtype=object)
-    key[:] = panes.key
+    key[:] = key_list(panes.key)
     ts = panes.timestamp
     timing = _TIMING_VALUES[panes.timing]
     value = _combine(spec, panes)
@@ -475,7 +509,9 @@ def pane_outputs(
         emit,
     )
     out_key: Any = key
-    if n and all(isinstance(k, (int, np.integer)) for k in key[: min(n, 16)]):
+    if isinstance(panes.key, np.ndarray) and panes.key.dtype.kind in "iu":
+        out_key = panes.key.astype(np.int64)
+    elif n and all(isinstance(k, (int, np.integer)) for k in key[: min(n, 16)]):
         try:
             out_key = key.astype(np.int64)
         except (TypeError, ValueError):
@@ -497,6 +533,7 @@ __all__ = [
     "Stream",
     "check_traces",
     "differences",
+    "key_ranks",
     "lateness",
     "merge_streams",
     "pane_order",

@@ -86,8 +86,8 @@ def _suffix_min(e: np.ndarray) -> np.ndarray:
     """``out[i] = min(e[i:])`` (µs), with ``out[len(e)] = MAX_TIMESTAMP`` (nothing left)."""
     suffix = np.empty(e.size + 1, dtype=np.int64)
     suffix[-1] = MAX_TIMESTAMP
-    if e.size:
-        suffix[:-1] = np.minimum.accumulate(e[::-1])[::-1]
+    if e.size:  # (written in place, from the end: no temporary)
+        np.minimum.accumulate(e[::-1], out=suffix[-2::-1])
     return suffix
 
 
@@ -127,8 +127,11 @@ def _perfect(
     e_s, a_s, _ = by_arrival(e, a)
     last = group_last(a_s)
     times = a_s[last]
-    values = _suffix_min(e_s)[last + 1]
-    return StepSeries(times, np.minimum(values, times) if capped else values, MIN_TIMESTAMP)
+    last += 1  # (group_last's own array) the suffix after each arrival time
+    values = _suffix_min(e_s)[last]
+    if capped:
+        np.minimum(values, times, out=values)
+    return StepSeries(times, values, MIN_TIMESTAMP)
 
 
 class PerfectWatermark(LatchedWatermark):

@@ -65,7 +65,7 @@ from theory.windowing.fast_path import (
     settle_holds,
     with_external,
 )
-from theory.windowing.pane_columns import TIMINGS, PaneColumns
+from theory.windowing.pane_columns import TIMINGS, PaneColumns, take_keys
 from theory.windowing.script import ScriptResult
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
 from theory.windowing.triggers import (
@@ -476,7 +476,7 @@ def _panes(
         is_last[~is_timer] = b.first_late[src[~is_timer]]
     order = np.argsort(event, kind="stable")
     panes = PaneColumns(
-        list(map(rows.keys.__getitem__, rows.key[rows.g_first[gid]].tolist())),
+        take_keys(rows.keys, rows.key[rows.g_first[gid]]),
         rows.start[rows.g_first[gid]],
         end,
         stamp,

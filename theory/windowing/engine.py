@@ -412,9 +412,7 @@ class GroupByWindowEngine:
         leaves a stale entry until it is due), never late; a runner can skip a stage with
         no input whose bounds are not due."""
         marks = [h[0][0] for h in (self._wm_timers, self._simple_timers) if h]
-        return (min(marks) if marks else None), (
-            self._pt_timers[0][0] if self._pt_timers else None
-        )
+        return (min(marks) if marks else None), (self._pt_timers[0][0] if self._pt_timers else None)
 
     @property
     def stalled(self) -> bool:

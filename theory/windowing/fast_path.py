@@ -30,7 +30,7 @@ The steps, one function each: :func:`strategy_refusal` (eligibility, checked fir
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from enum import StrEnum
 from itertools import accumulate, chain, count
 from operator import attrgetter, itemgetter
@@ -41,7 +41,7 @@ import numpy as np
 from theory.arrays import cover_min
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from theory.windowing.engine import Timing
-from theory.windowing.pane_columns import TIMINGS, PaneColumns, build_panes
+from theory.windowing.pane_columns import TIMINGS, Keys, PaneColumns, build_panes, take_keys
 from theory.windowing.script import (
     ElementEvent,
     Event,
@@ -56,6 +56,7 @@ from theory.windowing.windows import GlobalWindows
 __all__ = [
     "Refusal",
     "ScriptColumns",
+    "int_key_codes",
     "key_codes",
     "run_fast",
     "run_fast_columns",
@@ -185,12 +186,14 @@ class ScriptColumns(NamedTuple):
     """A script as columns: one entry per event (for a script, plus the final
     ``MAX_TIMESTAMP`` step), and per element, in arrival order, its key, value, timestamp
     (µs) and event. At an event its elements arrive first, then the watermark and
-    processing time move to their values after it."""
+    processing time move to their values after it. ``key`` may be a numpy integer array
+    (the simulator's; the panes' keys are then an array too), ``value`` an object or a
+    float64 array."""
 
     iw_after: np.ndarray  # the input watermark after each event
     pt_after: np.ndarray  # processing time after each event
-    key: Sequence[Hashable]
-    value: np.ndarray  # an object array (the garbage collector need not walk it)
+    key: Keys
+    value: np.ndarray  # object (the garbage collector need not walk it) or float64
     ts: np.ndarray
     element_event: np.ndarray  # each element's event index
 
@@ -237,9 +240,8 @@ def script_columns(evs: tuple[Event, ...]) -> ScriptColumns | None:
 def take_elements(columns: ScriptColumns, idx: np.ndarray, keys: bool = True) -> ScriptColumns:
     """The script with only the elements ``idx`` (ascending: arrival order kept) and every
     event; without ``keys`` the key column is left empty (a caller that has their codes)."""
-    key = columns.key
     return columns._replace(
-        key=list(map(key.__getitem__, idx.tolist())) if keys else (),
+        key=take_keys(columns.key, idx) if keys else (),
         value=columns.value[idx],
         ts=columns.ts[idx],
         element_event=columns.element_event[idx],
@@ -252,15 +254,43 @@ def with_external(ow_after: np.ndarray, external: np.ndarray | None) -> np.ndarr
     return ow_after if external is None else np.minimum(ow_after, external)
 
 
-def key_codes(keys: Sequence[Hashable]) -> tuple[np.ndarray, list[Hashable]] | None:
-    """Each key's code (keys numbered in order of first appearance) and the keys by code;
-    None for an unhashable key."""
+def key_codes(keys: Keys) -> tuple[np.ndarray, Keys] | None:
+    """Each key's code (keys numbered in order of first appearance) and the keys by code
+    (an array for an integer array of keys, else a list); None for an unhashable key."""
+    if isinstance(keys, np.ndarray) and keys.dtype.kind in "iu":
+        return int_key_codes(keys)
     index: defaultdict[Hashable, int] = defaultdict(count().__next__)
     try:
         codes = np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
     except TypeError:
         return None
     return codes, list(index)
+
+
+def int_key_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`key_codes` of an integer array, vectorised: the keys' first appearances from
+    ``np.unique`` on the shortest prefix (growing 4× at a time) that holds every distinct
+    key, counted first (a table over the keys' span when it is small, else a sort)."""
+    n = keys.size
+    if n == 0:
+        return np.zeros(0, np.int64), keys[:0]
+    lo, hi = keys.min(), keys.max()
+    dense = keys.dtype.kind == "i" and int(hi) - int(lo) < 4 * n + (1 << 16)
+    rel = keys.astype(np.intp) - int(lo) if dense else keys
+    distinct = int(np.count_nonzero(np.bincount(rel))) if dense else np.unique(keys).size
+    m = 1024
+    while True:
+        uniq, first = np.unique(rel[:m], return_index=True)
+        if uniq.size == distinct or m >= n:
+            break
+        m *= 4
+    by_first = uniq[np.argsort(first)]
+    if dense:
+        code_of = np.empty(int(hi) - int(lo) + 1, np.int64)
+        code_of[by_first] = np.arange(by_first.size)
+        return code_of[rel], (by_first + lo).astype(keys.dtype)
+    code = np.argsort(by_first)  # the codes of the distinct keys, ascending
+    return code[np.searchsorted(by_first[code], keys)], by_first
 
 
 def _before(after: np.ndarray) -> np.ndarray:
@@ -291,7 +321,7 @@ class _Rows(NamedTuple):
     g_end: np.ndarray  # per group: window end
     g_fire: np.ndarray  # per group: the event at which its end-of-window timer fires
     g_on: np.ndarray  # per group: its on-time rows, which come first (the watermark only rises)
-    keys: list[Hashable]  # key by code
+    keys: Keys  # key by code
     values: np.ndarray  # per element: its value (an object array: the GC need not scan it)
     n_expired: int
 
@@ -333,7 +363,7 @@ def _rows(scan: ScriptColumns, strategy: WindowingStrategy) -> _Rows | Refusal:
 
 def assign_and_code(
     scan: ScriptColumns, strategy: WindowingStrategy
-) -> tuple[Any, np.ndarray, list[Hashable]] | Refusal:
+) -> tuple[Any, np.ndarray, Keys] | Refusal:
     """The elements' windows (a ``WindowAssignment``), key codes and keys by code, or the
     refusal: a window bound past int64, or an unhashable key."""
     try:
@@ -705,7 +735,7 @@ def _build_panes(rows: _Rows, columns: _PaneColumns, strategy: WindowingStrategy
     """The panes of the non-merging path: every pane ON_TIME (index 0) or LATE."""
     group = columns.group
     return build_panes(
-        list(map(rows.keys.__getitem__, rows.key[rows.g_first][group].tolist())),
+        take_keys(rows.keys, rows.key[rows.g_first][group]),
         rows.start[rows.g_first][group],
         rows.g_end[group],
         rows.values[rows.element],

@@ -13,20 +13,38 @@ import numpy as np
 from theory.windowing.engine import Pane, Timing
 from theory.windowing.windows import GLOBAL_WINDOW, GlobalWindow, trusted_interval_windows
 
-__all__ = ["TIMINGS", "PaneColumns", "PaneSequence", "build_panes"]
+__all__ = ["TIMINGS", "Keys", "PaneColumns", "PaneSequence", "build_panes", "take_keys"]
 
 #: A pane's timing by its code in :attr:`PaneColumns.timing`.
 TIMINGS = (Timing.EARLY, Timing.ON_TIME, Timing.LATE, Timing.UNKNOWN)
 _TIMING_CODE = {t: i for i, t in enumerate(TIMINGS)}
 _new_tuple = tuple.__new__
 
+#: A key column: a sequence of hashable keys, or a numpy array of them (int64 or object).
+Keys = Sequence[Hashable] | np.ndarray
+
+
+def take_keys(keys: Keys, idx: np.ndarray) -> Keys:
+    """``keys[i]`` for each index of ``idx``: a gather when ``keys`` is a numpy array (an
+    integer key column), else a list."""
+    if isinstance(keys, np.ndarray):
+        return keys[idx]
+    return list(map(keys.__getitem__, idx.tolist()))
+
+
+def key_list(keys: Keys) -> list[Hashable]:
+    """The keys as a list of Python objects (a numpy key column's as Python ints)."""
+    return keys.tolist() if isinstance(keys, np.ndarray) else list(keys)
+
 
 class PaneColumns(NamedTuple):
     """Panes in firing order, one entry per pane; pane i's values are
     ``grouped_values[lo[i]:hi[i]]``. ``windows`` holds the window objects when known
-    (else they are made from ``start``/``end``, or are the global window)."""
+    (else they are made from ``start``/``end``, or are the global window). ``key`` may
+    be an integer numpy array (the simulator's key column; the built panes' keys are
+    Python ints), and ``grouped_values`` a float64 one."""
 
-    key: Sequence[Hashable]
+    key: Keys
     start: np.ndarray
     end: np.ndarray
     timestamp: np.ndarray
@@ -36,7 +54,7 @@ class PaneColumns(NamedTuple):
     is_last: np.ndarray  # bool
     lo: np.ndarray
     hi: np.ndarray
-    grouped_values: np.ndarray  # object array
+    grouped_values: np.ndarray  # object (or float64) array
     global_window: bool = False
     windows: Sequence[Any] | None = None
 
@@ -71,7 +89,7 @@ class PaneColumns(NamedTuple):
         """The :class:`Pane` tuples (no per-pane Python call but tuple's)."""
         values = tuple(self.grouped_values.tolist())  # a tuple's slices are tuples: one copy
         fields = zip(
-            self.key,
+            key_list(self.key),
             self.window_objects(),
             map(values.__getitem__, map(slice, self.lo.tolist(), self.hi.tolist())),
             self.timestamp.tolist(),
@@ -90,9 +108,8 @@ class PaneColumns(NamedTuple):
 
     def take(self, order: np.ndarray) -> PaneColumns:
         """The panes in ``order`` (indexes), values shared."""
-        keys = self.key
         return self._replace(
-            key=list(map(keys.__getitem__, order.tolist())),
+            key=take_keys(self.key, order),
             start=self.start[order],
             end=self.end[order],
             timestamp=self.timestamp[order],
@@ -113,8 +130,13 @@ class PaneColumns(NamedTuple):
         def joined(field: str) -> np.ndarray:
             return np.concatenate([getattr(p, field) for p in parts])
 
+        keys: Keys = (
+            np.concatenate([p.key for p in parts])
+            if all(isinstance(p.key, np.ndarray) for p in parts)
+            else [k for p in parts for k in key_list(p.key)]
+        )
         return cls(
-            [k for p in parts for k in p.key],
+            keys,
             joined("start"),
             joined("end"),
             joined("timestamp"),
@@ -203,7 +225,7 @@ class PaneSequence(Sequence[Pane]):
 
 
 def build_panes(
-    keys: Sequence[Hashable],
+    keys: Keys,
     start: np.ndarray,
     end: np.ndarray,
     grouped_values: np.ndarray,

@@ -25,7 +25,7 @@ import numpy as np
 
 from theory.columns import check_count
 from theory.time import MAX_TIMESTAMP
-from theory.windowing.fast_path import ScriptColumns, key_codes
+from theory.windowing.fast_path import ScriptColumns, key_codes, take_elements
 from theory.windowing.pane_columns import PaneColumns
 from theory.windowing.runner import run_columns
 from theory.windowing.script import ScriptResult
@@ -103,18 +103,10 @@ def split_by_key(columns: ScriptColumns, n_parts: int) -> list[ScriptColumns]:
     code, _ = coded
     part = code % n_parts
     out = []
-    keys = columns.key
     for p in range(n_parts):
         idx = np.flatnonzero(part == p)
         if idx.size or (p == 0 and not code.size):
-            out.append(
-                columns._replace(
-                    key=[keys[i] for i in idx.tolist()],
-                    value=columns.value[idx],
-                    ts=columns.ts[idx],
-                    element_event=columns.element_event[idx],
-                )
-            )
+            out.append(take_elements(columns, idx))
     return out
 
 

@@ -28,7 +28,7 @@ from theory.windowing.fast_path import (
     script_columns,
     take_elements,
 )
-from theory.windowing.pane_columns import PaneColumns
+from theory.windowing.pane_columns import PaneColumns, key_list
 from theory.windowing.script import (
     ElementEvent,
     Event,
@@ -301,7 +301,7 @@ def _run_incremental_columns(
     first_element = np.searchsorted(columns.element_event, np.arange(n_ev + 1), side="left")
     bounds = np.searchsorted(assigned.element, first_element, side="left").tolist()
     rows = (
-        list(columns.key),
+        key_list(columns.key),
         columns.value.tolist(),
         columns.ts.tolist(),
         assigned.element.tolist(),

@@ -34,7 +34,6 @@ and Beam's bundles keep no order either).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -55,7 +54,7 @@ from theory.windowing.fast_path import (
     take_elements,
     with_external,
 )
-from theory.windowing.pane_columns import TIMINGS, PaneColumns
+from theory.windowing.pane_columns import TIMINGS, Keys, PaneColumns, take_keys
 from theory.windowing.script import ScriptResult
 from theory.windowing.session_counts import EarlyPanes, early_panes, session_counts
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
@@ -195,7 +194,7 @@ class _SessionRows(NamedTuple):
     s_end: np.ndarray
     s_fire: np.ndarray  # per session: the watermark event at which it fires
     s_key: np.ndarray  # per session: the key's code
-    keys: list[Hashable]
+    keys: Keys
     values: np.ndarray  # per element
     n_expired: int
 
@@ -209,11 +208,11 @@ class _Cut(NamedTuple):
     late: np.ndarray  # per row: timestamp below the input watermark at its arrival
     new: np.ndarray  # per row: it starts a session
     key: np.ndarray  # per row: key code
-    keys: list[Hashable]
+    keys: Keys
 
 
 #: Each element's key code, and the keys by code.
-_Coded = tuple[np.ndarray, list[Hashable]]
+_Coded = tuple[np.ndarray, Keys]
 
 
 def _cut(
@@ -472,7 +471,7 @@ def _part_panes(
 def _result(
     scan: ScriptColumns,
     parts: list[_PartPanes],
-    keys: list[Hashable],
+    keys: Keys,
     hold: np.ndarray,
     build: bool,
 ) -> ScriptResult:
@@ -486,7 +485,7 @@ def _result(
         lo, hi = lo + np.repeat(offsets, sizes), hi + np.repeat(offsets, sizes)
     order = np.argsort(fire * 2 + (timing == _ON_TIME), kind="stable")
     pane_columns = PaneColumns(
-        list(map(keys.__getitem__, _joined([p.key for p in parts])[order].tolist())),
+        take_keys(keys, _joined([p.key for p in parts])[order]),
         start[order],
         end[order],
         stamp[order],
