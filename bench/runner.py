@@ -199,25 +199,29 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # peak_memory, also when imported
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.transforms import window
 from apache_beam.utils.timestamp import Timestamp
 from peak_memory import PeakMemory, tree_cpu  # bench/peak_memory.py (this script's folder)
 
+from spark_backend import jvm_start
 from spark_backend.runner import PySparkRunner
 from spark_backend.session import get_session
 
@@ -329,24 +333,57 @@ class Run(NamedTuple):
     peak: int
 
 
-def run_once(workload: str, n: int, runner: Any) -> Run:
-    """Run ``workload`` at ``n`` elements on ``runner``: wall and tree CPU seconds, its
-    digest, and the peak resident bytes of this process tree meanwhile. (Python
-    workers that Spark keeps between runs count their CPU from their start: the
-    difference before/after is what this run used.)"""
+def run_once(workload: str, n: int, runner: Any, argv: tuple[str, ...] = ()) -> Run:
+    """Run ``workload`` at ``n`` elements on ``runner`` (pipeline options ``argv``): wall
+    and tree CPU seconds, its digest, and the peak resident bytes of this process tree
+    meanwhile. (Python workers that Spark keeps between runs count their CPU from their
+    start: the difference before/after is what this run used.)"""
     fd, path = tempfile.mkstemp(prefix="runner-bench-", suffix=".digest")
     os.close(fd)
     try:
         with PeakMemory() as memory:
             cpu0 = tree_cpu(os.getpid())
             start = time.perf_counter()
-            with beam.Pipeline(runner=runner) as p:
+            with beam.Pipeline(runner=runner, options=PipelineOptions(list(argv))) as p:
                 digest(WORKLOADS[workload](p, n), path)
             elapsed = time.perf_counter() - start
             cpu = tree_cpu(os.getpid()) - cpu0
         return Run(elapsed, cpu, Path(path).read_text(), memory.peak)
     finally:
         os.unlink(path)
+
+
+#: The driver JVM's options before spark_backend.jvm_start (Spark's own defaults).
+PLAIN_JVM: Final = ("--spark_conf", "spark.driver.extraJavaOptions=-Dwatermarks.plain.jvm=1")
+
+
+def cold_run(workload: str, n: int, argv: tuple[str, ...] = ()) -> Run:
+    """``workload`` on PySparkRunner in a new Python process, timed from just before the
+    pipeline is built to its end: the session start (JVM, py4j gateway), the first
+    job's Python worker daemon and the pipeline, as a Beam author's first run pays them
+    (the imports, which FnApiRunner needs too, are not timed). ``argv``: pipeline
+    options (``--spark_conf``)."""
+    command = [sys.executable, __file__, "--cold-run", f"{workload}:{n}", *argv]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"cold run of {workload} failed:\n{done.stderr[-3000:]}")
+    return Run(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _cold_child(spec: str, argv: list[str]) -> None:
+    workload, n = spec.split(":")
+    print(json.dumps(run_once(workload, int(n), PySparkRunner(), tuple(argv))._asdict()))
+
+
+def ensure_archive() -> None:
+    """Build the driver JVM's class-data archive (spark_backend.jvm_start) if missing, in
+    a process of its own, so that no timed run pays for writing it."""
+    archive = jvm_start.current_archive()
+    if archive is None or archive.is_file():
+        return
+    print(f"building the JVM's class-data archive once: {archive}", flush=True)
+    command = [sys.executable, "-m", "spark_backend.jvm_start"]
+    subprocess.run(command, check=True, capture_output=True)
 
 
 def oracle_digest(n: int) -> str:
@@ -397,14 +434,28 @@ def main(argv: list[str] | None = None) -> None:
         "--no-rdd", action="store_true", help="skip the hand-written RDD reference (slow at 1e7)"
     )
     parser.add_argument(
+        "--cold",
+        type=int,
+        default=0,
+        help="also time this many runs each in a new process (JVM start included), with "
+        "the session's JVM options and with Spark's plain ones",
+    )
+    parser.add_argument("--cold-run", help=argparse.SUPPRESS)  # WORKLOAD:N, in the child
+    parser.add_argument(
         "--spark-conf",
         action="append",
         default=[],
         help="KEY=VALUE for the Spark session, e.g. spark.executor.pyspark.memory=512m",
     )
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if args.cold_run:
+        _cold_child(args.cold_run, rest)
+        return
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     sizes = [int(float(s)) for s in args.sizes.split(",")]
 
+    ensure_archive()
     start = time.perf_counter()
     spark = get_session(conf=args.spark_conf)
     jvm = time.perf_counter() - start
@@ -424,7 +475,31 @@ def main(argv: list[str] | None = None) -> None:
                 args.rounds,
                 args.all_on_spark,
                 not args.no_rdd,
+                args.cold,
+                tuple(a for c in args.spark_conf for a in ("--spark_conf", c)),
             )
+
+
+def print_cold(
+    name: str, n: int, rounds: int, digest: str, fn_wall: float | None, conf: tuple[str, ...]
+) -> None:
+    """Cold runs (:func:`cold_run`), alternating the session's JVM options and Spark's
+    plain ones; medians, and FnApiRunner's wall time over the cold run's."""
+    runs: dict[str, list[Run]] = {"fast start": [], "plain JVM": []}
+    for _ in range(rounds):
+        runs["fast start"].append(cold_run(name, n, conf))
+        runs["plain JVM"].append(cold_run(name, n, conf + PLAIN_JVM))
+    for label, done in runs.items():
+        if {r.digest for r in done} != {digest}:
+            raise SystemExit(f"{name} at n={n}: a cold run's output differs ({label})")
+        wall, cpu = _median(done, "wall"), _median(done, "cpu")
+        ratio = f"  ratio incl. JVM start {fn_wall / wall:5.2f}x" if fn_wall else ""
+        print(
+            f"  {'':17s} cold, {label:10s} {n / wall:9,.0f} el/s ({wall:6.1f} s, CPU "
+            f"{cpu:6.1f} s; walls {', '.join(f'{r.wall:.1f}' for r in done)}; load "
+            f"{os.getloadavg()[0]:.1f}){ratio}  outputs identical",
+            flush=True,
+        )
 
 
 def _median(runs: list[Run], field: str) -> float:
@@ -440,6 +515,8 @@ def report(
     rounds: int = 1,
     all_on_spark: bool = False,
     rdd: bool = True,
+    cold: int = 0,
+    conf: tuple[str, ...] = (),
 ) -> None:
     load = os.getloadavg()[0]
     ours = [run_once(name, n, PySparkRunner()) for _ in range(max(1, rounds))]
@@ -472,6 +549,8 @@ def report(
             "outputs identical"
         )
     print(line, flush=True)
+    if cold:
+        print_cold(name, n, cold, ours[0].digest, fn_wall if with_fnapi else None, conf)
     if name == "windowed_combine":
         if oracle_digest(n) != ours[0].digest:
             raise SystemExit(f"{name} at n={n}: output differs from the oracle")
