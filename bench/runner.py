@@ -377,9 +377,12 @@ def _cold_child(spec: str, argv: list[str]) -> None:
 
 def ensure_archive() -> None:
     """Build the driver JVM's class-data archive (spark_backend.jvm_start) if missing, in
-    a process of its own, so that no timed run pays for writing it."""
+    a process of its own, so that no timed run pays for writing it. (Not when this
+    process already runs a session, as under the tests: that session builds it.)"""
+    from pyspark import SparkContext
+
     archive = jvm_start.current_archive()
-    if archive is None or archive.is_file():
+    if archive is None or archive.is_file() or SparkContext._active_spark_context is not None:
         return
     print(f"building the JVM's class-data archive once: {archive}", flush=True)
     command = [sys.executable, "-m", "spark_backend.jvm_start"]
@@ -487,11 +490,11 @@ def print_cold(
     plain ones; medians, and FnApiRunner's wall time over the cold run's."""
     runs: dict[str, list[Run]] = {"fast start": [], "plain JVM": []}
     for _ in range(rounds):
-        runs["fast start"].append(cold_run(name, n, conf))
-        runs["plain JVM"].append(cold_run(name, n, conf + PLAIN_JVM))
+        for label, argv in (("fast start", conf), ("plain JVM", conf + PLAIN_JVM)):
+            runs[label].append(cold_run(name, n, argv))
+            if runs[label][-1].digest != digest:
+                raise SystemExit(f"{name} at n={n}: a cold run's output differs ({label})")
     for label, done in runs.items():
-        if {r.digest for r in done} != {digest}:
-            raise SystemExit(f"{name} at n={n}: a cold run's output differs ({label})")
         wall, cpu = _median(done, "wall"), _median(done, "cpu")
         ratio = f"  ratio incl. JVM start {fn_wall / wall:5.2f}x" if fn_wall else ""
         print(
