@@ -40,6 +40,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Final
 
+from spark_backend.atomic import pid_alive
+
 __all__ = [
     "FAST_START_OPTIONS",
     "archive_path",
@@ -164,7 +166,7 @@ def _claim(marker: Path) -> bool:
                 holder = marker.read_text().strip()
             except OSError:
                 return False
-            if holder.isdigit() and _alive(int(holder)):
+            if holder.isdigit() and pid_alive(int(holder)):
                 return False
             with contextlib.suppress(OSError):
                 marker.unlink()  # its builder died: take over
@@ -190,19 +192,9 @@ def _remove_stale(folder: Path) -> None:
     """Delete pending archives whose writer (a process id in the name) is gone."""
     for path in folder.glob(f"*{_PENDING_SUFFIX}"):
         pid = path.name.rsplit(".", 2)[-2]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             with contextlib.suppress(OSError):
                 path.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 if __name__ == "__main__":

@@ -72,24 +72,11 @@ def traces(spark):
     """Two small traces: int keys with arrival ties (arrivals rounded up to 100 ms), and
     string keys with µs arrivals. Both have stragglers and an idle partition."""
     tied = generate_trace_df(
-        spark,
-        3000,
-        seed=11,
-        rate=50.0,
-        keys=7,
-        partitions=3,
-        stragglers=0.05,
-        idle_partitions=(1,),
-        idle_interval=(10 * SECOND, 25 * SECOND),
+        spark, 3000, seed=11, rate=50.0, keys=7, partitions=3, stragglers=0.05,
+        idle_partitions=(1,), idle_interval=(10 * SECOND, 25 * SECOND),
     ).withColumn("arrival_time", (F.ceil(F.col("arrival_time") / 100_000) * 100_000).cast("long"))
     strings = generate_trace_df(
-        spark,
-        2500,
-        seed=12,
-        rate=40.0,
-        keys=9,
-        partitions=4,
-        stragglers=0.05,
+        spark, 2500, seed=12, rate=40.0, keys=9, partitions=4, stragglers=0.05,
         key_prefix="user-",
     )
     out = {}
@@ -182,13 +169,8 @@ def _first_panes(panes) -> dict:
     first = panes.index == 0
     return {
         (k, st): (int(c), int(ft))
-        for k, st, c, ft in zip(
-            panes.key[first],
-            panes.window_start[first],
-            panes.count[first],
-            panes.fire_time[first],
-            strict=True,
-        )
+        for k, st, c, ft in zip(panes.key[first], panes.window_start[first],
+                                panes.count[first], panes.fire_time[first], strict=True)
     }
 
 
@@ -197,9 +179,8 @@ def _spark_first_panes(windows: pd.DataFrame, strategy: str) -> dict:
     sel = windows[(windows["strategy"] == strategy) & (windows["fire_time"] >= 0)]
     return {
         (k, st): (int(c), int(ft))
-        for k, st, c, ft in zip(
-            sel["key"], sel["window_start"], sel["first_pane"], sel["fire_time"], strict=True
-        )
+        for k, st, c, ft in zip(sel["key"], sel["window_start"], sel["first_pane"],
+                                sel["fire_time"], strict=True)
     }
 
 
@@ -213,19 +194,11 @@ def test_windows_equal_theory_tradeoff(traces):
         ours = an.window_summary(window)
         result = tradeoff(trace, [TheoryStrategy(s, s) for s in specs], window_size=window)
         theirs = pd.DataFrame(result.table())
-        for col in (
-            "late_count",
-            "dropped",
-            "windows",
-            "window_latency_p50",
-            "window_latency_p90",
-            "window_latency_p99",
-            "complete_fraction",
-        ):
+        for col in ("late_count", "dropped", "windows", "window_latency_p50",
+                    "window_latency_p90", "window_latency_p99", "complete_fraction"):
             assert list(ours[col]) == list(theirs[col]), col
-        np.testing.assert_allclose(
-            ours["completeness_mean"], theirs["completeness_mean"], rtol=1e-12, atol=0
-        )
+        np.testing.assert_allclose(ours["completeness_mean"], theirs["completeness_mean"],
+                                   rtol=1e-12, atol=0)
         # per window: first panes and fire times equal the simulator's panes
         windows = an.windows(window)
         for s in specs:
@@ -255,12 +228,10 @@ def test_windows_with_an_offset_equal_the_simulator(traces):
     fixed = FixedWindows(size, offset)
     eventual = eventual_counts(fixed, trace.key, trace.event_time)
     for s in specs:
-        pipeline = Pipeline(
-            [
-                Source("in", s),
-                GroupByWindow("window", "in", WindowingStrategy(fixed, AfterWatermark()), "sum"),
-            ]
-        )
+        pipeline = Pipeline([
+            Source("in", s),
+            GroupByWindow("window", "in", WindowingStrategy(fixed, AfterWatermark()), "sum"),
+        ])
         result = simulate(pipeline, {"in": trace})
         panes = result.stages["window"].panes
         assert panes is not None
@@ -270,9 +241,8 @@ def test_windows_with_an_offset_equal_the_simulator(traces):
         assert (row["dropped"], row["windows"]) == (theirs.dropped, theirs.windows), s
         assert row["window_latency_p50"] == theirs.window_latency_p50, s
         assert row["complete_fraction"] == theirs.complete_fraction, s
-        np.testing.assert_allclose(
-            row["completeness_mean"], theirs.completeness_mean, rtol=1e-12, atol=0
-        )
+        np.testing.assert_allclose(row["completeness_mean"], theirs.completeness_mean,
+                                   rtol=1e-12, atol=0)
 
 
 def test_windows_without_finish_never_fire_past_the_watermark(traces, analyses):
@@ -369,19 +339,8 @@ def test_each_bucket_is_one_partition(traces):
 
 
 @pytest.mark.parametrize(
-    "spec",
-    [
-        "bounded",
-        "bounded:-1s",
-        "percentile:0",
-        "percentile:1.5",
-        "percentile:0.5:x",
-        "nonsense",
-        "perfect:3",
-        "percentile:0.9:",
-        "static",
-        "ingress",
-    ],
+    "spec", ["bounded", "bounded:-1s", "percentile:0", "percentile:1.5", "percentile:0.5:x",
+             "nonsense", "perfect:3", "percentile:0.9:", "static", "ingress"]
 )
 def test_bad_strategies(spec):
     """Parsed by theory's spec parser: the error names the spec."""

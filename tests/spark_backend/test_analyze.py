@@ -43,29 +43,13 @@ def trace_dir(spark, tmp_path_factory) -> Path:
 
 def test_skip_and_report_equals_theory(trace_dir: Path, tmp_path: Path, capsys):
     out = tmp_path / "report"
-    argv = [
-        "analyze",
-        str(trace_dir / "trace.csv"),
-        "--out",
-        str(out),
-        "--strategies",
-        SPECS,
-        "--window",
-        "10s",
-        "--on-bad-rows",
-        "skip-and-report",
-    ]
+    argv = ["analyze", str(trace_dir / "trace.csv"), "--out", str(out), "--strategies", SPECS,
+            "--window", "10s", "--on-bad-rows", "skip-and-report"]
     assert cli.main(argv) == 0
     assert str(out / "index.html") in capsys.readouterr().out
     names = {p.name for p in out.iterdir() if not p.name.startswith(".")}  # not the marker
-    assert names == {
-        "index.html",
-        "strategies.csv",
-        "watermarks.png",
-        "frontier.png",
-        "holdback.csv",
-        "bad_rows.csv",
-    }
+    assert names == {"index.html", "strategies.csv", "watermarks.png", "frontier.png",
+                     "holdback.csv", "bad_rows.csv"}
     bad = _rows(out / "bad_rows.csv")
     assert sum(int(r["rows"]) for r in bad) == 2
     assert any("event_time" in r["examples"] for r in bad)
@@ -101,36 +85,21 @@ def _fails(argv: list[str], out: Path, capsys, *needles: str) -> str:
 
 
 def test_bad_rows_fail_by_default_naming_row_and_column(trace_dir, tmp_path, capsys):
-    line = _fails(
-        ["analyze", str(trace_dir / "trace.csv"), "--strategies", "perfect"],
-        tmp_path / "r",
-        capsys,
-        "event_time",
-        "row 8000",
-    )
+    line = _fails(["analyze", str(trace_dir / "trace.csv"), "--strategies", "perfect"],
+                  tmp_path / "r", capsys, "event_time", "row 8000")
     assert "trace.csv" in line
 
 
 def test_missing_column(tmp_path, capsys):
     (tmp_path / "t.csv").write_text("time,arrival_time\n1,2\n")
-    _fails(
-        ["analyze", str(tmp_path / "t.csv")],
-        tmp_path / "r",
-        capsys,
-        "column 'event_time'",
-        "missing",
-    )
+    _fails(["analyze", str(tmp_path / "t.csv")], tmp_path / "r", capsys,
+           "column 'event_time'", "missing")
 
 
 def test_non_numeric_timestamp(tmp_path, capsys):
     (tmp_path / "t.csv").write_text("event_time,arrival_time\n1,2\n3,soon\n")
-    _fails(
-        ["analyze", str(tmp_path / "t.csv")],
-        tmp_path / "r",
-        capsys,
-        "row 1",
-        "column 'arrival_time'",
-    )
+    _fails(["analyze", str(tmp_path / "t.csv")], tmp_path / "r", capsys,
+           "row 1", "column 'arrival_time'")
 
 
 def test_empty_file(tmp_path, capsys):
@@ -160,12 +129,8 @@ def test_missing_path(tmp_path, capsys):
     ],
 )
 def test_bad_parameters(trace_dir, tmp_path, capsys, extra, needle):
-    _fails(
-        ["analyze", str(trace_dir / "trace.csv"), "--on-bad-rows", "skip-and-report", *extra],
-        tmp_path / "r",
-        capsys,
-        needle,
-    )
+    _fails(["analyze", str(trace_dir / "trace.csv"), "--on-bad-rows", "skip-and-report",
+            *extra], tmp_path / "r", capsys, needle)
 
 
 def test_a_failed_run_keeps_the_previous_report(trace_dir, tmp_path, capsys):

@@ -131,17 +131,12 @@ def test_the_cli_refuses_every_bad_input_with_one_line(spark, tmp_path, capsys):
         ([str(BAD / "early_arrival.csv"), "--strict"], ["row 8", "arrival_time"]),
         ([str(BAD / "window_overflow.csv"), "--window", "1h"], ["past MAX_TIMESTAMP"]),
         ([str(BAD / "bom.csv"), "--window", str(2**63 - 1)], ["past MAX_TIMESTAMP"]),
-        (
-            [str(BAD / "bom.csv"), "--strategies", "bounded:100000000000000000h"],
-            ["the bound of 'bounded:100000000000000000h'"],
-        ),
+        ([str(BAD / "bom.csv"), "--strategies", "bounded:100000000000000000h"],
+         ["the bound of 'bounded:100000000000000000h'"]),
     ]
     for argv, needles in cases:
-        code = cli.main(
-            ["analyze", *argv, "--out", str(out), "--strategies", "perfect"]
-            if "--strategies" not in argv
-            else ["analyze", *argv, "--out", str(out)]
-        )
+        code = cli.main(["analyze", *argv, "--out", str(out), "--strategies", "perfect"]
+                        if "--strategies" not in argv else ["analyze", *argv, "--out", str(out)])
         err = capsys.readouterr().err
         lines = _error_lines(err)
         assert code == 2, (argv, err)
@@ -154,21 +149,8 @@ def test_the_cli_refuses_every_bad_input_with_one_line(spark, tmp_path, capsys):
 def test_a_row_at_minus_2_to_the_62_costs_what_its_data_costs(spark, tmp_path, capsys):
     out = tmp_path / "out"
     specs = "perfect,bounded:1s"
-    assert (
-        cli.main(
-            [
-                "analyze",
-                str(BAD / "far_past.csv"),
-                "--out",
-                str(out),
-                "--strategies",
-                specs,
-                "--window",
-                "1s",
-            ]
-        )
-        == 0
-    )
+    assert cli.main(["analyze", str(BAD / "far_past.csv"), "--out", str(out),
+                     "--strategies", specs, "--window", "1s"]) == 0
     trace, _ = read_trace(BAD / "far_past.csv")
     want = tradeoff(trace, [Strategy(s, s) for s in specs.split(",")], window_size=SECOND)
     with (out / "strategies.csv").open() as f:
@@ -196,31 +178,14 @@ def test_a_jvm_that_will_not_start_is_one_line(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "spark_backend.cli",
-            "analyze",
-            str(BAD / "bom.csv"),
-            "--engine",
-            "spark",
-            "--conf",
-            "spark.driver.memory=bogus",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
+        [sys.executable, "-m", "spark_backend.cli", "analyze", str(BAD / "bom.csv"),
+         "--engine", "spark", "--conf", "spark.driver.memory=bogus", "--out", str(out)],
+        capture_output=True, text=True, env=env, timeout=600, check=False,
     )
     lines = _error_lines(proc.stderr)
     assert proc.returncode == 2, proc.stderr
-    assert (
-        lines[-1] == "watermarks: error: Spark's JVM would not start (its own error is "
-        "printed above)"
-    ), proc.stderr
+    assert lines[-1] == "watermarks: error: Spark's JVM would not start (its own error is " \
+        "printed above)", proc.stderr
     assert "Traceback" not in proc.stderr
     assert not out.exists() and list(tmp_path.iterdir()) == []
 

@@ -22,11 +22,7 @@ def test_simulate_writes_series_and_metrics(tmp_path, capsys):
     assert "stage mobile_sessions" in printed.err  # progress line per stage
     series = pq.read_table(out / "series.parquet").to_pydict()
     assert set(series["stage"]) == {
-        "mobile_in",
-        "console_in",
-        "mobile_sessions",
-        "console_sessions",
-        "flatten",
+        "mobile_in", "console_in", "mobile_sessions", "console_sessions", "flatten",
         "average_session_length",
     }
     for iw, ow in zip(series["input_watermark"], series["output_watermark"], strict=True):
@@ -39,10 +35,8 @@ def test_simulate_writes_series_and_metrics(tmp_path, capsys):
 
 def test_heuristic_watermark_reports_late_data(tmp_path, capsys):
     out = tmp_path / "sim"
-    assert (
-        cli.main(["simulate", "--events", "3000", "--watermark", "bounded:1s", "--out", str(out)])
-        == 0
-    )
+    assert cli.main(["simulate", "--events", "3000", "--watermark", "bounded:1s",
+                     "--out", str(out)]) == 0
     metrics = pacsv.read_csv(out / "metrics.csv").to_pydict()
     assert metrics["late_count"][0] > 0
 

@@ -59,9 +59,8 @@ def test_analyze_and_demo_take_the_firing_options(capsys) -> None:
     ],
 )
 @pytest.mark.parametrize("command", ["analyze", "demo"])
-def test_bad_firing_options_exit_2_before_any_engine(
-    tmp_path, capsys, monkeypatch, command, args, message
-) -> None:
+def test_bad_firing_options_exit_2_before_any_engine(tmp_path, capsys, monkeypatch, command,
+                                                     args, message) -> None:
     """Checked before any engine starts (a Spark start would fail this test)."""
     from spark_backend import jobs
 

@@ -123,25 +123,10 @@ def test_time_unit_gives_the_same_tables_on_both_engines(spark, tmp_path, capsys
     outs = {}
     for eng in ("local", "spark"):
         outs[eng] = tmp_path / eng
-        argv = [
-            "analyze",
-            str(path),
-            "--engine",
-            eng,
-            "--time-unit",
-            "ms",
-            "--window",
-            "10s",
-            "--strategies",
-            "perfect,bounded:1s,percentile:0.9,bounded:5m",
-            "--allowed-lateness",
-            "5s",
-            "--late-firings",
-            "--timestamp-combiner",
-            "latest",
-            "--out",
-            str(outs[eng]),
-        ]
+        argv = ["analyze", str(path), "--engine", eng, "--time-unit", "ms", "--window", "10s",
+                "--strategies", "perfect,bounded:1s,percentile:0.9,bounded:5m",
+                "--allowed-lateness", "5s", "--late-firings", "--timestamp-combiner", "latest",
+                "--out", str(outs[eng])]
         assert cli.main(argv) == 0, capsys.readouterr().err
         # a bound longer than the trace's 75 s of arrivals is warned about, in the report
         page = (outs[eng] / "index.html").read_text()

@@ -63,24 +63,9 @@ def test_interrupted_run_keeps_the_previous_output(previous, point, sig):
     out, before = previous
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _HARNESS,
-            point,
-            "simulate",
-            "--events",
-            "400",
-            "--seed",
-            "2",
-            "--out",
-            str(out),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
+        [sys.executable, "-c", _HARNESS, point,
+         "simulate", "--events", "400", "--seed", "2", "--out", str(out)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
     assert child.stdout is not None
     try:

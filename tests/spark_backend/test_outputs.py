@@ -207,28 +207,19 @@ def test_fallback_restores_the_old_output_when_the_second_rename_fails(tmp_path,
 
 def test_stale_temporaries_of_dead_runs_are_removed_but_live_ones_kept(tmp_path):
     out = tmp_path / "out"
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
     dead_pid = int(dead.stdout)
     for name in (f".out.tmp-{dead_pid}-abcd", f".out.old-{dead_pid}-x", ".out.tmp-zz"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "half.png").write_bytes(b"\x89PNG")
     live = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import fcntl, os, sys; d = f'{sys.argv[1]}/.out.tmp-{os.getpid()}-live'; os.mkdir(d); "
-            "fd = os.open(d, os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX); "
-            "print('locked', flush=True); sys.stdin.read()",
-            str(tmp_path),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-c",
+         "import fcntl, os, sys; d = f'{sys.argv[1]}/.out.tmp-{os.getpid()}-live'; os.mkdir(d); "
+         "fd = os.open(d, os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX); "
+         "print('locked', flush=True); sys.stdin.read()",
+         str(tmp_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     try:
         assert live.stdout is not None and live.stdout.readline().strip() == "locked"

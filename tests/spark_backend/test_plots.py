@@ -60,9 +60,8 @@ def test_the_whole_trace_panel_shows_every_arrival(figures, tmp_path) -> None:
     """Finding 4: the whole-trace panel left off the last 0.1% of arrivals."""
     e, a = _trace()
     curve = perfect_curve(e, a)
-    whole = plots.Elements(
-        e, a, {"perfect": curve}, {"perfect": e < curve.before(a)}, (int(a.min()), int(a.max()))
-    )
+    whole = plots.Elements(e, a, {"perfect": curve}, {"perfect": e < curve.before(a)},
+                           (int(a.min()), int(a.max())))
     plots.event_vs_processing(tmp_path / "w.png", whole)
     ax = figures[0].axes[0]
     origin = int(min(e.min(), a.min()))
@@ -119,10 +118,9 @@ def test_coinciding_strategies_stay_visible_and_named(figures, tmp_path) -> None
     span = (int(a.min()), int(a.max()))
     plots.event_vs_processing(tmp_path / "w.png", plots.Elements(e, a, curves, late, span))
     lines = {ln.get_label(): ln for ln in figures[0].axes[0].get_lines()}
-    first, second = (
-        lines["watermark: perfect (= percentile:1)"],
-        lines["watermark: percentile:1 (= perfect)"],
-    )
+    first, second = lines["watermark: perfect (= percentile:1)"], lines[
+        "watermark: percentile:1 (= perfect)"
+    ]
     assert first.get_linestyle() != second.get_linestyle()
     assert first.get_linewidth() > second.get_linewidth()  # the one below shows round it
     assert "watermark: bounded:1m" in lines
@@ -137,9 +135,8 @@ def test_axes_carry_dates_when_times_are_real_dates(figures, tmp_path) -> None:
     e, a = _trace(stragglers=0)
     for shift, since in ((0, "since 2024-01-01T00:00:00Z"), (-START, "since start")):
         es, as_ = e + shift, a + shift
-        el = plots.Elements(
-            es, as_, {"perfect": perfect_curve(es, as_)}, {}, (int(as_.min()), int(as_.max()))
-        )
+        el = plots.Elements(es, as_, {"perfect": perfect_curve(es, as_)}, {},
+                            (int(as_.min()), int(as_.max())))
         plots.event_vs_processing(tmp_path / "w.png", el)
         ax = figures[-1].axes[0]
         assert since in ax.get_xlabel() and since in ax.get_ylabel()
@@ -153,9 +150,8 @@ def test_coinciding_systems_stay_visible_and_named(figures, tmp_path) -> None:
     from theory.experiments.systems import compare_systems
 
     trace = Trace.concat(chapter3.traces(1500, seed=3).values()).sorted_by_arrival()
-    c = compare_systems(
-        trace, bound=10 * SECOND, window_size=120 * SECOND, flink_interval=systems.FLINK_INTERVAL
-    )
+    c = compare_systems(trace, bound=10 * SECOND, window_size=120 * SECOND,
+                        flink_interval=systems.FLINK_INTERVAL)
     systems._latency_figure(tmp_path / "s.png", c)
     ax = figures[0].axes[0]
     assert ax.get_xscale() == "symlog"

@@ -27,15 +27,8 @@ from theory.watermarks.perfect import perfect_curve
 EVENTS = 200_000
 SEED = 4
 #: The comparison's columns that equal theory's tradeoff exactly.
-EXACT = (
-    "late_count",
-    "dropped",
-    "windows",
-    "complete_fraction",
-    "window_latency_p50",
-    "window_latency_p90",
-    "window_latency_p99",
-)
+EXACT = ("late_count", "dropped", "windows", "complete_fraction", "window_latency_p50",
+         "window_latency_p90", "window_latency_p99")
 
 
 @pytest.fixture(scope="module")

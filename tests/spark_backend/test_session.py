@@ -26,8 +26,7 @@ def test_session_defaults_and_reuse(spark):
 
 def test_the_fixtures_session_takes_its_share_of_driver_memory(spark):
     wanted = worker_conf().get("spark.driver.memory") or S.default_conf("local[*]").get(
-        "spark.driver.memory"
-    )
+        "spark.driver.memory")
     assert spark.sparkContext.getConf().get("spark.driver.memory") == wanted
 
 
@@ -76,7 +75,7 @@ def test_missing_java_names_what_to_install(monkeypatch, tmp_path: Path):
 def test_old_java_is_refused(monkeypatch, tmp_path: Path):
     fake = tmp_path / "bin" / "java"
     fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n")
+    fake.write_text('#!/bin/sh\necho \'openjdk version "11.0.2" 2019-01-15\' >&2\n')
     fake.chmod(0o755)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path))
     with pytest.raises(S.JavaNotFoundError, match=r"found Java 11\.0\.2"):

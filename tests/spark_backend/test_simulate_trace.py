@@ -34,32 +34,12 @@ def _metrics(out) -> dict[str, dict[str, str]]:
 def test_late_firings_complete_every_window(trace_file, tmp_path, capsys):
     """With late firings and a lateness above every delay, each window's last pane is the
     sum of all its elements (counted here directly from the trace)."""
-    argv = [
-        "simulate",
-        "--trace",
-        str(trace_file),
-        "--watermark",
-        "bounded:1s",
-        "--windowing",
-        "fixed:10s",
-        "--allowed-lateness",
-        "1h",
-        "--late-firings",
-        "--out",
-        str(tmp_path / "late"),
-    ]
+    argv = ["simulate", "--trace", str(trace_file), "--watermark", "bounded:1s",
+            "--windowing", "fixed:10s", "--allowed-lateness", "1h", "--late-firings",
+            "--out", str(tmp_path / "late")]
     assert cli.main(argv) == 0
-    once = [
-        "simulate",
-        "--trace",
-        str(trace_file),
-        "--watermark",
-        "bounded:1s",
-        "--windowing",
-        "fixed:10s",
-        "--out",
-        str(tmp_path / "once"),
-    ]
+    once = ["simulate", "--trace", str(trace_file), "--watermark", "bounded:1s",
+            "--windowing", "fixed:10s", "--out", str(tmp_path / "once")]
     assert cli.main(once) == 0
     late, first = _metrics(tmp_path / "late"), _metrics(tmp_path / "once")
     assert int(late["in"]["late_count"]) > 0
@@ -72,9 +52,8 @@ def test_late_firings_complete_every_window(trace_file, tmp_path, capsys):
     want: dict[tuple[object, int], float] = defaultdict(float)
     for k, e, v in zip(tr.key.tolist(), tr.event_time.tolist(), tr.value.tolist(), strict=True):
         want[(k, e - e % (10 * SECOND))] += v
-    pipe = grouping_pipeline(
-        "bounded:1s", "fixed:10s", allowed_lateness=3600 * SECOND, late_firings=True
-    )
+    pipe = grouping_pipeline("bounded:1s", "fixed:10s", allowed_lateness=3600 * SECOND,
+                             late_firings=True)
     got = final_values(simulate(pipe, {"in": tr}))
     assert {(k, s): v for (k, s, _), v in got.items()} == pytest.approx(dict(want))
 
@@ -83,17 +62,8 @@ def test_sessions_and_the_output_timestamp_policy(trace_file, tmp_path):
     outs = {}
     for combiner in ("eow", "earliest"):
         outs[combiner] = tmp_path / combiner
-        argv = [
-            "simulate",
-            "--trace",
-            str(trace_file),
-            "--windowing",
-            "sessions:2s",
-            "--timestamp-combiner",
-            combiner,
-            "--out",
-            str(outs[combiner]),
-        ]
+        argv = ["simulate", "--trace", str(trace_file), "--windowing", "sessions:2s",
+                "--timestamp-combiner", combiner, "--out", str(outs[combiner])]
         assert cli.main(argv) == 0
     eow, earliest = _metrics(outs["eow"]), _metrics(outs["earliest"])
     assert int(eow[STAGE]["panes"]) == int(earliest[STAGE]["panes"]) > 0
@@ -115,12 +85,8 @@ def test_sessions_and_the_output_timestamp_policy(trace_file, tmp_path):
     ],
 )
 def test_bad_simulate_options_fail_before_reading(trace_file, tmp_path, capsys, args, message):
-    argv = [
-        "simulate",
-        *[a.format(f=trace_file, d=tmp_path) for a in args],
-        "--out",
-        str(tmp_path / "o"),
-    ]
+    argv = ["simulate", *[a.format(f=trace_file, d=tmp_path) for a in args],
+            "--out", str(tmp_path / "o")]
     assert cli.main(argv) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "o").exists()

@@ -149,20 +149,14 @@ def test_a_late_group_in_two_inputs_counts_once(spark_runs, name):
 
     case = ALL[name]
     clocks = batch_watermarks(
-        case["inputs"],
-        delay=case["delay"],
+        case["inputs"], delay=case["delay"],
         multiple_watermark_policy=case["multiple_watermark_policy"],
     )
     per_input, together = [], []
     for clock in clocks:
         late = [
-            {
-                g
-                for g in _partial(
-                    b[clock.batch_id] if clock.batch_id < len(b) else [], case["window"]
-                )
-                if g[2] <= clock.late_watermark
-            }
+            {g for g in _partial(b[clock.batch_id] if clock.batch_id < len(b) else [],
+                                 case["window"]) if g[2] <= clock.late_watermark}
             for b in case["inputs"]
         ]
         per_input.append(sum(len(g) for g in late))

@@ -17,15 +17,13 @@ from theory.spark.timers import run_timers
 
 S = 1_000_000
 # watermarks (delay 5 s): 0, 5, 10, 20, 25, then a no-data batch at 30 s
-INPUTS = [
-    [
-        [("a", 10 * S)],
-        [("b", 15 * S)],
-        [("c", 25 * S)],
-        [("d", 30 * S), ("f", 10 * S), ("g", 15 * S), ("h", 5 * S)],
-        [("e", 35 * S)],
-    ]
-]
+INPUTS = [[
+    [("a", 10 * S)],
+    [("b", 15 * S)],
+    [("c", 25 * S)],
+    [("d", 30 * S), ("f", 10 * S), ("g", 15 * S), ("h", 5 * S)],
+    [("e", 35 * S)],
+]]
 
 
 @pytest.fixture(scope="module")

@@ -32,10 +32,8 @@ def test_processing_time_batches_equal_the_model(spark: Any) -> None:
         arrival, prefix_max, INTERVAL, 0, DELAY // 1000, True, 1000
     )
     rows = np.diff([0, *cuts]).tolist()
-    model = [
-        (i, s, r if d else 0, w)
-        for i, (s, r, w, d) in enumerate(zip(starts, rows, wms, data, strict=True))
-    ]
+    model = [(i, s, r if d else 0, w) for i, (s, r, w, d) in
+             enumerate(zip(starts, rows, wms, data, strict=True))]
     real = [(b, t - t % INTERVAL, n, w) for b, t, n, w in run.batches]
     assert real == model, (run.batches, run.arrivals)
     # the shape the model claims: data, no-data one interval later, idle, data, no-data

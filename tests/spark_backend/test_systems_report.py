@@ -69,7 +69,9 @@ def test_bound_comes_from_the_first_bounded_strategy() -> None:
 
 def test_trace_of_collects_columns_and_caps_rows(spark: Any, monkeypatch) -> None:
     rows = [(300 - i, 1000 * i, i % 7, i % 3) for i in range(300)]  # arrival order reversed
-    df = spark.createDataFrame(rows, "event_time LONG, arrival_time LONG, key LONG, partition LONG")
+    df = spark.createDataFrame(
+        rows, "event_time LONG, arrival_time LONG, key LONG, partition LONG"
+    )
     trace, note = systems.trace_of(df, 300)
     assert note == "all 300 rows"
     assert trace.partition is not None

@@ -30,13 +30,9 @@ def test_fourteen_late_elements_are_not_zero_percent() -> None:
 
 def test_units_in_names_and_iso_times_beside_micros(tmp_path) -> None:
     t = with_units(
-        {
-            "stage": ["a", "b", "c"],
-            "lag": [1.0, float("inf"), 2.0],
-            "final": [0, MAX_TIMESTAMP, MIN_TIMESTAMP],
-        },
-        durations=["lag"],
-        times=["final"],
+        {"stage": ["a", "b", "c"], "lag": [1.0, float("inf"), 2.0],
+         "final": [0, MAX_TIMESTAMP, MIN_TIMESTAMP]},
+        durations=["lag"], times=["final"],
     )
     assert list(t) == ["stage", "lag_us", "final_us", "final_utc"]
     assert t["final_utc"] == ["1970-01-01T00:00:00Z", "inf", "-inf"]

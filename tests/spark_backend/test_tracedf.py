@@ -112,17 +112,8 @@ def files(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    "name",
-    [
-        "good.csv",
-        "ints.csv",
-        "bad.csv",
-        "opt.csv",
-        "numkeys.csv",
-        "typed.parquet",
-        "timestamps.parquet",
-        "dir",
-    ],
+    "name", ["good.csv", "ints.csv", "bad.csv", "opt.csv", "numkeys.csv", "typed.parquet",
+             "timestamps.parquet", "dir"]
 )
 def test_skip_and_report_equals_theory(spark, files, name):
     _compare(spark, files / name, on_bad_rows="skip-and-report")
@@ -165,9 +156,8 @@ def test_non_numeric_timestamp(spark, files):
 
 def test_not_causal_only_when_asked(spark, files):
     _compare(spark, files / "causal.csv")
-    _, report = _compare(
-        spark, files / "causal.csv", on_bad_rows="skip-and-report", require_causal=True
-    )
+    _, report = _compare(spark, files / "causal.csv", on_bad_rows="skip-and-report",
+                         require_causal=True)
     assert report.counts == {"arrival_time.not_causal": 1}
 
 
@@ -191,9 +181,8 @@ def test_optional_column_in_some_files_only(spark, tmp_path: Path):
 
 
 def test_unsupported_column_type(spark, tmp_path: Path):
-    pq.write_table(
-        pa.table({"event_time": [1], "arrival_time": [2], "key": [True]}), tmp_path / "b.parquet"
-    )
+    pq.write_table(pa.table({"event_time": [1], "arrival_time": [2], "key": [True]}),
+                   tmp_path / "b.parquet")
     with pytest.raises(TraceError, match=r"column 'key': column type not supported"):
         read_trace_df(spark, tmp_path / "b.parquet")
 
@@ -247,14 +236,8 @@ def test_generator_does_not_depend_on_partitioning(spark):
     def make(seed: int, parts: int) -> Trace:
         return to_trace(
             generate_trace_df(
-                spark,
-                5000,
-                seed=seed,
-                stragglers=0.05,
-                bursts=2,
-                idle_partitions=(1,),
-                idle_interval=(1 * SECOND, 3 * SECOND),
-                num_partitions=parts,
+                spark, 5000, seed=seed, stragglers=0.05, bursts=2, idle_partitions=(1,),
+                idle_interval=(1 * SECOND, 3 * SECOND), num_partitions=parts,
             )
         )
 
@@ -319,15 +302,8 @@ def test_generator_shape(spark):
     lo, hi = 5 * SECOND, 12 * SECOND
     t = to_trace(
         generate_trace_df(
-            spark,
-            n,
-            seed=1,
-            rate=1000.0,
-            keys=10,
-            partitions=4,
-            stragglers=0.02,
-            straggler_delay=Delay("pareto", b=1.5, scale=60.0),
-            idle_partitions=(2,),
+            spark, n, seed=1, rate=1000.0, keys=10, partitions=4, stragglers=0.02,
+            straggler_delay=Delay("pareto", b=1.5, scale=60.0), idle_partitions=(2,),
             idle_interval=(lo, hi),
         )
     )
