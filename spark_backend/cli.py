@@ -531,6 +531,29 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated(f"terminated by signal {signum}")
 
 
+def _interrupted(exc: BaseException) -> int:
+    """Exit status and one line for a run stopped by Ctrl-C (130) or SIGTERM (143)."""
+    if isinstance(exc, Terminated):
+        print("watermarks: terminated (SIGTERM); previous output left as it was", file=sys.stderr)
+        return 143
+    print("watermarks: interrupted (Ctrl-C); previous output left as it was", file=sys.stderr)
+    return 130
+
+
+def _signal_behind(exc: BaseException) -> BaseException | None:
+    """The Ctrl-C or SIGTERM an error was raised while handling, if any. Py4J, interrupted
+    in the middle of a call, tries to cancel it and may raise its own error from within
+    the KeyboardInterrupt's handling; the user still pressed Ctrl-C."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, (KeyboardInterrupt, Terminated)):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command. Exit 0 on success; 2 with one line naming the cause on any failure
     (``-v`` also prints the trace); 130 on Ctrl-C and 143 on SIGTERM, with one line. A
@@ -546,13 +569,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_args(args)
         return int(args.func(args))
-    except KeyboardInterrupt:
-        print("watermarks: interrupted (Ctrl-C); previous output left as it was", file=sys.stderr)
-        return 130
-    except Terminated:
-        print("watermarks: terminated (SIGTERM); previous output left as it was", file=sys.stderr)
-        return 143
+    except (KeyboardInterrupt, Terminated) as exc:
+        return _interrupted(exc)
     except Exception as exc:
+        signalled = _signal_behind(exc)
+        if signalled is not None:
+            return _interrupted(signalled)
         if args.verbose:
             traceback.print_exc()
         print(f"watermarks: error: {one_line(exc)}", file=sys.stderr)

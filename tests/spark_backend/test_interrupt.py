@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from spark_backend import cli
+from spark_backend.atomic import Terminated
 
 _HARNESS = """
 import sys
@@ -156,3 +157,33 @@ def test_ctrl_c_during_a_spark_job_in_analyze(spark, tmp_path, monkeypatch, caps
     lines = [ln for ln in err.splitlines() if ln.startswith("watermarks:")]
     assert lines == ["watermarks: interrupted (Ctrl-C); previous output left as it was"], err
     assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "signalled, status, line",
+    [
+        (KeyboardInterrupt, 130, "watermarks: interrupted (Ctrl-C); previous output left"),
+        (Terminated, 143, "watermarks: terminated (SIGTERM); previous output left"),
+        (None, 2, "watermarks: error: Spark's JVM failed: Gateway must be connected"),
+    ],
+)
+def test_a_jvm_error_raised_while_handling_a_signal_is_reported_as_the_signal(
+    tmp_path, monkeypatch, capsys, signalled, status, line
+):
+    """A Py4J error whose context is a Ctrl-C (or SIGTERM) exits as the signal does, with
+    its one line; the same error with no signal behind it stays an error (exit 2)."""
+    from py4j.protocol import Py4JError
+
+    def command(args):
+        if signalled is None:
+            raise Py4JError("Gateway must be connected to send cancel cmd.")
+        try:
+            raise signalled("signal")
+        except BaseException:
+            # ``from None`` hides the cause from the trace but keeps ``__context__``
+            raise Py4JError("Gateway must be connected to send cancel cmd.") from None
+
+    monkeypatch.setattr(cli, "cmd_simulate", command)
+    assert cli.main(["simulate", "--out", str(tmp_path / "o")]) == status
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("watermarks:")]
+    assert len(err) == 1 and err[0].startswith(line), err
