@@ -18,11 +18,17 @@ file; the digests of both runners must be identical, else the script fails. Prin
 elements/s per runner, the ratio PySparkRunner/FnApiRunner with the JVM start
 excluded (a session already runs) and included (the session start, measured once, is
 added), and, for windowed_combine, a hand-translated RDD version (``map`` +
-``reduceByKey`` on (key, window)) for scale. The load averages are printed: the
-machine may be shared.
+``reduceByKey`` on (key, window)) for scale. With ``--cold N`` it also times N runs of
+each workload in a new Python process each (:func:`cold_run`: the session start, the
+first job's Python worker daemon and the pipeline, as a Beam author's first run pays
+them), alternating the session's fast-start JVM options
+(:mod:`spark_backend.jvm_start`) and Spark's plain ones, and prints FnApiRunner's wall
+time over the cold run's: the ratio including the JVM start, measured. The load
+averages are printed: the machine may be shared.
 
     .venv/bin/python bench/runner.py --sizes 1e5
     .venv/bin/python bench/runner.py --sizes 1e5,1e6 --fnapi-max 1e6
+    .venv/bin/python bench/runner.py --sizes 1e6 --workloads windowed_combine --rounds 3 --cold 3
 
 Measured (first version, 2026-11-24, n = 100k, local[*] on the 2-core machine shared
 with six other sessions: load average 11-13 during the runs, so every figure is slowed
@@ -193,6 +199,34 @@ for sessions also with it included and in CPU; windowed_combine is 3.04x with th
 start included and 4.32x in CPU (the user's generator, ~5 us an element, is half of
 PySparkRunner's CPU there). The 10M windowed CombinePerKey ran at 292.6k el/s (goal
 200k), with the Python workers uncapped (peak of the whole tree quoted above).
+
+Sixth version (2026-11-28, the driver JVM's start: spark_backend.jvm_start; C1 only, the
+serial GC and an AppCDS class-data archive, built once). The start measured in phases
+in a new process each (imports untimed; CPU of the process tree; one run per row, the
+2 cores shared with seven other sessions, load 11-19):
+
+    driver JVM options            session start CPU   first job CPU (daemon, forks)
+    Spark's plain ones            13.5-19.0 s         5.8-6.4 s
+    -XX:TieredStopAtLevel=1        8.2 s              4.4 s
+    AppCDS archive alone           8.8 s              5.6 s
+    all three (the new default)    4.2 s              3.9 s
+
+The worker daemon's imports (Beam and the runner's task modules) are about 1.5 s of the
+first job's CPU. Planning (to_runner_api, the checks, plan_pipeline) takes 0.1 s, so
+starting the session in a background thread while the runner plans was not worth it.
+The steady state is not measurably slower with C1 only: windowed_combine 1M warm, medians
+of 2 in one run each, load 31: 8.0 s CPU with C1, 9.8 s with C2 (same archive and GC).
+
+``--cold 3`` at 1M (medians of 3, cold runs alternating the two JVM option sets, load
+35 falling to 12 during the run; outputs identical to FnApiRunner and the oracle):
+
+    windowed_combine warm    5.2k el/s (193.3 s, CPU 10.1 s)  FnApiRunner 7.1k el/s
+                             (141 s; 3.18x CPU); load 35: wall ratios meaningless
+    cold, fast start         41.9 s (walls 31.4, 41.9, 66.6), CPU 13.6 s
+    cold, plain JVM          57.9 s (walls 47.3, 87.0, 57.9), CPU 23.5 s
+
+So a Beam author's first run costs 9.9 s less CPU (1.73x less) and 1.38x less wall time
+than with Spark's plain JVM options.
 """
 
 from __future__ import annotations
