@@ -109,9 +109,12 @@ class Report:
         return target / "index.html"
 
 
-def _cell(value: object, fmt: Callable[[object], str] | None) -> str:
+def _cell(value: object, fmt: Callable[[object], str] | None, column: str = "") -> str:
+    """A table cell as text: ``fmt`` if given, else as the CSV writes it (times at the
+    bounds of a ``_us`` column as ``inf``/``-inf``), numbers with thousands separators."""
     if fmt is not None:
         return fmt(value)
+    value = csv_value(value, column)
     if isinstance(value, float):
         if math.isnan(value):
             return "–"
@@ -127,7 +130,9 @@ def _html_table(table: Table, formats: Mapping[str, Callable[[object], str]]) ->
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     rows = []
     for i in range(n):
-        cells = "".join(f"<td>{html.escape(_cell(table[c][i], formats.get(c)))}</td>" for c in cols)
+        cells = "".join(
+            f"<td>{html.escape(_cell(table[c][i], formats.get(c), c))}</td>" for c in cols
+        )
         rows.append(f"<tr>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 

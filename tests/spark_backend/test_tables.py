@@ -4,6 +4,7 @@ ISO-8601 UTC beside µs, infinities as `inf`, non-zero fractions never shown as 
 from __future__ import annotations
 
 import csv
+import re
 
 import pyarrow.csv as pacsv
 from hypothesis import given
@@ -43,6 +44,10 @@ def test_units_in_names_and_iso_times_beside_micros(tmp_path) -> None:
         rows = list(csv.DictReader(f))
     assert [row["lag_us"] for row in rows] == ["1.0", "inf", "2.0"]
     assert [row["final_us"] for row in rows] == ["0", "inf", "-inf"]
+    page = (tmp_path / "out" / "index.html").read_text()
+    cells = re.findall(r"<td>([^<]*)</td>", page)
+    assert cells[2::4] == ["0", "inf", "-inf"]  # the page shows the bounds as the CSV does
+    assert "9,223,372" not in page
 
 
 def test_simulate_metrics_name_units_and_write_inf(tmp_path, capsys) -> None:
