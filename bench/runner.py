@@ -242,9 +242,14 @@ imports, the first job and a cold JIT: 18.8 s against 8.5 + 4.4 s). Excluding it
 Then on a quiet machine (02:42-02:51, load 0.5-2.1, session start 2.5 s; medians of 3,
 outputs identical to FnApiRunner in every run, windowed_combine's = the oracle's):
 
-    workload          warm (wall, CPU)          FnApiRunner  excl. / +start / CPU    cold fast (CPU)   cold plain (CPU)  ratio cold fast / plain
-    windowed_combine  165.3k el/s (6.1, 5.6 s)   39.2k el/s   4.22x / 2.99x / 4.64x   7.6 s (10.3 s)   10.9 s (17.1 s)   3.37x / 2.35x
-    session_gbk       259.6k el/s (3.9, 6.3 s)   20.5k el/s  12.69x / 7.70x / 7.90x   8.2 s (11.5 s)   11.9 s (19.2 s)   5.96x / 4.10x
+    windowed_combine  warm 165.3k el/s (6.1 s, CPU 5.6 s), FnApiRunner 39.2k el/s:
+                      4.22x excl. JVM, 2.99x with the start added, 4.64x CPU
+                      cold: fast start 7.6 s (CPU 10.3 s), plain JVM 10.9 s (CPU 17.1 s)
+                      FnApiRunner / cold: 3.37x fast start, 2.35x plain
+    session_gbk       warm 259.6k el/s (3.9 s, CPU 6.3 s), FnApiRunner 20.5k el/s:
+                      12.69x excl. JVM, 7.70x with the start added, 7.90x CPU
+                      cold: fast start 8.2 s (CPU 11.5 s), plain JVM 11.9 s (CPU 19.2 s)
+                      FnApiRunner / cold: 5.96x fast start, 4.10x plain
 
 FnApiRunner ran windowed_combine at 39.2k el/s here (24.1k in the quiet run of the fifth
 version), so that ratio fell below 5x even warm; session_gbk meets 5x every way,
