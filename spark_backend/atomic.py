@@ -95,7 +95,8 @@ def _replace(tmp: Path, target: Path) -> None:
     os.rename(old, tmp)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -142,7 +143,7 @@ def stale_siblings(target: Path) -> list[Path]:
         if not p.name.startswith((f".{target.name}.tmp-", f".{target.name}.old-")):
             continue
         pid = _owner_pid(p.name)
-        if pid is not None and pid != os.getpid() and _pid_alive(pid):
+        if pid is not None and pid != os.getpid() and pid_alive(pid):
             continue
         if pid == os.getpid() or _locked(p):
             continue
@@ -204,6 +205,7 @@ __all__ = [
     "Terminated",
     "atomic_directory",
     "exchange",
+    "pid_alive",
     "remove_stale",
     "umask",
     "write_file_atomically",  # one home: theory.data.io (beam_pipelines' sinks use it too)

@@ -10,7 +10,10 @@ and small to medium traces:
 - few shuffle partitions in local mode (two per core), adaptive execution on;
 - ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` set to the running interpreter;
 - in local mode the driver JVM (which is also the executor) gets half the RAM, at most
-  16 GiB, unless ``spark.driver.memory`` is given.
+  16 GiB, unless ``spark.driver.memory`` is given;
+- the driver JVM starts with :mod:`spark_backend.jvm_start`'s options (C1 only, the
+  serial GC, a class-data archive built by the first session) unless
+  ``spark.driver.extraJavaOptions`` is given.
 
 ``conf`` (``--conf key=value``) overrides any default. When ``SPARK_REMOTE`` is set (or
 ``master`` starts with ``sc://``) a Spark Connect session is returned instead; then only
@@ -19,9 +22,10 @@ runtime ``spark.sql.*`` settings apply and no local Java is needed.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,6 +33,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
+
+from spark_backend import jvm_start
 
 __all__ = [
     "JAVA_MIN_VERSION",
@@ -70,22 +76,13 @@ class JavaNotFoundError(RuntimeError):
     """No usable Java runtime (Spark needs Java 17 or newer)."""
 
 
-def _java_executable() -> str | None:
-    home = os.environ.get("JAVA_HOME")
-    if home:
-        candidate = Path(home) / "bin" / "java"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return shutil.which("java")
-
-
 def check_java(minimum: int = JAVA_MIN_VERSION) -> int:
     """The major version of the Java runtime Spark will use (``JAVA_HOME``, else PATH).
 
     Raises :class:`JavaNotFoundError`, naming what to install, when there is no Java or
     it is older than ``minimum``.
     """
-    java = _java_executable()
+    java = jvm_start.java_executable()
     if java is None:
         raise JavaNotFoundError(
             f"Spark needs Java {minimum}+ and no 'java' was found (JAVA_HOME unset or "
@@ -234,6 +231,12 @@ def get_session(
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings = default_conf(chosen)
         settings.update(overrides)
+        pending = None
+        if "spark.driver.extraJavaOptions" not in settings:
+            options, pending = jvm_start.driver_java_options(
+                str(jvm_start.java_executable()), jvm_start.spark_home()
+            )
+            settings["spark.driver.extraJavaOptions"] = options
         log_opt = _log4j_options()
         for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
             settings[key] = (settings.get(key, "") + " " + log_opt).strip()
@@ -242,8 +245,24 @@ def get_session(
             builder = builder.config(key, value)
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")
+        if pending is not None:
+            _publish_at_exit(session, pending)
         _SESSION, _MASTER = session, chosen
         return session
+
+
+def _publish_at_exit(session: Any, pending: Path) -> None:
+    """At this process's exit, let the driver JVM write its class-data archive and
+    publish it (:func:`spark_backend.jvm_start.publish_archive`)."""
+    process = getattr(session.sparkContext._gateway, "proc", None)
+    if process is not None:
+        atexit.register(_stop_and_publish, process, pending)
+
+
+def _stop_and_publish(process: Any, pending: Path) -> None:
+    with contextlib.suppress(Exception):  # the context's threads end before the JVM
+        stop_session()
+    jvm_start.publish_archive(process, pending)
 
 
 def _is_stopped(session: Any) -> bool:

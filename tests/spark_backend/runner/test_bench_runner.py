@@ -17,11 +17,16 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_bench_runner_smoke(spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def _bench() -> Any:
     spec = importlib.util.spec_from_file_location("bench_runner", ROOT / "bench" / "runner.py")
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_bench_runner_smoke(spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _bench()
     bench.main(["--sizes", "2000"])
     out = capsys.readouterr().out
     lines = re.findall(r"^  (\w+) +PySparkRunner .* outputs identical$", out, re.M)
@@ -35,3 +40,12 @@ def test_bench_runner_smoke(spark: Any, capsys: pytest.CaptureFixture[str]) -> N
     bench.report("wordcount", 2000, 0.0, False, spark, all_on_spark=True)
     out = capsys.readouterr().out
     assert re.search(r"wordcount +every stage on Spark .* outputs identical$", out, re.M), out
+
+
+def test_bench_runner_cold_run(spark: Any) -> None:
+    """``--cold``: a run in a new process (its own session start with the fast-start
+    JVM options) gives the oracle's output; its CPU includes its JVM's."""
+    bench = _bench()
+    run = bench.cold_run("windowed_combine", 2000)
+    assert run.digest == bench.oracle_digest(2000)
+    assert run.cpu > 1.0 and run.wall > 0 and run.peak > 100 << 20  # a JVM's CPU and memory
