@@ -296,7 +296,10 @@ Counter fusion and the split (the PairWithVoid ``Map`` per element was most of i
 is left is fixed cost: the JVM's share of one Spark job and the driver's.
 
 Eighth version (2026-11-28, the driver JVM's start: spark_backend.jvm_start; C1 only, the
-serial GC and an AppCDS class-data archive, built once). The start measured in phases
+serial GC and an AppCDS class-data archive, built once; at the merge the lead kept only
+the archive: C1 only made Spark's own warm work 1.55x slower, bench/spark_analytics.py
+at 2M 6.0 s against 3.9 s, and the serial GC gained nothing; see jvm_start's docstring;
+the figures below are with all three). The start measured in phases
 in a new process each (imports untimed; CPU of the process tree; one run per row, the
 2 cores shared with seven other sessions, load 11-19):
 

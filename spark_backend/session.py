@@ -11,9 +11,8 @@ and small to medium traces:
 - ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` set to the running interpreter;
 - in local mode the driver JVM (which is also the executor) gets half the RAM, at most
   16 GiB, unless ``spark.driver.memory`` is given;
-- the driver JVM starts with :mod:`spark_backend.jvm_start`'s options (C1 only, the
-  serial GC, a class-data archive built by the first session) unless
-  ``spark.driver.extraJavaOptions`` is given.
+- the driver JVM starts with :mod:`spark_backend.jvm_start`'s options (a class-data
+  archive built by the first session) unless ``spark.driver.extraJavaOptions`` is given.
 
 ``conf`` (``--conf key=value``) overrides any default. When ``SPARK_REMOTE`` is set (or
 ``master`` starts with ``sc://``) a Spark Connect session is returned instead; then only

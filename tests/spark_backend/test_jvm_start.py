@@ -146,7 +146,9 @@ def test_the_sessions_jvm_runs_with_the_fast_start_options(spark):
     assert J.FAST_START_OPTIONS in conf
     runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     arguments = list(runtime.getInputArguments())
-    assert "-XX:TieredStopAtLevel=1" in arguments and "-XX:+UseSerialGC" in arguments
+    assert "-Xshare:auto" in arguments
+    # C1 only made Spark's warm work 1.55x slower (module docstring): never by default
+    assert not any(a.startswith("-XX:TieredStopAtLevel") for a in arguments)
     assert any(
         a.startswith(("-XX:SharedArchiveFile=", "-XX:ArchiveClassesAtExit=")) for a in arguments
     )
