@@ -149,6 +149,8 @@ def test_the_sessions_jvm_runs_with_the_fast_start_options(spark):
     assert "-Xshare:auto" in arguments
     # C1 only made Spark's warm work 1.55x slower (module docstring): never by default
     assert not any(a.startswith("-XX:TieredStopAtLevel") for a in arguments)
-    assert any(
-        a.startswith(("-XX:SharedArchiveFile=", "-XX:ArchiveClassesAtExit=")) for a in arguments
-    )
+    # every option the session chose reached the JVM: the archive's too, when this
+    # process had one or builds it (on a fresh machine another xdist worker may be the
+    # builder; this session then starts without one, as driver_java_options says)
+    chosen = {t for t in conf.split() if t.startswith(("-XX:", "-Xshare", "-Xlog:"))}
+    assert "-Xshare:auto" in chosen and chosen <= set(arguments), (conf, arguments)
