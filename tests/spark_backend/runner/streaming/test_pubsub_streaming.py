@@ -71,7 +71,7 @@ def pipeline(topic: str, base: str, tracking: str) -> Any:
             idle_lag=600 * MILLISECOND,
             idle_poll=0.3,
             records_per_bundle=100_000,  # a batch drains the subscription
-            lease_grace=4 * SECOND,  # 10 s by default: about all 8 batches on a quiet machine
+            lease_grace=4 * SECOND,  # 10 s by default: about all 11 batches on a quiet machine
         )
         read = records | "stamp" >> beam.Map(  # fused with the read: its worker's pid
             lambda r: ("read", r.record_id, r.event_time, time.time_ns() // 1000, os.getpid())
@@ -99,7 +99,7 @@ def test_windows_fire_by_the_tracking_watermark_while_pubsub_is_read(
     publisher = threading.Thread(target=publish, args=(pubsub_emulator, topic, stop))
     publisher.start()
     try:
-        values, result = run_pipeline(pipeline(topic, base, tracking), max_batches=8)
+        values, result = run_pipeline(pipeline(topic, base, tracking), max_batches=11)
     finally:
         stop.set()
         publisher.join()
