@@ -4,7 +4,7 @@ A publisher thread sends messages stamped (attribute ``ts``) with their publish 
 then stragglers stamped 2 minutes in the past, while the pipeline reads them with
 ``ReadFromPubSubWithTrackingWatermark`` into 1 s windows, until ``--max_batches``. The
 reader runs as it would in production: ``pt_base`` from its own ledger, a lease grace (4 s
-after the first start; the 10 s default would outlast the 8 batches on a quiet machine),
+after the first start; the 10 s default would outlast the 11 batches on a quiet machine),
 and its bundles in whichever Python worker Spark picks
 (the ledger, the owed acks and the clean-resume claims travel with the estimator state).
 The tracking estimator's watermark, as the run recorded it (``result.watermarks()``),
