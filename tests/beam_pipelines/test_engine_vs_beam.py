@@ -126,6 +126,24 @@ def test_runner_latest_holds_the_watermark_at_the_earliest_batch():
     assert summary(r)[0] == ("b", (3,), "EARLY", 0, -1, False)
 
 
+def test_runner_drops_an_on_time_element_merging_into_a_finished_session():
+    r = check(
+        [
+            E([("a", 1, 0)]),
+            E([("a", 2, 10 * S)]),
+            W(10 * S),  # [0, 8 s) fires ON_TIME and its trigger finishes
+            E([("a", 3, 3 * S)]),  # late: merges [0, 8 s), [3, 11 s) and [10, 18 s)
+            E([("a", 4, 13 * S)]),  # on time, but its session joins the finished one
+            W(30 * S),
+        ],
+        strat(tt.AfterWatermark(), fn=Sessions(8 * S)),
+    )
+    # a runner that garbage-collected [0, 8 s) at the watermark 10 s would fire
+    # [3 s, 21 s) with 2, 3 and 4; Beam Python keeps the finished session and drops both
+    assert summary(r) == [("a", (1,), "ON_TIME", 0, 0, True)]
+    assert r.dropped["closed"] == 2 and r.late_elements == 0
+
+
 def test_runner_never_garbage_collects_and_stalls():
     r = check([E([("a", 1, S), ("a", 2, S)])], strat(tt.AfterCount(3)))
     assert r.panes == [] and r.stalled  # model: a final pane at garbage collection
