@@ -140,7 +140,7 @@ def test_runner_drops_an_on_time_element_merging_into_a_finished_session():
     )
     # Beam Python keeps the finished session, drops 3 and 4 as closed and loses 2 (it
     # was in [10 s, 18 s)); Java's runner does not let a closed window poison those it
-    # merges into (BEAM-162): there [3 s, 21 s) would fire with 2, 3 and 4
+    # merges into (apache/beam#118, BEAM-162; not run here)
     assert summary(r) == [("a", (1,), "ON_TIME", 0, 0, True)]
     assert r.dropped["closed"] == 2 and r.late_elements == 0
 
