@@ -32,9 +32,7 @@ __all__ = ["truncated"]
 _PROCESS = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 
 
-def truncated(
-    spec: StageSpec, records: Iterable[tuple[str, bytes]]
-) -> Iterator[tuple[str, bytes]]:
+def truncated(spec: StageSpec, records: Iterable[tuple[str, bytes]]) -> Iterator[tuple[str, bytes]]:
     """``records`` (``(data input id, chunk)``) with each residual element's restriction
     truncated by its DoFn's restriction provider, as Beam's drain does; a residual whose
     ``truncate`` gives nothing is dropped. Records of other inputs pass unchanged."""
