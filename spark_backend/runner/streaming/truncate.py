@@ -37,14 +37,14 @@ def truncated(spec: StageSpec, records: Iterable[tuple[str, bytes]]) -> Iterator
     truncated by its DoFn's restriction provider, as Beam's drain does; a residual whose
     ``truncate`` gives nothing is dropped. Records of other inputs pass unchanged."""
     residual_inputs = set(spec.residual_inputs.values())
-    steps: dict[str, tuple[Any, Any]] = {}
+    steps: dict[str, tuple[Any, Any, str]] = {}
     for input_id, chunk in records:
         if input_id not in residual_inputs:
             yield input_id, chunk
             continue
         if input_id not in steps:
             steps[input_id] = _provider_and_coder(spec, input_id)
-        provider, impl = steps[input_id]
+        provider, impl, label = steps[input_id]
         stream = create_InputStream(chunk)
         out = create_OutputStream()
         while stream.size() > 0:
@@ -53,17 +53,20 @@ def truncated(spec: StageSpec, records: Iterable[tuple[str, bytes]]) -> Iterator
             cut = provider.truncate(element, restriction)
             if cut:  # Beam's TruncateAndSizeRestriction keeps a truthy restriction
                 size = provider.restriction_size(element, cut)
-                if size < 0:
-                    raise ValueError(f"Expected size >= 0 but received {size}.")
+                if size < 0:  # Beam: "Expected size >= 0"
+                    raise ValueError(
+                        f"{label}: {type(provider).__name__}.restriction_size gave {size} "
+                        f"for the truncated restriction {cut!r}; a size must be >= 0"
+                    )
                 value = ((element, (cut, state)), size)
                 impl.encode_to_stream(windowed.with_value(value), out, True)
         if out.size():
             yield input_id, out.get()
 
 
-def _provider_and_coder(spec: StageSpec, input_id: str) -> tuple[Any, Any]:
+def _provider_and_coder(spec: StageSpec, input_id: str) -> tuple[Any, Any, str]:
     """The restriction provider of the splittable DoFn that the data input ``input_id``
-    feeds, and the input's windowed coder (its implementation)."""
+    feeds, the input's windowed coder (its implementation) and the DoFn's label."""
     descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(spec.descriptor)
     context = pipeline_context.PipelineContext(descriptor)
     data_input = descriptor.transforms[input_id]
@@ -79,4 +82,4 @@ def _provider_and_coder(spec: StageSpec, input_id: str) -> tuple[Any, Any]:
     info = core.DoFnInfo.from_runner_api(payload.do_fn, context)
     dofn = pickler.loads(info.serialized_dofn_data())[0]
     provider = DoFnSignature(dofn).get_restriction_provider()
-    return provider, context.coders[port.coder_id].get_impl()
+    return provider, context.coders[port.coder_id].get_impl(), process.unique_name

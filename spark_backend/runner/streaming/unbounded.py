@@ -114,11 +114,11 @@ def sdf_batch(
     whatever the bundle defers again is dropped: the read ends in this batch."""
     if drain:
         records = truncated(spec, records)
-    summaries = _sdf_batch(spec, clock_after, records)
+    out = _sdf_batch(spec, clock_after, records)
     if not drain:
-        yield from summaries
+        yield from out
         return
-    for name, blob in summaries:
+    for name, blob in out:
         yield (name, pickle.dumps(SourceSummary(()))) if name == SUMMARY else (name, blob)
 
 

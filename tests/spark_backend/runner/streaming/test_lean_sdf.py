@@ -223,36 +223,45 @@ def test_a_manual_watermark_is_the_residuals_hold_and_millis_are_rounded_at_the_
 
 
 class _DrainsToOne(Offsets):
-    """Beam's ``truncate`` on a drain: one more position on even shards, none on odd."""
+    """Beam's ``truncate`` on a drain: one more position on even shards, none on odd;
+    with ``negative``, an empty restriction whose size is -1 (a DoFn's bug)."""
+
+    def __init__(self, n: int, negative: bool = False) -> None:
+        super().__init__(n)
+        self.negative = negative
 
     def truncate(self, element: bytes, restriction: Any) -> Any:
+        if self.negative:
+            return OffsetRange(restriction.start, restriction.start)
         if int(element) % 2:
             return None
         return OffsetRange(restriction.start, restriction.start + 1)
 
-
-class _OnePerBundle(beam.DoFn):
-    def process(
-        self,
-        element: bytes,
-        tracker: Any = beam.DoFn.RestrictionParam(_DrainsToOne(ROUNDS)),
-        estimator: Any = beam.DoFn.WatermarkEstimatorParam(MonotonicFromMin()),
-    ) -> Any:
-        position = tracker.current_restriction().start
-        if tracker.try_claim(position):
-            yield window.TimestampedValue((int(element), position), Timestamp(seconds=position))
-            tracker.defer_remainder()
+    def restriction_size(self, element: Any, restriction: OffsetRange) -> int:
+        return -1 if self.negative and not restriction.size() else int(restriction.size())
 
 
-def test_a_drains_batch_runs_each_residual_truncated_by_its_dofn_and_keeps_none() -> None:
-    """The drain's last batch (``sdf_batch(drain=True)``): each residual's restriction is
-    cut by the DoFn's ``truncate`` (Beam's TruncateAndSizeRestriction: None drops it),
-    ``process`` runs on what is left, and nothing deferred is kept; both paths alike."""
+def _one_per_bundle(provider: _DrainsToOne) -> Any:
+    """The stage of ``Impulse -> an SDF reading one position a bundle -> GroupByKey``."""
+
+    class OnePerBundle(beam.DoFn):
+        def process(
+            self,
+            element: bytes,
+            tracker: Any = beam.DoFn.RestrictionParam(provider),
+            estimator: Any = beam.DoFn.WatermarkEstimatorParam(MonotonicFromMin()),
+        ) -> Any:
+            position = tracker.current_restriction().start
+            if tracker.try_claim(position):
+                stamp = Timestamp(seconds=position)
+                yield window.TimestampedValue((int(element), position), stamp)
+                tracker.defer_remainder()
+
     p = beam.Pipeline()
     _ = (
         p
         | beam.Impulse()
-        | "read" >> beam.ParDo(_OnePerBundle())
+        | "read" >> beam.ParDo(OnePerBundle())
         | "window" >> beam.WindowInto(window.FixedWindows(1))
         | "group" >> beam.GroupByKey()
     )
@@ -262,6 +271,14 @@ def test_a_drains_batch_runs_each_residual_truncated_by_its_dofn_and_keeps_none(
     )
     (lean,) = [s for s in plan.stages if s.residual_inputs]
     assert lean.path == LEAN, lean.reason
+    return plan, lean
+
+
+def test_a_drains_batch_runs_each_residual_truncated_by_its_dofn_and_keeps_none() -> None:
+    """The drain's last batch (``sdf_batch(drain=True)``): each residual's restriction is
+    cut by the DoFn's ``truncate`` (Beam's TruncateAndSizeRestriction: None drops it),
+    ``process`` runs on what is left, and nothing deferred is kept; both paths alike."""
+    plan, lean = _one_per_bundle(_DrainsToOne(ROUNDS))
     records = initial_records(plan, lean, MonotonicFromMin(), shards=3)
     outputs = []
     for stage in (lean, dataclasses.replace(lean, path=BUNDLE_PROCESSOR)):
@@ -277,6 +294,12 @@ def test_a_drains_batch_runs_each_residual_truncated_by_its_dofn_and_keeps_none(
     assert outputs[0] == outputs[1]
     # shards 0 and 2 read their one truncated position (1); shard 1 was dropped
     assert sorted(value for value, *_ in outputs[0]) == [(0, 1), (2, 1)]
+    # a truncated restriction sized below 0 is refused before process runs, named
+    plan, lean = _one_per_bundle(_DrainsToOne(ROUNDS, negative=True))
+    _, residuals = run(plan, lean, initial_records(plan, lean, MonotonicFromMin(), 1), 0)
+    again = [(r.input_id, r.element) for r in residuals]
+    with pytest.raises(ValueError, match=r"read/Process: _DrainsToOne.restriction_size gave -1"):
+        list(sdf_batch(lean, plan.job_id, plan.components, 0, again, drain=True))
 
 
 class _Params(beam.DoFn):
