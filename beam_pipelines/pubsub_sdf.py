@@ -43,10 +43,16 @@ records and the ids acked within ``acked_memory`` (10 min of publish time by def
 :class:`~beam_pipelines.pubsub.MonitoredBaseBacklog` when others read the base too, or
 at rates where that state is too large); the ledger is then not kept.
 
-The restriction is ``OffsetRange(0, spec.max_records)``, one position per emitted record,
-so a finite ``max_records`` makes a bounded read (tests). The read is unbounded otherwise:
-only an explicit ``stop_after_idle`` (seconds of real time without a base record) ends it
-early, so a test can never hang.
+The restriction is ``OffsetRange(0, spec.max_records + 1)``: one position per emitted record,
+so a finite ``max_records`` makes a bounded read (tests), and a last position, the read's
+**end**. The read is unbounded otherwise: only an explicit ``stop_after_idle`` (seconds of
+real time without a base record) ends it early, so a test can never hang. A read that
+ends (its budget spent, or idle) does not finish in the bundle that read its last
+records: it checkpoints with the end as its remainder, and the resume of that committed
+state sends the acks it owed, claims the end and finishes, reading nothing. A runner that
+never finalizes bundles thus still acks everything a finished read committed. A drain
+does the same: :meth:`ReadWithTrackingWatermarkFn.truncate` (Beam's ``truncate``, called
+on every restriction of a draining pipeline) leaves only the end.
 
 Failing loudly: a subscription that does not exist or may not be read (``NotFound``,
 ``PermissionDenied``), checked when the read starts and on every pull, fails the pipeline
@@ -214,7 +220,14 @@ class ReadWithTrackingWatermarkFn(
     # ------------------------------------------------------------------ restriction
 
     def initial_restriction(self, element: PubsubReadSpec) -> OffsetRange:
-        return OffsetRange(0, element.max_records)
+        return OffsetRange(0, element.max_records + 1)  # the last position is the end
+
+    def truncate(self, element: PubsubReadSpec, restriction: OffsetRange) -> OffsetRange | None:
+        """On a drain (Beam's ``truncate``): only the read's end, whose resume sends the
+        acks the committed state owes and reads nothing; None for an empty restriction."""
+        if restriction.start >= restriction.stop:
+            return None
+        return OffsetRange(restriction.stop - 1, restriction.stop)
 
     def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
         return OffsetRestrictionTracker(restriction)
@@ -299,8 +312,10 @@ class ReadWithTrackingWatermarkFn(
             wm.set_last_record(self.clock())  # idle time counts from the first start
         started = time.monotonic()
         pos = tracker.current_restriction().start
-        stop = tracker.current_restriction().stop
-        if pos >= stop:
+        end = tracker.current_restriction().stop - 1  # the read's end (see the module)
+        if pos >= end:  # the end, or an empty restriction: the acks are sent, finish
+            if pos == end:
+                tracker.try_claim(end)
             return
         emitted = 0
         owed_base: list[Any] = []  # records this attempt owes acks for
@@ -333,25 +348,28 @@ class ReadWithTrackingWatermarkFn(
                 wm.owe(base=bad)
                 owed_base.extend(bad)
                 for i, rec in enumerate(good):
-                    if not tracker.try_claim(pos):  # the budget (or a split) ends here
+                    if pos >= end or not tracker.try_claim(pos):  # the budget or a split
                         finalizer.register(partial(base.ack, good[:i]))
                         wm.owe(base=good[:i])
                         owed_base.extend(good[:i])
                         base.consumed(good[:i])
                         base.nack(good[i:])
-                        return
+                        if pos < end:  # a split: the rest is its residual's
+                            return
+                        break
                     pos += 1
                     emitted += 1
                     assert rec.event_time is not None
                     if rec.event_time < wm.watermark_micros():
                         Metrics.counter(ns, "late_emitted").inc()
                     yield TimestampedValue(rec, Timestamp(micros=rec.event_time))
-                finalizer.register(partial(base.ack, good))
-                wm.owe(base=good)
-                owed_base.extend(good)
-                base.consumed(good)  # committed with this state: no longer holds pt_base
-                if pos >= stop:  # the whole budget is claimed: done
-                    return
+                else:
+                    finalizer.register(partial(base.ack, good))
+                    wm.owe(base=good)
+                    owed_base.extend(good)
+                    base.consumed(good)  # committed with this state: no longer holds pt_base
+                if pos >= end:  # the whole budget is claimed: the next resume ends the read
+                    break
                 e = wm.update(
                     self.clock(),
                     backlog.oldest_unacked_publish_time(),
@@ -366,8 +384,9 @@ class ReadWithTrackingWatermarkFn(
                     self.stop_after_idle is not None
                     and now - (wm.last_record() or now) > self.stop_after_idle * SECOND
                 ):
-                    tracker.try_claim(stop)  # nothing for too long: end the read
-                    return
+                    # nothing for too long: skip to the end, which the next resume claims
+                    tracker.try_claim(end - 1)
+                    break
                 elif time.monotonic() - started < self.idle_poll:
                     time.sleep(_IDLE_SLEEP_S)  # nothing yet: poll again in this bundle
                 else:

@@ -162,20 +162,33 @@ class _NeverFinalized:
         self.callbacks.append(callback)
 
 
-def _attempt(fn: ReadWithTrackingWatermarkFn, spec: Any, state: Any) -> tuple[list[Any], Any]:
-    """One attempt from ``state`` in a fresh copy of ``fn`` (another worker: nothing kept
-    in the process is shared); its records and the state it checkpoints (None if it
-    ended the read)."""
+def _attempt(
+    fn: ReadWithTrackingWatermarkFn,
+    spec: Any,
+    state: Any,
+    restriction: OffsetRange | None = None,
+    deferred: list[Any] | None = None,
+) -> tuple[list[Any], Any]:
+    """One attempt from ``state`` and ``restriction`` in a fresh copy of ``fn`` (another
+    worker: nothing kept in the process is shared); its records and the state it
+    checkpoints (None if it ended the read). The restriction it defers is appended to
+    ``deferred``."""
     worker = pickle.loads(pickle.dumps(fn))
     worker.setup()
     try:
         estimator = ThreadsafeWatermarkEstimator(worker.create_watermark_estimator(state))
-        tracker = ThreadsafeRestrictionTracker(worker.create_tracker(OffsetRange(0, 1_000)))
+        tracker = ThreadsafeRestrictionTracker(
+            worker.create_tracker(restriction or OffsetRange(0, 1_000))
+        )
         out = list(
             worker.process(spec, _NeverFinalized(), RestrictionTrackerView(tracker), estimator)
         )
-        if tracker.deferred_status() is None:  # it ended the read
+        status = tracker.deferred_status()
+        tracker.check_done()
+        if status is None:  # it ended the read
             return [v.value for v in out], None
+        if deferred is not None:
+            deferred.append(status[0])
         return [v.value for v in out], estimator.get_estimator_state()
     finally:
         worker.teardown()
@@ -243,8 +256,17 @@ def test_any_worker_resumes_any_state_and_a_retry_re_arms_the_grace(
     empty = PubsubReadSpec(*_topic_and_subscriptions(pubsub_emulator)[1:], "ts")
     idle = {**state2, "last_record": system_clock() - 60 * SECOND, "token": None}
     stopping = ReadWithTrackingWatermarkFn(stop_after_idle=30, claims_dir=str(tmp_path), **fast)
-    assert _attempt(stopping, empty, idle)[1] is None
-    assert _attempt(fn, empty, idle)[1] is not None  # without stop_after_idle: unbounded
+    deferred: list[Any] = []
+    # an idle stop leaves only the read's end (its last position): the resume of that
+    # committed state sends what it owed and ends the read, reading nothing
+    (_, ending), _ = (_attempt(f, empty, idle, deferred=deferred) for f in (stopping, fn))
+    assert deferred[0] == OffsetRange(999, 1_000)
+    assert ending is not None and _attempt(stopping, empty, ending, deferred[0]) == ([], None)
+    assert deferred[1] == OffsetRange(0, 1_000)  # without stop_after_idle: unbounded
+    # a drain's truncate leaves the end too (an empty restriction: nothing)
+    assert fn.truncate(empty, OffsetRange(5, 1_000)) == OffsetRange(999, 1_000)
+    assert fn.truncate(empty, OffsetRange(7, 7)) is None
+    assert fn.initial_restriction(empty) == OffsetRange(0, empty.max_records + 1)
 
 
 class _NothingUnacked:

@@ -84,7 +84,9 @@ there; timers and their outputs carry whole milliseconds (Beam's timer coder).
 7. **Stopping**: ``result.cancel()`` at a batch boundary; ``wait_until_finish(duration)``
    returns after ``duration`` ms; ``--max_batches N`` stops after N batches of this run;
    ``--drain`` (or ``result.drain()``) stops the sources, puts every watermark at
-   ``MAX_TIMESTAMP`` in one last batch (every pending window fires), then ends.
+   ``MAX_TIMESTAMP`` in one last batch (every pending window fires), then ends; in that
+   batch each unbounded read's residuals run once more, truncated by the DoFn's
+   ``truncate`` as in Beam's drain (the Pub/Sub reader sends its last acks there).
 
 Divergence of side inputs, tested: a triggered side input's view is its latest pane from
 the first pane on; BundleBasedDirectRunner instead blocks its main elements until the side

@@ -23,9 +23,13 @@ committed only when the driver commits its batch, after the task has ended; a fi
 run in the task (Pub/Sub acks) would outlive a retried task or a batch that failed, or a
 driver that died, before the commit, and its messages would be lost. The project's Pub/Sub
 reader instead sends the acks a committed state owed when that state resumes, in the next
-batch (:mod:`beam_pipelines.pubsub_sdf`): acks follow the commit. A read that ends or is
-drained leaves its last bundle's acks unsent; those messages go to the subscription's next
-reader (at least once).
+batch (:mod:`beam_pipelines.pubsub_sdf`): acks follow the commit. So that the last
+bundle's acks are sent too, a read that ends checkpoints once more and ends in the resume
+of that committed state, and a drain's last batch resumes every committed residual once,
+truncated by the DoFn's ``truncate`` as Beam's drain does (:mod:`.unbounded`): the
+reader's truncated restriction sends what the state owes and reads nothing. A batch that
+fails, or a driver that dies, before its commit acks nothing it read: its messages come
+back to the subscription (at least once).
 """
 
 from __future__ import annotations
@@ -127,6 +131,7 @@ class Batch:
     watermarks: dict[str, int] = field(default_factory=dict)
     clock_advance: int = 0
     position: Position | None = None  # the sources after this batch (for checkpoints)
+    drain: bool = False  # a drain's last batch: the unbounded reads end in it
 
 
 def schedule(
@@ -309,7 +314,8 @@ class StreamingDriver:
     def stop(self, drain: bool = False) -> None:
         """Stop at the next batch boundary; with ``drain`` (or ``--drain``), first run a
         last batch with every source's watermark at ``MAX_TIMESTAMP`` (the sources read
-        no more, the unbounded reads drop their residuals; every pending window fires)."""
+        no more, the unbounded reads resume their residuals once, truncated, and end;
+        every pending window fires)."""
         self.drain = self.drain or drain
         self._stop.set()
 
@@ -370,25 +376,14 @@ class StreamingDriver:
         )
         if stopping:
             if self.drain:
-                self._drop_residuals()
                 sources = [*self._stream_of, *self._impulses]
-                self._run_batch(last_batch(Batch(batch.number), sources, ()))
+                self._run_batch(last_batch(Batch(batch.number, drain=True), sources, ()))
                 self.batches_run += 1
                 self.drained = True
             return False
         self._run_batch(batch)
         self.batches_run += 1
         return True
-
-    def _drop_residuals(self) -> None:
-        """A drain stops the unbounded reads: their residuals and estimator holds go."""
-        holds: dict[tuple[str, str], int | None] = {}
-        for step in self._steps.values():
-            if step.hold_name == ESTIMATOR_HOLD:
-                step.summaries = []
-                holds.update({(label, ESTIMATOR_HOLD): None for label in step.labels})
-        if holds:
-            self.watermarks.tracker.apply(holds=holds)
 
     def _restore(self) -> Position | None:
         """Take up the checkpoint's last commit (None without one): clock, watermarks,
@@ -665,12 +660,14 @@ class StreamingDriver:
 
     def _sdf_stage(self, spec: StageSpec, tagged: list[Any], run: _BatchRun) -> None:
         """An unbounded SDF stage's batch (:mod:`.unbounded`): new restrictions and the
-        residuals due by now, one bundle per partition; the rest wait on the driver."""
+        residuals due by now, one bundle per partition; the rest wait on the driver. In
+        a drain's last batch every residual runs, truncated, and none is kept."""
         step_id = _sdf_id(spec)
         step = self._steps[step_id]
         residuals = [r for s in step.summaries for r in s.residuals]
-        due = [r for r in residuals if r.resume_at <= self.clock]
-        waiting = tuple(r for r in residuals if r.resume_at > self.clock)
+        drain = run.batch.drain
+        due = [r for r in residuals if drain or r.resume_at <= self.clock]
+        waiting = tuple(r for r in residuals if not drain and r.resume_at > self.clock)
         if due:
             parts = max(1, min(self._partitions, len(due)))
             records = [(r.input_id, r.element) for r in due]
@@ -679,7 +676,9 @@ class StreamingDriver:
             self._idle(step)
             return
         rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
-        task = functools.partial(_sdf_task, spec, self._plan.job_id, self._components, self.clock)
+        task = functools.partial(
+            _sdf_task, spec, self._plan.job_id, self._components, self.clock, drain
+        )
         if self._checkpoint is not None:
             self._checkpoint.keeping(step_id, run.batch.number)
         if self._sinks:  # a sink fused after the read writes in this stage
@@ -922,9 +921,14 @@ def _pushback_task(
 
 
 def _sdf_task(
-    spec: StageSpec, job_id: str, components: Any, clock: int, records: Iterable[Any]
+    spec: StageSpec,
+    job_id: str,
+    components: Any,
+    clock: int,
+    drain: bool,
+    records: Iterable[Any],
 ) -> Iterator[Any]:
-    return sdf_batch(spec, job_id, components.value, clock, records)
+    return sdf_batch(spec, job_id, components.value, clock, records, drain)
 
 
 def _source_elements(

@@ -48,8 +48,10 @@ class StreamingPipelineResult(PySparkPipelineResult):
 
     def drain(self) -> Any:
         """Drain at the next batch boundary: the sources read no more, every watermark
-        goes to ``MAX_TIMESTAMP`` in one last batch (every pending window fires), then
-        the run ends; returns the state then, DRAINED unless it had ended already."""
+        goes to ``MAX_TIMESTAMP`` in one last batch (every pending window fires; each
+        unbounded read's residuals run once more, truncated by the DoFn's ``truncate``,
+        and end), then the run ends; returns the state then, DRAINED unless it had ended
+        already."""
         self._driver.stop(drain=True)
         self._thread.join()
         with self._lock:

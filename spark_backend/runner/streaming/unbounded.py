@@ -15,6 +15,12 @@ the transform's ``source:watermark-estimator`` hold (``MIN_TIMESTAMP`` for a res
 whose estimator had no watermark yet: the output watermark then stays where it was); when
 no residual is left the restriction is done and the hold is released.
 
+A drain's last batch resumes every residual once more, truncated as Beam's drain
+truncates restrictions (the DoFn's ``truncate``, :mod:`.truncate`): a reader that
+settles its acks when it resumes (the project's Pub/Sub reader) sends them for the
+committed state then. What that last bundle defers again is dropped, where Beam would
+keep resuming a truncated restriction until it is done: the drain ends in one batch.
+
 The DoFn must checkpoint itself: the runner does not split a running bundle, so a
 ``process`` that never returns blocks its batch.
 
@@ -44,6 +50,7 @@ from spark_backend.runner.lean import lean_program, run_lean_partition
 from spark_backend.runner.lean_sdf import SdfProcessOp
 from spark_backend.runner.plan import LEAN, StageSpec
 from spark_backend.runner.streaming.grouping import SUMMARY
+from spark_backend.runner.streaming.truncate import truncated
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 __all__ = ["ESTIMATOR_HOLD", "Residual", "SourceSummary", "sdf_batch", "sdf_labels"]
@@ -99,9 +106,25 @@ def sdf_batch(
     components: bytes,
     clock_after: int,
     records: Iterable[tuple[str, bytes]],
+    drain: bool = False,
 ) -> Iterator[tuple[Any, bytes]]:
     """Run one bundle over ``records`` (``(input transform id, chunk)``); yield output
-    chunks, the metrics record and ``(SUMMARY, pickled SourceSummary)``."""
+    chunks, the metrics record and ``(SUMMARY, pickled SourceSummary)``. With ``drain``
+    (the drain's last batch) the residuals are first truncated (:func:`.truncated`) and
+    whatever the bundle defers again is dropped: the read ends in this batch."""
+    if drain:
+        records = truncated(spec, records)
+    out = _sdf_batch(spec, clock_after, records)
+    if not drain:
+        yield from out
+        return
+    for name, blob in out:
+        yield (name, pickle.dumps(SourceSummary(()))) if name == SUMMARY else (name, blob)
+
+
+def _sdf_batch(
+    spec: StageSpec, clock_after: int, records: Iterable[tuple[str, bytes]]
+) -> Iterator[tuple[Any, bytes]]:
     if spec.path == LEAN:
         yield from _lean_batch(spec, clock_after, records)
         return

@@ -31,6 +31,7 @@ from typing import Any
 
 import apache_beam as beam
 import pytest
+from apache_beam.io.restriction_trackers import OffsetRange
 from apache_beam.io.watermark_estimators import (
     ManualWatermarkEstimator,
     WalltimeWatermarkEstimator,
@@ -137,9 +138,14 @@ def run(
     plan: Any, stage: Any, records: list[tuple[str, bytes]], clock: int
 ) -> tuple[Counter[Any], Any]:
     """One task: the output elements (value, µs, windows, pane) and the residuals."""
+    return decoded_batch(plan, sdf_batch(stage, plan.job_id, plan.components, clock, records))
+
+
+def decoded_batch(plan: Any, batch: Any) -> tuple[Counter[Any], Any]:
+    """A task's records (:func:`sdf_batch`): its output elements and its residuals."""
     out: Counter[Any] = Counter()
     residuals = None
-    for name, blob in sdf_batch(stage, plan.job_id, plan.components, clock, records):
+    for name, blob in batch:
         if name == SUMMARY:
             residuals = pickle.loads(blob).residuals
         elif name != METRICS:
@@ -214,6 +220,86 @@ def test_a_manual_watermark_is_the_residuals_hold_and_millis_are_rounded_at_the_
     )
     # the plain value keeps the input's timestamp: -5 µs, which its coder made 0 ms
     assert any(value[1][2] == "plain" for value, *_ in out)
+
+
+class _DrainsToOne(Offsets):
+    """Beam's ``truncate`` on a drain: one more position on even shards, none on odd;
+    with ``negative``, an empty restriction whose size is -1 (a DoFn's bug)."""
+
+    def __init__(self, n: int, negative: bool = False) -> None:
+        super().__init__(n)
+        self.negative = negative
+
+    def truncate(self, element: bytes, restriction: Any) -> Any:
+        if self.negative:
+            return OffsetRange(restriction.start, restriction.start)
+        if int(element) % 2:
+            return None
+        return OffsetRange(restriction.start, restriction.start + 1)
+
+    def restriction_size(self, element: Any, restriction: OffsetRange) -> int:
+        return -1 if self.negative and not restriction.size() else int(restriction.size())
+
+
+def _one_per_bundle(provider: _DrainsToOne) -> Any:
+    """The stage of ``Impulse -> an SDF reading one position a bundle -> GroupByKey``."""
+
+    class OnePerBundle(beam.DoFn):
+        def process(
+            self,
+            element: bytes,
+            tracker: Any = beam.DoFn.RestrictionParam(provider),
+            estimator: Any = beam.DoFn.WatermarkEstimatorParam(MonotonicFromMin()),
+        ) -> Any:
+            position = tracker.current_restriction().start
+            if tracker.try_claim(position):
+                stamp = Timestamp(seconds=position)
+                yield window.TimestampedValue((int(element), position), stamp)
+                tracker.defer_remainder()
+
+    p = beam.Pipeline()
+    _ = (
+        p
+        | beam.Impulse()
+        | "read" >> beam.ParDo(OnePerBundle())
+        | "window" >> beam.WindowInto(window.FixedWindows(1))
+        | "group" >> beam.GroupByKey()
+    )
+    proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
+    plan = plan_pipeline(
+        streaming_proto(proto)[0], stateful_roots=True, lean=True, unbounded_sdf=True
+    )
+    (lean,) = [s for s in plan.stages if s.residual_inputs]
+    assert lean.path == LEAN, lean.reason
+    return plan, lean
+
+
+def test_a_drains_batch_runs_each_residual_truncated_by_its_dofn_and_keeps_none() -> None:
+    """The drain's last batch (``sdf_batch(drain=True)``): each residual's restriction is
+    cut by the DoFn's ``truncate`` (Beam's TruncateAndSizeRestriction: None drops it),
+    ``process`` runs on what is left, and nothing deferred is kept; both paths alike."""
+    plan, lean = _one_per_bundle(_DrainsToOne(ROUNDS))
+    records = initial_records(plan, lean, MonotonicFromMin(), shards=3)
+    outputs = []
+    for stage in (lean, dataclasses.replace(lean, path=BUNDLE_PROCESSOR)):
+        first, residuals = run(plan, stage, records, 0)
+        assert len(residuals) == 3  # position 0 read, the rest deferred
+        again = [(r.input_id, r.element) for r in residuals]
+        drained = sdf_batch(stage, plan.job_id, plan.components, 0, again, drain=True)
+        got, kept = decoded_batch(plan, drained)
+        assert kept == ()  # the read ends in the drain's batch
+        outputs.append(got)
+        out, kept = run(plan, stage, again, 0)  # the same residuals, not drained: go on
+        assert len(kept) == 3 and sum(out.values()) == sum(first.values()) == 3
+    assert outputs[0] == outputs[1]
+    # shards 0 and 2 read their one truncated position (1); shard 1 was dropped
+    assert sorted(value for value, *_ in outputs[0]) == [(0, 1), (2, 1)]
+    # a truncated restriction sized below 0 is refused before process runs, named
+    plan, lean = _one_per_bundle(_DrainsToOne(ROUNDS, negative=True))
+    _, residuals = run(plan, lean, initial_records(plan, lean, MonotonicFromMin(), 1), 0)
+    again = [(r.input_id, r.element) for r in residuals]
+    with pytest.raises(ValueError, match=r"read/Process: _DrainsToOne.restriction_size gave -1"):
+        list(sdf_batch(lean, plan.job_id, plan.components, 0, again, drain=True))
 
 
 class _Params(beam.DoFn):
