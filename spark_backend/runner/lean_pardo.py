@@ -68,11 +68,14 @@ def pardo_op(transform: pb.PTransform, transform_id: str, stage: Any) -> ParDoOp
     if isinstance(found, str):
         return found
     fn, windowing = found
-    reason = _plain(fn)
+    if not isinstance(fn, core.DoFn):
+        return "not a DoFn"
+    signature = DoFnSignature(fn)
+    reason = _plain(fn, signature)
     if reason:
         return reason
     (tag,) = transform.outputs
-    return ParDoOp(transform.unique_name, transform_id, fn, windowing.windowfn, tag)
+    return ParDoOp(transform.unique_name, transform_id, fn, windowing.windowfn, tag, signature)
 
 
 def dofn_of(
@@ -104,13 +107,14 @@ def dofn_of(
     return fn, windowing
 
 
-def _plain(fn: Any) -> str:
-    """Empty if Beam runs ``fn`` with its SimpleInvoker and nothing else, else why not."""
+def _plain(fn: Any, signature: Any = None) -> str:
+    """Empty if Beam runs ``fn`` with its SimpleInvoker and nothing else, else why not
+    (``signature``: its ``DoFnSignature``, when the caller has made it)."""
     if not isinstance(fn, core.DoFn):
         return "not a DoFn"
     if type(fn).__module__.startswith("apache_beam.typehints"):
         return "a type-checking wrapper"
-    signature = DoFnSignature(fn)
+    signature = signature or DoFnSignature(fn)
     if signature.is_stateful_dofn() or signature.is_splittable_dofn():
         return "stateful or splittable"
     process = signature.process_method
@@ -150,14 +154,22 @@ def _overrides(fn: Any, method: str) -> bool:
 class ParDoOp:
     """A plain DoFn over batches (see the module docstring)."""
 
-    def __init__(self, label: str, transform_id: str, fn: Any, window_fn: Any, tag: str) -> None:
+    def __init__(
+        self,
+        label: str,
+        transform_id: str,
+        fn: Any,
+        window_fn: Any,
+        tag: str,
+        signature: Any = None,
+    ) -> None:
         self.label = label
         self.transform_id = transform_id
         self._fn = fn
         self._window_fn = window_fn
         self._global = type(window_fn) is GlobalWindows
         self._tag = tag
-        signature = DoFnSignature(fn)
+        signature = signature or DoFnSignature(fn)
         self._process = signature.process_method.method_value
         #: The parameters ``process`` asks for, in Beam's positional order (its plain
         #: defaults are left to Python, as Beam's invoker leaves them).
