@@ -28,6 +28,7 @@ from spark_backend.runner.lean_batch import GLOBAL, Batch, Intervals
 from spark_backend.runner.lean_encode import BatchEncoder
 from spark_backend.runner.lean_windows import assign_windows
 from spark_backend.runner.plan import LEAN, plan_pipeline
+from tests.spark_backend.runner.conftest import Observe
 from tests.spark_backend.runner.in_process import run_in_process
 
 SUM: Any = sum
@@ -208,22 +209,6 @@ def test_random_pipelines_lean_stages_equal_beams_bundles(seed: int) -> None:
     assert outputs > 0  # not only empty stages
 
 
-class _Asks(beam.DoFn):
-    """Asks for its timestamp, window and pane; some outputs re-timestamped."""
-
-    def process(
-        self,
-        x: int,
-        ts: Any = beam.DoFn.TimestampParam,
-        w: Any = beam.DoFn.WindowParam,
-        pane: Any = beam.DoFn.PaneInfoParam,
-    ) -> Any:
-        if x % 3 == 0:
-            yield beam_window.TimestampedValue((x, repr(w)), ts - Duration(micros=x))
-        else:
-            yield (x, ts.micros, repr(w), pane.is_first)
-
-
 class _AfterPlainArgument(beam.DoFn):
     def process(self, x: int, y: int, ts: Any = beam.DoFn.TimestampParam) -> Any:
         yield x, y, ts
@@ -237,8 +222,8 @@ def test_a_dofn_asking_for_timestamp_window_and_pane_runs_lean_as_beam_runs_it()
             | "Stamp" >> beam.Map(lambda x: beam_window.TimestampedValue(x, x * 7 + x % 5))
             | beam.WindowInto(beam_window.SlidingWindows(20, 5, offset=2))  # 4 windows each
         )
-        asked = events | "Asks" >> beam.ParDo(_Asks())
-        _ = asked | "ByX" >> beam.Map(lambda v: (v[0] % 4, v)) | "G1" >> beam.GroupByKey()
+        asked = events | "Asks" >> beam.ParDo(Observe())  # timestamp, window and pane
+        _ = asked | "ByTs" >> beam.Map(lambda v: (v[1] % 4, v)) | "G1" >> beam.GroupByKey()
         stamped = events | "TsOnly" >> beam.Map(lambda x, t=beam.DoFn.TimestampParam: (x, t.micros))
         _ = stamped | "G2" >> beam.GroupByKey()
 
@@ -249,12 +234,12 @@ def test_a_dofn_asking_for_timestamp_window_and_pane_runs_lean_as_beam_runs_it()
     for name, reference, lean in compared:
         assert reference == lean, name
     (asked,) = [r for name, r, _ in compared if "Asks" in name]
-    assert sum(asked.values()) == 60 * 4 + 60  # Asks: one per window; TsOnly: one each
+    assert sum(asked.values()) == 60 * 4 + 60  # Observe: one per window; TsOnly: one each
 
     from spark_backend.runner.lean_pardo import _plain
 
     assert "after arguments without defaults" in _plain(_AfterPlainArgument())
-    assert _plain(_Asks()) == ""
+    assert _plain(Observe()) == ""
 
 
 # --- uniform batches (one timestamp, the global window, one pane): the tight loop -------
