@@ -393,8 +393,8 @@ medians of 5, this branch and main's tree (with this version's bench script), on
 right after the other; outputs identical in every run, windowed_combine's = the oracle's:
 
     tree, time (UTC)     load  wordcount_file: PySparkRunner  FnApiRunner   ratio wall/CPU
-    branch, 04:51        2.9   0.33 s (CPU 0.49 s)            1.34 s        4.07x / 2.73x
-    main, 04:54          8.7   0.59 s (CPU 0.74 s)            1.56 s        2.63x / 1.89x
+    branch, 04:51        2.9   0.33 s (CPU 0.5 s)             1.34 s        4.07x / 2.73x
+    main, 04:54          8.7   0.59 s (CPU 0.7 s)             1.56 s        2.63x / 1.89x
     main, 04:59          2.9   1.02 s (CPU 0.8 s)             2.00 s        1.96x / 2.23x
     branch, 05:02        3.5   0.57 s (CPU 0.6 s)             1.56 s        2.73x / 2.36x
     branch, 05:06        3.2   0.79 s (CPU 0.7 s)             1.64 s        2.06x / 2.15x
