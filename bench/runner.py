@@ -401,6 +401,10 @@ right after the other; outputs identical in every run, windowed_combine's = the 
     main, 05:07          3.5   0.75 s (CPU 0.7 s)             1.63 s        2.17x / 1.87x
     branch, 05:07        3.5   0.68 s (CPU 0.7 s)             1.65 s        2.42x / 2.18x
     main, 05:08          4.4   0.92 s (CPU 0.8 s)             1.88 s        2.04x / 1.98x
+    branch, 05:13        1.5   0.65 s (CPU 0.6 s)             1.56 s        2.40x / 2.25x
+    main, 05:13          2.4   0.74 s (CPU 0.7 s)             1.33 s        1.80x / 1.77x
+    branch, 05:13        2.5   0.50 s (CPU 0.5 s)             1.60 s        3.19x / 2.76x
+    main, 05:14          2.7   0.76 s (CPU 0.7 s)             1.56 s        2.05x / 2.04x
 
     windowed_combine (same runs): branch 04:51 8.23x wall excl. JVM, 4.50x incl., 5.45x
     CPU (2.96 s, FnApiRunner 24.4 s); main 04:54 (load 7.9) 5.42x / 2.80x / 4.96x; main
@@ -408,8 +412,14 @@ right after the other; outputs identical in every run, windowed_combine's = the 
 
 Only the 04:51 run had the machine to itself (nothing else on the CPUs, the load
 average still falling from earlier runs); every later run shared the 2 cores with other
-sessions' Spark jobs, and there the two trees are within each other's noise on wall
-time (2.0-2.7x), while the branch uses about 0.1 s less CPU. The lead's quiet figure for
+sessions' Spark jobs (05:06-05:08: the two trees within each other's noise on wall time,
+2.0-2.4x; 05:13-05:14, one other session's simulation on about 0.4 of a core: the branch
+0.50-0.65 s, 2.40-3.19x, main 0.74-0.76 s, 1.80-2.05x), and the branch uses about 0.1 s
+less CPU in every pair. A cold run in a new process (``--cold 2``, load 3.5): 9.8 s with
+the fast start (0.19x FnApiRunner), 13.2 s with Spark's plain JVM options; the worker
+daemon's imports are 1.3-1.4 s of CPU, 1.0 s of it ``import apache_beam`` itself
+(``apache_beam.io`` 0.53 s: avroio, pubsub's google.cloud 0.2 s, pandas 0.2 s), which
+this version does not trim. The lead's quiet figure for
 main (this morning, load 1.0-1.4) was 0.6 s, 2.32x. The >= 5x goal is not met: at
 FnApiRunner's quiet 1.34 s it needs 0.268 s, and the floors inside a run are Beam's
 pipeline construction and proto (about 0.10 s, both runners), a warm minimal 2-task
