@@ -11,9 +11,8 @@ parallelized) up to a cap, :data:`DRIVER_OUTPUT_BYTES` by default: a small input
 make a huge output (``Create(reshuffle=False) | FlatMap(generate millions)``), so past
 the cap the attempt is stopped (its outputs and metrics dropped, its DoFns torn down)
 and the stage runs again as a Spark job (:func:`run_on_driver` returns None), so the
-driver never holds more. A Spark stage's outputs come back with its metrics, in its one
-``collect``, when every partition's are small (:func:`small_outputs`), so the next
-small stage needs no job either.
+driver never holds more. A Spark stage's outputs come back with its metrics when small
+(:mod:`.reported`), so the next small stage needs no job either.
 
 Two kinds of stage stay on Spark whatever their size: one that reads a GroupByKey with
 Beam's ``Always`` trigger (``Reshuffle``'s: the pipeline asks for its elements to be
@@ -29,10 +28,11 @@ drops a failed task's.
 
 from __future__ import annotations
 
+import os
 import re
 import traceback
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -60,8 +60,8 @@ __all__ = [
     "group_locally",
     "redistributes",
     "run_on_driver",
-    "small_outputs",
     "task_attempts",
+    "task_slots",
 ]
 
 #: A buffer of at most this many encoded bytes may be held by the driver, and a stage
@@ -127,6 +127,19 @@ def task_attempts(master: str, conf: Mapping[str, str]) -> int:
     return max(1, int(conf.get("spark.task.maxFailures", "4")))
 
 
+def task_slots(master: str, default: int) -> int:
+    """How many tasks run at once under ``master``: ``local[N]`` N, ``local[*]`` the
+    machine's cores, ``local`` one; a cluster ``default`` (its default parallelism)."""
+    found = _LOCAL_MASTER.match(master.strip())
+    if not found:
+        return max(1, default)
+    if found.group(2) is None:
+        return 1
+    if found.group(2) == "*":
+        return os.cpu_count() or 1
+    return max(1, int(found.group(2)))
+
+
 def run_on_driver(
     spec: StageSpec,
     task: Callable[[], Iterable[tuple[bytes, bytes]]],
@@ -164,21 +177,3 @@ def run_on_driver(
                 close()  # (a stopped attempt's DoFns are torn down now)
         return outputs, summary
     raise AssertionError("unreachable")  # (the loop returns or raises)
-
-
-def small_outputs(limit: int, records: Iterable[tuple[bytes, bytes]]) -> Iterator[Any]:
-    """A Spark partition's ``(summary, chunks)``: its metrics record's summary, and its
-    output records if they total at most ``limit`` bytes (else None). Every record is
-    read, so the partition is computed (and cached) whole."""
-    kept: list[tuple[bytes, bytes]] | None = []
-    size = 0
-    summary = b""
-    for buffer, chunk in records:
-        if buffer == METRICS:
-            summary = chunk
-        elif kept is not None:
-            size += chunk_bytes(chunk)
-            kept.append((buffer, chunk))
-            if size > limit:
-                kept = None
-    yield summary, kept

@@ -11,9 +11,11 @@ directly, else the stage runs as one task (as FnApiRunner runs it: one bundle). 
 split restrictions of a splittable DoFn (a bounded read) are spread over tasks, one
 restriction per element record, before the stage that processes them. Side
 inputs are collected on the driver and broadcast. The stage's output RDD is persisted
-and one action computes it; the metrics come back as records of that output, so a
-retried or recomputed task's metrics are committed once (accumulators would count
-every attempt). The same records give each buffer's size in bytes, and Beam's element
+and one JVM-side action (a count) computes it in one Python pass per task; each task's
+metrics, and its outputs when small, come back in a per-partition report
+(:mod:`.reported`: an accumulator Spark merges once per result partition, keyed by
+partition), so a retried or recomputed task's metrics are committed once. The same
+reports give each buffer's size in bytes, and Beam's element
 counts give each PCollection's size in elements; a shuffle gets the context's default
 parallelism, but never more partitions than elements (an empty task is pure cost) nor
 fewer than one per :data:`BYTES_PER_PARTITION` (fewer partitions for few elements was
@@ -26,10 +28,13 @@ grouped by a numpy sort (:func:`.grouping.columns_partition`); otherwise by Spar
 
 Small stages run in the driver process instead (:mod:`.driver_stages`): a stage whose
 inputs the driver holds whole and small, as it holds the impulse and any buffer whose
-Spark partitions all sent their outputs back with their metrics (one ``collect`` per
-Spark stage either way). A GroupByKey whose input the driver holds is grouped there, and
-a Spark stage reads its groups without a shuffle. A driver stage whose outputs pass
-``driver_output_bytes`` is stopped and run as a Spark job instead (``moved_stages``).
+Spark partitions all sent their outputs back with their reports (the partitions past
+their share of :data:`~.driver_stages.LOCAL_BYTES` stay in the cache). A text source
+is split into one byte range per task slot (:func:`~.driver_stages.task_slots`), so a
+small file is read in one wave of tasks. A GroupByKey whose input the driver holds is
+grouped there, and a Spark stage reads its groups without a shuffle. A driver stage
+whose outputs pass ``driver_output_bytes`` is stopped and run as a Spark job instead
+(``moved_stages``).
 """
 
 from __future__ import annotations
@@ -54,8 +59,8 @@ from spark_backend.runner.driver_stages import (
     group_locally,
     redistributes,
     run_on_driver,
-    small_outputs,
     task_attempts,
+    task_slots,
 )
 from spark_backend.runner.errors import PipelineFailedError
 from spark_backend.runner.grouping import (
@@ -70,6 +75,7 @@ from spark_backend.runner.grouping import (
 from spark_backend.runner.lean import run_lean_partition
 from spark_backend.runner.lean_batch import decode
 from spark_backend.runner.plan import IMPULSE, LEAN, THEORY_ENGINE, GroupSpec, Plan, StageSpec
+from spark_backend.runner.reported import PartitionReports, Report, reported_outputs
 from spark_backend.runner.schedule import run_stages
 from spark_backend.runner.spark_errors import python_error_message
 from spark_backend.runner.spill import SPILL_BYTES
@@ -114,8 +120,11 @@ class StageExecutor:
         self._local_bytes = LOCAL_BYTES if local_bytes is None else local_bytes
         self._driver_output_bytes = driver_output_bytes
         self._spill_bytes = spill_bytes
-        conf = dict(spark_context.getConf().getAll())
-        self._attempts = task_attempts(spark_context.master, conf)
+        master = spark_context.master
+        # one setting read from the running context's conf (getConf() copies all of it)
+        failures = spark_context._conf.get("spark.task.maxFailures", "4")
+        self._attempts = task_attempts(master, {"spark.task.maxFailures": failures})
+        self._slots = task_slots(master, self._partitions)
         #: The names of the stages run on the driver, in the order they finished.
         self.driver_stages: list[str] = []
         #: The stages begun on the driver whose outputs passed ``driver_output_bytes``:
@@ -188,27 +197,33 @@ class StageExecutor:
             columnar=columnar,
             spill_bytes=self._spill_bytes,
         )
-        output = self._input_rdd(spec).mapPartitions(task).persist()
+        source = self._input_rdd(spec)
+        partitions = source.getNumPartitions()
+        limit = self._local_bytes // max(1, partitions)
+        report = self._sc.accumulator({}, PartitionReports())
+        run = functools.partial(reported_outputs, report, limit, task)
+        output = source.mapPartitionsWithIndex(run).persist()
         with self._lock:
             self._persisted.append(output)
-        limit = self._local_bytes // max(1, output.getNumPartitions())
         try:
-            parts = output.mapPartitions(functools.partial(small_outputs, limit)).collect()
+            output._jrdd.count()  # computes and caches it; no second Python pass
         except Exception as err:
             raise PipelineFailedError(spec.label, python_error_message(err)) from None
-        if all(chunks is not None for _, chunks in parts):
-            held: dict[bytes, list[bytes]] = {b: [] for b in spec.outputs.values()}
-            for _, chunks in parts:
-                for buffer, chunk in chunks:
-                    held[buffer].append(chunk)
-            output.unpersist(blocking=False)
-            self._record(spec, [s for s, _ in parts], held, {})
-            return
-        outputs = {
-            buffer: output.filter(functools.partial(_is_buffer, buffer)).values()
-            for buffer in set(spec.outputs.values())
-        }
-        self._record(spec, [s for s, _ in parts], {}, outputs)
+        reports: dict[int, Report] = dict(report.value)
+        if len(reports) != partitions:  # (Spark merges every result task's)
+            raise RuntimeError(f"{spec.label}: {len(reports)} partition reports")
+        report.value = {}  # (a recomputed block may still report to it)
+        held: dict[bytes, list[bytes]] = {b: [] for b in spec.outputs.values()}
+        for _, chunks in reports.values():
+            for buffer, chunk in chunks or ():
+                held[buffer].append(chunk)
+        outputs = {}  # (if every partition was small, the cache holds nothing)
+        if any(chunks is None for _, chunks in reports.values()):
+            outputs = {
+                buffer: output.filter(functools.partial(_is_buffer, buffer)).values()
+                for buffer in set(spec.outputs.values())
+            }
+        self._record(spec, [s for s, _ in reports.values()], held, outputs)
 
     def _record(
         self,
@@ -338,7 +353,7 @@ class StageExecutor:
         with self._lock:
             if spec.name not in self._ranges:
                 try:
-                    self._ranges[spec.name] = split_ranges(spec.text_source, self._partitions)
+                    self._ranges[spec.name] = split_ranges(spec.text_source, self._slots)
                 except OSError as err:
                     raise PipelineFailedError(spec.label, str(err)) from None
             return self._ranges[spec.name]

@@ -1,16 +1,19 @@
 """The lean path's ParDo: a plain DoFn called in a tight loop over a batch's values.
 
 :func:`pardo_op` takes only the DoFns Beam itself runs with its ``SimpleInvoker``
-or with its ``PerWindowInvoker`` passing the element alone (no side inputs, no extra
-arguments, no ``process`` parameter such as ``TimestampParam``/``WindowParam``/
-``PaneInfoParam``/state/timers; plain Python defaults are fine, Beam leaves them too),
-with one output, no ``process_batch``, no splittable or watermark-estimating DoFn,
-and no ``start_bundle``/``finish_bundle``; anything else returns a reason and the stage
-stays on Beam's bundle processor. Outputs follow Beam's ``_OutputHandler`` rule for
-rule: ``None`` means no output; a ``TaggedOutput`` to the one output tag goes to it and
-to another tag is dropped; a ``TimestampedValue`` gets the input windowing's windows;
-a ``WindowedValue`` is taken as it is (its windows repeated per input window); any
-other value keeps the input element's timestamp, windows and pane.
+or with its ``PerWindowInvoker`` passing the element and at most ``TimestampParam``,
+``WindowParam`` and ``PaneInfoParam`` (no side inputs, no extra arguments, no other
+``process`` parameter such as state, timers or the key; plain Python defaults are fine,
+Beam leaves them too; the parameters are passed positionally as Beam's invoker passes
+them, and a DoFn asking for its window is called once per window of an element, as
+Beam's invoker explodes it), with one output, no ``process_batch``, no splittable or
+watermark-estimating DoFn, and no ``start_bundle``/``finish_bundle``; anything else
+returns a reason and the stage stays on Beam's bundle processor. Outputs follow Beam's
+``_OutputHandler`` rule for rule: ``None`` means no output; a ``TaggedOutput`` to the
+one output tag goes to it and to another tag is dropped; a ``TimestampedValue`` gets the
+input windowing's windows; a ``WindowedValue`` is taken as it is (its windows repeated
+per input window); any other value keeps the input element's timestamp, windows and
+pane.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from apache_beam.runners.common import DoFnSignature
 from apache_beam.transforms import core
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows, TimestampedValue, WindowFn
 from apache_beam.utils import proto_utils
+from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN, PaneInfo, WindowedValue
 
 from spark_backend.runner.lean_batch import GLOBAL, Batch
@@ -64,11 +68,14 @@ def pardo_op(transform: pb.PTransform, transform_id: str, stage: Any) -> ParDoOp
     if isinstance(found, str):
         return found
     fn, windowing = found
-    reason = _plain(fn)
+    if not isinstance(fn, core.DoFn):
+        return "not a DoFn"
+    signature = DoFnSignature(fn)
+    reason = _plain(fn, signature)
     if reason:
         return reason
     (tag,) = transform.outputs
-    return ParDoOp(transform.unique_name, transform_id, fn, windowing.windowfn, tag)
+    return ParDoOp(transform.unique_name, transform_id, fn, windowing.windowfn, tag, signature)
 
 
 def dofn_of(
@@ -100,23 +107,36 @@ def dofn_of(
     return fn, windowing
 
 
-def _plain(fn: Any) -> str:
-    """Empty if Beam runs ``fn`` with its SimpleInvoker and nothing else, else why not."""
+def _plain(fn: Any, signature: Any = None) -> str:
+    """Empty if Beam runs ``fn`` with its SimpleInvoker and nothing else, else why not
+    (``signature``: its ``DoFnSignature``, when the caller has made it)."""
     if not isinstance(fn, core.DoFn):
         return "not a DoFn"
     if type(fn).__module__.startswith("apache_beam.typehints"):
         return "a type-checking wrapper"
-    signature = DoFnSignature(fn)
+    signature = signature or DoFnSignature(fn)
     if signature.is_stateful_dofn() or signature.is_splittable_dofn():
         return "stateful or splittable"
-    if any(_is_param(d) for d in signature.process_method.defaults):
-        return "process asks for parameters (timestamp, window, pane, ...)"
+    process = signature.process_method
+    if any(_is_param(d) and not _passed(d) for d in process.defaults):
+        return "process asks for parameters (key, state, side input, ...)"
+    if any(_passed(d) for d in process.defaults) and len(process.args) != len(process.defaults) + 1:
+        return "process asks for parameters after arguments without defaults"
     if fn._process_batch_defined or fn._process_yields_batches:
         return "batched DoFn"
     for method in ("start_bundle", "finish_bundle"):
         if _overrides(fn, method):
             return f"DoFn overrides {method}"
     return ""
+
+
+#: The ``process`` parameters the lean ParDo passes (in Beam's positional order).
+_PARAMS: Final = (core.DoFn.TimestampParam, core.DoFn.WindowParam, core.DoFn.PaneInfoParam)
+
+
+def _passed(default: Any) -> bool:
+    """Whether ``default`` is one of :data:`_PARAMS` (compared as Beam's invoker does)."""
+    return any(param == default for param in _PARAMS)
 
 
 def _is_param(default: Any) -> bool:
@@ -134,15 +154,27 @@ def _overrides(fn: Any, method: str) -> bool:
 class ParDoOp:
     """A plain DoFn over batches (see the module docstring)."""
 
-    def __init__(self, label: str, transform_id: str, fn: Any, window_fn: Any, tag: str) -> None:
+    def __init__(
+        self,
+        label: str,
+        transform_id: str,
+        fn: Any,
+        window_fn: Any,
+        tag: str,
+        signature: Any = None,
+    ) -> None:
         self.label = label
         self.transform_id = transform_id
         self._fn = fn
         self._window_fn = window_fn
         self._global = type(window_fn) is GlobalWindows
         self._tag = tag
-        signature = DoFnSignature(fn)
+        signature = signature or DoFnSignature(fn)
         self._process = signature.process_method.method_value
+        #: The parameters ``process`` asks for, in Beam's positional order (its plain
+        #: defaults are left to Python, as Beam's invoker leaves them).
+        self._params = tuple(d for d in signature.process_method.defaults if _passed(d))
+        self._per_window = any(core.DoFn.WindowParam == d for d in self._params)
         #: ``FlatMap(str.split)``: a slice of str values is split in one C call.
         self._splits_words = type(fn) is core.CallableWrapperDoFn and fn._fn is str.split
         self._check = not isinstance(fn, core.CallableWrapperDoFn) and not (
@@ -159,15 +191,21 @@ class ParDoOp:
         """Call the DoFn on every value of ``batch``; emit outputs in chunks of CHUNK
         as soon as they are made, so at most about CHUNK outputs are held here (an
         iterator a DoFn returns is read a chunk at a time; a list it returns is its own)."""
-        if not self._check and _uniform(batch):
+        if self._params:
+            if self._per_window:
+                batch = _one_window_each(batch)
+            extra: list[tuple[Any, ...]] | None = _param_args(batch, self._params)
+        elif not self._check and _uniform(batch):
             self._process_uniform(batch, emit)
             return
+        else:
+            extra = None
         process = self._process
         values: list[Any] = []
         parents: list[int] = []
         for i, value in enumerate(batch.values):
             try:
-                results = process(value)
+                results = process(value) if extra is None else process(value, *extra[i])
                 if self._check:
                     self._check = False
                     if isinstance(results, (str, bytes, dict)):
@@ -347,6 +385,41 @@ class ParDoOp:
         if count != 1:
             out.windows *= count
         return out.value, _meta(out)
+
+
+def _one_window_each(batch: Batch) -> Batch:
+    """``batch`` with every element in several windows made one element per window (in
+    its windows' order), as Beam's invoker calls a DoFn that asks for its window."""
+    windows = batch.windows
+    if not isinstance(windows, list) or all(len(ws) <= 1 for ws in windows):
+        return batch
+    index = [i for i, ws in enumerate(windows) for _ in range(max(1, len(ws)))]
+    exploded = batch.take(index, [batch.values[i] for i in index])
+    single: list[Any] = []
+    for ws in windows:
+        single.extend([(w,) for w in ws] if len(ws) > 1 else [ws])
+    exploded.windows = single
+    return exploded
+
+
+def _param_args(batch: Batch, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """Each element's ``process`` arguments after the element: its timestamp (a Beam
+    ``Timestamp``), its window (Beam's ``window, = windows``: one window each, after
+    :func:`_one_window_each`) and its pane, in the order ``params`` asks for them."""
+    columns: list[list[Any]] = []
+    for param in params:
+        if param == core.DoFn.TimestampParam:
+            columns.append([Timestamp(micros=m) for m in batch.micros.tolist()])
+        elif param == core.DoFn.WindowParam:
+            columns.append([_only(ws) for ws in batch.window_lists()])
+        else:
+            columns.append(list(batch.pane_list()))
+    return list(zip(*columns, strict=True))
+
+
+def _only(windows: Any) -> Any:
+    (window,) = windows  # as Beam's invoker takes it
+    return window
 
 
 def _uniform(batch: Batch) -> bool:

@@ -129,7 +129,7 @@ def _check_running_conf(conf: dict[str, str]) -> None:
     from pyspark import SparkContext
 
     running = SparkContext._active_spark_context
-    if running is None:
+    if running is None or not conf:
         return
     current = running.getConf()
     for key, value in conf.items():

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+import numpy as np
 from apache_beam.coders import coders
 from apache_beam.internal import pickler
 from apache_beam.io import textio
@@ -258,7 +259,7 @@ class TextReadOp:
                     raise augmented(exn, self.label) from exn
                 for at in range(0, len(records), CHUNK):
                     part = records[at : at + CHUNK]
-                    emit(batch.take([i] * len(part), part))
+                    emit(batch.take(np.full(len(part), i, np.int64), part))
 
     def finish(self, emit: Emit) -> None:
         return None

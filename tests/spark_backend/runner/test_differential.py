@@ -122,6 +122,17 @@ def test_the_generic_path_gives_the_same_output(differential: Any) -> None:
     assert set(result.stage_paths.values()) == {BUNDLE_PROCESSOR}  # and no lean stage
 
 
+class _Bundled(beam.DoFn):
+    """Asks for its timestamp and overrides ``start_bundle``: a stage on Beam's bundle
+    processor (the lean ParDo takes no bundle methods)."""
+
+    def start_bundle(self) -> None:
+        self.offset = 0
+
+    def process(self, kv: Any, ts: Any = beam.DoFn.TimestampParam) -> Any:
+        yield kv[0], kv[1] + ts.micros % 7 + self.offset
+
+
 def test_timestamp_combiners(differential: Any) -> None:
     combiners = {
         "eow": window.TimestampCombiner.OUTPUT_AT_EOW,
@@ -148,8 +159,7 @@ def test_timestamp_combiners(differential: Any) -> None:
         bundled = (
             p
             | "Other" >> Events(8, n=60)
-            | "Observed"
-            >> beam.Map(lambda kv, ts=beam.DoFn.TimestampParam: (kv[0], kv[1] + ts.micros % 7))
+            | "Observed" >> beam.ParDo(_Bundled())
             | "W observed" >> beam.WindowInto(**sliding)
         )
         plain = (

@@ -4,7 +4,8 @@
   windows, panes), and the stages that ran on the driver are the expected ones;
 - a driver stage is attempted as often as Spark attempts a task; a failed attempt's
   outputs and metrics are dropped; the last failure names the stage and the user error;
-- the attempt count per master, and what a Spark partition sends back;
+- the attempt count and task slots per master, and what a Spark partition reports
+  (its outputs only when small; a stage with small and large partitions is exact);
 - a driver stage whose outputs pass the cap is stopped and run on Spark, same outputs.
 """
 
@@ -24,9 +25,10 @@ from apache_beam.transforms import window
 from apache_beam.utils.timestamp import Timestamp
 
 from spark_backend.runner import PipelineFailedError
-from spark_backend.runner.driver_stages import Held, run_on_driver, small_outputs, task_attempts
+from spark_backend.runner.driver_stages import Held, run_on_driver, task_attempts, task_slots
 from spark_backend.runner.executor import _stage_task
 from spark_backend.runner.plan import plan_pipeline
+from spark_backend.runner.reported import PartitionReports, reported_outputs
 from spark_backend.runner.summary import METRICS
 from tests.spark_backend.runner.cluster_pipeline import FailOnce
 from tests.spark_backend.runner.conftest import on_spark, reference
@@ -159,11 +161,48 @@ def test_task_attempts_follow_spark(master: str, conf: dict[str, str], attempts:
     assert task_attempts(master, conf) == attempts
 
 
-def test_a_partition_sends_back_its_outputs_only_when_small() -> None:
+def test_task_slots_follow_the_master() -> None:
+    import os
+
+    assert task_slots("local", 8) == 1
+    assert task_slots("local[3]", 8) == 3
+    assert task_slots("local[2, 2]", 8) == 2
+    assert task_slots("local[*]", 8) == (os.cpu_count() or 1)
+    assert task_slots("spark://127.0.0.1:7077", 6) == 6
+
+
+def test_a_partition_reports_its_outputs_only_when_small() -> None:
+    from pyspark.accumulators import Accumulator
+
     records = [(b"a", b"x" * 10), (b"b", b"y" * 5), (METRICS, b"summary")]
-    assert list(small_outputs(15, iter(records))) == [(b"summary", records[:2])]
-    assert list(small_outputs(14, iter(records))) == [(b"summary", None)]
-    assert list(small_outputs(0, iter([(METRICS, b"s")]))) == [(b"s", [])]
+    report = Accumulator(-1, {}, PartitionReports())  # a driver-side accumulator
+    assert list(reported_outputs(report, 15, iter, 3, records)) == []  # all reported
+    assert list(reported_outputs(report, 14, iter, 4, records)) == records[:2]  # cached
+    assert list(reported_outputs(report, 0, iter, 5, [(METRICS, b"s")])) == []
+    assert report.value == {3: (b"summary", records[:2]), 4: (b"summary", None), 5: (b"s", [])}
+    report.add({4: (b"again", None)})  # a recomputed partition replaces its report
+    assert report.value[4] == (b"again", None) and len(report.value) == 3
+
+
+def _half_held(p: beam.Pipeline) -> Any:
+    """A Spark stage (after Create's Reshuffle) whose partition holding the seed 0 writes
+    more than its share of LOCAL_BYTES (1.4 MB: kept in Spark's cache) while the others
+    are small (sent back with their reports): the GroupByKey after it reads both."""
+    wide = "x" * 40
+    return (
+        p
+        | "Seeds" >> beam.Create([0, 1, 2, 3, 4, 5])
+        | "Spread" >> beam.FlatMap(lambda i: [(j % 997, wide) for j in range(1 if i else 30_000)])
+        | "Group" >> beam.GroupByKey()
+        | "Sizes" >> beam.MapTuple(lambda k, vs: (k, len(list(vs))))
+    )
+
+
+def test_a_stage_with_small_and_large_partitions_gives_fn_api_runners_output(
+    differential: Any,
+) -> None:
+    result = differential(_half_held)
+    assert not any("Group/Read" in name for name in result.driver_stages)  # not held whole
 
 
 def _columns_held(p: beam.Pipeline) -> dict[str, Any]:

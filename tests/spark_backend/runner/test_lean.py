@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 from spark_backend.runner.lean_batch import GLOBAL, Batch, Intervals
 from spark_backend.runner.lean_encode import BatchEncoder
 from spark_backend.runner.lean_windows import assign_windows
-from spark_backend.runner.plan import BUNDLE_PROCESSOR, LEAN, plan_pipeline
+from spark_backend.runner.plan import LEAN, plan_pipeline
+from tests.spark_backend.runner.conftest import Observe
 from tests.spark_backend.runner.in_process import run_in_process
 
 SUM: Any = sum
@@ -208,24 +209,37 @@ def test_random_pipelines_lean_stages_equal_beams_bundles(seed: int) -> None:
     assert outputs > 0  # not only empty stages
 
 
-def test_a_dofn_asking_for_its_window_keeps_its_stage_on_beams_bundles() -> None:
+class _AfterPlainArgument(beam.DoFn):
+    def process(self, x: int, y: int, ts: Any = beam.DoFn.TimestampParam) -> Any:
+        yield x, y, ts
+
+
+def test_a_dofn_asking_for_timestamp_window_and_pane_runs_lean_as_beam_runs_it() -> None:
     def build(p: beam.Pipeline) -> None:
-        (
+        events = (
             p
-            | beam.Create([(1, 2), (1, 3)])
-            | "Windowed" >> beam.Map(lambda kv, w=beam.DoFn.WindowParam: (kv[0], repr(w)))
-            | beam.GroupByKey()
-            | "Plain" >> beam.MapTuple(lambda k, vs: (k, len(vs)))
+            | beam.Create(range(60), reshuffle=False)
+            | "Stamp" >> beam.Map(lambda x: beam_window.TimestampedValue(x, x * 7 + x % 5))
+            | beam.WindowInto(beam_window.SlidingWindows(20, 5, offset=2))  # 4 windows each
         )
+        asked = events | "Asks" >> beam.ParDo(Observe())  # timestamp, window and pane
+        _ = asked | "ByTs" >> beam.Map(lambda v: (v[1] % 4, v)) | "G1" >> beam.GroupByKey()
+        stamped = events | "TsOnly" >> beam.Map(lambda x, t=beam.DoFn.TimestampParam: (x, t.micros))
+        _ = stamped | "G2" >> beam.GroupByKey()
 
     plan = plan_pipeline(proto_of(build), lean=True)
-    (windowed,) = [s for s in plan.stages if "Windowed" in s.name]
-    (plain,) = [s for s in plan.stages if "Plain" in s.name]
-    assert windowed.path == BUNDLE_PROCESSOR
-    assert "process asks for parameters" in plan.reasons[windowed.name]
-    assert plain.path == LEAN and plan.stage_paths[plain.name] == LEAN
-    off = plan_pipeline(proto_of(build), lean=False)
-    assert set(off.stage_paths.values()) == {BUNDLE_PROCESSOR}
+    (asks,) = [s for s in plan.stages if "Asks" in s.name]
+    assert asks.path == LEAN and "TsOnly" in asks.name, plan.reasons
+    compared = run_in_process(plan, partitions=2)
+    for name, reference, lean in compared:
+        assert reference == lean, name
+    (asked,) = [r for name, r, _ in compared if "Asks" in name]
+    assert sum(asked.values()) == 60 * 4 + 60  # Observe: one per window; TsOnly: one each
+
+    from spark_backend.runner.lean_pardo import _plain
+
+    assert "after arguments without defaults" in _plain(_AfterPlainArgument())
+    assert _plain(Observe()) == ""
 
 
 # --- uniform batches (one timestamp, the global window, one pane): the tight loop -------
