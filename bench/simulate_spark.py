@@ -63,19 +63,26 @@ def per_kind(kinds, n):
     return ", ".join(f"{k} {v / 2**20:,.0f} MiB ({v / n:,.0f} B/event)" for k, v in kinds.items())
 
 
-def run_local(pipe, n):
+def whole_traces(n, blocks):
+    """The chapter-3 traces of ``n`` events made whole in this process (the ones Spark's
+    tasks make block by block)."""
+    return {s: t.whole() for s, t in chapter3.block_traces(n, 0, blocks=blocks).items()}
+
+
+def run_local(pipe, n, blocks):
     """The local simulation of ``n`` events, traces made inside."""
-    return simulate(pipe, chapter3.traces(n, seed=0))
+    return simulate(pipe, whole_traces(n, blocks))
 
 
 _LOCAL_UNDER_LIMIT = """
 import resource, sys, time
 from theory.pipeline import chapter3
 from theory.pipeline.simulator import simulate
-n, watermark = int(sys.argv[1]), sys.argv[2]
+n, watermark, blocks = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 t0 = time.perf_counter()
 try:
-    simulate(chapter3.pipeline(watermark), chapter3.traces(n, seed=0))
+    traces = {s: t.whole() for s, t in chapter3.block_traces(n, 0, blocks=blocks).items()}
+    simulate(chapter3.pipeline(watermark), traces)
 except MemoryError:
     print("MemoryError"); sys.exit(3)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -83,7 +90,7 @@ print(f"completed in {time.perf_counter() - t0:.1f} s, peak RSS {peak / 2**20:,.
 """
 
 
-def local_under_limit(limit, watermark, n) -> str:
+def local_under_limit(limit, watermark, n, blocks) -> str:
     """How the local simulation fares in a fresh Python process under ``limit`` bytes
     of address space (the limit a whole-tree ``prlimit --as`` gives every process)."""
     import subprocess
@@ -92,7 +99,8 @@ def local_under_limit(limit, watermark, n) -> str:
     def cap():
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    done = subprocess.run([sys.executable, "-c", _LOCAL_UNDER_LIMIT, str(n), watermark],
+    done = subprocess.run([sys.executable, "-c", _LOCAL_UNDER_LIMIT, str(n), watermark,
+                           str(blocks)],
                           preexec_fn=cap, capture_output=True, text=True)  # fmt: skip
     said = done.stdout.strip().splitlines()
     if said:
@@ -105,6 +113,7 @@ def main() -> None:
     parser = bench_parser(__doc__)
     parser.add_argument("--events", type=counts, default=[1_000_000])
     parser.add_argument("--partitions", type=int, default=None)
+    parser.add_argument("--blocks", type=int, default=32, help="blocks of users a source")
     parser.add_argument("--watermark", default="perfect")
     parser.add_argument("--master", default=None)
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
@@ -124,7 +133,8 @@ def main() -> None:
     for n in args.events:
         out = tempfile.mkdtemp(prefix="simulate-spark-")
         try:
-            run = partial(simulate_keyed, session, pipe, chapter3.trace_makers(n, seed=0), out,
+            blocked = chapter3.block_traces(n, 0, blocks=args.blocks)
+            run = partial(simulate_keyed, session, pipe, blocked, out,
                           partitions=args.partitions)  # fmt: skip
             wall, cpu, peak, _, kinds, keyed = timed(run)
             rounds = {s: r.rounds for s, r in keyed.stages.items() if r.rounds}
@@ -138,10 +148,12 @@ def main() -> None:
             if args.no_local:
                 continue
             if args.limit:
-                fate = local_under_limit(limit, args.watermark, n)
+                fate = local_under_limit(limit, args.watermark, n, args.blocks)
                 print(f"{n:>11,} local under the limit: {fate}", flush=True)
                 continue
-            wall, cpu, _, peak, _, local = timed(partial(run_local, pipe, n), tree=False)
+            wall, cpu, _, peak, _, local = timed(
+                partial(run_local, pipe, n, args.blocks), tree=False
+            )
             print(
                 f"{n:>11,} local: {wall:8.1f} s wall, {cpu:7.1f} s CPU, {n / wall:9,.0f} ev/s "
                 f"wall, {n / cpu:9,.0f} ev/s CPU, peak {peak / 2**20:,.0f} MiB = {peak / n:,.0f} "

@@ -62,7 +62,9 @@ from spark_backend.keyed_parts import (
     settle,
     split,
 )
+from spark_backend.keyed_sources import SUMMARISED, block_rows, source_watermark
 from theory.columns import check_count
+from theory.data.blocks import BlockedTrace
 from theory.data.trace import Trace
 from theory.pipeline.simulator import (
     BUFFER_HOLD,
@@ -73,6 +75,7 @@ from theory.pipeline.simulator import (
 )
 from theory.pipeline.stages import GroupByWindow, Pipeline, Source
 from theory.series import StepSeries, pointwise_min, union_times
+from theory.watermarks.spec import make_source_watermark
 from theory.windowing.engine import STATE_HOLD
 
 __all__ = [
@@ -86,8 +89,9 @@ __all__ = [
 
 LOG = logging.getLogger("watermarks")
 
-#: A source's trace, or how to make it (called once, when the source's stage runs).
-TraceInput = Trace | Callable[[], Trace]
+#: A source's trace, or how to make it (called once, when the source's stage runs), or
+#: a trace made block by block on the executors.
+TraceInput = Trace | Callable[[], Trace] | BlockedTrace
 
 
 @dataclass(frozen=True)
@@ -237,9 +241,35 @@ class _Run:
             rdd.unpersist()
 
     def source(self, spec: Source, trace: TraceInput) -> tuple[Any, StepSeries]:
+        """The source's parts by key partition and its watermark (µs): made block by
+        block on the executors for a :class:`BlockedTrace` whose watermark its blocks'
+        summaries give (:mod:`spark_backend.keyed_sources`), else here."""
+        if isinstance(trace, BlockedTrace):
+            if make_source_watermark(spec.watermark).kind in SUMMARISED:
+                return self.blocked_source(spec, trace)
+            LOG.info("source %s: watermark %s needs every row: the trace made here",
+                     spec.name, spec.watermark)  # fmt: skip
+            trace = trace.whole
+        return self.driver_source(spec, trace() if callable(trace) else trace)
+
+    def blocked_source(self, spec: Source, trace: BlockedTrace) -> tuple[Any, StepSeries]:
+        """Each task makes one block and splits it by key partition (kept on disk); the
+        driver collects the blocks' summaries only; the parts are gathered by partition."""
+        n = self.n
+        made = self.keep(self.sc.parallelize(range(trace.blocks), trace.blocks)
+                         .map(lambda i: block_rows(trace, i, n)))  # fmt: skip
+        iw = source_watermark(spec, made.map(lambda x: x[0]).collect())
+        pieces = made.flatMap(lambda x: [(p, (0, part)) for p, part in x[1]])
+        parts = pieces.groupByKey(n, partitionFunc=int).mapValues(lambda ps: merge(list(ps), 1))
+        LOG.info("source %s: %d blocks made on the executors, %d watermark steps", spec.name,
+                 trace.blocks, len(iw))  # fmt: skip
+        return parts, iw
+
+    def driver_source(self, spec: Source, trace: Trace) -> tuple[Any, StepSeries]:
         """The source's rows split by key partition into Parquet files (this process);
         the partitions' RDD reads them. A trace made here is dropped once read."""
-        stream, iw = source_input(spec, trace() if callable(trace) else trace)
+        stream, iw = source_input(spec, trace)
+        del trace
         folder = self.out / "_sources" / spec.name
         folder.mkdir(parents=True, exist_ok=True)
         target = key_partition(stream.key, self.n)

@@ -3,6 +3,8 @@ the executors by key partition, every grouping stage in rounds, gives the local
 simulator's result, every stage's series, holds, late elements and panes (a small trace;
 the 1M-event equality is ``bench/simulate_spark.py``'s). Times are µs."""
 
+import logging
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -56,6 +58,27 @@ def test_spark_simulation_equals_local(spark, tmp_path):
     keyed = simulate_keyed(spark, pipe, trace, tmp_path / "b", partitions=4)
     assert keyed_differences(local, keyed) == []
     assert keyed.stages[STAGE].rounds >= 2
+
+
+@pytest.mark.slow
+def test_a_source_made_in_blocks_on_the_executors_equals_local(spark, tmp_path, caplog):
+    # each task makes one block of users; the driver gets the blocks' summaries only
+    pipe = chapter3.pipeline("bounded:30s")
+    blocked = chapter3.block_traces(3_000, seed=5, blocks=4)
+    whole = {name: t.whole() for name, t in blocked.items()}
+    local = simulate(pipe, whole)
+    with caplog.at_level(logging.INFO, logger="watermarks"):
+        keyed = simulate_keyed(spark, pipe, blocked, tmp_path / "a", partitions=3)
+    assert keyed_differences(local, keyed) == []
+    assert local.stages["mobile_sessions"].late_count > 0
+    assert caplog.text.count("4 blocks made on the executors") == 2
+    # a watermark the summaries cannot give: the driver makes the whole trace
+    pipe = chapter3.pipeline("dynamic")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="watermarks"):
+        keyed = simulate_keyed(spark, pipe, blocked, tmp_path / "b", partitions=2)
+    assert keyed_differences(simulate(pipe, whole), keyed) == []
+    assert "needs every row: the trace made here" in caplog.text
 
 
 def test_bad_input_is_refused_before_spark_work(tmp_path):
