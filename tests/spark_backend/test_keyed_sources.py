@@ -2,7 +2,8 @@
 (:mod:`spark_backend.keyed_sources`, :mod:`theory.data.blocks`): the blocks' summaries
 give the source watermark the local simulator computes from the whole trace, and the
 blocks' rows, split by key partition and merged, are the whole trace's rows of each
-partition in its order. The Spark run itself is in ``test_simulate_spark``. Times are µs."""
+partition in its order, on a Spark session as in this process. The whole simulation is
+``test_simulate_spark``'s. Times are µs."""
 
 from functools import partial
 
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_backend.keyed_parts import key_partition, merge
+from spark_backend.keyed_simulation import _Run, spark_context
 from spark_backend.keyed_sources import block_rows, source_watermark, summarise
 from theory.data.blocks import BlockedTrace, session_blocks
 from theory.data.trace import Trace
@@ -90,3 +92,30 @@ def test_session_blocks_cut_users_and_events_evenly_and_refuse_too_many_blocks()
     assert whole == Trace.concat(blocks).sorted_by_arrival()
     with pytest.raises(ValueError, match="blocks must be <= users"):
         session_blocks(10, seed=0, blocks=11, users=10)
+
+
+@pytest.mark.slow
+def test_the_executor_side_source_gives_the_driver_sides_watermark_and_rows(spark, tmp_path):
+    # a simulation's source stage on a real Spark session: blocks made by the tasks
+    # (bounded) or, for a watermark that needs every row, the whole trace made on the
+    # driver (dynamic), against the local source on the whole trace: the same watermark
+    # and each key partition's rows in the same order
+    blocked = session_blocks(4_000, seed=2, blocks=5, users=12)
+    whole = blocked.whole()
+    run = _Run(spark_context(spark), 3, tmp_path, True, 8)
+    try:
+        for spec in ("bounded:30s", "dynamic"):
+            parts, iw = run.source(Source("in", spec), blocked)
+            stream, their_iw = source_input(Source("in", spec), whole)
+            assert (iw.times.tolist(), iw.values.tolist()) == (
+                their_iw.times.tolist(), their_iw.values.tolist()), spec  # fmt: skip
+            mine = dict(parts.collect())
+            target = key_partition(stream.key, 3)
+            assert sorted(mine) == [0, 1, 2]
+            for p, part in mine.items():
+                theirs = stream.take(np.flatnonzero(target == p))
+                for column in ("time", "timestamp", "key", "value"):
+                    assert getattr(part.stream, column).tolist() == getattr(
+                        theirs, column).tolist(), (spec, p, column)  # fmt: skip
+    finally:
+        run.close()

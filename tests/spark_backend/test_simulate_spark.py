@@ -3,8 +3,6 @@ the executors by key partition, every grouping stage in rounds, gives the local
 simulator's result, every stage's series, holds, late elements and panes (a small trace;
 the 1M-event equality is ``bench/simulate_spark.py``'s). Times are µs."""
 
-import logging
-
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -23,11 +21,12 @@ from theory.pipeline.stages import GroupByWindow, Pipeline, Source
 def test_spark_simulation_equals_local(spark, tmp_path):
     # the chapter-3 pipeline under a heuristic watermark: late data, sessions on the
     # mixed path, three grouping stages (one re-keyed to one key: a shuffle), a flatten
+    # the sources made block by block on the executors (the driver-side source: below)
     pipe = chapter3.pipeline("bounded:30s")
-    traces = chapter3.traces(3_000, seed=4)
+    blocked = chapter3.block_traces(3_000, seed=4, blocks=4)
+    traces = {name: t.whole() for name, t in blocked.items()}
     local = simulate(pipe, traces)
-    keyed = simulate_keyed(spark, pipe, chapter3.trace_makers(3_000, seed=4), tmp_path / "a",
-                           partitions=3)  # fmt: skip
+    keyed = simulate_keyed(spark, pipe, blocked, tmp_path / "a", partitions=3)
     assert keyed_differences(local, keyed) == []
     stages = keyed.stages
     # the session stages over many keys settle in >= 2 rounds; the global mean has one key
@@ -58,27 +57,6 @@ def test_spark_simulation_equals_local(spark, tmp_path):
     keyed = simulate_keyed(spark, pipe, trace, tmp_path / "b", partitions=4)
     assert keyed_differences(local, keyed) == []
     assert keyed.stages[STAGE].rounds >= 2
-
-
-@pytest.mark.slow
-def test_a_source_made_in_blocks_on_the_executors_equals_local(spark, tmp_path, caplog):
-    # each task makes one block of users; the driver gets the blocks' summaries only
-    pipe = chapter3.pipeline("bounded:30s")
-    blocked = chapter3.block_traces(3_000, seed=5, blocks=4)
-    whole = {name: t.whole() for name, t in blocked.items()}
-    local = simulate(pipe, whole)
-    with caplog.at_level(logging.INFO, logger="watermarks"):
-        keyed = simulate_keyed(spark, pipe, blocked, tmp_path / "a", partitions=3)
-    assert keyed_differences(local, keyed) == []
-    assert local.stages["mobile_sessions"].late_count > 0
-    assert caplog.text.count("4 blocks made on the executors") == 2
-    # a watermark the summaries cannot give: the driver makes the whole trace
-    pipe = chapter3.pipeline("dynamic")
-    caplog.clear()
-    with caplog.at_level(logging.INFO, logger="watermarks"):
-        keyed = simulate_keyed(spark, pipe, blocked, tmp_path / "b", partitions=2)
-    assert keyed_differences(simulate(pipe, whole), keyed) == []
-    assert "needs every row: the trace made here" in caplog.text
 
 
 def test_bad_input_is_refused_before_spark_work(tmp_path):
