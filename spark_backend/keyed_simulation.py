@@ -6,10 +6,17 @@ All times are µs.
 (:func:`theory.pipeline.simulator.simulate`; :func:`spark_backend.keyed_compare.keyed_differences`
 checks every series and pane):
 
-- **Sources.** The driver reads or generates one trace at a time, computes its source
-  watermark (which needs every row's event and arrival time), writes the rows split by
-  key partition (:func:`spark_backend.keyed_parts.key_partition`) to Parquet under the
-  output directory, and drops them; each task reads its partition's file.
+- **Sources.** A :class:`~theory.data.blocks.BlockedTrace` (``chapter3.block_traces``,
+  ``simulate --blocks``) is made on the executors: each task makes one block and splits
+  its rows by key partition (:func:`spark_backend.keyed_parts.key_partition`; kept on
+  disk, then gathered by partition in the whole trace's order), and the driver collects
+  only the blocks' summaries, from which it computes the source watermark exactly
+  (:mod:`spark_backend.keyed_sources`: perfect, oracle, bounded, ingress; for the other
+  specs, which need every row, the driver makes the whole trace). So the driver holds no
+  event, only the series. Any other trace (a :class:`~theory.data.trace.Trace`, or a
+  callable making one) the driver reads or makes one at a time, computes its source
+  watermark, writes the rows split by key partition to Parquet under the output
+  directory, and drops them; each task reads its partition's file.
 - **Streams** stay on the executors as an RDD of ``(partition, Part)``, persisted
   DISK_ONLY (in the block manager's files, not the JVM heap). A stage of several inputs,
   or one that re-keys everything to one key, gathers the parts by target partition (a

@@ -42,24 +42,27 @@ class BlockedTrace:
     def whole(self) -> Trace:
         """The whole trace, made block by block into preallocated columns (a block at a
         time in memory besides them), in the order of the module docstring."""
-        first = self.block(0)
-        if self.blocks == 1:
+        first_i, first = 0, self.block(0)
+        while not len(first) and first_i + 1 < self.blocks:  # (empty blocks say no dtypes)
+            first_i += 1
+            first = self.block(first_i)
+        if self.blocks == 1 or not len(first):
             return first
-        size = self.events or None
-        if size is None:  # (not given: the blocks are made twice)
-            size = len(first) + sum(len(self.make(i)) for i in range(1, self.blocks))
+        size = self.events or sum(len(self.make(i)) for i in range(self.blocks))
         names = ["event_time", "arrival_time", "key", "value"]
         if first.partition is not None:
             names.append("partition")
         cols = {n: np.empty(size, getattr(first, n).dtype) for n in names}
         at = 0
-        for i in range(self.blocks):
-            b = first if i == 0 else self.block(i)
+        for i in range(first_i, self.blocks):
+            b = first if i == first_i else self.block(i)
             if not len(b):
                 continue
             if at + len(b) > size:
                 raise ValueError(f"block {i} runs past the {size} events the trace states")
             for n in names:
+                if getattr(b, n) is None:
+                    raise ValueError(f"block {i} has no {n} column and block {first_i} has one")
                 cols[n][at : at + len(b)] = getattr(b, n)
             at += len(b)
             del b

@@ -31,6 +31,8 @@ from theory.windowing.windows import FixedWindows, Sessions
 
 SESSION_GAP = 1 * MINUTE
 AVERAGE_WINDOW = 2 * MINUTE
+#: Users of each generated trace (the generators' default), so at most this many blocks.
+USERS = 100
 
 
 def pipeline(
