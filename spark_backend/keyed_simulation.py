@@ -262,10 +262,11 @@ class _Run:
     def blocked_source(self, spec: Source, trace: BlockedTrace) -> tuple[Any, StepSeries]:
         """Each task makes one block and splits it by key partition (kept on disk); the
         driver collects the blocks' summaries only; the parts are gathered by partition."""
-        n = self.n
+        n, kind = self.n, make_source_watermark(spec.watermark).kind
         made = self.keep(self.sc.parallelize(range(trace.blocks), trace.blocks)
-                         .map(lambda i: block_rows(trace, i, n)))  # fmt: skip
-        iw = source_watermark(spec, made.map(lambda x: x[0]).collect())
+                         .map(lambda i: block_rows(trace, i, n, kind)))  # fmt: skip
+        # (one block's summary at a time: the driver never holds them all pickled)
+        iw = source_watermark(spec, made.map(lambda x: x[0]).toLocalIterator())
         pieces = made.flatMap(lambda x: [(p, (0, part)) for p, part in x[1]])
         parts = pieces.groupByKey(n, partitionFunc=int).mapValues(lambda ps: merge(list(ps), 1))
         LOG.info("source %s: %d blocks made on the executors, %d watermark steps", spec.name,

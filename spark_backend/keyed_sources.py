@@ -22,7 +22,7 @@ not); the driver then makes the whole trace.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import numpy as np
@@ -55,48 +55,63 @@ class BlockSummary(NamedTuple):
     max_event: np.ndarray
 
 
-def summarise(trace: Trace) -> BlockSummary:
-    """The summary of a block in arrival order (:meth:`BlockedTrace.block`'s)."""
+def summarise(trace: Trace, kind: str | None = None) -> BlockSummary:
+    """The summary of a block in arrival order (:meth:`BlockedTrace.block`'s): with a
+    watermark ``kind``, only the points it needs (the others empty); None: all."""
     a, e = trace.arrival_time, trace.event_time
+    empty = np.empty(0, np.int64)
     if a.size == 0:
-        empty = np.empty(0, np.int64)
         return BlockSummary(empty, empty, empty, empty, empty)
     last = group_last(a)
     times = a[last]
     first = np.concatenate([[0], last[:-1] + 1])
-    # the least event time of the rows at or after each arrival time
-    suffix = np.minimum.reduceat(e, first)[::-1]
-    np.minimum.accumulate(suffix, out=suffix)
-    suffix = suffix[::-1]
-    moves = np.flatnonzero(np.append(suffix[:-1] != suffix[1:], True))
-    # the greatest event time of the rows at or before each arrival time
-    prefix = np.maximum.accumulate(np.maximum.reduceat(e, first))
-    rises = np.flatnonzero(np.insert(prefix[1:] != prefix[:-1], 0, True))
-    return BlockSummary(times, times[moves], suffix[moves], times[rises], prefix[rises])
+    low = high = (empty, empty)
+    if kind in (None, "perfect", "oracle"):
+        # the least event time of the rows at or after each arrival time
+        suffix = np.minimum.reduceat(e, first)[::-1]
+        np.minimum.accumulate(suffix, out=suffix)
+        suffix = suffix[::-1]
+        moves = np.flatnonzero(np.append(suffix[:-1] != suffix[1:], True))
+        low = (times[moves], suffix[moves])
+    if kind in (None, "bounded"):
+        # the greatest event time of the rows at or before each arrival time
+        prefix = np.maximum.accumulate(np.maximum.reduceat(e, first))
+        rises = np.flatnonzero(np.insert(prefix[1:] != prefix[:-1], 0, True))
+        high = (times[rises], prefix[rises])
+    return BlockSummary(times, *low, *high)
 
 
-def source_watermark(spec: Source, summaries: Sequence[BlockSummary]) -> StepSeries:
-    """The source watermark of the whole trace (µs) from its blocks' summaries, as
-    :func:`theory.pipeline.simulator.source_input` computes it from every row (a finished
-    source steps to the end of time at its last arrival). ValueError if the spec is not
-    in :data:`SUMMARISED`."""
+def source_watermark(spec: Source, summaries: Iterable[BlockSummary]) -> StepSeries:
+    """The source watermark of the whole trace (µs) from its blocks' summaries (read one
+    at a time), as :func:`theory.pipeline.simulator.source_input` computes it from every
+    row (a finished source steps to the end of time at its last arrival). ValueError if
+    the spec is not in :data:`SUMMARISED`."""
     wm = make_source_watermark(spec.watermark)
     if wm.kind not in SUMMARISED:
         raise ValueError(f"source {spec.name!r}: watermark {spec.watermark!r} needs every row")
-    times = np.unique(np.concatenate([s.times for s in summaries]))
+    low = wm.kind in ("perfect", "oracle")
+    times_in: list[np.ndarray] = []
+    at_in: list[np.ndarray] = []
+    event_in: list[np.ndarray] = []
+    for s in summaries:
+        times_in.append(s.times)
+        at_in.append(s.min_at if low else s.max_at)
+        event_in.append(s.min_event if low else s.max_event)
+    times = _distinct(times_in)
     if times.size == 0:
         return empty_curve()
     if wm.kind == "ingress":
         values = np.minimum(times + 1, MAX_TIMESTAMP)
     elif wm.kind == "bounded":
-        at, event = _points(summaries, "max_at", "max_event")
+        at, event = _points(at_in, event_in)
         np.maximum.accumulate(event, out=event)
         # (every time is at or after the first arrival: index >= 0)
         assert wm.bound is not None
         values = minus_clamped(event[np.searchsorted(at, times, "right") - 1], wm.bound)
     else:
-        at, event = _points(summaries, "min_at", "min_event")
+        at, event = _points(at_in, event_in)
         suffix = np.append(event, MAX_TIMESTAMP)
+        del event
         np.minimum.accumulate(suffix[::-1], out=suffix[::-1])
         values = suffix[np.searchsorted(at, times, "right")]  # the rows after each time
         if wm.kind == "perfect":
@@ -105,20 +120,37 @@ def source_watermark(spec: Source, summaries: Sequence[BlockSummary]) -> StepSer
     return finished_source(iw, int(times[-1])) if spec.finish else iw
 
 
-def _points(summaries: Sequence[BlockSummary], at: str, event: str) -> tuple[np.ndarray, ...]:
-    """Every block's points of one kind, by arrival time."""
-    a = np.concatenate([getattr(s, at) for s in summaries])
-    e = np.concatenate([getattr(s, event) for s in summaries])
+def _distinct(pieces: list[np.ndarray]) -> np.ndarray:
+    """The sorted distinct values of the pieces (the list emptied as they are joined)."""
+    joined = np.concatenate(pieces) if pieces else np.empty(0, np.int64)
+    pieces.clear()
+    joined.sort()
+    if joined.size < 2:
+        return joined
+    keep = np.empty(joined.size, bool)
+    keep[0] = True
+    np.not_equal(joined[1:], joined[:-1], out=keep[1:])
+    return joined[keep]
+
+
+def _points(at: list[np.ndarray], event: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Every block's points of one kind, by arrival time (the lists emptied)."""
+    a = np.concatenate(at) if at else np.empty(0, np.int64)
+    at.clear()
     order = np.argsort(a, kind="stable")
-    return a[order], e[order]
+    a = a[order]
+    e = np.concatenate(event) if event else np.empty(0, np.int64)
+    event.clear()
+    return a, e[order]
 
 
 def block_rows(
-    blocked: BlockedTrace, i: int, n: int
+    blocked: BlockedTrace, i: int, n: int, kind: str | None = None
 ) -> tuple[BlockSummary, list[tuple[int, Part]]]:
-    """Block ``i`` made here: its summary and its rows as parts by key partition (of
-    ``n``), each row's place (arrival, event time, block, row) in the whole trace."""
+    """Block ``i`` made here: its summary (for watermark ``kind``; None: every point)
+    and its rows as parts by key partition (of ``n``), each row's place (arrival, event
+    time, block, row) in the whole trace."""
     trace = blocked.block(i)
     stream = Stream(trace.arrival_time, trace.event_time, trace.key,
                     trace.value.astype(np.float64))  # fmt: skip
-    return summarise(trace), split(Part(stream, block_places(trace, i)), n, False)
+    return summarise(trace, kind), split(Part(stream, block_places(trace, i)), n, False)
