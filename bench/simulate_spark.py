@@ -31,15 +31,24 @@ address-space limit per process stands in for a smaller machine; the real one ha
 - **local alone under the limit** (a fresh interpreter each): 12M completed (20.4 s,
   peak RSS 2,034 MiB), 16M completed (21.8 s, 2,621 MiB); **17M, 18M, 20M and 24M raised
   MemoryError** (load 1-6);
-- **Spark at 20M, whole tree under the limit** (the command above): **completed in 327.0
-  s wall, 311.4 s CPU of the tree**, peak tree PSS 4,221 MiB (driver 1,222 MiB = 64
-  B/event, JVM 1,926 MiB, workers 1,848 MiB), load 6.9 at the start, 9.1 at the end; the
-  local run in the same script, under the same limit: MemoryError;
-- **Spark at 30M** (48 partitions, same limit and command): **completed in 689.7 s wall,
-  401.8 s CPU**, peak tree PSS 5,305 MiB (driver 1,840 MiB = 64 B/event, JVM 2,184 MiB,
-  workers 2,398 MiB), load 2.8-7.6; local under the same limit: MemoryError;
-- **equality at 1M** (no limit, 32 partitions, load 4.3-6.9): identical, every series and
-  pane (Spark 59.6 s wall, 52.1 s CPU; local 1.3 s).
+- **Spark at 20M, whole tree under the limit** (the command above): **completed in 270.8
+  s wall, 308.2 s CPU of the tree**, peak tree PSS 3,602 MiB (driver 816 MiB = 43
+  B/event, JVM 1,823 MiB, workers 1,925 MiB), load 6.1 at the start, 3.2 at the end; the
+  local run in the same script, under the same limit: MemoryError. (Before the summaries
+  were cut to the points a spec needs and read one block at a time: 327.0 s, 311.4 s CPU,
+  driver 1,222 MiB = 64 B/event, load 6.9-9.1.)
+- **Spark at 30M** (48 partitions, same limit and command, the earlier summaries):
+  **completed in 689.7 s wall, 401.8 s CPU**, peak tree PSS 5,305 MiB (driver 1,840 MiB
+  = 64 B/event, JVM 2,184 MiB, workers 2,398 MiB), load 2.8-7.6; local under the same
+  limit: MemoryError;
+- **equality at 1M** (no limit, 32 partitions, load 6.4-7.9, the final code): identical,
+  every series and pane (Spark 53.4 s wall, 52.7 s CPU; local 1.4 s).
+
+On the whole machine (23 GiB, not measured; a projection from these figures): local grows
+about 154 B/event (147 MiB per 1M between 12M and 16M), so it would fail near 145-160M
+events; Spark's tree grew about 113 B/event between 20M and 30M (its driver 43 B/event
+now), so near 150M it would need about 17-18 GiB and take about 5x the 30M run's CPU
+(about 2,000 s of CPU, 20-60 min wall on 2 cores by load): a narrow margin, not shown.
 
 Usage::
 

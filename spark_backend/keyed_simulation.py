@@ -38,8 +38,8 @@ checks every series and pane):
 
 Measured (``bench/simulate_spark.py``'s docstring has the figures and the command): under
 a 3 GiB address-space limit per process, the local simulator fails from 17M chapter-3
-events, and this completes 20M (327 s) and 30M (690 s) on 2 cores; its driver peaks at
-about 64 B per event (the series), its tasks' memory grows with their partitions.
+events, and this completes 20M (271 s) and 30M (690 s) on 2 cores; its driver peaks at
+about 43 B per event (the series), its tasks' memory grows with their partitions.
 
 Supported: instant processing on every stage (other latency models draw one random stream
 over a stage's whole input, which key partitions cannot share); anything else is refused
