@@ -41,6 +41,12 @@ address-space limit per process stands in for a smaller machine; the real one ha
   **completed in 689.7 s wall, 401.8 s CPU**, peak tree PSS 5,305 MiB (driver 1,840 MiB
   = 64 B/event, JVM 2,184 MiB, workers 2,398 MiB), load 2.8-7.6; local under the same
   limit: MemoryError;
+- **Spark at 40M** (64 partitions, same limit and command, the final code, ``--no-local``):
+  **failed after 18 min**: the JVM's 1 GiB heap ran out (``OutOfMemoryError: Java heap
+  space`` while a task's output was read from its Python worker to be persisted, in the
+  first session stage); the driver stayed under 620 MiB resident (2.5 GB of address
+  space). So under these limits Spark's ceiling lies between 30M and 40M, set by the
+  JVM heap, not the driver; not investigated further;
 - **equality at 1M** (no limit, 32 partitions, load 6.4-7.9, the final code): identical,
   every series and pane (Spark 53.4 s wall, 52.7 s CPU; local 1.4 s).
 
