@@ -1,14 +1,17 @@
 """``simulate --engine spark`` against the local simulator on the same chapter-3 trace:
 time, peak memory, and equality of every stage's series, holds, late elements and panes.
 
-For each size, Spark first (:func:`spark_backend.keyed_simulation.simulate_keyed`,
-``--partitions`` key partitions; the driver makes one trace at a time, splits it by key
-into Parquet and keeps only watermark and hold series; panes go to files), then the local
-simulator in this process (unless ``--no-local``): each timed from generating the traces
-to the result, with wall time, CPU (Spark: of the whole process tree, driver, JVM and
-Python workers), events per second, and peak resident memory sampled every 0.5 s (Spark:
-the process tree and the driver alone; local: this process), then whether the two
-results are identical (:func:`spark_backend.keyed_compare.keyed_differences`).
+Both engines run the trace made in ``--blocks`` blocks of users a source
+(:func:`theory.pipeline.chapter3.block_traces`). For each size, Spark first
+(:func:`spark_backend.keyed_simulation.simulate_keyed`, ``--partitions`` key partitions;
+each task makes one block, the driver collects only the blocks' summaries for the source
+watermarks and keeps only watermark and hold series; panes go to files), then the local
+simulator in this process on the whole trace (unless ``--no-local``): each timed from
+generating the traces to the result, with wall time, CPU (Spark: of the whole process
+tree, driver, JVM and Python workers), events per second, and peak resident memory
+sampled every 0.5 s (Spark: the process tree and the driver alone; local: this process),
+then whether the two results are identical
+(:func:`spark_backend.keyed_compare.keyed_differences`).
 
 ``--limit BYTES`` runs each engine under that address-space limit per process
 (``RLIMIT_AS``; the local run in a fresh Python process, Spark's driver after its JVM
@@ -19,8 +22,39 @@ heap and small reservations (3 GiB is enough with these)::
 
     JAVA_TOOL_OPTIONS="-Xmx1g -XX:CompressedClassSpaceSize=64m -XX:ReservedCodeCacheSize=64m \
       -XX:MaxMetaspaceSize=256m -Xss512k -XX:+UseSerialGC" MALLOC_ARENA_MAX=2 \
-      nice prlimit --as=$((3*1024**3)) python bench/simulate_spark.py --events 1.6e7 \
+      nice prlimit --as=$((3*1024**3)) python bench/simulate_spark.py --events 2e7 \
       --partitions 32 --limit $((3*1024**3)) --conf spark.driver.memory=1g
+
+Measured (session 10, 2 cores, perfect watermark, 32 blocks a source). The 3 GiB
+address-space limit per process stands in for a smaller machine; the real one has 23 GiB:
+
+- **local alone under the limit** (a fresh interpreter each): 12M completed (20.4 s,
+  peak RSS 2,034 MiB), 16M completed (21.8 s, 2,621 MiB); **17M, 18M, 20M and 24M raised
+  MemoryError** (load 1-6);
+- **Spark at 20M, whole tree under the limit** (the command above): **completed in 270.8
+  s wall, 308.2 s CPU of the tree**, peak tree PSS 3,602 MiB (driver 816 MiB = 43
+  B/event, JVM 1,823 MiB, workers 1,925 MiB), load 6.1 at the start, 3.2 at the end; the
+  local run in the same script, under the same limit: MemoryError. (Before the summaries
+  were cut to the points a spec needs and read one block at a time: 327.0 s, 311.4 s CPU,
+  driver 1,222 MiB = 64 B/event, load 6.9-9.1.)
+- **Spark at 30M** (48 partitions, same limit and command, the earlier summaries):
+  **completed in 689.7 s wall, 401.8 s CPU**, peak tree PSS 5,305 MiB (driver 1,840 MiB
+  = 64 B/event, JVM 2,184 MiB, workers 2,398 MiB), load 2.8-7.6; local under the same
+  limit: MemoryError;
+- **Spark at 40M** (64 partitions, same limit and command, the final code, ``--no-local``):
+  **failed after 18 min**: the JVM's 1 GiB heap ran out (``OutOfMemoryError: Java heap
+  space`` while a task's output was read from its Python worker to be persisted, in the
+  first session stage); the driver stayed under 620 MiB resident (2.5 GB of address
+  space). So under these limits Spark's ceiling lies between 30M and 40M, set by the
+  JVM heap, not the driver; not investigated further;
+- **equality at 1M** (no limit, 32 partitions, load 6.4-7.9, the final code): identical,
+  every series and pane (Spark 53.4 s wall, 52.7 s CPU; local 1.4 s).
+
+On the whole machine (23 GiB, not measured; a projection from these figures): local grows
+about 154 B/event (147 MiB per 1M between 12M and 16M), so it would fail near 145-160M
+events; Spark's tree grew about 113 B/event between 20M and 30M (its driver 43 B/event
+now), so near 150M it would need about 17-18 GiB and take about 5x the 30M run's CPU
+(about 2,000 s of CPU, 20-60 min wall on 2 cores by load): a narrow margin, not shown.
 
 Usage::
 
@@ -63,19 +97,26 @@ def per_kind(kinds, n):
     return ", ".join(f"{k} {v / 2**20:,.0f} MiB ({v / n:,.0f} B/event)" for k, v in kinds.items())
 
 
-def run_local(pipe, n):
+def whole_traces(n, blocks):
+    """The chapter-3 traces of ``n`` events made whole in this process (the ones Spark's
+    tasks make block by block)."""
+    return {s: t.whole() for s, t in chapter3.block_traces(n, 0, blocks=blocks).items()}
+
+
+def run_local(pipe, n, blocks):
     """The local simulation of ``n`` events, traces made inside."""
-    return simulate(pipe, chapter3.traces(n, seed=0))
+    return simulate(pipe, whole_traces(n, blocks))
 
 
 _LOCAL_UNDER_LIMIT = """
 import resource, sys, time
 from theory.pipeline import chapter3
 from theory.pipeline.simulator import simulate
-n, watermark = int(sys.argv[1]), sys.argv[2]
+n, watermark, blocks = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 t0 = time.perf_counter()
 try:
-    simulate(chapter3.pipeline(watermark), chapter3.traces(n, seed=0))
+    traces = {s: t.whole() for s, t in chapter3.block_traces(n, 0, blocks=blocks).items()}
+    simulate(chapter3.pipeline(watermark), traces)
 except MemoryError:
     print("MemoryError"); sys.exit(3)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -83,7 +124,7 @@ print(f"completed in {time.perf_counter() - t0:.1f} s, peak RSS {peak / 2**20:,.
 """
 
 
-def local_under_limit(limit, watermark, n) -> str:
+def local_under_limit(limit, watermark, n, blocks) -> str:
     """How the local simulation fares in a fresh Python process under ``limit`` bytes
     of address space (the limit a whole-tree ``prlimit --as`` gives every process)."""
     import subprocess
@@ -92,7 +133,8 @@ def local_under_limit(limit, watermark, n) -> str:
     def cap():
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    done = subprocess.run([sys.executable, "-c", _LOCAL_UNDER_LIMIT, str(n), watermark],
+    done = subprocess.run([sys.executable, "-c", _LOCAL_UNDER_LIMIT, str(n), watermark,
+                           str(blocks)],
                           preexec_fn=cap, capture_output=True, text=True)  # fmt: skip
     said = done.stdout.strip().splitlines()
     if said:
@@ -105,6 +147,7 @@ def main() -> None:
     parser = bench_parser(__doc__)
     parser.add_argument("--events", type=counts, default=[1_000_000])
     parser.add_argument("--partitions", type=int, default=None)
+    parser.add_argument("--blocks", type=int, default=32, help="blocks of users a source")
     parser.add_argument("--watermark", default="perfect")
     parser.add_argument("--master", default=None)
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
@@ -124,7 +167,8 @@ def main() -> None:
     for n in args.events:
         out = tempfile.mkdtemp(prefix="simulate-spark-")
         try:
-            run = partial(simulate_keyed, session, pipe, chapter3.trace_makers(n, seed=0), out,
+            blocked = chapter3.block_traces(n, 0, blocks=args.blocks)
+            run = partial(simulate_keyed, session, pipe, blocked, out,
                           partitions=args.partitions)  # fmt: skip
             wall, cpu, peak, _, kinds, keyed = timed(run)
             rounds = {s: r.rounds for s, r in keyed.stages.items() if r.rounds}
@@ -138,10 +182,12 @@ def main() -> None:
             if args.no_local:
                 continue
             if args.limit:
-                fate = local_under_limit(limit, args.watermark, n)
+                fate = local_under_limit(limit, args.watermark, n, args.blocks)
                 print(f"{n:>11,} local under the limit: {fate}", flush=True)
                 continue
-            wall, cpu, _, peak, _, local = timed(partial(run_local, pipe, n), tree=False)
+            wall, cpu, _, peak, _, local = timed(
+                partial(run_local, pipe, n, args.blocks), tree=False
+            )
             print(
                 f"{n:>11,} local: {wall:8.1f} s wall, {cpu:7.1f} s CPU, {n / wall:9,.0f} ev/s "
                 f"wall, {n / cpu:9,.0f} ev/s CPU, peak {peak / 2**20:,.0f} MiB = {peak / n:,.0f} "

@@ -117,12 +117,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         LOG.info("starting Spark")
         session = get_session(args.master, args.conf)
         bar.step("Spark session")
-    if args.trace is None:
+    if args.trace is None and args.blocks is not None:
+        # made block by block: on Spark by the tasks, here as whole traces
+        blocked = chapter3.block_traces(args.events, seed=args.seed, blocks=args.blocks)
+        inputs: dict[str, Any] = (
+            dict(blocked) if engine == "spark" else {n: t.whole() for n, t in blocked.items()}
+        )
+        n_events = args.events
+        bar.step(f"{args.blocks} blocks a source" if engine == "spark" else "generated")
+    elif args.trace is None:
         makers = chapter3.trace_makers(args.events, seed=args.seed)
         # the local engine takes the traces made; Spark makes each when its source runs
-        inputs: dict[str, Any] = (
-            makers if engine == "spark" else {n: make() for n, make in makers.items()}
-        )
+        inputs = makers if engine == "spark" else {n: make() for n, make in makers.items()}
         n_events = args.events
         bar.step(f"generated {args.events:,} events" if engine == "local" else "generators")
     else:
@@ -456,6 +462,15 @@ def build_parser() -> argparse.ArgumentParser:
                 default=None,
                 help="with --engine spark: key partitions per grouping stage (None: Spark's "
                 "default parallelism)",
+            )
+            p.add_argument(
+                "--blocks",
+                type=int,
+                default=None,
+                help="generate each input in this many blocks of users (seeded per block: "
+                "a different trace from the one without; both engines run the same one); "
+                "with --engine spark the tasks make the blocks and the driver never holds "
+                "the events. None: one trace, made on the driver",
             )
             p.add_argument(
                 "--trace",

@@ -6,10 +6,17 @@ All times are µs.
 (:func:`theory.pipeline.simulator.simulate`; :func:`spark_backend.keyed_compare.keyed_differences`
 checks every series and pane):
 
-- **Sources.** The driver reads or generates one trace at a time, computes its source
-  watermark (which needs every row's event and arrival time), writes the rows split by
-  key partition (:func:`spark_backend.keyed_parts.key_partition`) to Parquet under the
-  output directory, and drops them; each task reads its partition's file.
+- **Sources.** A :class:`~theory.data.blocks.BlockedTrace` (``chapter3.block_traces``,
+  ``simulate --blocks``) is made on the executors: each task makes one block and splits
+  its rows by key partition (:func:`spark_backend.keyed_parts.key_partition`; kept on
+  disk, then gathered by partition in the whole trace's order), and the driver collects
+  only the blocks' summaries, from which it computes the source watermark exactly
+  (:mod:`spark_backend.keyed_sources`: perfect, oracle, bounded, ingress; for the other
+  specs, which need every row, the driver makes the whole trace). So the driver holds no
+  event, only the series. Any other trace (a :class:`~theory.data.trace.Trace`, or a
+  callable making one) the driver reads or makes one at a time, computes its source
+  watermark, writes the rows split by key partition to Parquet under the output
+  directory, and drops them; each task reads its partition's file.
 - **Streams** stay on the executors as an RDD of ``(partition, Part)``, persisted
   DISK_ONLY (in the block manager's files, not the JVM heap). A stage of several inputs,
   or one that re-keys everything to one key, gathers the parts by target partition (a
@@ -28,6 +35,11 @@ checks every series and pane):
   :class:`~theory.pipeline.simulator.PaneTable` columns plus ``key_rank``) and
   ``late/STAGE/part-P.parquet`` (late elements' ``arrival`` and ``timestamp``). The
   caller makes ``out`` atomic (the CLI writes into :func:`spark_backend.atomic.atomic_directory`).
+
+Measured (``bench/simulate_spark.py``'s docstring has the figures and the command): under
+a 3 GiB address-space limit per process, the local simulator fails from 17M chapter-3
+events, and this completes 20M (271 s) and 30M (690 s) on 2 cores; its driver peaks at
+about 43 B per event (the series), its tasks' memory grows with their partitions.
 
 Supported: instant processing on every stage (other latency models draw one random stream
 over a stage's whole input, which key partitions cannot share); anything else is refused
@@ -62,7 +74,9 @@ from spark_backend.keyed_parts import (
     settle,
     split,
 )
+from spark_backend.keyed_sources import SUMMARISED, block_rows, source_watermark
 from theory.columns import check_count
+from theory.data.blocks import BlockedTrace
 from theory.data.trace import Trace
 from theory.pipeline.simulator import (
     BUFFER_HOLD,
@@ -73,6 +87,7 @@ from theory.pipeline.simulator import (
 )
 from theory.pipeline.stages import GroupByWindow, Pipeline, Source
 from theory.series import StepSeries, pointwise_min, union_times
+from theory.watermarks.spec import make_source_watermark
 from theory.windowing.engine import STATE_HOLD
 
 __all__ = [
@@ -86,8 +101,9 @@ __all__ = [
 
 LOG = logging.getLogger("watermarks")
 
-#: A source's trace, or how to make it (called once, when the source's stage runs).
-TraceInput = Trace | Callable[[], Trace]
+#: A source's trace, or how to make it (called once, when the source's stage runs), or
+#: a trace made block by block on the executors.
+TraceInput = Trace | Callable[[], Trace] | BlockedTrace
 
 
 @dataclass(frozen=True)
@@ -237,9 +253,36 @@ class _Run:
             rdd.unpersist()
 
     def source(self, spec: Source, trace: TraceInput) -> tuple[Any, StepSeries]:
+        """The source's parts by key partition and its watermark (µs): made block by
+        block on the executors for a :class:`BlockedTrace` whose watermark its blocks'
+        summaries give (:mod:`spark_backend.keyed_sources`), else here."""
+        if isinstance(trace, BlockedTrace):
+            if make_source_watermark(spec.watermark).kind in SUMMARISED:
+                return self.blocked_source(spec, trace)
+            LOG.info("source %s: watermark %s needs every row: the trace made here",
+                     spec.name, spec.watermark)  # fmt: skip
+            trace = trace.whole
+        return self.driver_source(spec, trace() if callable(trace) else trace)
+
+    def blocked_source(self, spec: Source, trace: BlockedTrace) -> tuple[Any, StepSeries]:
+        """Each task makes one block and splits it by key partition (kept on disk); the
+        driver collects the blocks' summaries only; the parts are gathered by partition."""
+        n, kind = self.n, make_source_watermark(spec.watermark).kind
+        made = self.keep(self.sc.parallelize(range(trace.blocks), trace.blocks)
+                         .map(lambda i: block_rows(trace, i, n, kind)))  # fmt: skip
+        # (one block's summary at a time: the driver never holds them all pickled)
+        iw = source_watermark(spec, made.map(lambda x: x[0]).toLocalIterator())
+        pieces = made.flatMap(lambda x: [(p, (0, part)) for p, part in x[1]])
+        parts = pieces.groupByKey(n, partitionFunc=int).mapValues(lambda ps: merge(list(ps), 1))
+        LOG.info("source %s: %d blocks made on the executors, %d watermark steps", spec.name,
+                 trace.blocks, len(iw))  # fmt: skip
+        return parts, iw
+
+    def driver_source(self, spec: Source, trace: Trace) -> tuple[Any, StepSeries]:
         """The source's rows split by key partition into Parquet files (this process);
         the partitions' RDD reads them. A trace made here is dropped once read."""
-        stream, iw = source_input(spec, trace() if callable(trace) else trace)
+        stream, iw = source_input(spec, trace)
+        del trace
         folder = self.out / "_sources" / spec.name
         folder.mkdir(parents=True, exist_ok=True)
         target = key_partition(stream.key, self.n)

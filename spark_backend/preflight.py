@@ -157,6 +157,10 @@ def check_args(args: argparse.Namespace) -> None:
         check_master(args.master)
         if args.partitions is not None and args.partitions < 1:
             raise ValueError(f"--partitions must be >= 1, got {args.partitions}")
+        if args.blocks is not None and not 1 <= args.blocks <= chapter3.USERS:
+            raise ValueError(f"--blocks must be in 1..{chapter3.USERS}, got {args.blocks}")
+        if args.blocks is not None and args.trace is not None:
+            raise ValueError("--blocks applies to generated events, not to --trace")
     if command in ("demo", "analyze"):
         from spark_backend.cli import _strategies
         from spark_backend.comparison import check_request

@@ -21,11 +21,12 @@ from theory.pipeline.stages import GroupByWindow, Pipeline, Source
 def test_spark_simulation_equals_local(spark, tmp_path):
     # the chapter-3 pipeline under a heuristic watermark: late data, sessions on the
     # mixed path, three grouping stages (one re-keyed to one key: a shuffle), a flatten
+    # the sources made block by block on the executors (the driver-side source: below)
     pipe = chapter3.pipeline("bounded:30s")
-    traces = chapter3.traces(3_000, seed=4)
+    blocked = chapter3.block_traces(3_000, seed=4, blocks=4)
+    traces = {name: t.whole() for name, t in blocked.items()}
     local = simulate(pipe, traces)
-    keyed = simulate_keyed(spark, pipe, chapter3.trace_makers(3_000, seed=4), tmp_path / "a",
-                           partitions=3)  # fmt: skip
+    keyed = simulate_keyed(spark, pipe, blocked, tmp_path / "a", partitions=3)
     assert keyed_differences(local, keyed) == []
     stages = keyed.stages
     # the session stages over many keys settle in >= 2 rounds; the global mean has one key
@@ -98,8 +99,9 @@ def test_cli_engines_write_the_same_outputs(spark, tmp_path, capsys):
     outs = {}
     for engine in ("local", "spark"):
         out = tmp_path / engine
-        argv = ["simulate", "--events", "2000", "--watermark", "bounded:30s",
-                "--engine", engine, "--partitions", "2", "--out", str(out)]  # fmt: skip
+        # (the inputs made in blocks of users: by Spark's tasks, here for local)
+        argv = ["simulate", "--events", "2000", "--watermark", "bounded:30s", "--blocks",
+                "3", "--engine", engine, "--partitions", "2", "--out", str(out)]  # fmt: skip
         assert cli.main(argv) == 0
         said = capsys.readouterr().out
         assert f"({engine} engine)" in said
@@ -114,9 +116,16 @@ def test_cli_engines_write_the_same_outputs(spark, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["local", "spark"]
 
 
-def test_cli_refuses_bad_partitions_before_work(tmp_path, capsys):
+def test_cli_refuses_bad_partitions_and_blocks_before_work(tmp_path, capsys):
     from spark_backend import cli
 
-    argv = ["simulate", "--events", "10", "--partitions", "0", "--out", str(tmp_path / "o")]
-    assert cli.main(argv) == 2
-    assert "--partitions must be >= 1, got 0" in capsys.readouterr().err
+    for bad, message in [
+        (["--partitions", "0"], "--partitions must be >= 1, got 0"),
+        (["--blocks", "0"], "--blocks must be in 1..100, got 0"),
+        (["--blocks", "101"], "--blocks must be in 1..100, got 101"),
+        (["--blocks", "2", "--trace", str(tmp_path)], "--blocks applies to generated events"),
+    ]:
+        argv = ["simulate", "--events", "10", *bad, "--out", str(tmp_path / "o")]
+        assert cli.main(argv) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

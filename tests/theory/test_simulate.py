@@ -328,11 +328,11 @@ def test_invariants_on_random_pipelines(case, seed):
 def test_a_finished_source_steps_to_the_end_of_time_at_its_last_arrival(times, last):
     """The appended step (a new one, one replacing the step at that instant, or one
     before later steps) is the series the general build gives."""
-    from theory.pipeline.simulator import _finished
+    from theory.pipeline.simulator import finished_source
     from theory.series import StepSeries
 
     iw = StepSeries(np.array(times, np.int64), np.arange(len(times), dtype=np.int64) * 7, -1)
-    got = _finished(iw, last)
+    got = finished_source(iw, last)
     want = StepSeries.from_events(
         np.append(iw.times, last), np.append(iw.values, MAX_TIMESTAMP), iw.initial
     )

@@ -16,5 +16,7 @@
 ``theory.data.distributions``   ``Distribution`` / ``Delay``: named scipy.stats skew
 ``theory.data.specs``           ``TraceSpec`` / ``SessionSpec``: generator parameters
 ``theory.data.generators``      ``generate_trace`` / ``game_sessions_trace`` (numpy)
+``theory.data.blocks``          ``BlockedTrace``: a trace made block by block (one block a
+                                task, or whole here: the same rows), ``session_blocks``
 ==============================  =========================================================
 """

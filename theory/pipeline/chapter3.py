@@ -15,6 +15,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from theory.data.blocks import BlockedTrace, session_blocks
 from theory.data.trace import Trace
 from theory.pipeline.processing import INSTANT, Processing
 from theory.pipeline.stages import Flatten, GroupByWindow, Pipeline, Source
@@ -30,6 +31,8 @@ from theory.windowing.windows import FixedWindows, Sessions
 
 SESSION_GAP = 1 * MINUTE
 AVERAGE_WINDOW = 2 * MINUTE
+#: Users of each generated trace (the generators' default), so at most this many blocks.
+USERS = 100
 
 
 def pipeline(
@@ -93,3 +96,18 @@ def trace_makers(events: int, seed: int = 0, **params: Any) -> dict[str, Callabl
             game_sessions_trace, half, seed=seed + 1, platform="console", **params
         ),
     }
+
+
+def block_traces(
+    events: int, seed: int = 0, *, blocks: int, **params: Any
+) -> dict[str, BlockedTrace]:
+    """Seeded mobile and console traces as :func:`traces` splits them, each made in
+    ``blocks`` blocks of users (:func:`theory.data.blocks.session_blocks`: a different
+    trace from :func:`traces`' of the same seed); ``.whole()`` gives a whole one."""
+    half = events // 2
+    return {
+        "mobile_in": session_blocks(events - half, seed=seed, blocks=blocks,
+                                    platform="mobile", **params),
+        "console_in": session_blocks(half, seed=seed + 1, blocks=blocks,
+                                     platform="console", **params),
+    }  # fmt: skip

@@ -292,11 +292,11 @@ def source_input(spec: Source, trace: Trace) -> tuple[Stream, StepSeries]:
     if spec.finish and len(t):
         # A finished bounded source: the watermark jumps to the end of time once the last
         # element has arrived (the last update at one instant wins).
-        iw = _finished(iw, int(t.arrival_time[-1]))
+        iw = finished_source(iw, int(t.arrival_time[-1]))
     return Stream(t.arrival_time, t.event_time, t.key, t.value.astype(np.float64)), iw
 
 
-def _finished(iw: StepSeries, last: int) -> StepSeries:
+def finished_source(iw: StepSeries, last: int) -> StepSeries:
     """``iw`` with a step to ``MAX_TIMESTAMP`` at ``last`` (µs; the last update at one
     instant wins), built by appending when no step comes after ``last``."""
     n = iw.times.size
@@ -533,6 +533,7 @@ __all__ = [
     "Stream",
     "check_traces",
     "differences",
+    "finished_source",
     "key_ranks",
     "lateness",
     "merge_streams",
