@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from spark_backend.runner.lean_batch import GLOBAL, Batch, Intervals
 from spark_backend.runner.lean_encode import BatchEncoder
 from spark_backend.runner.lean_windows import assign_windows
-from spark_backend.runner.plan import LEAN, plan_pipeline
+from spark_backend.runner.plan import BUNDLE_PROCESSOR, LEAN, plan_pipeline
 from tests.spark_backend.runner.conftest import Observe
 from tests.spark_backend.runner.in_process import run_in_process
 
@@ -235,6 +235,8 @@ def test_a_dofn_asking_for_timestamp_window_and_pane_runs_lean_as_beam_runs_it()
         assert reference == lean, name
     (asked,) = [r for name, r, _ in compared if "Asks" in name]
     assert sum(asked.values()) == 60 * 4 + 60  # Observe: one per window; TsOnly: one each
+    off = plan_pipeline(proto_of(build), lean=False)  # the switch still turns lean off
+    assert set(off.stage_paths.values()) == {BUNDLE_PROCESSOR}
 
     from spark_backend.runner.lean_pardo import _plain
 
