@@ -34,13 +34,14 @@ from theory.pipeline.simulator import (
     run_elementwise,
 )
 from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Source
-from theory.series import StepSeries, pointwise_min
+from theory.series import StepSeries, pointwise_min, union_times
 from theory.time import MAX_TIMESTAMP
 from theory.watermarks.holds import inflight_min
 from theory.windowing.partitioned import PartResult, run_part
 
 __all__ = [
     "ElementStats",
+    "OthersMin",
     "Part",
     "elementwise",
     "first_places",
@@ -172,33 +173,92 @@ def hold_changes(hold: np.ndarray, instants: np.ndarray) -> StepSeries:
 
 
 def others_min(holds: Mapping[int, StepSeries], p: int) -> StepSeries | None:
-    """The minimum of the partitions' own holds other than ``p``'s (None: no other)."""
+    """The minimum of the partitions' own holds other than ``p``'s (None: no other);
+    :class:`OthersMin` gives every partition's at once."""
     others = [h for q, h in holds.items() if q != p]
     return pointwise_min(others) if others else None
 
 
+_ABOVE = np.iinfo(np.int64).max  # (above every hold: no partition yet)
+
+
+class OthersMin(NamedTuple):
+    """Every partition's :func:`others_min` in one table as long as the holds' changes
+    together (not one series per partition, which would make ``n`` partitions' rounds
+    cost ``n**2``). Position 0 is before the first change time, position ``i + 1`` after
+    ``times[i]`` (µs): the lowest hold (``best``), the lowest partition holding it
+    (``who``) and the lowest hold of the partitions but ``who`` (``second``). Partition
+    ``p``'s minimum of the others is ``second`` where ``who == p``, else ``best``."""
+
+    members: frozenset[int]
+    times: np.ndarray
+    best: np.ndarray
+    who: np.ndarray
+    second: np.ndarray
+
+    @classmethod
+    def of(cls, holds: Mapping[int, StepSeries]) -> OthersMin:
+        """The table of ``holds`` (each partition's own hold, µs series)."""
+        times = union_times(holds.values())
+        size = times.size + 1
+        best = np.full(size, _ABOVE, np.int64)
+        second = best.copy()
+        who = np.full(size, -1, np.int64)
+        for p in sorted(holds):
+            h = holds[p]
+            v = np.empty(size, np.int64)
+            v[0] = h.initial
+            v[1:] = h.at(times)
+            lower = v < best  # (a tie keeps the lower partition as ``who``)
+            np.copyto(second, np.where(lower, best, np.minimum(second, v)))
+            who[lower] = p
+            np.minimum(best, v, out=best)
+        return cls(frozenset(holds), times, best, who, second)
+
+    def of_partition(self, p: int) -> StepSeries | None:
+        """``others_min(holds, p)`` (None: no partition but ``p``)."""
+        if not self.members - {p}:
+            return None
+        v = np.where(self.who == p, self.second, self.best)
+        return StepSeries(self.times, v[1:], int(v[0])).compressed()
+
+    def settled(self, last: OthersMin | None) -> bool:
+        """Whether every member's minimum of the others is the same function as in
+        ``last`` (None: none held, as in a first round; False if the members differ)."""
+        if last is not None and last.members != self.members:
+            return False
+        held = {int(p) for p in np.unique(self.who)}
+        if last is not None:
+            held |= {int(p) for p in np.unique(last.who)}
+        plain = self.members - held  # (theirs is ``best`` in both tables)
+        checks = sorted(self.members & held) + sorted(plain)[:1]
+        return all(
+            _same(self.of_partition(p), None if last is None else last.of_partition(p))
+            for p in checks
+        )
+
+
 def settle(
-    run_round: Callable[[Mapping[int, StepSeries] | None], tuple[dict[int, StepSeries], Any]],
+    run_round: Callable[[OthersMin | None], tuple[dict[int, StepSeries], Any]],
     max_rounds: int,
     name: str,
     release: Callable[[Any], None] = lambda _: None,
 ) -> tuple[int, dict[int, StepSeries], Any]:
     """A grouping stage's rounds until the partitions' external holds settle (as
-    :func:`theory.windowing.partitioned.run_partitioned`). ``run_round(holds)`` runs
-    every partition under the minimum of the others' ``holds`` from the last round (None
-    in the first: no hold) and returns each partition's own hold and what it ran (a
-    round not kept is passed to ``release``). Returns (rounds, own holds, the settled
-    round's). RuntimeError naming stage ``name`` if ``max_rounds`` do not settle."""
-    holds: dict[int, StepSeries] | None = None
+    :func:`theory.windowing.partitioned.run_partitioned`). ``run_round(others)`` runs
+    every partition ``p`` under ``others.of_partition(p)``, the minimum of the others'
+    holds from the last round (``others`` None in the first: no hold) and returns each
+    partition's own hold and what it ran (a round not kept is passed to ``release``).
+    Returns (rounds, own holds, the settled round's). RuntimeError naming stage
+    ``name`` if ``max_rounds`` do not settle."""
+    last: OthersMin | None = None
     for r in range(1, max_rounds + 1):
-        new, ran = run_round(holds)
-        if len(new) <= 1 or all(
-            _same(others_min(new, p), None if holds is None else others_min(holds, p))
-            for p in new
-        ):
+        new, ran = run_round(last)
+        table = OthersMin.of(new)
+        if len(new) <= 1 or table.settled(last):
             return r, new, ran
         release(ran)
-        holds = new
+        last = table
     raise RuntimeError(
         f"stage {name!r}: the key partitions' holds did not settle in {max_rounds} rounds"
     )
@@ -207,7 +267,8 @@ def settle(
 def _same(a: StepSeries | None, b: StepSeries | None) -> bool:
     """Whether two holds are the same function (None: no hold, as a series without a
     change)."""
-    a, b = a or NO_STEPS, b or NO_STEPS
+    a = NO_STEPS if a is None else a  # (not ``a or``: a series without a change is falsy)
+    b = NO_STEPS if b is None else b
     return (
         a.initial == b.initial
         and np.array_equal(a.times, b.times)

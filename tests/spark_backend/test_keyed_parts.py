@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from spark_backend.keyed_grid import partition_grid
 from spark_backend.keyed_parts import (
+    OthersMin,
     Part,
     group_outputs,
     group_round,
@@ -114,8 +115,8 @@ def keyed_stage(spec: GroupByWindow, stream: Stream, iw: StepSeries, n_parts: in
     keys = [None] if glob else stream.key.tolist()
     ranks = {k: r for r, k in enumerate(dict.fromkeys(keys))}
 
-    def run_round(holds):
-        ran = {p: group_round(spec, pt, iw, fast, None if holds is None else others_min(holds, p))
+    def run_round(others):
+        ran = {p: group_round(spec, pt, iw, fast, None if others is None else others.of_partition(p))
                for p, pt in parts.items()}  # fmt: skip
         return {p: hold_changes(r.state_hold, inst) for p, (inst, r) in ran.items()}, ran
 
@@ -129,6 +130,59 @@ def keyed_stage(spec: GroupByWindow, stream: Stream, iw: StepSeries, n_parts: in
                         cols["fire_time"]))  # fmt: skip
     state = pointwise_min(list(holds.values()))
     return rounds, state, {f: c[order] for f, c in cols.items()}, [i for i, _ in ran.values()]
+
+
+_HOLD_VALUES = st.sampled_from([3, 5, 5, 9, 20, MAX_TIMESTAMP])
+
+
+@st.composite
+def _holds(draw):
+    """Partitions' own holds: step series over a few shared times (ties within and
+    across partitions), initials included."""
+    parts = draw(st.lists(st.integers(0, 6), min_size=1, max_size=5, unique=True))
+    holds = {}
+    for p in parts:
+        times = np.array(sorted(draw(st.sets(st.integers(0, 12), max_size=6))), np.int64)
+        values = np.array([draw(_HOLD_VALUES) for _ in times], np.int64)
+        holds[p] = StepSeries(times, values, draw(_HOLD_VALUES))
+    return holds
+
+
+def _function(s):
+    """A series as its function (one representation), or None."""
+    return None if s is None else s.compressed()
+
+
+def _equal(a, b):
+    a, b = _function(a), _function(b)
+    if a is None or b is None:
+        return a is b
+    same = a.initial == b.initial and np.array_equal(a.times, b.times)
+    return same and np.array_equal(a.values, b.values)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_holds(), _holds())
+def test_the_others_table_gives_each_partition_the_minimum_of_the_others(holds, last):
+    table = OthersMin.of(holds)
+    for p in range(8):  # members and partitions without a hold
+        assert _equal(table.of_partition(p), others_min(holds, p)), p
+    # settled: every member's minimum of the others unchanged since the last round
+    for old in (last, {p: holds[p] for p in holds}, None):
+        before = None if old is None else OthersMin.of(old)
+        want = (old is None or set(old) == set(holds)) and all(
+            _equal(_or_none(others_min(holds, p)),
+                   _NONE if old is None else _or_none(others_min(old, p)))
+            for p in holds
+        )  # fmt: skip
+        assert table.settled(before) == want
+
+
+_NONE = StepSeries(np.empty(0, np.int64), np.empty(0, np.int64), MAX_TIMESTAMP)
+
+
+def _or_none(s):
+    return _NONE if s is None else s
 
 
 @settings(max_examples=25, deadline=None)
