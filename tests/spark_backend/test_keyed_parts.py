@@ -116,7 +116,7 @@ def keyed_stage(spec: GroupByWindow, stream: Stream, iw: StepSeries, n_parts: in
     ranks = {k: r for r, k in enumerate(dict.fromkeys(keys))}
 
     def run_round(others):
-        ran = {p: group_round(spec, pt, iw, fast, None if others is None else others.of_partition(p))
+        ran = {p: group_round(spec, pt, iw, fast, others and others.of_partition(p))
                for p, pt in parts.items()}  # fmt: skip
         return {p: hold_changes(r.state_hold, inst) for p, (inst, r) in ran.items()}, ran
 
