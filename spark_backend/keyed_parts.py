@@ -28,10 +28,10 @@ from spark_backend.keyed_grid import external_after, grid_columns, partition_gri
 from theory.pipeline.simulator import (
     PaneTable,
     Stream,
+    element_outputs,
     lateness,
     pane_order,
     pane_outputs,
-    run_elementwise,
 )
 from theory.pipeline.stages import Flatten, GroupByWindow, ParDo, Source
 from theory.series import StepSeries, pointwise_min, union_times
@@ -157,10 +157,11 @@ def elementwise(
 ) -> tuple[Part, ElementStats, np.ndarray]:
     """The stage on the partition (instant processing: checked by the driver): its
     output part, stats, and its late elements' (arrival, timestamp) rows (µs)."""
-    out, r = run_elementwise(spec, part.stream, iw, _NO_DRAWS)
-    stats = ElementStats(r.arrivals, r.late_count, {}, 0, r.holds["buffer:output"],
-                         r.processing_hold, "", np.empty(0, np.int64))  # fmt: skip
-    return Part(out, part.place), stats, np.column_stack([r.late_arrival, r.late_timestamp])
+    s = part.stream
+    out, late, buffer, processing_hold = element_outputs(spec, s, iw, _NO_DRAWS)
+    stats = ElementStats(len(s), int(np.count_nonzero(late)), {}, 0, buffer, processing_hold,
+                         "", np.empty(0, np.int64))  # fmt: skip
+    return Part(out, part.place), stats, np.column_stack([s.time[late], s.timestamp[late]])
 
 
 def hold_changes(hold: np.ndarray, instants: np.ndarray) -> StepSeries:

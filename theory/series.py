@@ -74,11 +74,12 @@ class StepSeries:
         """The value of the last step at or before ``t`` (``side="right"``) or strictly
         before it (``"left"``), ``initial`` before the first step; int64."""
         q = np.asarray(t, dtype=np.int64)
-        # the values after ``initial``: position i holds the value after i steps
-        steps = np.empty(self.values.size + 1, np.int64)
-        steps[0] = self.initial
-        steps[1:] = self.values
-        return steps[np.searchsorted(self.times, q, side=side)]
+        # how many steps came before each t (no copy of the series: a lookup costs the
+        # queries, not the series' length)
+        n = np.searchsorted(self.times, q, side=side)
+        if self.values.size == 0:
+            return np.full(q.shape, self.initial, np.int64)[()]
+        return np.where(n > 0, self.values[np.maximum(n, 1) - 1], np.int64(self.initial))[()]
 
     def final(self) -> int:
         """The last value (``initial`` if there is no change)."""

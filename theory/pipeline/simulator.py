@@ -22,7 +22,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from itertools import count
 from math import fsum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -328,14 +328,27 @@ def lateness(stream: Stream, iw: StepSeries) -> np.ndarray:
     return stream.timestamp < iw.before(stream.time)
 
 
-def run_elementwise(
+class ElementOutputs(NamedTuple):
+    """An element-wise stage's work on its elements, without the whole-stage series:
+    the output stream, the late mask, and the in-flight holds (µs series) of its
+    elements' timestamps (late ones not holding) and of their arrivals."""
+
+    out: Stream
+    late: np.ndarray
+    buffer: StepSeries
+    processing_hold: StepSeries
+
+
+def element_outputs(
     spec: Source | ParDo | Flatten, stream: Stream, iw: StepSeries, rng: np.random.Generator
-) -> tuple[Stream, StageResult]:
+) -> ElementOutputs:
+    """The stage on ``stream`` under input watermark ``iw`` (µs): what
+    :func:`run_elementwise` computes besides the output watermark (a key partition's
+    share of the stage needs no more, and reads ``iw`` only at its arrivals)."""
     late = lateness(stream, iw)
     depart = spec.processing.departures(stream.time, rng)
     hold_ts = np.where(late, MAX_TIMESTAMP, stream.timestamp)
     buffer = inflight_min(stream.time, depart, hold_ts)
-    ow = pointwise_min([iw, buffer]).latched() if len(buffer) else iw.latched()
     value = stream.value
     if isinstance(spec, ParDo) and spec.fn is not None:
         value = np.asarray(spec.fn(value), dtype=np.float64)
@@ -344,10 +357,17 @@ def run_elementwise(
                 f"stage {spec.name!r}: fn returned {value.shape}, expected {stream.value.shape}"
             )
     out = Stream(depart, stream.timestamp, stream.key, value)
-    kind = type(spec).__name__
+    return ElementOutputs(out, late, buffer, inflight_min(stream.time, depart, stream.time))
+
+
+def run_elementwise(
+    spec: Source | ParDo | Flatten, stream: Stream, iw: StepSeries, rng: np.random.Generator
+) -> tuple[Stream, StageResult]:
+    out, late, buffer, processing_hold = element_outputs(spec, stream, iw, rng)
+    ow = pointwise_min([iw, buffer]).latched() if len(buffer) else iw.latched()
     result = StageResult(
         spec.name,
-        kind,
+        type(spec).__name__,
         iw.latched(),
         ow,
         {BUFFER_HOLD: buffer},
@@ -355,7 +375,7 @@ def run_elementwise(
         late,
         stream.timestamp[late],
         stream.time[late],
-        processing_hold=inflight_min(stream.time, depart, stream.time),
+        processing_hold=processing_hold,
     )
     return out, result
 
@@ -525,6 +545,7 @@ _TIMING_VALUES = np.array([t.value for t in TIMINGS], dtype=object)
 __all__ = [
     "BUFFER_HOLD",
     "MIN_TIMESTAMP",
+    "ElementOutputs",
     "GroupRunner",
     "PaneTable",
     "SimulationResult",
@@ -533,6 +554,7 @@ __all__ = [
     "Stream",
     "check_traces",
     "differences",
+    "element_outputs",
     "finished_source",
     "key_ranks",
     "lateness",
