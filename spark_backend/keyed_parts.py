@@ -40,9 +40,11 @@ from theory.watermarks.holds import inflight_min
 from theory.windowing.partitioned import PartResult, run_part
 
 __all__ = [
+    "RECORD_LIMIT",
     "ElementStats",
     "OthersMin",
     "Part",
+    "bounded",
     "elementwise",
     "first_places",
     "group_outputs",
@@ -51,6 +53,7 @@ __all__ = [
     "key_partition",
     "merge",
     "others_min",
+    "record_bytes",
     "settle",
     "split",
 ]
@@ -84,6 +87,33 @@ class ElementStats(NamedTuple):
     path: str
     latencies: np.ndarray
     instants: int = 0
+
+
+#: The most bytes a partition's part may hold: Spark moves it between its JVM and
+#: Python as one record, whose length is a signed 32-bit int (64 MiB left for pickling).
+RECORD_LIMIT = 2**31 - 2**26
+
+
+def record_bytes(part: Part) -> int:
+    """About how many bytes ``part`` takes as one pickled record (an object key: its
+    pointer and a small int or short string besides)."""
+    s = part.stream
+    columns = (s.time, s.timestamp, s.key, s.value, part.place)
+    return sum(c.nbytes + (32 * c.size if c.dtype == object else 0) for c in columns)
+
+
+def bounded(part: Part, p: int, stage: str) -> Part:
+    """``part`` if it fits one Spark record (:data:`RECORD_LIMIT`); ValueError naming
+    the stage, the partition, its elements and bytes otherwise."""
+    size = record_bytes(part)
+    if size > RECORD_LIMIT:
+        raise ValueError(
+            f"stage {stage!r}: key partition {p} holds {len(part.stream):,} elements "
+            f"({size / 2**30:.2f} GiB), past the {RECORD_LIMIT / 2**30:.2f} GiB Spark moves "
+            "as one record: use more --partitions (a stage that groups every key together, "
+            "or one key this large, cannot be split; run a smaller trace)"
+        )
+    return part
 
 
 def _key_hash(k: Hashable) -> int:

@@ -64,6 +64,7 @@ from spark_backend.keyed_parts import (
     ElementStats,
     OthersMin,
     Part,
+    bounded,
     elementwise,
     first_places,
     group_outputs,
@@ -215,7 +216,7 @@ def simulate_keyed(
             else:
                 ups = [streams[u] for u in spec.inputs]
                 glob = isinstance(spec, GroupByWindow) and spec.rekey == "global"
-                parts = run.gather([p for p, _ in ups], glob)
+                parts = run.gather([p for p, _ in ups], glob, name)
                 iw = pointwise_min([wm for _, wm in ups])
             if isinstance(spec, GroupByWindow):
                 parts, stages[name] = run.group(spec, parts, _latched(iw))
@@ -276,7 +277,10 @@ class _Run:
         # (one block's summary at a time: the driver never holds them all pickled)
         iw = source_watermark(spec, summaries.toLocalIterator())
         pieces = made.flatMap(lambda x: [(p, (0, part)) for p, part in x[1]])
-        parts = pieces.groupByKey(n, partitionFunc=int).mapValues(lambda ps: merge(list(ps), 1))
+        parts = pieces.groupByKey(n, partitionFunc=int).map(
+            lambda pp: (pp[0], bounded(merge(list(pp[1]), 1), pp[0], spec.name)),
+            preservesPartitioning=True,
+        )
         LOG.info("source %s: %d blocks made on the executors, %d watermark steps", spec.name,
                  trace.blocks, len(iw))  # fmt: skip
         return parts, iw
@@ -303,7 +307,7 @@ class _Run:
         rdd = self.sc.parallelize(items, max(1, len(items))).mapValues(_read_part)
         return rdd, iw
 
-    def gather(self, inputs: list[Any], rekey_global: bool) -> Any:
+    def gather(self, inputs: list[Any], rekey_global: bool, stage: str) -> Any:
         """A stage's input parts: one input as it is (unless everything goes to one key),
         else every input's elements by target partition, merged in the local order."""
         if len(inputs) == 1 and not rekey_global:
@@ -315,7 +319,10 @@ class _Run:
 
         tagged = [rdd.flatMap(lambda pp, i=i: pieces(pp, i)) for i, rdd in enumerate(inputs)]
         union = tagged[0] if k == 1 else self.sc.union(tagged)
-        return union.groupByKey(n, partitionFunc=int).mapValues(lambda ps: merge(list(ps), k))
+        return union.groupByKey(n, partitionFunc=int).map(
+            lambda pp: (pp[0], bounded(merge(list(pp[1]), k), pp[0], stage)),
+            preservesPartitioning=True,
+        )
 
     def elementwise(self, spec: Any, parts: Any, iw: StepSeries) -> tuple[Any, KeyedStage]:
         # a source's curve has a step per distinct arrival; a monotone one is the same
@@ -328,7 +335,7 @@ class _Run:
             p, part = pp
             out, stats, late = elementwise(spec, part, held.value)
             _write_late(late_dir, p, late)
-            return p, (out, stats)
+            return p, (bounded(out, p, spec.name), stats)
 
         done = self.keep(parts.map(task))
         stats = done.map(lambda x: x[1][1]).collect()
@@ -363,7 +370,7 @@ class _Run:
             out, table, stats, late = group_outputs(spec, part, w, instants, result, rank)
             _write_panes(pane_dir, p, table, rank)
             _write_late(late_dir, p, late)
-            return p, (out, stats)
+            return p, (bounded(out, p, spec.name), stats)
 
         emitted = self.keep(parts.zip(done).map(outputs))
         stats = emitted.map(lambda x: x[1][1]).collect()

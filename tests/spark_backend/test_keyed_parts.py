@@ -3,6 +3,7 @@ without Spark: key partitions, the local order kept through splits and merges, h
 their changes. Times are µs."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -10,12 +11,14 @@ from spark_backend.keyed_grid import partition_grid
 from spark_backend.keyed_parts import (
     OthersMin,
     Part,
+    bounded,
     group_outputs,
     group_round,
     hold_changes,
     key_partition,
     merge,
     others_min,
+    record_bytes,
     settle,
     split,
 )
@@ -240,3 +243,21 @@ def test_a_partition_holds_fewer_instants_than_the_stage():
     part = Part(stream, np.arange(len(stream)).reshape(-1, 1))
     mine = dict(split(part, 8, False))[0].stream
     assert partition_grid(strategy, mine, iw).size > np.union1d(mine.time, []).size
+
+
+def test_a_part_past_one_spark_record_is_refused_naming_its_stage_and_partition(monkeypatch):
+    from spark_backend import keyed_parts
+
+    n = 1000
+    stream = Stream(np.arange(n), np.arange(n), np.arange(n) % 7, np.ones(n))
+    part = Part(stream, np.zeros((n, 3), np.int64))
+    assert record_bytes(part) == n * (4 + 3) * 8
+    objects = Part(Stream(stream.time, stream.timestamp, stream.key.astype(object),
+                          stream.value), part.place)  # fmt: skip
+    assert record_bytes(objects) > record_bytes(part)
+    monkeypatch.setattr(keyed_parts, "RECORD_LIMIT", n * 7 * 8)
+    assert bounded(part, 3, "sessions") is part  # (at the limit: kept)
+    monkeypatch.setattr(keyed_parts, "RECORD_LIMIT", n * 7 * 8 - 1)
+    with pytest.raises(ValueError, match=r"stage 'sessions': key partition 3 holds 1,000 "
+                       r"elements .*--partitions"):  # fmt: skip
+        bounded(part, 3, "sessions")
