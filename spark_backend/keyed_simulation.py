@@ -18,11 +18,14 @@ checks every series and pane):
   watermark, writes the rows split by key partition to Parquet under the output
   directory, and drops them; each task reads its partition's file.
 - **Streams** stay on the executors as an RDD of ``(partition, Part)``, persisted
-  DISK_ONLY (in the block manager's files, not the JVM heap). A stage of several inputs,
+  DISK_ONLY (in the block manager's files, not the JVM heap). A part is one Spark record,
+  so it must stay under 2 GiB (:data:`~spark_backend.keyed_parts.RECORD_LIMIT`; past it
+  the task stops with a ValueError naming the stage and partition). A stage of several inputs,
   or one that re-keys everything to one key, gathers the parts by target partition (a
   shuffle).
-- **Element-wise stages** run per partition with the input watermark broadcast; each
-  partition sends back its counts and in-flight holds.
+- **Element-wise stages** run per partition with the input watermark broadcast (a
+  monotone one with only its changes); each partition reads it at its own arrivals and
+  sends back its counts and in-flight holds (the driver makes the output watermark).
 - **Grouping stages** run each partition over its own instants of the stage's grid
   (:mod:`spark_backend.keyed_grid`: its arrivals and the watermark steps that can fire
   its windows; the input watermark and the keys' ranks broadcast), in rounds: each
