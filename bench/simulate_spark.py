@@ -25,6 +25,25 @@ heap and small reservations (3 GiB is enough with these)::
       nice prlimit --as=$((3*1024**3)) python bench/simulate_spark.py --events 2e7 \
       --partitions 32 --limit $((3*1024**3)) --conf spark.driver.memory=1g
 
+**On the whole machine (session 11; 2 cores, 23.5 GiB of RAM, no swap; perfect watermark,
+32 blocks a source, 180M events, the final code of that session):**
+
+- **local** (a fresh interpreter, under ``prlimit --as`` of the machine's whole RAM,
+  24,105 MiB, so its failure cannot take the machine down): **MemoryError after 176 s**.
+  Uncapped it measured 1,023 MiB at 4M and 6,279 MiB at 40M events (146 MiB per 1M, about
+  153 B/event), so 180M would need about 26.1 GiB, more than the machine has;
+- **Spark** (uncapped, ``--partitions 100 --no-local --conf spark.driver.memory=8g --conf
+  spark.memory.fraction=0.2``): **completed in 1,436.3 s wall, 1,168.7 s CPU of the tree**
+  (125k events/s), peak tree PSS **17,639 MiB** (103 B/event; peaks by kind: driver 6,538
+  MiB, JVM 12,726 MiB, workers 6,843 MiB), load 0.1 at the start. Stages: sources 2.6 and
+  2.6 min, mobile sessions 4.7 min, console sessions 12.8 min, the global mean 2.4 min;
+- an earlier attempt with ``spark.driver.memory=6g`` and the default memory fraction ran
+  out of JVM heap in the global mean's stage, reading its one partition's 1.5 GiB part
+  from Python while the run's broadcast blocks held the storage share of the heap
+  (``unpersist`` keeps the driver's copies, which in local mode are the only ones);
+- equality at 1M on the same code: identical, every series and pane (load 3.7).
+- At 32M (100 partitions, 6g, load 1.1): 283.9 s wall, 489.3 s CPU, peak 6,133 MiB.
+
 Measured (session 10, 2 cores, perfect watermark, 32 blocks a source). The 3 GiB
 address-space limit per process stands in for a smaller machine; the real one has 23 GiB:
 
@@ -50,7 +69,7 @@ address-space limit per process stands in for a smaller machine; the real one ha
 - **equality at 1M** (no limit, 32 partitions, load 6.4-7.9, the final code): identical,
   every series and pane (Spark 53.4 s wall, 52.7 s CPU; local 1.4 s).
 
-On the whole machine (23 GiB, not measured; a projection from these figures): local grows
+Session 10's projection for the whole machine (measured in session 11 above): local grows
 about 154 B/event (147 MiB per 1M between 12M and 16M), so it would fail near 145-160M
 events; Spark's tree grew about 113 B/event between 20M and 30M (its driver 43 B/event
 now), so near 150M it would need about 17-18 GiB and take about 5x the 30M run's CPU
