@@ -120,15 +120,17 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str | None, str]]:
     pq.write_table(pa.Table.from_pylist(t), tmp_path / "g" / "t.parquet", row_group_size=30)
     cases["parquet row group"] = (tmp_path / "g" / "t.parquet", None,
                                   "row 65, column 'event_time'.*row index 65 of that file")
-    # a directory: a bad value in its second CSV file, and a bad byte in its third, which
-    # is named first
+    # a directory: a bad value in its second CSV file; and with a bad byte in a third,
+    # which is named first
     for d in (tmp_path / "d", tmp_path / "d2"):
         d.mkdir()
         pacsv.write_csv(_table(rng, 20, 0, False), d / "a.csv")
         (d / "b.csv").write_text("event_time,arrival_time\n1,2\nx,3\n")
     cases["csv row"] = (tmp_path / "d", None, r"row 21, column 'event_time'.*b\.csv', line 3")
-    (tmp_path / "d2" / "c.csv").write_bytes(b"event_time,arrival_time\n1,2\n3,\xff\n")
-    cases["bad byte first"] = (tmp_path / "d2", None, r"not UTF-8 text: byte 0xff on line 3.*c\.csv")
+    # (after the first MiB, which the header check reads: found once a row is bad)
+    body = b"event_time,arrival_time\n" + b"1,2\n" * 300_000 + b"3,\xff\n"
+    (tmp_path / "d2" / "c.csv").write_bytes(body)
+    cases["bad byte first"] = (tmp_path / "d2", None, r"not UTF-8 text: byte 0xff.*c\.csv")
     # epoch milliseconds read as µs; then a unit that leaves the µs range
     ms = tmp_path / "ms.parquet"
     pq.write_table(pa.table({"event_time": [1_700_000_000_000] * 3,
@@ -158,11 +160,11 @@ def test_spark_reads_and_simulates_a_file_as_local_does(spark, tmp_path, caplog)
     # the bad inputs, checked by Spark's tasks: local's errors (a TraceError renumbered
     # on the driver)
     for name, (path, unit, says) in _bad_files(tmp_path).items():
-        with pytest.raises((TraceError, ValueError), match=says) as local:
+        with pytest.raises((TraceError, ValueError), match=says) as whole:
             read_local(path, "fail", unit)
-        with pytest.raises(type(local.value)) as blocked:
+        with pytest.raises(type(whole.value)) as in_blocks:
             read_blocks(sc, path, "fail", unit, rows=20)
-        assert str(blocked.value) == str(local.value), name
+        assert str(in_blocks.value) == str(whole.value), name
     # the simulation: a Parquet file in many row groups (perfect watermark, the rows of
     # every tie in the trace's order), a directory of Parquet and CSV files with int and
     # string keys (bounded), each against the local simulator on read_local's trace
