@@ -37,6 +37,7 @@ from theory.data.units import (
     check_ranges,
     numeric_time_columns,
     scale_to_us,
+    time_ranges,
     unit_factor,
 )
 
@@ -80,11 +81,7 @@ def read_local(
     trace, bad = read_trace(
         path, on_bad_rows=on_bad_rows, require_causal=strict, null_values=null_values
     )
-    ranges = {}
-    for name in TIME_COLUMNS:
-        v = getattr(trace, name)
-        if v is not None and v.size:
-            ranges[name] = (int(v.min()), int(v.max()))
+    ranges = time_ranges(trace)
     check_ranges(ranges, unit, cols)
     if unit is None or not cols & ranges.keys():
         return trace, bad

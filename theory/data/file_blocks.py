@@ -52,7 +52,7 @@ from theory.data.location import TraceFile
 from theory.data.report import BadRowReport
 from theory.data.schema import OnBadRows, check_on_bad_rows
 from theory.data.trace import Trace
-from theory.data.units import TIME_COLUMNS, check_ranges, scale_to_us
+from theory.data.units import TIME_COLUMNS, check_ranges, scale_to_us, time_ranges
 
 __all__ = [
     "ROWS",
@@ -148,12 +148,8 @@ def check_block(block: FileBlock, reading: Reading) -> BlockCheck:
         trace, report = block.read(reading)
     except TraceError as err:
         return BlockCheck(0, 0, False, {}, BadRowReport(), err)
-    ranges = {}
-    for name in TIME_COLUMNS:
-        v = getattr(trace, name)
-        if v is not None and v.size:
-            ranges[name] = (int(v.min()), int(v.max()))
-    return BlockCheck(report.rows_read, len(trace), trace.has_string_keys, ranges, report)
+    return BlockCheck(report.rows_read, len(trace), trace.has_string_keys, time_ranges(trace),
+                      report)  # fmt: skip
 
 
 def file_trace(

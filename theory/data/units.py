@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +29,9 @@ from numpy.typing import ArrayLike
 
 from theory.columns import int_column
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, format_timestamp
+
+if TYPE_CHECKING:
+    from theory.data.trace import Trace
 
 __all__ = [
     "TIME_COLUMNS",
@@ -39,6 +43,7 @@ __all__ = [
     "likely_unit",
     "numeric_time_columns",
     "scale_to_us",
+    "time_ranges",
     "unit_factor",
 ]
 
@@ -85,6 +90,16 @@ def check_unit_range(lo: int, hi: int, unit: str, column: str) -> None:
             f"{column}: {bad} {unit} is outside the µs timestamp range once converted "
             f"(|value| must be at most {top} {unit})"
         )
+
+
+def time_ranges(trace: Trace) -> dict[str, tuple[int, int]]:
+    """Each time column's (least, greatest) value, for those present with rows."""
+    ranges = {}
+    for name in TIME_COLUMNS:
+        v = getattr(trace, name)
+        if v is not None and v.size:
+            ranges[name] = (int(v.min()), int(v.max()))
+    return ranges
 
 
 def check_ranges(
