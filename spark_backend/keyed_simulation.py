@@ -16,9 +16,10 @@ checks every series and pane):
   event, only the series. A user's trace file is such a trace too
   (:func:`spark_backend.trace_input.read_blocks`: a task reads one block, Parquet row
   groups or a CSV file, after a first pass of per-block checks). Any other trace (a
-  :class:`~theory.data.trace.Trace`, or a callable making one) the driver reads or makes one at a time, computes its source
-  watermark, writes the rows split by key partition to Parquet under the output
-  directory, and drops them; each task reads its partition's file.
+  :class:`~theory.data.trace.Trace`, or a callable making one) the driver reads or makes
+  one at a time, computes its source watermark, writes the rows split by key partition
+  to Parquet under the output directory, and drops them; each task reads its
+  partition's file.
 - **Streams** stay on the executors as an RDD of ``(partition, Part)``, persisted
   DISK_ONLY (in the block manager's files, not the JVM heap). A stage of several inputs,
   or one that re-keys everything to one key, gathers the parts by target partition (a
