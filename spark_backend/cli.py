@@ -131,9 +131,22 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         inputs = makers if engine == "spark" else {n: make() for n, make in makers.items()}
         n_events = args.events
         bar.step(f"generated {args.events:,} events" if engine == "local" else "generators")
+    elif engine == "spark" and _summarised(pipe):
+        from spark_backend.keyed_simulation import spark_context
+        from spark_backend.trace_input import read_blocks
+
+        # read by Spark's tasks block by block, checked first; the driver holds no row
+        blocked_file, _ = read_blocks(spark_context(session), args.trace, "fail", args.time_unit)
+        inputs = {"in": blocked_file}
+        n_events = blocked_file.events
+        what = f"{n_events:,} rows of {args.trace}"
+        LOG.info("trace %s: %d blocks checked on the executors", args.trace, blocked_file.blocks)
+        bar.step(f"checked {what} in {blocked_file.blocks} blocks")
     else:
         from spark_backend.trace_input import read_local
 
+        if engine == "spark":
+            LOG.info("watermark %s needs every row: the trace is read here", args.watermark)
         trace, _ = read_local(args.trace, "fail", args.time_unit)
         inputs = {"in": trace}
         n_events = len(trace)
@@ -177,6 +190,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 #: about 3x the ~200 B/event ``bench/simulate_throughput.py`` traces, for the process's
 #: own copies and allocator slack.
 SIMULATE_BYTES_PER_EVENT = 600
+
+
+def _summarised(pipe: Pipeline) -> bool:
+    """Whether every source's watermark comes from block summaries on Spark
+    (:data:`spark_backend.keyed_sources.SUMMARISED`), so no source needs every row."""
+    from spark_backend.keyed_sources import SUMMARISED
+    from theory.pipeline.stages import Source
+    from theory.watermarks.spec import make_source_watermark
+
+    sources = [pipe.stage(n) for n in pipe.source_names()]
+    return all(isinstance(s, Source) and make_source_watermark(s.watermark).kind in SUMMARISED
+               for s in sources)  # fmt: skip
 
 
 def _simulate_need(args: argparse.Namespace) -> int | None:

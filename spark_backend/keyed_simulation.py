@@ -13,10 +13,13 @@ checks every series and pane):
   only the blocks' summaries, from which it computes the source watermark exactly
   (:mod:`spark_backend.keyed_sources`: perfect, oracle, bounded, ingress; for the other
   specs, which need every row, the driver makes the whole trace). So the driver holds no
-  event, only the series. Any other trace (a :class:`~theory.data.trace.Trace`, or a
-  callable making one) the driver reads or makes one at a time, computes its source
-  watermark, writes the rows split by key partition to Parquet under the output
-  directory, and drops them; each task reads its partition's file.
+  event, only the series. A user's trace file is such a trace too
+  (:func:`spark_backend.trace_input.read_blocks`: a task reads one block, Parquet row
+  groups or a CSV file, after a first pass of per-block checks). Any other trace (a
+  :class:`~theory.data.trace.Trace`, or a callable making one) the driver reads or makes
+  one at a time, computes its source watermark, writes the rows split by key partition
+  to Parquet under the output directory, and drops them; each task reads its
+  partition's file.
 - **Streams** stay on the executors as an RDD of ``(partition, Part)``, persisted
   DISK_ONLY (in the block manager's files, not the JVM heap). A part is one Spark record,
   so it must stay under 2 GiB (:data:`~spark_backend.keyed_parts.RECORD_LIMIT`; past it

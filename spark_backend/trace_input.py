@@ -6,20 +6,27 @@ nanoseconds read as µs stops the run (:func:`theory.data.units.check_magnitude`
 names the likely unit and the flag). Both engines apply theory's rule: the local one on
 numpy columns, Spark as an exact bigint expression. Timestamp, date and ISO-8601
 columns are absolute and never scaled.
+
+:func:`read_blocks` gives :func:`read_local`'s trace as a
+:class:`~theory.data.blocks.BlockedTrace` read by Spark's tasks (``simulate --engine
+spark --trace``): the driver reads headers, Parquet footers and each block's check only.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_backend.traces.files import file_groups
 from spark_backend.traces.read import read_trace_df
+from theory.data.blocks import BlockedTrace
+from theory.data.file_blocks import ROWS, BlockCheck, FileBlock, read_blocked
 from theory.data.io import check_file, read_trace, trace_files
 from theory.data.location import is_uri
 from theory.data.report import BadRowReport
@@ -27,14 +34,14 @@ from theory.data.schema import OnBadRows
 from theory.data.trace import Trace
 from theory.data.units import (
     TIME_COLUMNS,
-    check_magnitude,
-    check_unit_range,
+    check_ranges,
     numeric_time_columns,
     scale_to_us,
+    time_ranges,
     unit_factor,
 )
 
-__all__ = ["local_files", "read_local", "read_spark", "scaled_columns"]
+__all__ = ["local_files", "read_blocks", "read_local", "read_spark", "scaled_columns"]
 
 
 def local_files(path: str | os.PathLike[str]) -> list[Path]:
@@ -70,24 +77,50 @@ def read_local(
     """Read and validate with theory (no Spark), then apply the unit rule. Empty or
     unreadable files get the Spark reader's errors (its file checks run first, in its
     order: theory's :func:`~theory.data.io.check_file`, then the grouping)."""
+    cols = _checked_headers(path, unit)
+    trace, bad = read_trace(
+        path, on_bad_rows=on_bad_rows, require_causal=strict, null_values=null_values
+    )
+    ranges = time_ranges(trace)
+    check_ranges(ranges, unit, cols)
+    if unit is None or not cols & ranges.keys():
+        return trace, bad
+    changes = {n: scale_to_us(getattr(trace, n), unit, n) for n in ranges if n in cols}
+    return dataclasses.replace(trace, **changes), bad
+
+
+def read_blocks(
+    sc: Any,
+    path: str | os.PathLike[str],
+    on_bad_rows: OnBadRows,
+    unit: str | None,
+    strict: bool = False,
+    null_values: Sequence[str] = (),
+    rows: int = ROWS,
+) -> tuple[BlockedTrace, BadRowReport]:
+    """:func:`read_local`'s trace as blocks (:mod:`theory.data.file_blocks`: Parquet row
+    groups, CSV files), each checked by a task of SparkContext ``sc``; the same errors,
+    raised before the trace is simulated. Here only headers, Parquet footers and each
+    block's check (counts and ranges) are read; a task of the simulation reads a block."""
+    cols = _checked_headers(path, unit)
+
+    def run(check: Callable[[FileBlock], BlockCheck], blocks: list[FileBlock]) -> list[BlockCheck]:
+        return sc.parallelize(blocks, max(1, len(blocks))).map(check).collect()
+
+    return read_blocked(
+        path, on_bad_rows=on_bad_rows, require_causal=strict, null_values=null_values,
+        unit=unit, scaled=cols, rows=rows, run=run,
+    )  # fmt: skip
+
+
+def _checked_headers(path: str | os.PathLike[str], unit: str | None) -> set[str]:
+    """Both readers' file checks before any row, in the Spark reader's order (theory's
+    :func:`~theory.data.io.check_file`, then the grouping); the columns ``unit`` applies to."""
     files = local_files(path)
     for f in files:
         check_file(f)
     file_groups(files)
-    cols = scaled_columns(path, unit)
-    trace, bad = read_trace(
-        path, on_bad_rows=on_bad_rows, require_causal=strict, null_values=null_values
-    )
-    changes = {}
-    for name in TIME_COLUMNS:
-        v = getattr(trace, name)
-        if v is None or not v.size:
-            continue
-        if unit is not None and name in cols:
-            changes[name] = scale_to_us(v, unit, name)
-        elif unit is None:
-            check_magnitude(int(v.min()), int(v.max()), name)
-    return (dataclasses.replace(trace, **changes) if changes else trace), bad
+    return scaled_columns(path, unit)
 
 
 def read_spark(
@@ -107,16 +140,16 @@ def read_spark(
     present = [c for c in TIME_COLUMNS if c in df.columns]
     aggs = [F.min(c).alias(f"lo_{c}") for c in present]
     aggs += [F.max(c).alias(f"hi_{c}") for c in present]
-    ranges = df.agg(*aggs).first() if aggs else None
-    for c in present:
-        if ranges is None or ranges[f"lo_{c}"] is None:
-            continue
-        lo, hi = int(ranges[f"lo_{c}"]), int(ranges[f"hi_{c}"])
+    got = df.agg(*aggs).first() if aggs else None
+    ranges = {
+        c: (int(got[f"lo_{c}"]), int(got[f"hi_{c}"]))
+        for c in present
+        if got is not None and got[f"lo_{c}"] is not None
+    }
+    check_ranges(ranges, unit, cols)
+    for c in ranges:
         if unit is not None and c in cols:
-            check_unit_range(lo, hi, unit, c)
             df = df.withColumn(c, _scaled(c, unit))
-        elif unit is None:
-            check_magnitude(lo, hi, c)
     return df, bad
 
 

@@ -18,5 +18,7 @@
 ``theory.data.generators``      ``generate_trace`` / ``game_sessions_trace`` (numpy)
 ``theory.data.blocks``          ``BlockedTrace``: a trace made block by block (one block a
                                 task, or whole here: the same rows), ``session_blocks``
+``theory.data.file_blocks``     a trace file as a ``BlockedTrace``: Parquet row groups or
+                                CSV files a block, checked first (``read_blocked``)
 ==============================  =========================================================
 """

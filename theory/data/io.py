@@ -46,8 +46,11 @@ __all__ = [
     "check_file",
     "check_null_values",
     "check_utf8",
+    "checked_files",
+    "read_part",
     "read_trace",
     "refuse_non_utf8",
+    "string_keyed",
     "trace_files",
     "trace_format",
     "write_file_atomically",
@@ -98,28 +101,50 @@ def check_null_values(values: Sequence[str]) -> tuple[str, ...]:
 def _read(
     path: str | os.PathLike[str], policy: OnBadRows, require_causal: bool, nulls: tuple[str, ...]
 ) -> tuple[Trace, BadRowReport]:
-    files = list_trace_files(path)
-    headers = [check_file(f) for f in files]
-    check_file_columns([(f.shown, h) for f, h in zip(files, headers, strict=True)])
+    headed = checked_files(path)
     traces: list[Trace] = []
     report = BadRowReport()
     try:
-        for f, names in zip(files, headers, strict=True):
-            cols = _trace_columns(_read_table(f, names, nulls))
-            t, r = validate_columns(
-                cols,
-                on_bad_rows=policy,
-                require_causal=require_causal,
-                row_offset=report.rows_read,
-                path=f.shown,
-                shown=_csv_text(f, nulls) if trace_format(f) == "csv" else None,
-            )
+        for f, names in headed:
+            t, r = read_part(f, names, policy, require_causal, nulls, report.rows_read)
             traces.append(t)
             report = report.merge(r)
     except TraceError:
-        refuse_non_utf8(files)  # a bad byte is the cause to name first, as Spark does
+        refuse_non_utf8([f for f, _ in headed])  # a bad byte is the cause to name first
         raise
     return Trace.concat(_same_key_type(traces)), report
+
+
+def checked_files(path: str | os.PathLike[str]) -> list[tuple[TraceFile, list[str]]]:
+    """The files of a trace path in reading order, each with its column names, after
+    the checks made before any row is read (:func:`check_file` on each, then the
+    columns across files); errors name the file."""
+    files = list_trace_files(path)
+    headers = [check_file(f) for f in files]
+    check_file_columns([(f.shown, h) for f, h in zip(files, headers, strict=True)])
+    return list(zip(files, headers, strict=True))
+
+
+def read_part(
+    f: TraceFile,
+    names: list[str],
+    policy: OnBadRows,
+    require_causal: bool,
+    nulls: tuple[str, ...],
+    row_offset: int = 0,
+    groups: Sequence[int] | None = None,
+) -> tuple[Trace, BadRowReport]:
+    """A file's rows validated (numbered from ``row_offset``; errors name the file and
+    the row in it), or only its Parquet row groups ``groups`` (a row's index in the file
+    then counts from the first group's). ``names``: :func:`check_file`'s."""
+    return validate_columns(
+        _trace_columns(_read_table(f, names, nulls, groups)),
+        on_bad_rows=policy,
+        require_causal=require_causal,
+        row_offset=row_offset,
+        path=f.shown,
+        shown=_csv_text(f, nulls) if trace_format(f) == "csv" else None,
+    )
 
 
 def check_file(path: Path | TraceFile) -> list[str]:
@@ -200,7 +225,9 @@ def refuse_non_utf8(files: Sequence[Path | TraceFile]) -> None:
             check_utf8(f)
 
 
-def _read_table(f: TraceFile, names: list[str], nulls: tuple[str, ...]) -> pa.Table:
+def _read_table(
+    f: TraceFile, names: list[str], nulls: tuple[str, ...], groups: Sequence[int] | None = None
+) -> pa.Table:
     if trace_format(f) == "csv":
         opts = pacsv.ConvertOptions(null_values=list(nulls), strings_can_be_null=True)
         parse = pacsv.ParseOptions(newlines_in_values=True)
@@ -214,7 +241,9 @@ def _read_table(f: TraceFile, names: list[str], nulls: tuple[str, ...]) -> pa.Ta
         return table
     wanted = [c for c in names if c in COLUMNS]
     with f.open() as raw:
-        return pq.read_table(raw, columns=wanted)
+        if groups is None:
+            return pq.read_table(raw, columns=wanted)
+        return pq.ParquetFile(raw).read_row_groups(list(groups), columns=wanted)
 
 
 def _csv_text(f: TraceFile, nulls: tuple[str, ...]) -> Callable[[str, int], object]:
@@ -245,10 +274,14 @@ def _same_key_type(traces: list[Trace]) -> list[Trace]:
     """Int keys as strings when some files have string keys (a key column has one type)."""
     if len({t.has_string_keys for t in traces if len(t)}) <= 1:
         return traces
-    return [
-        t if t.has_string_keys else t.with_columns(key=t.key.astype(str).astype(object))
-        for t in traces
-    ]
+    return [string_keyed(t) for t in traces]
+
+
+def string_keyed(trace: Trace) -> Trace:
+    """``trace`` with its int keys as strings (as is, if they are strings already)."""
+    if trace.has_string_keys:
+        return trace
+    return trace.with_columns(key=trace.key.astype(str).astype(object))
 
 
 def write_file_atomically(path: str | os.PathLike[str], data: bytes) -> None:

@@ -17,8 +17,9 @@ one home of the rule, used by both engines of the ``watermarks`` command line:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -29,15 +30,20 @@ from numpy.typing import ArrayLike
 from theory.columns import int_column
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, format_timestamp
 
+if TYPE_CHECKING:
+    from theory.data.trace import Trace
+
 __all__ = [
     "TIME_COLUMNS",
     "TIME_UNITS",
     "check_magnitude",
+    "check_ranges",
     "check_time_unit",
     "check_unit_range",
     "likely_unit",
     "numeric_time_columns",
     "scale_to_us",
+    "time_ranges",
     "unit_factor",
 ]
 
@@ -84,6 +90,33 @@ def check_unit_range(lo: int, hi: int, unit: str, column: str) -> None:
             f"{column}: {bad} {unit} is outside the µs timestamp range once converted "
             f"(|value| must be at most {top} {unit})"
         )
+
+
+def time_ranges(trace: Trace) -> dict[str, tuple[int, int]]:
+    """Each time column's (least, greatest) value, for those present with rows."""
+    ranges = {}
+    for name in TIME_COLUMNS:
+        v = getattr(trace, name)
+        if v is not None and v.size:
+            ranges[name] = (int(v.min()), int(v.max()))
+    return ranges
+
+
+def check_ranges(
+    ranges: Mapping[str, tuple[int, int]], unit: str | None, scaled: Collection[str]
+) -> None:
+    """The unit rule on a trace's time columns, each given as its (least, greatest)
+    value (absent: no values), in :data:`TIME_COLUMNS` order: with a ``unit``, a column
+    in ``scaled`` must stay in the µs range once converted (:func:`check_unit_range`);
+    without one, a column must not look like epoch s/ms/ns (:func:`check_magnitude`)."""
+    for name in TIME_COLUMNS:
+        if name not in ranges:
+            continue
+        lo, hi = ranges[name]
+        if unit is not None and name in scaled:
+            check_unit_range(lo, hi, unit, name)
+        elif unit is None:
+            check_magnitude(lo, hi, name)
 
 
 def scale_to_us(values: ArrayLike, unit: str, column: str) -> np.ndarray:
