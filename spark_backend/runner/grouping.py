@@ -51,7 +51,9 @@ def key_hash(key: bytes) -> int:
 
 
 def split_elements(chunk: bytes, impl: Any) -> Iterator[tuple[Any, bytes]]:
-    """Each element of ``chunk`` (encoded with ``impl``), decoded and as its bytes."""
+    """Each element of ``chunk`` (encoded with ``impl``), decoded and as its bytes: the
+    bytes are the nested encoding, so decode them again with ``decode_nested``, never
+    ``decode`` (a string or bytes value last in a KV would keep its length prefix)."""
     stream = create_InputStream(chunk)
     size = len(chunk)
     while stream.size() > 0:
@@ -86,7 +88,9 @@ def group_partition(
     grouped = (
         pane
         for encoded_key, encoded in groups
-        for pane in panes(key_impl.decode(encoded_key), [input_impl.decode(e) for e in encoded])
+        for pane in panes(
+            key_impl.decode(encoded_key), [input_impl.decode_nested(e) for e in encoded]
+        )
     )
     return encode_chunks(grouped, output_impl)
 
@@ -101,7 +105,7 @@ def engine_partition(
     strategy = engine_strategy(windowing(job_id, components, group.windowing_strategy_id))
     if isinstance(strategy, str):  # the plan chose this path: it cannot happen
         raise RuntimeError(f"{group.label}: theory's engine cannot group it: {strategy}")
-    elements = ((key, input_impl.decode(e)) for key, e in pairs)
+    elements = ((key, input_impl.decode_nested(e)) for key, e in pairs)
     return encode_chunks(engine_panes(strategy, elements), output_impl)
 
 

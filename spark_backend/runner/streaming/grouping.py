@@ -181,7 +181,7 @@ def _add(
     starts: list[int] = []
     ends: list[int] = []
     for i, e in enumerate(encoded):
-        decoded = input_impl.decode(e)
+        decoded = input_impl.decode_nested(e)
         values.append(value_impl.encode(decoded.value[1]))
         stamps.append(int(decoded.timestamp.micros))
         for window in decoded.windows:
