@@ -14,7 +14,6 @@ spark --trace``): the driver reads headers, Parquet footers and each block's che
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,7 +26,7 @@ from spark_backend.traces.files import file_groups
 from spark_backend.traces.read import read_trace_df
 from theory.data.blocks import BlockedTrace
 from theory.data.file_blocks import ROWS, BlockCheck, FileBlock, read_blocked
-from theory.data.io import check_file, read_trace, trace_files
+from theory.data.io import check_file, read_in_unit, trace_files
 from theory.data.location import is_uri
 from theory.data.report import BadRowReport
 from theory.data.schema import OnBadRows
@@ -36,8 +35,6 @@ from theory.data.units import (
     TIME_COLUMNS,
     check_ranges,
     numeric_time_columns,
-    scale_to_us,
-    time_ranges,
     unit_factor,
 )
 
@@ -74,19 +71,11 @@ def read_local(
     strict: bool = False,
     null_values: Sequence[str] = (),
 ) -> tuple[Trace, BadRowReport]:
-    """Read and validate with theory (no Spark), then apply the unit rule. Empty or
+    """Read and validate with theory (no Spark), and apply the unit rule. Empty or
     unreadable files get the Spark reader's errors (its file checks run first, in its
     order: theory's :func:`~theory.data.io.check_file`, then the grouping)."""
-    cols = _checked_headers(path, unit)
-    trace, bad = read_trace(
-        path, on_bad_rows=on_bad_rows, require_causal=strict, null_values=null_values
-    )
-    ranges = time_ranges(trace)
-    check_ranges(ranges, unit, cols)
-    if unit is None or not cols & ranges.keys():
-        return trace, bad
-    changes = {n: scale_to_us(getattr(trace, n), unit, n) for n in ranges if n in cols}
-    return dataclasses.replace(trace, **changes), bad
+    _checked_headers(path, unit)
+    return read_in_unit(path, on_bad_rows, strict, False, null_values, unit, "--time-unit")
 
 
 def read_blocks(

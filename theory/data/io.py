@@ -39,6 +39,7 @@ from theory.data.location import (
 from theory.data.report import BadRowReport
 from theory.data.schema import COLUMNS, OnBadRows, check_on_bad_rows
 from theory.data.trace import Trace
+from theory.data.units import check_time_unit, in_unit, numeric_time_columns
 from theory.data.validate import check_file_columns, validate_columns
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "check_null_values",
     "check_utf8",
     "checked_files",
+    "read_in_unit",
     "read_part",
     "read_trace",
     "refuse_non_utf8",
@@ -72,22 +74,46 @@ def read_trace(
     require_causal: bool = False,
     allow_empty: bool = False,
     null_values: Sequence[str] = CSV_NULLS,
+    time_unit: str | None = None,
 ) -> tuple[Trace, BadRowReport]:
     """Read a trace from Parquet (.parquet/.pq), CSV (.csv), or a directory of them.
 
     Missing ``key`` defaults to 0 and missing ``value`` to 1.0; ``event_time`` and
-    ``arrival_time`` (µs) are required. If some files have int keys and others string
+    ``arrival_time`` are required. Numeric time columns are in ``time_unit`` (``us``,
+    ``ms``, ``s`` or ``ns``) and converted to µs (ns floored); without a unit they are
+    µs, and a column whose range looks like epoch seconds, milliseconds or nanoseconds
+    is a ValueError naming the likely unit (:func:`~theory.data.units.in_unit`, the
+    command line's ``--time-unit`` rule). Timestamp, date and ISO-8601 columns are
+    absolute and never scaled. If some files have int keys and others string
     keys, int keys are converted to strings. CSV keys that all look like integers are read
     as int64. See :func:`~theory.data.validate.validate_columns` for the rules and
     ``on_bad_rows``. An input with no rows at all (a header only, or empty files) is a
     TraceError unless ``allow_empty``, as in Spark's reader. ``null_values``: the CSV
     fields read as null (:func:`check_null_values`; the empty field always is).
     """
+    return read_in_unit(
+        path, on_bad_rows, require_causal, allow_empty, null_values, time_unit, "time_unit"
+    )
+
+
+def read_in_unit(
+    path: str | os.PathLike[str],
+    on_bad_rows: OnBadRows,
+    require_causal: bool,
+    allow_empty: bool,
+    null_values: Sequence[str],
+    time_unit: str | None,
+    where: str,
+) -> tuple[Trace, BadRowReport]:
+    """:func:`read_trace`, its unit errors naming ``where``: the parameter
+    (``time_unit``) or the command line's flag (``--time-unit``)."""
     nulls = check_null_values(null_values)
+    unit = None if time_unit is None else check_time_unit(time_unit, where)
     trace, report = _read(path, check_on_bad_rows(on_bad_rows), require_causal, nulls)
     if report.rows_read == 0 and not allow_empty:
         raise no_rows_error(str(path))
-    return trace, report
+    scaled = numeric_time_columns(list_trace_files(path)) if unit is not None else ()
+    return in_unit(trace, unit, scaled, where), report
 
 
 def check_null_values(values: Sequence[str]) -> tuple[str, ...]:

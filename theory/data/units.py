@@ -10,6 +10,7 @@ one home of the rule, used by both engines of the ``watermarks`` command line:
   the µs below; a value out of the int64 µs range is a ValueError naming the column);
   :func:`unit_factor` gives the same rule as ``(multiply, divide)`` for engines that
   apply it themselves (Spark);
+- :func:`in_unit` applies the rule to a read trace (the check, then the conversion);
 - :func:`check_magnitude` stops a column given without a unit whose range looks like
   epoch s/ms/ns read as µs, naming the likely unit and the ``--time-unit`` flag. Times
   near 0 (relative traces) and real epoch-µs dates pass.
@@ -17,9 +18,10 @@ one home of the rule, used by both engines of the ``watermarks`` command line:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +30,7 @@ import pyarrow.parquet as pq
 from numpy.typing import ArrayLike
 
 from theory.columns import int_column
+from theory.data.location import TraceFile
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, format_timestamp
 
 if TYPE_CHECKING:
@@ -40,6 +43,7 @@ __all__ = [
     "check_ranges",
     "check_time_unit",
     "check_unit_range",
+    "in_unit",
     "likely_unit",
     "numeric_time_columns",
     "scale_to_us",
@@ -103,12 +107,16 @@ def time_ranges(trace: Trace) -> dict[str, tuple[int, int]]:
 
 
 def check_ranges(
-    ranges: Mapping[str, tuple[int, int]], unit: str | None, scaled: Collection[str]
+    ranges: Mapping[str, tuple[int, int]],
+    unit: str | None,
+    scaled: Collection[str],
+    where: str = "--time-unit",
 ) -> None:
     """The unit rule on a trace's time columns, each given as its (least, greatest)
     value (absent: no values), in :data:`TIME_COLUMNS` order: with a ``unit``, a column
     in ``scaled`` must stay in the µs range once converted (:func:`check_unit_range`);
-    without one, a column must not look like epoch s/ms/ns (:func:`check_magnitude`)."""
+    without one, a column must not look like epoch s/ms/ns (:func:`check_magnitude`,
+    whose message names ``where``)."""
     for name in TIME_COLUMNS:
         if name not in ranges:
             continue
@@ -116,7 +124,21 @@ def check_ranges(
         if unit is not None and name in scaled:
             check_unit_range(lo, hi, unit, name)
         elif unit is None:
-            check_magnitude(lo, hi, name)
+            check_magnitude(lo, hi, name, where)
+
+
+def in_unit(
+    trace: Trace, unit: str | None, scaled: Collection[str], where: str = "--time-unit"
+) -> Trace:
+    """``trace`` with the unit rule applied (:func:`check_ranges`): the columns in
+    ``scaled`` converted from ``unit`` to µs (:func:`scale_to_us`); without a unit,
+    ``trace`` itself once no column looks like epoch s/ms/ns."""
+    ranges = time_ranges(trace)
+    check_ranges(ranges, unit, scaled, where)
+    if unit is None or not set(scaled) & ranges.keys():
+        return trace
+    changes = {n: scale_to_us(getattr(trace, n), unit, n) for n in ranges if n in scaled}
+    return dataclasses.replace(trace, **changes)
 
 
 def scale_to_us(values: ArrayLike, unit: str, column: str) -> np.ndarray:
@@ -131,18 +153,18 @@ def scale_to_us(values: ArrayLike, unit: str, column: str) -> np.ndarray:
     return v if mul == 1 else v * np.int64(mul)
 
 
-def numeric_time_columns(paths: Sequence[Path]) -> set[str]:
+def numeric_time_columns(paths: Sequence[Path | TraceFile]) -> set[str]:
     """The time columns (:data:`TIME_COLUMNS`) that hold numbers (integers or floats) in
     any of the trace files ``paths``, from their schemas: Parquet's, or the types pyarrow
     infers from a CSV file's first block. Timestamps, dates and ISO-8601 strings are
     absolute already, so a unit never applies to them."""
     found: set[str] = set()
     for path in paths:
-        if path.suffix.lower() == ".csv":
-            with pacsv.open_csv(path) as reader:
-                schema = reader.schema
+        if isinstance(path, TraceFile):
+            with path.open() as stream:
+                schema = _schema(stream, path.suffix)
         else:
-            schema = pq.read_schema(path)
+            schema = _schema(path, path.suffix)
         for name in TIME_COLUMNS:
             i = schema.get_field_index(name)
             if i >= 0 and (
@@ -151,6 +173,14 @@ def numeric_time_columns(paths: Sequence[Path]) -> set[str]:
             ):
                 found.add(name)
     return found
+
+
+def _schema(source: Any, suffix: str) -> pa.Schema:
+    """A trace file's schema: Parquet's, or what pyarrow infers from a CSV's first block."""
+    if suffix.lower() == ".csv":
+        with pacsv.open_csv(source) as reader:
+            return reader.schema
+    return pq.read_schema(source)
 
 
 def likely_unit(lo: int, hi: int) -> str | None:
@@ -165,9 +195,10 @@ def likely_unit(lo: int, hi: int) -> str | None:
     return None
 
 
-def check_magnitude(lo: int, hi: int, column: str) -> None:
+def check_magnitude(lo: int, hi: int, column: str, where: str = "--time-unit") -> None:
     """Raise ValueError when a column given without a unit, ranging ``[lo, hi]`` as µs,
-    looks like epoch s/ms/ns (:func:`likely_unit`), naming the unit and the flag."""
+    looks like epoch s/ms/ns (:func:`likely_unit`), naming the unit and how to pass it:
+    ``where`` is the flag (``--time-unit``) or the parameter (``time_unit``)."""
     unit = likely_unit(int(lo), int(hi))
     if unit is None:
         return
@@ -176,7 +207,12 @@ def check_magnitude(lo: int, hi: int, column: str) -> None:
     meant = format_timestamp(int(lo) * mul // div)
     raise ValueError(
         f"{column} looks like {_NAMES[unit]}, not µs: its values {int(lo)}..{int(hi)} read "
-        f"as µs start at {as_us}, as {unit} at {meant}. Pass --time-unit {unit} (or "
-        "--time-unit us if they really are µs)"
+        f"as µs start at {as_us}, as {unit} at {meant}. Pass {_given(where, unit)} (or "
+        f"{_given(where, 'us')} if they really are µs)"
     )
 
+
+def _given(where: str, unit: str) -> str:
+    """How a unit is passed: ``--time-unit ms`` on the command line, ``time_unit='ms'``
+    in Python."""
+    return f"{where} {unit}" if where.startswith("-") else f"{where}={unit!r}"
