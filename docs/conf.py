@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT))  # autodoc imports the packages from this checkout
 
 project = "dataflow-watermarks"
 author = "the dataflow-watermarks authors"
-copyright = "the dataflow-watermarks authors"  # noqa: A001 (Sphinx's name)
+copyright = "the dataflow-watermarks authors"
 
 extensions = [
     "myst_nb",  # MyST Markdown pages and notebooks (it includes myst_parser)
