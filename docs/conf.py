@@ -40,3 +40,4 @@ autodoc_preserve_defaults = True
 html_theme = "alabaster"
 html_title = "dataflow-watermarks"
 html_static_path: list[str] = []
+html_theme_options = {"page_width": "1180px", "sidebar_width": "230px"}
