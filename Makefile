@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench java system clean
+.PHONY: demo test docs lint bench java system clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@bash scripts/check_java.sh
@@ -25,6 +25,10 @@ demo: java $(STAMP)
 test: java system $(STAMP)
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile
 
+# the documentation site (Sphinx + MyST) into docs/_build/html; warnings are errors
+docs: $(STAMP)
+	$(VENV)/bin/python -m sphinx -W --keep-going -b html docs docs/_build/html
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check theory beam_pipelines spark_backend tests bench
 	$(VENV)/bin/mypy
@@ -33,4 +37,4 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/simulate_throughput.py
 
 clean:
-	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) out docs/_build .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
