@@ -16,7 +16,7 @@ and theory derives the panes (:func:`~theory.experiments.first_panes.window_pane
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pandas as pd
@@ -43,11 +43,33 @@ from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP
 
 if TYPE_CHECKING:
-    from spark_backend.analytics.analysis import WatermarkAnalysis
+    from pyspark.sql import DataFrame
+
+    from spark_backend.analytics.layout import ArrivalLayout
+    from spark_backend.analytics.strategies import Strategy
 
 __all__ = ["fire_times", "window_summary", "windows"]
 
 _NEVER = np.iinfo(np.int64).max
+
+
+class WatermarkAnalysis(Protocol):
+    """What these functions read of an analysis
+    (:class:`spark_backend.analytics.analysis.WatermarkAnalysis`)."""
+
+    @property
+    def layout(self) -> ArrivalLayout: ...
+
+    @property
+    def strategies(self) -> tuple[Strategy, ...]: ...
+
+    @property
+    def late(self) -> pd.DataFrame: ...
+
+    @property
+    def names(self) -> list[str]: ...
+
+    def curves(self) -> DataFrame: ...
 
 #: Elements per task of the window aggregates (each task holds its rows in numpy).
 _ROWS_PER_TASK = 1_000_000

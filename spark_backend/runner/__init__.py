@@ -3,8 +3,8 @@
 Select it with ``--runner=spark_backend.PySparkRunner`` or
 ``beam.Pipeline(runner=PySparkRunner())``; ``--spark_master`` (alias
 ``--spark_master_url``) and repeatable ``--spark_conf KEY=VALUE`` choose the cluster
-(:mod:`~spark_backend.runner.options`; the session comes from
-:func:`spark_backend.session.get_session`).
+(:mod:`~spark_backend.runner.plan.options`; the session comes from
+:func:`spark_backend.session.session.get_session`).
 
 Architecture (as Beam's portable Flink and Spark runners are built)
 -------------------------------------------------------------------
@@ -81,9 +81,9 @@ key-partitioning boundary before it would round timestamps, see above).
 
 from __future__ import annotations
 
+from spark_backend.runner.batch.result import PySparkPipelineResult
 from spark_backend.runner.errors import PipelineFailedError, UnsupportedTransformError
-from spark_backend.runner.options import PySparkRunnerOptions
-from spark_backend.runner.result import PySparkPipelineResult
+from spark_backend.runner.plan.options import PySparkRunnerOptions
 from spark_backend.runner.runner import PySparkRunner
 
 __all__ = [

@@ -19,7 +19,7 @@ Architecture (the batch runner's machinery, driven batch by batch)
    distinct arrival time. A TestStream of several output tags is one source per tag
    (``label[tag]``), each with its own watermark. Each batch runs the fused stages on
    Spark with the batch runner's bundle machinery
-   (:func:`spark_backend.runner.bundles.run_partition`), skipping stages with no input.
+   (:func:`spark_backend.runner.stages.bundles.run_partition`), skipping stages with no input.
 3. **GroupByKey and Combine** (:mod:`.grouping`): theory's Beam-exact
    :class:`~theory.windowing.engine.GroupByWindowEngine` runs inside Spark tasks, one per
    key partition, its state kept between batches in a persisted key-partitioned RDD. The
