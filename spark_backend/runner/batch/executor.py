@@ -23,8 +23,9 @@ tried and lost: one element may expand into millions, as a Create of shards does
 its stage then ran as one task). A GroupByKey whose plan says :data:`THEORY_ENGINE` is
 partitioned by key (no per-key lists) and grouped by theory's engine, a whole partition
 at once; a ``columnar`` one shuffles one record of columns per (task, partition) and is
-grouped by a numpy sort (:func:`.grouping.columns_partition`); otherwise by Spark's
-``groupByKey`` and Beam's batch trigger driver.
+grouped by a numpy sort
+(:func:`~spark_backend.runner.grouping.group_by_key.columns_partition`); otherwise by
+Spark's ``groupByKey`` and Beam's batch trigger driver.
 
 Small stages run in the driver process instead (:mod:`.driver_stages`): a stage whose
 inputs the driver holds whole and small, as it holds the impulse and any buffer whose

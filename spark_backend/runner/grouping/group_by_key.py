@@ -128,7 +128,7 @@ def columns_partition(
     records: Iterable[tuple[int, Any]], group: GroupSpec, job_id: str, components: bytes
 ) -> Iterator[bytes]:
     """The grouped output chunks of one partition's ``(partition, KeyedColumns)``
-    records: sorted with numpy where :mod:`.column_grouping` models the partition, else
+    records: sorted with numpy where :mod:`.columns` models the partition, else
     by theory's engine."""
     pieces = [columns for _, columns in records]
     if not pieces:

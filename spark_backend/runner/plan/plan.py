@@ -190,7 +190,7 @@ def plan_pipeline(
     input: streaming keeps state per key partition between batches; a ParDo with side
     inputs starts a stage too, so that its main elements can wait for their side windows
     (:mod:`spark_backend.runner.streaming.pushback`). ``unbounded_sdf`` (streaming) lets
-    a splittable DoFn's stage run lean (:mod:`.lean_sdf`)."""
+    a splittable DoFn's stage run lean (:mod:`~spark_backend.runner.stages.lean.sdf`)."""
     validate_pipeline_graph(pipeline)
     pipeline = merge_common_environments(merge_superset_dep_environments(pipeline))
     phases = list(_PHASES)
@@ -301,8 +301,9 @@ def _choose_stage_path(spec: StageSpec, lean: bool, unbounded_sdf: bool = False)
 
 
 def reads_off_lean(plan: Plan) -> frozenset[str]:
-    """The labels of the text reads (:mod:`.text_source`) fused into a stage that is not
-    lean: Beam's bundle processor would read each in one task, unsplit."""
+    """The labels of the text reads (:mod:`~spark_backend.runner.stages.text_source`)
+    fused into a stage that is not lean: Beam's bundle processor would read each in one
+    task, unsplit."""
     names: set[str] = set()
     for spec in plan.stages:
         if spec.path == LEAN:
@@ -316,7 +317,7 @@ def reads_off_lean(plan: Plan) -> frozenset[str]:
 
 def _impulse_text_source(spec: StageSpec, program: Program) -> Any:
     """The text source a lean stage reads from its one input, the impulse (the executor
-    then splits it into byte ranges, :mod:`.text_source`), else None."""
+    then splits it into byte ranges, :mod:`~spark_backend.runner.stages.text_source`), else None."""
     if list(spec.inputs.values()) != [IMPULSE]:
         return None
     (impulse_pcoll, _) = next(iter(program.inputs.values()))

@@ -1,5 +1,5 @@
 """The spark profile in theory alone: its checks, its arithmetic and its invariants. Its
-agreement with real Spark is in ``tests/spark_backend/test_structured*.py``."""
+agreement with real Spark is in ``tests/structured_oracle/test_structured*.py``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Percentile watermarks: the quantile convention, exact incremental == vectorised == naive,
 p = 1 is the ordinary watermark, monotonicity, fallback, the sketch's bound, bad input.
 
-Convention under test (theory/percentile.py): W_p(t) is the order statistic of the active
+Convention under test (theory/watermarks/percentile.py): W_p(t) is the order statistic of the active
 event times A(t) = {e : activation <= t < completion} with 0-based rank
 k = floor((1 - p) * (n - 1)), i.e. np.quantile(A, 1 - p, method="lower"); the fallback
 (input watermark) where A(t) is empty; latched by running maximum.

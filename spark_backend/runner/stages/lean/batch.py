@@ -7,7 +7,7 @@ in the global window (:data:`GLOBAL`), every element in one interval window give
 ``start``/``end`` arrays (:class:`Intervals`), one pane shared by all; otherwise one
 Beam window tuple and one ``PaneInfo`` per element. Nothing is rounded here: a batch
 lives inside a fused stage, and the rounding to milliseconds happens only where Beam's
-does, in the coder at the stage's edge (:mod:`.lean_encode`, :func:`decode`).
+does, in the coder at the stage's edge (:mod:`.encode`, :func:`decode`).
 """
 
 from __future__ import annotations

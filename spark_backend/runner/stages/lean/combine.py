@@ -98,7 +98,7 @@ class PrecombineOp:
         self._table: dict[Any, list[Any]] = {}  # Beam's: (window, key) or key -> [acc, ts]
         self._fast: dict[tuple[int, int, Any], Any] = {}  # (start, end, key) -> partial
         self.path = self._kernel or "per-element"
-        #: Batches carry the keys alone (a fused PairWithVoid, :mod:`.lean_count`).
+        #: Batches carry the keys alone (a fused PairWithVoid, :mod:`.count`).
         self.keys_only = False
 
     @property

@@ -5,10 +5,10 @@ bundle processor.
 transform when every transform is known: data inputs and outputs (decoded and encoded
 with the stage's own Beam coders, so timestamps and windows are rounded to
 milliseconds exactly where Beam's coders round them), plain ParDos
-(:mod:`.lean_pardo`), WindowInto (:mod:`.lean_windows`), a lifted combine's
-Precombine (:mod:`.lean_combine`) and Flatten. Otherwise it returns why not, and the
-stage runs on Beam's bundle processor (:mod:`.bundles`); ``StageSpec.path`` records
-which.
+(:mod:`.pardo`), WindowInto (:mod:`.windows`), a lifted combine's
+Precombine (:mod:`.combine`) and Flatten. Otherwise it returns why not, and the
+stage runs on Beam's bundle processor (:mod:`~spark_backend.runner.stages.bundles`);
+``StageSpec.path`` records which.
 
 :func:`run_lean_partition` is :func:`~spark_backend.runner.stages.bundles.run_partition`'s
 twin: it yields the same ``(buffer, chunk)`` records and last the same metrics record
@@ -72,7 +72,8 @@ class _Flatten:
 class _Sink:
     """A data output: each batch encoded with the output's coder, or (``columns``, a
     columnar GroupByKey's input) turned into KeyedColumns; the chunks are held until
-    the task hands them on, spilled to disk past a byte cap (:mod:`.spill`)."""
+    the task hands them on, spilled to disk past a byte cap
+    (:mod:`~spark_backend.runner.batch.spill`)."""
 
     label: str
     transform_id: str
@@ -143,7 +144,7 @@ def lean_program(
 ) -> Program | str:
     """The lean program of a stage, or a sentence saying why the stage is not lean;
     ``unbounded_sdf`` (streaming) runs a splittable DoFn as
-    :class:`~.lean_sdf.SdfProcessOp`, its residuals collected on the op."""
+    :class:`~.sdf.SdfProcessOp`, its residuals collected on the op."""
     context = pipeline_context.PipelineContext(descriptor)
     ops: dict[str, Any] = {}
     inputs: dict[str, tuple[str, Any]] = {}
@@ -191,8 +192,9 @@ def run_lean_partition(
     """Run a lean stage over one partition's ``records`` (``(input transform, chunk)``,
     a chunk encoded with the input's coder or a :class:`Batch` made in the same task);
     yield ``(buffer, chunk)`` for each output buffer (``outputs``: sink transform id ->
-    buffer), then the metrics record (as :func:`.bundles.run_partition` does). The
-    sinks in ``columnar`` (a columnar GroupByKey's input) yield
+    buffer), then the metrics record (as
+    :func:`~spark_backend.runner.stages.bundles.run_partition` does). The sinks in
+    ``columnar`` (a columnar GroupByKey's input) yield
     :class:`~spark_backend.runner.grouping.keyed_columns.KeyedColumns` instead of bytes. Each
     sink holds at most ``spill_bytes`` of output in memory between hand-overs (more
     goes to a scratch file, :class:`~spark_backend.runner.batch.spill.SpillBuffer`).

@@ -17,7 +17,7 @@ whose ``observe_timestamp`` does nothing); ``check_done``; and, when the DoFn de
 its remainder, a :class:`LeanResidual`: the residual element encoded as the bundle
 processor encodes it (the input PCollection's windowed coder, the input element's
 timestamp, windows and pane), the estimator's watermark and the requested delay (µs).
-Outputs become columns as a lean ParDo's do (:class:`~.lean_pardo.ParDoOp`), so
+Outputs become columns as a lean ParDo's do (:class:`~.pardo.ParDoOp`), so
 WindowInto and the lifted combine after it run on columns.
 """
 

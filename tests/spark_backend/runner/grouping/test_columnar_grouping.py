@@ -1,4 +1,4 @@
-"""The columnar GroupByKey (keyed_columns, column_grouping) against the engine path,
+"""The columnar GroupByKey (grouping.keyed_columns, grouping.columns) against the engine path,
 without Spark.
 
 - ``coded_micros`` and the window rounding equal Beam's coder round trip;
