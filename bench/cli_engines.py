@@ -4,7 +4,7 @@ For each size (default 2,000 and 500,000 rows) a seeded trace is generated with
 :func:`theory.data.generators.generate_trace` and written as CSV to a temporary
 directory. Then the command line runs as a user runs it, in a fresh process each time
 (Python start-up, imports, engine start, reading, the comparison and the report are all
-timed): ``python -m spark_backend.cli.commands analyze TRACE --engine auto`` and the same with
+timed): ``python -m spark_backend.cli analyze TRACE --engine auto`` and the same with
 ``--engine spark``. Both must write the same ``strategies.csv`` (checked on the first
 run of each size). Prints the medians of ``--repeats`` runs (``--spark-repeats`` for
 Spark, the slow one), the spark/auto ratio, which engine auto chose, and the load
@@ -44,7 +44,7 @@ def run_cli(trace: Path, out: Path, engine: str) -> tuple[float, float, str]:
     argv = [
         sys.executable,
         "-m",
-        "spark_backend.cli.commands",
+        "spark_backend.cli",
         "analyze",
         str(trace),
         "--engine",

@@ -636,7 +636,7 @@ def ensure_archive() -> None:
     if archive is None or archive.is_file() or SparkContext._active_spark_context is not None:
         return
     print(f"building the JVM's class-data archive once: {archive}", flush=True)
-    command = [sys.executable, "-m", "spark_backend.session.jvm_start"]
+    command = [sys.executable, "-m", "spark_backend.session"]
     subprocess.run(command, check=True, capture_output=True)
 
 

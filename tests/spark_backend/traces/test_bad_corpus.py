@@ -178,7 +178,7 @@ def test_a_jvm_that_will_not_start_is_one_line(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.run(
-        [sys.executable, "-m", "spark_backend.cli.commands", "analyze", str(BAD / "bom.csv"),
+        [sys.executable, "-m", "spark_backend.cli", "analyze", str(BAD / "bom.csv"),
          "--engine", "spark", "--conf", "spark.driver.memory=bogus", "--out", str(out)],
         capture_output=True, text=True, env=env, timeout=600, check=False,
     )
