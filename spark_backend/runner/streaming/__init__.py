@@ -2,6 +2,9 @@
 
 Architecture (the batch runner's machinery, driven batch by batch)
 -----------------------------------------------------------------
+0. **Start** (:mod:`.run`): the streaming run's own checks (:mod:`.checks`, after the
+   batch checks), then the sources, the plan and the driver; a TestStream's elements
+   are taken from the pipeline object as columns (:mod:`.elements`).
 1. **Sources** (:mod:`.sources`): each ``TestStream`` is read from the proto by the driver
    and becomes a data input of the stage Beam's fusion puts it in; a ``Combine.PerKey``
    is lifted only where its panes stay the same (non-merging windows, END_OF_WINDOW,
