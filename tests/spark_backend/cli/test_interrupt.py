@@ -23,7 +23,9 @@ from spark_backend.cli.atomic import Terminated
 
 _HARNESS = """
 import sys
-from spark_backend import atomic, cli, report
+from spark_backend.cli import atomic
+from spark_backend.cli import commands as cli
+from spark_backend.report import report
 import theory.pipeline.simulator as simulator
 
 def pause(fn):
