@@ -60,7 +60,7 @@ def main() -> int:
         assert len(trace) == args.rows
         print(f"theory read cpu {statistics.median(cpu):.3f} s")
 
-        from spark_backend.session import get_session
+        from spark_backend.session.session import get_session
         from spark_backend.traces.read import read_trace_df
 
         spark = get_session(args.master, {"spark.ui.enabled": "false"})

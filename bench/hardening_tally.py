@@ -32,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spark_backend import cli  # noqa: E402
-from spark_backend.atomic import MARKER  # noqa: E402
+from spark_backend.cli import commands as cli  # noqa: E402
+from spark_backend.cli.atomic import MARKER  # noqa: E402
 from theory.data.errors import TraceError  # noqa: E402
 from theory.data.io import read_trace  # noqa: E402
 
@@ -178,7 +178,7 @@ def main() -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--parts", default="readers,cli", help="readers, cli or both")
     args = parser.parse_args()
-    from spark_backend.session import get_session
+    from spark_backend.session.session import get_session
 
     spark = get_session(args.master, {"spark.ui.enabled": "false"})
     tally = Tally()

@@ -8,7 +8,7 @@ import os
 import threading
 from pathlib import Path
 
-from spark_backend.memory import rss
+from spark_backend.session.memory import rss
 from theory.memory import set_keep_freed_memory
 
 

@@ -26,7 +26,7 @@ added), and, for windowed_combine, a hand-translated RDD version (``map`` +
 each workload in a new Python process each (:func:`cold_run`: the session start, the
 first job's Python worker daemon and the pipeline, as a Beam author's first run pays
 them), alternating the session's fast-start JVM options
-(:mod:`spark_backend.jvm_start`) and Spark's plain ones, and prints FnApiRunner's wall
+(:mod:`spark_backend.session.jvm_start`) and Spark's plain ones, and prints FnApiRunner's wall
 time over the cold run's: the ratio including the JVM start, measured. The load
 averages are printed: the machine may be shared.
 
@@ -83,7 +83,7 @@ GroupByKey sees only the lifted accumulators). What is left is Beam's per-elemen
 in the first fused stage (the user's FlatMap, WindowInto, the partial combine), the
 same code FnApiRunner runs; the >= 5x goal needs that stage vectorised.
 
-Third version (2026-11-27: lean stages, spark_backend.runner.lean: the first stage
+Third version (2026-11-27: lean stages, spark_backend.runner.stages.lean.program: the first stage
 runs the user's functions in a tight loop over columnar batches, windows assigned and
 int sums combined with numpy, outputs written in Beam's coder bytes directly), n = 1M,
 medians of 3 rounds, ``spark.executor.pyspark.memory=1g``, load average 15-30 on the 2
@@ -114,7 +114,7 @@ CPU) is most of the run, and in the windowed workloads the user's generator
 runners) and the GroupByKey's shuffle (decode, key, decode again) remain.
 
 Fourth version (2026-11-27, wordcount: small stages in the driver process,
-spark_backend.runner.driver_stages; the lean ParDo's tight loop on uniform batches; Count
+spark_backend.runner.batch.driver_stages; the lean ParDo's tight loop on uniform batches; Count
 in the global window by a C-level Counter). The wordcount + digest pipeline was five
 Spark jobs (Create's impulse, the big stage, the count's merge with the digest, the sum,
 CombineGlobally's default); it is now one (the big stage, after Create's Reshuffle), the
@@ -148,8 +148,8 @@ FnApiRunner's wall time varied from 1.8 to 6 s between runs (CPU 1.5-1.8 s); 5x 
 need about a third less CPU again and FnApiRunner at its slowest.
 
 Fifth version (2026-11-27: the GroupByKey's shuffle carries columns,
-spark_backend.runner.keyed_columns, written by the lean stage and grouped by one numpy
-sort per partition, spark_backend.runner.column_grouping; TimestampedValue outputs of a
+spark_backend.runner.grouping.keyed_columns, written by the lean stage and grouped by one numpy
+sort per partition, spark_backend.runner.grouping.columns; TimestampedValue outputs of a
 lean ParDo read in one pass), n = 1M, medians of 3 rounds, no Python memory cap, the 2
 cores shared with six other sessions. Before (main at 6c1a1dd, load 3.6 rising to 10)
 and after (load 10.5-18) are two runs one after the other, so the wall figures of the
@@ -206,7 +206,7 @@ PySparkRunner's CPU there). The 10M windowed CombinePerKey ran at 292.6k el/s (g
 
 Sixth version (2026-11-28, bounded memory: the lean ParDo hands its outputs on a
 chunk at a time as they are made, reading an iterator a DoFn returns a chunk at a time;
-a lean sink spills its output past 32 MiB to a scratch file, spark_backend.runner.spill;
+a lean sink spills its output past 32 MiB to a scratch file, spark_backend.runner.batch.spill;
 a driver stage whose output passes 64 MiB runs on Spark instead). Where a Python
 worker's memory went, in process (one partition's first stage = 8 shards of 625k
 events, peak RSS / peak address space, the cap Spark sets being on address space):
@@ -237,9 +237,9 @@ measurement: at load 6.5 the run got under half of the 2 cores, and the
 >= 200k el/s goal at 10M was not measured on a quiet machine with the 1 GiB caps.
 
 Seventh version (2026-11-28, wordcount: the lean text source,
-spark_backend.runner.text_source: ``ReadFromText`` read by byte ranges straight into the
+spark_backend.runner.stages.text_source: ``ReadFromText`` read by byte ranges straight into the
 lean stage's batches, one Spark task per range, Beam's line semantics; Count.PerElement's
-PairWithVoid fused into the count's C-level Counter, spark_backend.runner.lean_count;
+PairWithVoid fused into the count's C-level Counter, spark_backend.runner.stages.lean.count;
 ``FlatMap(str.split)`` over a batch in one C call; the components broadcast only when a
 Spark task reads it).
 
@@ -295,7 +295,7 @@ stage over half the file (500k words) takes 0.09 s CPU, down from 0.35 s before 
 Counter fusion and the split (the PairWithVoid ``Map`` per element was most of it). What
 is left is fixed cost: the JVM's share of one Spark job and the driver's.
 
-Eighth version (2026-11-28, the driver JVM's start: spark_backend.jvm_start; C1 only, the
+Eighth version (2026-11-28, the driver JVM's start: spark_backend.session.jvm_start; C1 only, the
 serial GC and an AppCDS class-data archive, built once; at the merge the lead kept only
 the archive: C1 only made Spark's own warm work 1.55x slower, bench/spark_analytics.py
 at 2M 6.0 s against 3.9 s, and the serial GC gained nothing; see jvm_start's docstring;
@@ -356,7 +356,7 @@ including a cold run in a new process. The fast start saves 3.3-3.7 s of wall an
 
 Ninth version (2026-11-28, wordcount_file's fixed cost: a Spark stage's metrics and
 small outputs come back through a per-partition accumulator in its one Python pass,
-spark_backend.runner.reported, instead of a second Python pass over the cached output;
+spark_backend.runner.batch.reported, instead of a second Python pass over the cached output;
 a text source split into one byte range per task slot, so a 4.8 MB file is 2 tasks in
 one wave, not 4 in two; DoFns asking for TimestampParam, WindowParam or PaneInfoParam
 run lean, so the count's merge and the digest's DoFn no longer run on Beam's bundle
@@ -468,9 +468,9 @@ from apache_beam.transforms import window
 from apache_beam.utils.timestamp import Timestamp
 from peak_memory import PeakMemory, tree_cpu  # bench/peak_memory.py (this script's folder)
 
-from spark_backend import jvm_start
 from spark_backend.runner import PySparkRunner
-from spark_backend.session import get_session
+from spark_backend.session import jvm_start
+from spark_backend.session.session import get_session
 
 SHARDS = 16
 WORDS = [f"w{i}" for i in range(500)]
@@ -604,7 +604,7 @@ def run_once(workload: str, n: int, runner: Any, argv: tuple[str, ...] = ()) -> 
         os.unlink(path)
 
 
-#: The driver JVM's options before spark_backend.jvm_start (Spark's own defaults).
+#: The driver JVM's options before spark_backend.session.jvm_start (Spark's own defaults).
 PLAIN_JVM: Final = ("--spark_conf", "spark.driver.extraJavaOptions=-Dwatermarks.plain.jvm=1")
 
 
@@ -627,7 +627,7 @@ def _cold_child(spec: str, argv: list[str]) -> None:
 
 
 def ensure_archive() -> None:
-    """Build the driver JVM's class-data archive (spark_backend.jvm_start) if missing, in
+    """Build the driver JVM's class-data archive (spark_backend.session.jvm_start) if missing, in
     a process of its own, so that no timed run pays for writing it. (Not when this
     process already runs a session, as under the tests: that session builds it.)"""
     from pyspark import SparkContext
@@ -636,7 +636,7 @@ def ensure_archive() -> None:
     if archive is None or archive.is_file() or SparkContext._active_spark_context is not None:
         return
     print(f"building the JVM's class-data archive once: {archive}", flush=True)
-    command = [sys.executable, "-m", "spark_backend.jvm_start"]
+    command = [sys.executable, "-m", "spark_backend.session"]
     subprocess.run(command, check=True, capture_output=True)
 
 
@@ -752,7 +752,7 @@ def main(argv: list[str] | None = None) -> None:
     spark = get_session(conf=args.spark_conf)
     jvm = time.perf_counter() - start
     print(f"Spark session start (JVM): {jvm:.1f} s; master {spark.sparkContext.master}")
-    print(f"Spark settings: {args.spark_conf or 'the defaults of spark_backend.session'}")
+    print(f"Spark settings: {args.spark_conf or 'the defaults of spark_backend.session.session'}")
     print(f"medians of {args.rounds} round(s); CPU = the process tree's (driver, JVM, workers)")
     run_once("wordcount", 1000, PySparkRunner())  # Python workers up, not reported
     for n in sizes:

@@ -25,7 +25,7 @@ measured once and left out of every rate):
   (``--rate`` elements), sets the watermark to that second minus ``--bound`` and
   checkpoints, so each micro-batch is one second of data and the driver never holds
   an element. Streaming runs the SDF's stage on the lean path
-  (:mod:`spark_backend.runner.lean_sdf`; each round prints the path that ran it).
+  (:mod:`spark_backend.runner.stages.lean.sdf`; each round prints the path that ran it).
   Beside it the batch runner reads the same source to its end (its SDF stage on Beam's
   bundle processor); medians of ``--rounds`` and the counts compared.
 - **chapter 3**: ``python -m beam_pipelines.chapter3`` on ``--ch3-events`` trace events
@@ -129,7 +129,7 @@ at load 28-40 throughout; medians of 3 rounds, CPU = the process tree's):
       batch (two Spark jobs: the count's input watermark needs the source's hold first)
 
 What made the difference in the fourth version: the SDF's stage runs without Beam's
-bundle processor (:mod:`spark_backend.runner.lean_sdf`): ``process`` is called with
+bundle processor (:mod:`spark_backend.runner.stages.lean.sdf`): ``process`` is called with
 Beam's own tracker and estimator wrappers, its outputs become columns (values, int64
 µs) that the lean WindowInto and Precombine after it process with numpy, and its
 residuals are encoded as the bundle processor encodes them. A quiet run was not
@@ -210,7 +210,7 @@ from beam_pipelines.chapter3.trace import (
 from beam_pipelines.pane_files import WritePanes, part_files, read_panes
 from beam_pipelines.teststream import from_trace
 from spark_backend.runner import PySparkRunner
-from spark_backend.session import get_session
+from spark_backend.session.session import get_session
 from theory.data.trace import Trace
 from theory.time import MICROS_PER_SECOND, parse_duration
 

@@ -3,7 +3,7 @@ time, peak memory, and equality of every stage's series, holds, late elements an
 
 Both engines run the trace made in ``--blocks`` blocks of users a source
 (:func:`theory.pipeline.chapter3.block_traces`). For each size, Spark first
-(:func:`spark_backend.keyed_simulation.simulate_keyed`, ``--partitions`` key partitions;
+(:func:`spark_backend.simulate.simulation.simulate_keyed`, ``--partitions`` key partitions;
 each task makes one block, the driver collects only the blocks' summaries for the source
 watermarks and keeps only watermark and hold series; panes go to files), then the local
 simulator in this process on the whole trace (unless ``--no-local``): each timed from
@@ -11,7 +11,7 @@ generating the traces to the result, with wall time, CPU (Spark: of the whole pr
 tree, driver, JVM and Python workers), events per second, and peak resident memory
 sampled every 0.5 s (Spark: the process tree and the driver alone; local: this process),
 then whether the two results are identical
-(:func:`spark_backend.keyed_compare.keyed_differences`).
+(:func:`spark_backend.simulate.compare.keyed_differences`).
 
 ``--limit BYTES`` runs each engine under that address-space limit per process
 (``RLIMIT_AS``; the local run in a fresh Python process, Spark's driver after its JVM
@@ -79,8 +79,8 @@ now), so near 150M it would need about 17-18 GiB and take about 5x the 30M run's
 generated trace of each size written to Parquet in a subprocess, 1M-row groups, keys
 1000, simulated through that command's pipeline: perfect watermark, fixed 2-minute
 windows). Spark runs it twice, read in blocks by the tasks
-(:func:`spark_backend.trace_input.read_blocks`, "after") and read whole by the driver
-(:func:`spark_backend.trace_input.read_local`, "before"); each line gives the driver's
+(:func:`spark_backend.traces.trace_input.read_blocks`, "after") and read whole by the driver
+(:func:`spark_backend.traces.trace_input.read_local`, "before"); each line gives the driver's
 own peak RSS (sampled) above its resident set before the run, and the ratio; then both
 against the local simulator on the same file.
 
@@ -115,9 +115,9 @@ from functools import partial
 from bench_args import bench_parser, counts
 from peak_memory import PeakMemory, tree_cpu  # bench/peak_memory.py (this script's folder)
 
-from spark_backend.keyed_compare import keyed_differences
-from spark_backend.keyed_simulation import simulate_keyed
-from spark_backend.session import get_session
+from spark_backend.session.session import get_session
+from spark_backend.simulate.compare import keyed_differences
+from spark_backend.simulate.simulation import simulate_keyed
 from theory.pipeline import chapter3
 from theory.pipeline.simulator import simulate
 
@@ -199,9 +199,9 @@ def file_runs(session, n, partitions, no_local):
     import sys
     from pathlib import Path
 
-    from spark_backend.keyed_simulation import spark_context
-    from spark_backend.memory import rss
-    from spark_backend.trace_input import read_blocks, read_local
+    from spark_backend.session.memory import rss
+    from spark_backend.simulate.simulation import spark_context
+    from spark_backend.traces.trace_input import read_blocks, read_local
     from theory.experiments.tradeoff import grouping_pipeline
 
     folder = Path(tempfile.mkdtemp(prefix="simulate-spark-file-"))

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_args import add_repeats, add_seed, bench_parser, counts
 
 from spark_backend.analytics import analyze, prepare
-from spark_backend.session import get_session, stop_session
+from spark_backend.session.session import get_session, stop_session
 from spark_backend.traces.generate import generate_trace_df
 from theory.data.distributions import Delay
 from theory.series import StepSeries

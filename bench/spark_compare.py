@@ -1,11 +1,11 @@
 """Benchmark: the strategy comparison of ``watermarks analyze --engine spark`` (Spark's
-:func:`spark_backend.comparison.compare`) against the local engine's on the same rows.
+:func:`spark_backend.report.comparison.compare`) against the local engine's on the same rows.
 
 A seeded trace (:func:`theory.data.generators.generate_trace`, default 200,000 rows) is
 persisted in Spark and counted before the clock starts; a 2,000-row comparison first
 warms the JVM and the Python workers. Then, ``--repeats`` times, the default strategies
 are compared on Spark (wall time and the CPU time of the whole process tree: driver, JVM,
-Python workers) and on the local engine (:func:`spark_backend.local.compare_local`, wall
+Python workers) and on the local engine (:func:`spark_backend.cli.local.compare_local`, wall
 and CPU of this process). Prints the medians, the Spark/local ratio, the load averages
 and the seconds of each compare stage (the median per stage). The two tables must be
 equal (checked: exit 1 if not).
@@ -37,8 +37,8 @@ import pandas as pd
 from bench_args import add_seed, bench_parser
 from runner import tree_cpu
 
-from spark_backend.comparison import DEFAULT_STRATEGIES, compare
-from spark_backend.session import get_session, stop_session
+from spark_backend.report.comparison import DEFAULT_STRATEGIES, compare
+from spark_backend.session.session import get_session, stop_session
 from theory.data.generators import generate_trace
 from theory.time import MINUTE
 
@@ -80,7 +80,7 @@ def spark_run(df: object) -> tuple[float, float, dict[str, float], dict[str, lis
 def local_run(pdf: pd.DataFrame) -> tuple[float, float, dict[str, list[object]] | None]:
     """One local comparison (when this revision has the local engine): wall, CPU, table."""
     try:
-        from spark_backend.local import compare_local
+        from spark_backend.cli.local import compare_local
         from theory.data.trace import Trace
     except ImportError:
         return float("nan"), float("nan"), None

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up the real-Flink oracle used by tests/theory/test_flink_oracle.py:
+# Sets up the real-Flink oracle used by tests/theory/flink/test_flink_oracle.py:
 #   1. .venv-flink/: its own venv with apache-flink 2.3 (PyFlink pins apache-beam <= 2.61,
 #      so it cannot share .venv). Created, and apache-flink installed, only if missing.
 #   2. .venv-flink/flink-oracle-<hash>.jar: tests/flink_oracle/*.java compiled with javac

@@ -1,6 +1,6 @@
 """pytest plugin (entry point ``pytest11``): the ``spark`` fixture.
 
-``spark`` is the process-wide SparkSession of :func:`spark_backend.session.get_session`
+``spark`` is the process-wide SparkSession of :func:`spark_backend.session.session.get_session`
 (local mode and the session module's defaults; ``SPARK_REMOTE`` selects Spark Connect),
 built once per test session and stopped at its end. A process runs one SparkContext, so
 every test shares it. Nothing here imports pyspark until a test asks for ``spark``.
@@ -21,7 +21,7 @@ import pytest
 def worker_conf() -> dict[str, str]:
     """The overrides for one of ``PYTEST_XDIST_WORKER_COUNT`` local sessions on one machine:
     ``spark.driver.memory`` divided by the worker count (at least 1 GiB); none otherwise."""
-    from spark_backend.session import default_conf
+    from spark_backend.session.session import default_conf
 
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
     memory = default_conf("local[*]").get("spark.driver.memory")
@@ -33,7 +33,7 @@ def worker_conf() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """The test session's SparkSession (stopped at the end of the session)."""
-    from spark_backend.session import get_session, stop_session
+    from spark_backend.session.session import get_session, stop_session
 
     session = get_session(conf=worker_conf())
     yield session

@@ -109,3 +109,25 @@ def test_the_package_maps_name_every_module() -> None:
                 and f"``theory.{m.name}.{sub.name}``" not in (package.__doc__ or "")
             ]
     assert unmapped == []
+
+
+def test_the_spark_backend_maps_name_every_module() -> None:
+    """``spark_backend``'s docstring names each of its sub-packages and modules, and each
+    sub-package's docstring names its own (as ``name``, ``package.name`` or
+    :mod:`.name`); read with ``ast``, so no sub-package is imported."""
+    unmapped = []
+    for init in sorted((ROOT / "spark_backend").rglob("__init__.py")):
+        package = init.parent
+        dotted = ".".join(package.relative_to(ROOT).parts)
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        for child in sorted(package.iterdir()):
+            if child.suffix == ".py" and (child.name == "__main__.py" or child.stem[0] != "_"):
+                name = child.stem
+            elif (child / "__init__.py").is_file():
+                name = child.name
+            else:
+                continue
+            forms = (f"``{name}``", f"``{dotted}.{name}``", f":mod:`.{name}`")
+            if not any(form in doc for form in forms):
+                unmapped.append(f"{dotted}.{name}")
+    assert unmapped == []

@@ -2,7 +2,7 @@
 
 Everything here is computed from a trace DataFrame (columns of :mod:`theory.data.schema`;
 times are bigint µs) and agrees exactly with theory's vectorised numpy results on the
-same rows; ``tests/spark_backend/test_analytics.py`` shows it.
+same rows; ``tests/spark_backend/analytics/test_analytics.py`` shows it.
 
 How it scales: :func:`prepare` cuts processing time into *buckets*, contiguous
 arrival-time ranges with about the same number of rows, one Spark partition each,

@@ -16,7 +16,7 @@ and theory derives the panes (:func:`~theory.experiments.first_panes.window_pane
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pandas as pd
@@ -43,11 +43,33 @@ from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP
 
 if TYPE_CHECKING:
-    from spark_backend.analytics.analysis import WatermarkAnalysis
+    from pyspark.sql import DataFrame
+
+    from spark_backend.analytics.layout import ArrivalLayout
+    from spark_backend.analytics.strategies import Strategy
 
 __all__ = ["fire_times", "window_summary", "windows"]
 
 _NEVER = np.iinfo(np.int64).max
+
+
+class Analysis(Protocol):
+    """What these functions read of an analysis
+    (:class:`spark_backend.analytics.analysis.WatermarkAnalysis`)."""
+
+    @property
+    def layout(self) -> ArrivalLayout: ...
+
+    @property
+    def strategies(self) -> tuple[Strategy, ...]: ...
+
+    @property
+    def late(self) -> pd.DataFrame: ...
+
+    @property
+    def names(self) -> list[str]: ...
+
+    def curves(self) -> DataFrame: ...
 
 #: Elements per task of the window aggregates (each task holds its rows in numpy).
 _ROWS_PER_TASK = 1_000_000
@@ -60,7 +82,7 @@ def _size_and_offset(window_size: int, offset: int) -> tuple[int, int]:
 
 
 def fire_times(
-    an: WatermarkAnalysis,
+    an: Analysis,
     window_size: int,
     offset: int = 0,
     finish: bool = True,
@@ -82,7 +104,7 @@ def fire_times(
 
 
 def _fire_times_many(
-    an: WatermarkAnalysis, ends: np.ndarray, size: int, finish: bool, shifts: list[int]
+    an: Analysis, ends: np.ndarray, size: int, finish: bool, shifts: list[int]
 ) -> list[pd.DataFrame]:
     """:func:`fire_times` for the given window ends, once per shift, in one Spark job. A
     threshold past MAX_TIMESTAMP is never reached (but by the finish)."""
@@ -118,14 +140,14 @@ def _fire_times_many(
     return out
 
 
-def _check_last_end(an: WatermarkAnalysis, size: int, off: int) -> None:
+def _check_last_end(an: Analysis, size: int, off: int) -> None:
     """:func:`theory.experiments.first_panes.check_last_window_end` on the latest event
     time of the layout."""
     summ = an.layout.summary[an.layout.summary["rows"] > 0]
     check_last_window_end(int(summ["max_event"].max()), size, off)
 
 
-def _window_ends(an: WatermarkAnalysis, size: int, off: int) -> np.ndarray:
+def _window_ends(an: Analysis, size: int, off: int) -> np.ndarray:
     """The ends (µs, ascending, distinct) of the fixed windows holding an element."""
     e = F.col("event_time").cast("long")
     ends = to_pandas(
@@ -135,7 +157,7 @@ def _window_ends(an: WatermarkAnalysis, size: int, off: int) -> np.ndarray:
 
 
 def _first_time_per_count(
-    an: WatermarkAnalysis, bounds: list[tuple[int, int]], size: int
+    an: Analysis, bounds: list[tuple[int, int]], size: int
 ) -> pd.DataFrame:
     """Per strategy and bounds ``(base, last_end)`` (``s = strategy + strategies *
     bounds index``) and count ``c`` of window ends ``<= W`` (from ``W`` clamped to
@@ -168,7 +190,7 @@ def window_start(e: Column, size: int, offset: int) -> Column:
 
 
 def windows(
-    an: WatermarkAnalysis,
+    an: Analysis,
     window_size: int,
     offset: int = 0,
     finish: bool = True,
@@ -208,7 +230,7 @@ def windows(
 
 
 def _aggregates(
-    an: WatermarkAnalysis, on_time: pd.DataFrame, expiry: pd.DataFrame, size: int, off: int
+    an: Analysis, on_time: pd.DataFrame, expiry: pd.DataFrame, size: int, off: int
 ) -> pd.DataFrame:
     """Per (key, window): ``elements``, and per strategy ``i`` the columns of
     :class:`~theory.experiments.first_panes.WindowAggregates` suffixed ``_<i>`` and its
@@ -302,7 +324,7 @@ def _strategy_windows(name: str, got: pd.DataFrame, i: int, firing: Firing) -> p
 
 
 def window_summary(
-    an: WatermarkAnalysis,
+    an: Analysis,
     window_size: int,
     offset: int = 0,
     finish: bool = True,

@@ -15,17 +15,17 @@ from apache_beam.runners.pipeline_utils import group_by_key_input_visitor
 from apache_beam.runners.runner import PipelineRunner
 from apache_beam.transforms import environments
 
-from spark_backend.runner.driver_stages import DRIVER_OUTPUT_BYTES
-from spark_backend.runner.executor import StageExecutor
-from spark_backend.runner.options import SparkTarget, spark_target, streaming_options
-from spark_backend.runner.plan import Plan, plan_pipeline, reads_off_lean
-from spark_backend.runner.result import PySparkPipelineResult
-from spark_backend.runner.spill import SPILL_BYTES
+from spark_backend.runner.batch.driver_stages import DRIVER_OUTPUT_BYTES
+from spark_backend.runner.batch.executor import StageExecutor
+from spark_backend.runner.batch.result import PySparkPipelineResult
+from spark_backend.runner.batch.spill import SPILL_BYTES
+from spark_backend.runner.plan.options import SparkTarget, spark_target, streaming_options
+from spark_backend.runner.plan.plan import Plan, plan_pipeline, reads_off_lean
+from spark_backend.runner.plan.validate import check_pipeline
+from spark_backend.runner.stages.text_source import lean_text_reads
 from spark_backend.runner.streaming.elements import stripped_test_streams
 from spark_backend.runner.streaming.run import start_streaming
-from spark_backend.runner.text_source import lean_text_reads
-from spark_backend.runner.validate import check_pipeline
-from spark_backend.session import get_session
+from spark_backend.session.session import get_session
 
 __all__ = ["PySparkRunner"]
 
@@ -38,12 +38,12 @@ class PySparkRunner(PipelineRunner):
     driver) and every stage on Beam's bundle processor (no lean stages): the reference
     the fast paths are tested against. ``driver_stages`` (by default as ``fast_paths``)
     runs small stages in the driver process instead of as Spark jobs
-    (:mod:`spark_backend.runner.driver_stages`); ``False`` runs every stage on Spark.
+    (:mod:`spark_backend.runner.batch.driver_stages`); ``False`` runs every stage on Spark.
 
     Memory (batch): ``driver_output_bytes`` caps the output a driver stage may hold (past
     it the stage runs on Spark instead; default ``DRIVER_OUTPUT_BYTES``, 64 MiB), and
     ``spill_bytes`` the output one lean sink of a task holds before spilling it to a
-    scratch file (:mod:`spark_backend.runner.spill`; default ``SPILL_BYTES``, 32 MiB).
+    scratch file (:mod:`spark_backend.runner.batch.spill`; default ``SPILL_BYTES``, 32 MiB).
     Bound the Python workers' memory with ``--spark_conf
     spark.executor.pyspark.memory=1g``."""
 

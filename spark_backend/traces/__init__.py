@@ -16,5 +16,7 @@ order carries no meaning.
 ``spark_backend.traces.scan``          exact parallel prefix sums (event times)
 ``spark_backend.traces.generate``      ``generate_trace_df``, ``game_sessions_df``,
                                        ``chapter3_trace_df``: theory's specs on Spark
+``spark_backend.traces.trace_input``   a user's trace read by either engine (``local``
+                                       or ``spark``), its times in µs (``--time-unit``)
 =====================================  ==================================================
 """

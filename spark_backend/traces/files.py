@@ -181,7 +181,7 @@ def uri_name(name: str) -> str:
 
 def _micros(c: str) -> Column:
     """A Parquet ns timestamp (read as a long: ``spark.sql.legacy.parquet.nanosAsLong``,
-    set by :mod:`spark_backend.session`) floored to µs, as theory floors it."""
+    set by :mod:`spark_backend.session.session`) floored to µs, as theory floors it."""
     ns = F.col(f"`{c}`")
     return ((ns - F.pmod(ns, F.lit(1000))) / F.lit(1000)).cast("long").alias(c)
 

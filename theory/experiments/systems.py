@@ -9,9 +9,9 @@ fixed windows fired once at the watermark, late rows dropped (no allowed latenes
 ``<`` against ``<=`` causes no difference: Flink's watermark means no more ``ts <= W``
 and its generator emits ``max - bound - 1``, which is Beam's and Spark's ``max - bound``
 under ``ts < W``; converted to that core convention at the edge
-(:mod:`theory.flink.conventions`; ``tests/theory/test_compare_systems.py`` checks Flink's
-conventions against its own ``<=`` window operator) the three fire a window at the same
-test, ``W >= end``, and drop a row at the same test, ``end <= W``. What differs are
+(:mod:`theory.flink.conventions`; ``tests/theory/experiments/test_compare_systems.py``
+checks Flink's conventions against its own ``<=`` window operator) the three fire a window
+at the same test, ``W >= end``, and drop a row at the same test, ``end <= W``. What differs are
 :class:`Conventions`:
 
 - ``timing``: when the watermark moves: after every arrival instant (``element``, Beam),
@@ -40,8 +40,8 @@ test, ``W >= end``, and drop a row at the same test, ``end <= W``. What differs 
 pair switches the conventions one at a time from the first system's to the second's,
 counting the differences (windows fired at another time or with another count, rows
 dropped by one and not the other) left after each switch. The last switch leaves 0.
-``tests/theory/test_compare_systems.py`` checks each system's conventions against its own
-profile (``theory.simulate``, ``theory.flink.run_flink_windows``,
+``tests/theory/experiments/test_compare_systems.py`` checks each system's conventions
+against its own profile (``theory.simulate``, ``theory.flink.run_flink_windows``,
 ``theory.spark.trace.spark_trace_profile``) on the chapter-3 trace.
 """
 

@@ -2,7 +2,7 @@
 
 ``TimestampsAndWatermarksOperator`` driving ``BoundedOutOfOrdernessWatermarks``, optionally
 wrapped in ``WatermarksWithIdleness`` (checked against the apache-flink 2.3 jars, see
-``tests/theory/test_flink_oracle.py``):
+``tests/theory/flink/test_flink_oracle.py``):
 
 - :class:`PeriodicWatermarks`, element by element, and :func:`periodic_watermarks`, the
   same outputs over a whole trace (:class:`PeriodicOutputs`);

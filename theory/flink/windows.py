@@ -10,7 +10,7 @@
   :class:`~theory.flink.generation.WatermarkSchedule`.
 
 All times are int µs; a watermark ``W`` says no more elements with timestamp ``<= W``.
-Checked against the apache-flink 2.3 jars (``tests/theory/test_flink_oracle.py``).
+Checked against the apache-flink 2.3 jars (``tests/theory/flink/test_flink_oracle.py``).
 """
 
 from __future__ import annotations

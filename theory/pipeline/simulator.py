@@ -215,7 +215,7 @@ def differences(a: SimulationResult, b: Any, elements: StageDifferences | None =
     """What differs between two simulations of one pipeline (empty: identical): the
     time grid, and per stage its watermark and hold series, arrivals, drops, and what
     ``elements`` compares (default: lateness and panes, NaN equal to NaN). ``b`` may be
-    another engine's result with the same series (``spark_backend.keyed_compare``)."""
+    another engine's result with the same series (``spark_backend.simulate.compare``)."""
     out: list[str] = []
     if not np.array_equal(a.times, b.times):
         out.append("times")

@@ -3,7 +3,7 @@ what the sink receives, for a windowed count per key (all times µs).
 
 :func:`run_microbatches` follows Spark 4.3's ``MicroBatchExecution``, ``WatermarkTracker``
 and the stateful aggregation operators (checked against real Spark by
-``tests/spark_backend/test_structured.py``):
+``tests/structured_oracle/test_structured.py``):
 
 - **Triggers.** Trigger ``i`` reads batch ``i`` of every input that still has one (one
   file per trigger per input, as ``maxFilesPerTrigger=1`` under ``Trigger.AvailableNow``);

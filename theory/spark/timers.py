@@ -1,7 +1,7 @@
 """Spark's event-time timers in the state APIs, in µs (Spark keeps them in ms).
 
 The two APIs compare a timer with the batch's watermark differently (measured on Spark
-4.3, ``tests/spark_backend/test_structured_timers.py``):
+4.3, ``tests/structured_oracle/test_structured_timers.py``):
 
 - ``applyInPandasWithState`` (``GroupStateTimeout.EventTimeTimeout``): a key's timeout
   fires when ``watermark > timeout``, so not in the batch whose watermark equals it;

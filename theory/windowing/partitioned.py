@@ -12,7 +12,7 @@ reduces: holds by minimum, panes concatenated in event order, counts summed. All
 are µs.
 
 :func:`run_partitioned` takes how to run a round's partitions (``map_parts``): a list
-comprehension here (:func:`local_parts`); ``spark_backend.keyed_simulation`` runs the
+comprehension here (:func:`local_parts`); ``spark_backend.simulate.simulation`` runs the
 rounds itself, each partition's elements kept on the executors.
 """
 

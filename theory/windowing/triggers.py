@@ -16,7 +16,8 @@ runner. All times are µs; windows are ``(start, end)`` tuples.
 - :class:`Repeatedly`, :class:`AfterAny`, :class:`AfterAll`, :class:`AfterEach`,
   :class:`OrFinally`: composites. :class:`Never` (Beam's ``_Never``) and :class:`Always`.
 
-Runner behaviours kept on purpose (each has a named test in ``tests/theory/test_triggers.py``):
+Runner behaviours kept on purpose (each has a named test in
+``tests/theory/windowing/test_triggers.py``):
 
 - A timer firing passes the *timer's* timestamp as "the watermark" to ``should_fire`` and
   ``on_fire``, in both time domains. So a processing-time timer whose time is at or past

@@ -2,6 +2,9 @@
 
 Architecture (the batch runner's machinery, driven batch by batch)
 -----------------------------------------------------------------
+0. **Start** (:mod:`.run`): the streaming run's own checks (:mod:`.checks`, after the
+   batch checks), then the sources, the plan and the driver; a TestStream's elements
+   are taken from the pipeline object as columns (:mod:`.elements`).
 1. **Sources** (:mod:`.sources`): each ``TestStream`` is read from the proto by the driver
    and becomes a data input of the stage Beam's fusion puts it in; a ``Combine.PerKey``
    is lifted only where its panes stay the same (non-merging windows, END_OF_WINDOW,
@@ -19,7 +22,7 @@ Architecture (the batch runner's machinery, driven batch by batch)
    distinct arrival time. A TestStream of several output tags is one source per tag
    (``label[tag]``), each with its own watermark. Each batch runs the fused stages on
    Spark with the batch runner's bundle machinery
-   (:func:`spark_backend.runner.bundles.run_partition`), skipping stages with no input.
+   (:func:`spark_backend.runner.stages.bundles.run_partition`), skipping stages with no input.
 3. **GroupByKey and Combine** (:mod:`.grouping`): theory's Beam-exact
    :class:`~theory.windowing.engine.GroupByWindowEngine` runs inside Spark tasks, one per
    key partition, its state kept between batches in a persisted key-partitioned RDD. The

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from spark_backend.atomic import write_file_atomically
+from spark_backend.cli.atomic import write_file_atomically
 from spark_backend.runner.streaming.positions import Position
 from spark_backend.runner.streaming.shape import Shape, first_difference
 

@@ -51,20 +51,21 @@ from apache_beam.portability.api import beam_fn_api_pb2, metrics_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
 from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN
 
-from spark_backend.runner.bundles import METRICS, PartitionSummary
-from spark_backend.runner.errors import PipelineFailedError
-from spark_backend.runner.executor import (
-    _is_buffer,
-    _is_metrics,
-    _key_tagged,
-    _keyed,
-    _stage_task,
+from spark_backend.runner.batch.executor import (
+    is_buffer,
+    is_metrics,
+    key_tagged,
+    keyed_chunk,
+    stage_task,
 )
-from spark_backend.runner.lean_batch import GLOBAL
-from spark_backend.runner.lean_batch import Batch as LeanBatch
-from spark_backend.runner.lean_encode import BatchEncoder
-from spark_backend.runner.plan import IMPULSE, LEAN, GroupSpec, Plan, StageSpec
-from spark_backend.runner.spark_errors import python_error_message
+from spark_backend.runner.batch.spark_errors import python_error_message
+from spark_backend.runner.errors import PipelineFailedError
+from spark_backend.runner.plan.plan import IMPULSE, LEAN, GroupSpec, Plan, StageSpec
+from spark_backend.runner.stages.bundles import METRICS, PartitionSummary
+from spark_backend.runner.stages.lean.batch import GLOBAL
+from spark_backend.runner.stages.lean.batch import Batch as LeanBatch
+from spark_backend.runner.stages.lean.encode import BatchEncoder
+from spark_backend.runner.stages.task_context import coder
 from spark_backend.runner.streaming.checkpoint import CheckpointStore
 from spark_backend.runner.streaming.elements import Elements
 from spark_backend.runner.streaming.grouping import (
@@ -97,7 +98,6 @@ from spark_backend.runner.streaming.unbounded import (
     sdf_labels,
 )
 from spark_backend.runner.streaming.watermarks import PipelineWatermarks
-from spark_backend.runner.task_context import coder
 from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import STATE_HOLD
 
@@ -543,10 +543,10 @@ class StreamingDriver:
         the batch unless ``kept`` (a stateful step's, holding its state for the next)."""
         if not kept and output.is_cached:
             run.persisted.append(output)
-        run.pending.append(output.filter(_is_metrics).map(functools.partial(_named, spec.name)))
+        run.pending.append(output.filter(is_metrics).map(functools.partial(_named, spec.name)))
         for buffer in set(spec.outputs.values()):
             run.buffers[buffer].append(
-                output.filter(functools.partial(_is_buffer, buffer)).values()
+                output.filter(functools.partial(is_buffer, buffer)).values()
             )
 
     def _times(self, step: _StepState, run: _BatchRun) -> BatchTimes:
@@ -590,7 +590,7 @@ class StreamingDriver:
         keyed = None
         if tagged:
             rdd = tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
-            keyed = rdd.flatMap(functools.partial(_key_tagged, spec, job, components))
+            keyed = rdd.flatMap(functools.partial(key_tagged, spec, job, components))
         rdd = self._with_state(step, keyed)
         task = functools.partial(_keyed_task, stateful_batch, spec, job, components, times)
         if self._sinks:  # a sink fused after the stateful DoFn writes in this stage
@@ -749,7 +749,7 @@ class StreamingDriver:
         keyed = None
         if chunks:
             raw = chunks[0] if len(chunks) == 1 else self._sc.union(chunks)
-            keyed = raw.flatMap(functools.partial(_keyed, group, job, components))
+            keyed = raw.flatMap(functools.partial(keyed_chunk, group, job, components))
         rdd = self._with_state(state, keyed)
         task = functools.partial(_keyed_task, group_batch, group, job, components, times)
         out = self._keyed_run(buffer, rdd, task, run)
@@ -875,7 +875,7 @@ def _nonempty_stage_task(
         empty = beam_fn_api_pb2.ProcessBundleResponse().SerializeToString()
         return iter([(METRICS, pickle.dumps(PartitionSummary(empty, {})))])
     records = itertools.chain([first], iterator)
-    return _stage_task(spec, job_id, components, None, records, finalize=False)
+    return stage_task(spec, job_id, components, None, records, finalize=False)
 
 
 def _is_summary(record: tuple[Any, bytes]) -> bool:
@@ -939,7 +939,7 @@ def _source_elements(
     blobs: Iterable[bytes],
 ) -> Iterator[Any]:
     """A partition of a TestStream's elements (:meth:`Elements.blobs`) as global-window
-    values: one lean :class:`~spark_backend.runner.lean_batch.Batch` for a lean stage
+    values: one lean :class:`~spark_backend.runner.stages.lean.batch.Batch` for a lean stage
     reading them in the same task (``columnar``), else one chunk encoded with the
     stage's windowed coder."""
     for blob in blobs:

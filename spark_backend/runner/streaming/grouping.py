@@ -32,8 +32,8 @@ from apache_beam.utils import windowed_value
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_pipelines.convert import to_theory
-from spark_backend.runner.plan import GroupSpec
-from spark_backend.runner.task_context import coder, coder_impl, windowing
+from spark_backend.runner.plan.plan import GroupSpec
+from spark_backend.runner.stages.task_context import coder, coder_impl, windowing
 from theory.time import END_OF_GLOBAL_WINDOW, MIN_TIMESTAMP
 from theory.windowing.engine import GroupByWindowEngine, Pane, Timing
 from theory.windowing.windows import GlobalWindow

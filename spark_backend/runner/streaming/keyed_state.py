@@ -58,7 +58,8 @@ from apache_beam.runners import pipeline_context
 from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateServicer
 from apache_beam.utils import proto_utils
 
-from spark_backend.runner.bundles import (
+from spark_backend.runner.plan.plan import StageSpec
+from spark_backend.runner.stages.bundles import (
     Round,
     TimerKey,
     bundle_worker,
@@ -66,9 +67,8 @@ from spark_backend.runner.bundles import (
     metrics_record,
     run_bundle,
 )
-from spark_backend.runner.plan import StageSpec
+from spark_backend.runner.stages.task_context import coder_impl
 from spark_backend.runner.streaming.grouping import SUMMARY, BatchTimes
-from spark_backend.runner.task_context import coder_impl
 from theory.time import MAX_TIMESTAMP
 
 __all__ = [

@@ -31,7 +31,7 @@ from typing import Final
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
 
-from spark_backend.runner.plan import Plan
+from spark_backend.runner.plan.plan import Plan
 
 __all__ = ["liftable", "lifted_group_labels", "relabel_lifted_groups"]
 

@@ -8,7 +8,7 @@ its windows; a window ``W`` runs now when every side input is ready for
 else it is *pushed back*: kept in the partition's state (the state contract of
 :mod:`.keyed_state`: one ``(partition, bytes)`` record a batch) and tried again in a later
 batch. The released elements run in one bundle with the side views the driver sent (laid
-out as :mod:`spark_backend.runner.side_inputs` does in batch). The partition reports the
+out as :mod:`spark_backend.runner.stages.side_inputs` does in batch). The partition reports the
 smallest timestamp among its waiting elements: the driver makes it the ParDo's
 ``side input`` hold on its output watermark.
 """
@@ -29,12 +29,12 @@ from apache_beam.runners.worker import bundle_processor
 from apache_beam.utils import proto_utils
 from apache_beam.utils.windowed_value import WindowedValue
 
-from spark_backend.runner.bundles import METRICS, PartitionSummary, run_partition
-from spark_backend.runner.grouping import split_elements
-from spark_backend.runner.plan import StageSpec
+from spark_backend.runner.grouping.group_by_key import split_elements
+from spark_backend.runner.plan.plan import StageSpec
+from spark_backend.runner.stages.bundles import METRICS, PartitionSummary, run_partition
+from spark_backend.runner.stages.task_context import coder_impl
 from spark_backend.runner.streaming.grouping import SUMMARY
 from spark_backend.runner.streaming.side_views import SideReadiness
-from spark_backend.runner.task_context import coder_impl
 
 __all__ = ["PushbackSummary", "main_input", "pushback_batch", "pushback_label"]
 

@@ -1,7 +1,7 @@
 """StreamingPipelineResult: a streaming run's result, with its watermarks and why they wait.
 
 Besides Beam's ``PipelineResult`` (state, ``wait_until_finish``, ``cancel``, metrics, as
-:class:`~spark_backend.runner.result.PySparkPipelineResult`), it offers:
+:class:`~spark_backend.runner.batch.result.PySparkPipelineResult`), it offers:
 
 - :meth:`watermarks`: per transform label, the input and output watermark and each named
   hold as :class:`theory.series.StepSeries` over processing time (µs), or over the
@@ -23,7 +23,7 @@ from typing import Any
 
 from apache_beam.runners.runner import PipelineState
 
-from spark_backend.runner.result import PySparkPipelineResult
+from spark_backend.runner.batch.result import PySparkPipelineResult
 from spark_backend.runner.streaming.driver import StreamingDriver
 from theory.series import StepSeries
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
 
-from spark_backend.runner.options import StreamingOptions
-from spark_backend.runner.plan import plan_pipeline
+from spark_backend.runner.plan.options import StreamingOptions
+from spark_backend.runner.plan.plan import plan_pipeline
 from spark_backend.runner.streaming.checkpoint import open_checkpoint
 from spark_backend.runner.streaming.checks import check_streaming
 from spark_backend.runner.streaming.driver import StreamingDriver

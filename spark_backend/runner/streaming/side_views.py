@@ -41,10 +41,10 @@ from apache_beam.transforms import window as bw
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_pipelines.convert import to_theory
-from spark_backend.runner.grouping import split_elements
-from spark_backend.runner.plan import Plan
+from spark_backend.runner.grouping.group_by_key import split_elements
+from spark_backend.runner.plan.plan import Plan
+from spark_backend.runner.stages.task_context import coder_impl
 from spark_backend.runner.streaming.watermarks import leaf_transforms
-from spark_backend.runner.task_context import coder_impl
 from theory.pipeline.graph import HoldKind, hold_name
 from theory.time import END_OF_GLOBAL_WINDOW, MIN_TIMESTAMP
 from theory.windowing.engine import GroupByWindowEngine

@@ -6,7 +6,7 @@ by the stage and the Spark partition (:func:`beam_pipelines.sinks.in_batch`), so
 writes ``DIR/.staging/batch-N/<stage>-<partition>-<bundle>.txt`` and a retried task
 rewrites the same files. Before batch ``N`` runs, its staging directory is emptied (what
 a killed run left); after its Spark work, :meth:`BatchSinks.commit` moves the staged
-files into ``DIR/batch-N/`` through :func:`spark_backend.atomic.atomic_directory`, which
+files into ``DIR/batch-N/`` through :func:`spark_backend.cli.atomic.atomic_directory`, which
 replaces a directory a replayed batch had already committed.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
 
 from beam_pipelines.sinks import STAGING, URN, batch_directory, in_batch, sink_directory
-from spark_backend.atomic import atomic_directory
+from spark_backend.cli.atomic import atomic_directory
 
 __all__ = ["BatchSinks"]
 

@@ -25,7 +25,7 @@ from apache_beam.runners.worker import bundle_processor
 from apache_beam.transforms import core
 from apache_beam.utils import proto_utils
 
-from spark_backend.runner.plan import StageSpec
+from spark_backend.runner.plan.plan import StageSpec
 
 __all__ = ["truncated"]
 

@@ -24,7 +24,7 @@ keep resuming a truncated restriction until it is done: the drain ends in one ba
 The DoFn must checkpoint itself: the runner does not split a running bundle, so a
 ``process`` that never returns blocks its batch.
 
-A stage the planner made lean (``StageSpec.path``, :mod:`spark_backend.runner.lean_sdf`)
+A stage the planner made lean (``StageSpec.path``, :mod:`spark_backend.runner.stages.lean.sdf`)
 runs without the bundle processor: the DoFn is called with Beam's own tracker and
 estimator, and its outputs go on as columns through the lean ops fused after it
 (WindowInto, the lifted combine's Precombine); its residuals are the same bytes, delay
@@ -45,10 +45,16 @@ from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateServicer
 from apache_beam.utils.timestamp import Timestamp
 
-from spark_backend.runner.bundles import Round, bundle_worker, by_input, metrics_record, run_bundle
-from spark_backend.runner.lean import lean_program, run_lean_partition
-from spark_backend.runner.lean_sdf import SdfProcessOp
-from spark_backend.runner.plan import LEAN, StageSpec
+from spark_backend.runner.plan.plan import LEAN, StageSpec
+from spark_backend.runner.stages.bundles import (
+    Round,
+    bundle_worker,
+    by_input,
+    metrics_record,
+    run_bundle,
+)
+from spark_backend.runner.stages.lean.program import lean_program, run_lean_partition
+from spark_backend.runner.stages.lean.sdf import SdfProcessOp
 from spark_backend.runner.streaming.grouping import SUMMARY
 from spark_backend.runner.streaming.truncate import truncated
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP

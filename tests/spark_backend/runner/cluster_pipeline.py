@@ -25,7 +25,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
 from spark_backend.runner import PySparkRunner
-from spark_backend.session import stop_session
+from spark_backend.session.session import stop_session
 
 WORDS = ["a", "b", "fail", "c", "b", "a"] * 10
 

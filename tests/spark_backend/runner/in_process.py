@@ -3,7 +3,7 @@ bundle processor on the very same stage inputs.
 
 :func:`run_in_process` runs every stage in plan order on Beam's bundle processor (one
 partition, GroupByKeys grouped as the executor groups them); for each stage the plan
-made lean it also runs :func:`~spark_backend.runner.lean.run_lean_partition` on the
+made lean it also runs :func:`~spark_backend.runner.stages.lean.program.run_lean_partition` on the
 same records and returns both outputs, element by element as encoded bytes, so a test
 compares them as multisets: values, timestamps, windows and panes to the byte. A stage
 with a Reshuffle's random keys (Beam's ``AddRandomKeys``) is compared with each key
@@ -17,18 +17,18 @@ from typing import Any
 
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
 
-from spark_backend.runner.bundles import run_partition
-from spark_backend.runner.grouping import (
+from spark_backend.runner.batch.spill import SPILL_BYTES
+from spark_backend.runner.batch.summary import METRICS
+from spark_backend.runner.grouping.group_by_key import (
     engine_partition,
     group_partition,
     keyed_elements,
     split_elements,
 )
-from spark_backend.runner.lean import run_lean_partition
-from spark_backend.runner.plan import IMPULSE, LEAN, THEORY_ENGINE, GroupSpec, Plan
-from spark_backend.runner.spill import SPILL_BYTES
-from spark_backend.runner.summary import METRICS
-from spark_backend.runner.task_context import coder_impl
+from spark_backend.runner.plan.plan import IMPULSE, LEAN, THEORY_ENGINE, GroupSpec, Plan
+from spark_backend.runner.stages.bundles import run_partition
+from spark_backend.runner.stages.lean.program import run_lean_partition
+from spark_backend.runner.stages.task_context import coder_impl
 
 
 def _grouped(plan: Plan, group: GroupSpec, chunks: list[bytes]) -> list[bytes]:

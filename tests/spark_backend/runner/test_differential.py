@@ -30,7 +30,7 @@ from apache_beam.transforms.userstate import (
 from apache_beam.utils.timestamp import Timestamp
 
 from spark_backend.runner import PipelineFailedError
-from spark_backend.runner.plan import BUNDLE_PROCESSOR, LEAN, THEORY_ENGINE, TRIGGER_DRIVER
+from spark_backend.runner.plan.plan import BUNDLE_PROCESSOR, LEAN, THEORY_ENGINE, TRIGGER_DRIVER
 
 pytestmark = pytest.mark.slow
 
@@ -94,7 +94,7 @@ SEEDS = [5, 7, 1]  # sessions, sliding with an offset, fixed with an offset (as 
 def test_group_by_key_and_combine_in_random_windows(differential: Any) -> None:
     """Each seed's four outputs are compared separately (one pipeline runs them all);
     every GroupByKey and lifted Combine shuffles columns and is grouped by the sort
-    (:mod:`spark_backend.runner.column_grouping`), on theory's engine's path."""
+    (:mod:`spark_backend.runner.grouping.columns`), on theory's engine's path."""
     assert [type(random_window_fn(s)).__name__ for s in SEEDS] == [
         "Sessions",
         "SlidingWindows",

@@ -15,7 +15,7 @@ from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from spark_backend.runner import PipelineFailedError
-from spark_backend.runner.plan import LEAN
+from spark_backend.runner.plan.plan import LEAN
 
 pytestmark = pytest.mark.slow
 

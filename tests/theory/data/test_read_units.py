@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import theory
-from spark_backend.trace_input import read_local
+from spark_backend.traces.trace_input import read_local
 
 #: 2024-01-01T00:00:00Z in epoch milliseconds, and three later arrivals.
 EPOCH_MS = 1_704_067_200_000

@@ -175,6 +175,6 @@ def _beam_loaded(_: Any) -> Any:
 
 
 def test_python_workers_fork_with_beam_imported(spark: Any) -> None:
-    """spark_backend.runner.worker_daemon: a fresh worker has Beam loaded before its first
+    """spark_backend.runner.stages.worker_daemon: a fresh worker has Beam loaded before its first
     task (it pays no import, which took 10-30 s per worker under load)."""
     assert spark.sparkContext.parallelize([0], 1).mapPartitions(_beam_loaded).collect() == [True]

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_pipelines.teststream import from_trace
-from spark_backend.runner.options import stream_batching
+from spark_backend.runner.plan.options import stream_batching
 from spark_backend.runner.streaming.driver import schedule
 from spark_backend.runner.streaming.sources import (
     ELEMENTS,

@@ -1,5 +1,6 @@
-"""The lean path of an unbounded splittable DoFn's stage (:mod:`spark_backend.runner.lean_sdf`)
-against Beam's bundle processor, task by task, without Spark.
+"""The lean path of an unbounded splittable DoFn's stage
+(:mod:`spark_backend.runner.stages.lean.sdf`) against Beam's bundle processor, task by task,
+without Spark.
 
 The stage (the SDF, a Map, WindowInto and, in one pipeline, the lifted combine's
 Precombine) is planned as streaming plans it; the same encoded element-restrictions go
@@ -45,12 +46,12 @@ from beam_pipelines.estimators import (
     PercentileEstimatorProvider,
     ProcessingTimeLagEstimatorProvider,
 )
-from spark_backend.runner.bundles import METRICS
-from spark_backend.runner.plan import BUNDLE_PROCESSOR, LEAN, plan_pipeline
+from spark_backend.runner.plan.plan import BUNDLE_PROCESSOR, LEAN, plan_pipeline
+from spark_backend.runner.stages.bundles import METRICS
+from spark_backend.runner.stages.task_context import coder
 from spark_backend.runner.streaming.grouping import SUMMARY
 from spark_backend.runner.streaming.sources import streaming_proto
 from spark_backend.runner.streaming.unbounded import sdf_batch
-from spark_backend.runner.task_context import coder
 from tests.spark_backend.runner.streaming.test_unbounded import MonotonicFromMin, Offsets
 
 S = 1_000_000

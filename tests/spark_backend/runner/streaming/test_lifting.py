@@ -22,7 +22,7 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import environments, trigger, window
 from apache_beam.utils.timestamp import Timestamp
 
-from spark_backend.runner.plan import LEAN, plan_pipeline
+from spark_backend.runner.plan.plan import LEAN, plan_pipeline
 from spark_backend.runner.streaming.lifting import relabel_lifted_groups
 from spark_backend.runner.streaming.sources import streaming_proto
 from tests.spark_backend.runner.streaming.test_differential import coder_micros

@@ -132,7 +132,7 @@ def test_a_batch_that_fails_before_its_commit_acks_nothing(
     second_run = [line for b, lines in after.items() if b not in before for line in lines]
     # nothing lost (the failed batch acked nothing) and nothing twice
     assert sorted(second_run) == SECOND_SET
-    # the reader's stage ran on the lean path (spark_backend.runner.lean_sdf): its claims,
+    # the reader's stage ran on the lean path (spark_backend.runner.stages.lean.sdf): its claims,
     # estimator state and owed acks went through Beam's tracker and estimator there
     (read,) = [n for n in result.stage_paths if "Read/Process" in n]
     assert result.stage_paths[read] == "lean"

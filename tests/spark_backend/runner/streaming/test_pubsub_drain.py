@@ -37,7 +37,7 @@ from apache_beam.runners.runner import PipelineState
 
 from beam_pipelines.emulator import Emulator
 from beam_pipelines.pubsub_sdf import ReadFromPubSubWithTrackingWatermark
-from spark_backend.runner.plan import BUNDLE_PROCESSOR, LEAN
+from spark_backend.runner.plan.plan import BUNDLE_PROCESSOR, LEAN
 from tests.spark_backend.runner.streaming.conftest import CaptureValues, read_values
 from theory.time import SECOND
 

@@ -18,7 +18,7 @@ from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_pipelines.convert import to_theory
-from spark_backend.runner.grouping import split_elements
+from spark_backend.runner.grouping.group_by_key import split_elements
 from spark_backend.runner.streaming.side_views import SideView
 from theory.windowing.engine import GroupByWindowEngine
 

@@ -167,11 +167,11 @@ def test_stateful_task_keeps_state_and_timers_in_one_pickled_record_per_partitio
     from apache_beam.transforms.window import GlobalWindow
     from apache_beam.utils.windowed_value import WindowedValue
 
-    from spark_backend.runner.bundles import METRICS
-    from spark_backend.runner.plan import plan_pipeline
+    from spark_backend.runner.plan.plan import plan_pipeline
+    from spark_backend.runner.stages.bundles import METRICS
+    from spark_backend.runner.stages.task_context import coder
     from spark_backend.runner.streaming.grouping import SUMMARY, BatchTimes
     from spark_backend.runner.streaming.keyed_state import PartitionState, stateful_batch
-    from spark_backend.runner.task_context import coder
 
     p = beam.Pipeline()
     (

@@ -1,0 +1,12 @@
+"""The report of ``watermarks demo`` and ``watermarks analyze``, and what it shows.
+
+==================  =============================================================
+``report``          ``Report``: an ``index.html`` with figures (PNG) and tables
+                    (CSV and HTML), written atomically
+``plots``           the report's figures (matplotlib, Agg)
+``tables``          output tables with their units
+``systems``         the cross-system section: one trace through the beam, flink and
+                    spark profiles
+``comparison``      the watermark strategy comparison on Spark
+==================  =============================================================
+"""

@@ -1,0 +1,245 @@
+"""The report's cross-system section: one trace through the beam, flink and spark
+profiles (:func:`theory.experiments.systems.compare_systems`), a table per system, the
+convention behind each difference, and the window latency per system.
+
+Every system takes its bound from the first ``bounded:<duration>`` strategy; Flink's
+periodic interval is 200 ms (its default) with ``withIdleness`` of
+:data:`FLINK_IDLE_TIMEOUT`, and Spark's trigger 1 s. A trace with a ``partition`` column
+is compared with each partition an input (``inputs="partition"``: per-input watermarks
+combined by the minimum, an input that stops holding it except under Flink's idleness),
+one with more than :data:`~theory.spark.trace.MAX_INPUTS` partitions or none as one
+input. The comparison runs in numpy on the driver: ``analyze`` collects at most
+:data:`MAX_ROWS` rows (the first by arrival) of a larger trace, and says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from spark_backend.report import plots
+from spark_backend.report.report import Report, seconds
+from theory.arrays import sorted_unique
+from theory.data.trace import Trace
+from theory.experiments.systems import Comparison, check_systems, compare_systems
+from theory.spark.trace import MAX_INPUTS
+from theory.time import MILLISECOND, SECOND, parse_duration
+
+__all__ = ["FLINK_IDLE_TIMEOUT", "MAX_ROWS", "bound_of", "inputs_of", "systems_section", "trace_of"]
+
+LOG = logging.getLogger("watermarks")
+
+#: The most rows ``analyze --systems`` collects to the driver.
+MAX_ROWS: Final[int] = 2_000_000
+FLINK_INTERVAL: Final[int] = 200 * MILLISECOND
+SPARK_TRIGGER: Final[int] = 1 * SECOND
+#: Flink's ``withIdleness`` in the report: an input without rows for a minute is idle.
+FLINK_IDLE_TIMEOUT: Final[int] = 60 * SECOND
+
+
+def bound_of(strategies: Sequence[str]) -> int:
+    """The bound (µs) of the first ``bounded:<duration>`` strategy; ``ValueError`` if
+    there is none."""
+    for s in strategies:
+        kind, _, arg = s.partition(":")
+        if kind == "bounded" and arg:
+            return parse_duration(arg)
+    raise ValueError(
+        "--systems needs a bounded:<duration> strategy (every system takes its bound from it), "
+        f"got --strategies {','.join(strategies)}"
+    )
+
+
+def trace_of(df: Any, rows: int) -> tuple[Trace, str]:
+    """The trace's event time, arrival time, key and partition (if it has them) on the
+    driver (the first :data:`MAX_ROWS` by arrival if larger), and a note saying which
+    rows."""
+    cols = ["event_time", "arrival_time"] + [c for c in ("key", "partition") if c in df.columns]
+    note = f"all {rows:,} rows"
+    if rows > MAX_ROWS:
+        df = df.orderBy("arrival_time").limit(MAX_ROWS)
+        note = f"the first {MAX_ROWS:,} of {rows:,} rows by arrival"
+    pdf = df.select(*cols).toPandas()
+    n = len(pdf)
+    key = pdf["key"].to_numpy() if "key" in pdf else np.zeros(n, dtype=np.int64)
+    if key.dtype.kind not in "iu":
+        key = key.astype(str).astype(object)
+    trace = Trace(
+        pdf["event_time"].to_numpy(np.int64),
+        pdf["arrival_time"].to_numpy(np.int64),
+        key,
+        np.zeros(n, dtype=np.float64),
+        pdf["partition"].to_numpy(np.int64) if "partition" in pdf else None,
+    )
+    return trace, note
+
+
+def inputs_of(trace: Trace) -> tuple[str | None, str]:
+    """``compare_systems``' ``inputs`` for ``trace`` (each partition an input if it has a
+    partition column with at most :data:`MAX_INPUTS` values, else None: one input) and
+    a phrase saying which."""
+    if trace.partition is None:
+        return None, "one input (the trace has no partition column)"
+    k = int(sorted_unique(trace.partition).size)
+    if k > MAX_INPUTS:
+        return None, f"one input (its {k:,} partitions are more than {MAX_INPUTS} inputs)"
+    return "partition", f"each of its {k} partitions an input"
+
+
+def _latency_figure(path: Path, c: Comparison) -> Path:
+    """Left: the distribution (ECDF) of window latency per system, in seconds; right: the
+    windows each system has fired by each processing time (hours from the first)."""
+    fig, (ax, when) = plt.subplots(1, 2, figsize=(13, 4.5), dpi=110)
+    drawn = False
+    raw = {name: np.sort(np.asarray(o.latency)) for name, o in c.outcomes.items()}
+    same = {n: g for g in plots.coinciding(raw) for n in g}  # identical: styled apart, named
+    fired = [np.sort(o.fire_time[o.fire_time >= 0]) for o in c.outcomes.values()]
+    t0 = min((int(f[0]) for f in fired if f.size), default=0)
+    for i, ((name, lat), f) in enumerate(zip(raw.items(), fired, strict=True)):
+        if lat.size:
+            others = [o for o in same.get(name, []) if o != name]
+            style = {
+                "ls": plots.STYLES[i % len(plots.STYLES)],
+                "lw": max(0.8, 2.4 - 0.5 * i),
+                "label": name + (f" (= {', '.join(others)})" if others else ""),
+            }
+            ax.step(lat / 1e6, np.arange(1, lat.size + 1) / lat.size, where="post", **style)
+            when.step((f - t0) / 3.6e9, np.arange(1, f.size + 1), where="post", **style)
+            drawn = True
+    # log-scaled above 1 s: a few stragglers' windows stretch the axis far
+    ax.set_xscale("symlog", linthresh=1.0)
+    labels = [
+        (
+            "window latency (s after the window's end, log above 1 s)",
+            "fraction of windows fired",
+            "When each system fires its windows",
+        ),
+        (
+            "processing time (h after the first window fired)",
+            "windows fired so far",
+            "Which windows have fired, when",
+        ),
+    ]
+    for axis, (x, y, title) in zip((ax, when), labels, strict=True):
+        axis.set(xlabel=x, ylabel=y, title=title)
+        axis.grid(alpha=0.3)
+        if drawn:
+            axis.legend(fontsize=8)
+        else:
+            axis.text(0.5, 0.5, "no window fired", ha="center", transform=axis.transAxes)
+    return plots.save_figure(fig, path)
+
+
+#: The windows shown in the page (all are in ``systems_windows.csv``).
+SHOWN_WINDOWS: Final[int] = 15
+
+
+def _windows_table(report: Report, c: Comparison) -> None:
+    """Which windows fire and when: per window, each system's latency and count."""
+    w = c.windows()
+    table: dict[str, list[object]] = {"key": w["key"], "window start": w["start"]}
+    formats: dict[str, Callable[[object], str]] = {}
+    for name in c.outcomes:
+        fire = np.asarray(w[f"{name}_fire_time"], dtype=np.int64)
+        end = np.asarray(w["end"], dtype=np.int64)
+        table[f"{name} latency"] = np.where(fire >= 0, fire - end, np.nan).tolist()
+        table[f"{name} count"] = w[f"{name}_count"]
+        formats[f"{name} latency"] = seconds
+    differ = w["same"].count(False)
+    report.table(
+        "systems_windows",
+        "Which windows fire and when",
+        table,
+        f"Per window (key, start in µs): how long after its end each system fires it "
+        f"(– never, or no row of it was on time there) and with what count. {differ:,} of "
+        f"{len(w['key']):,} windows differ between systems; they come first, and the page "
+        f"shows the first {SHOWN_WINDOWS}.",
+        formats,
+        show_rows=SHOWN_WINDOWS,
+    )
+
+
+def systems_section(
+    report: Report,
+    trace: Trace,
+    systems: Sequence[str],
+    bound: int,
+    window_size: int,
+    note: str,
+) -> Comparison:
+    """Compare ``systems`` on ``trace`` and add the tables and the figure."""
+    names = check_systems(systems)
+    inputs, how = inputs_of(trace)
+    LOG.info("comparing %s on %d events, %s", ",".join(names), len(trace), how)
+    c = compare_systems(
+        trace,
+        bound=bound,
+        window_size=window_size,
+        flink_interval=FLINK_INTERVAL,
+        spark_trigger=SPARK_TRIGGER,
+        flink_idle_timeout=FLINK_IDLE_TIMEOUT,
+        inputs=inputs,
+        systems=names,
+    )
+    t = c.table()
+    report.table(
+        "systems",
+        "One trace through " + ", ".join(names),
+        {
+            "system": t["system"],
+            "windows fired": t["windows_fired"],
+            "rows dropped late": t["rows_dropped"],
+            "latency p50": [v * 1e6 for v in t["latency_p50_s"]],  # type: ignore[operator]
+            "latency p90": [v * 1e6 for v in t["latency_p90_s"]],  # type: ignore[operator]
+        },
+        f"Per-key counts in fixed {window_size / 1e6:g} s windows, fired once at the "
+        f"watermark, late rows dropped; bound {bound / 1e6:g} s (Beam max seen - bound, "
+        "Flink BoundedOutOfOrderness every 200 ms with withIdleness "
+        f"{FLINK_IDLE_TIMEOUT / 1e6:g} s, Spark withWatermark with a 1 s trigger and "
+        f"multipleWatermarkPolicy=min); {note}; {how}: each input has its own watermark "
+        "and the job's is their minimum.",
+        {"latency p50": seconds, "latency p90": seconds},
+    )
+    _windows_table(report, c)
+    a = c.attribution()
+    if a["source"]:
+        report.table(
+            "systems_attribution",
+            "Which convention causes each difference",
+            {
+                "from": a["source"],
+                "to": a["target"],
+                "convention switched": a["convention"],
+                "to value": [str(v) for v in a["value"]],
+                "windows it explains": a["removed_windows"],
+                "rows it explains": a["removed_rows"],
+                "windows left": a["windows_left"],
+                "rows left": a["rows_left"],
+            },
+            "Starting from the first system's conventions, each is switched in turn to the "
+            "second's: when the watermark moves (per element, periodic, per micro-batch), "
+            "the watermark late rows are tested against (Spark: the previous batch's), "
+            "milliseconds (Spark), the multiple-input policy, and idle handling (Flink's "
+            "withIdleness leaves an input without rows out of the minimum; Beam and Spark "
+            "let an input that stopped hold it, and Spark holds it at 0 until every input "
+            "has sent data). A window differs if it fires at another time or with another "
+            "count. After the last switch no difference is left.",
+        )
+    report.figure(
+        "Window latency per system",
+        lambda p: _latency_figure(p, c),
+        "systems.png",
+        "How long after its end each window fires, per system (left), and how many "
+        "windows each system has fired by each moment (right). Where the right-hand curves "
+        "part, an input that stopped holds Beam's and Spark's watermark while Flink's "
+        "withIdleness lets it move on.",
+    )
+    return c

@@ -1,0 +1,291 @@
+"""The one place that builds the SparkSession.
+
+:func:`get_session` returns a session shared by the whole process (Spark allows one
+SparkContext per JVM, and a session takes ~10 s to start). The defaults suit a laptop
+and small to medium traces:
+
+- ``local[*]`` unless ``master`` (``--master``) is given;
+- no web UI, no console progress bar, quiet JVM logs (errors only);
+- UTC session time zone (every timestamp in the toolkit is µs since the epoch, UTC);
+- few shuffle partitions in local mode (two per core), adaptive execution on;
+- ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` set to the running interpreter;
+- in local mode the driver JVM (which is also the executor) gets half the RAM, at most
+  16 GiB, unless ``spark.driver.memory`` is given;
+- the driver JVM starts with :mod:`spark_backend.session.jvm_start`'s options (a class-data
+  archive built by the first session) unless ``spark.driver.extraJavaOptions`` is given.
+
+``conf`` (``--conf key=value``) overrides any default. When ``SPARK_REMOTE`` is set (or
+``master`` starts with ``sc://``) a Spark Connect session is returned instead; then only
+runtime ``spark.sql.*`` settings apply and no local Java is needed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from spark_backend.session import jvm_start
+
+__all__ = [
+    "JAVA_MIN_VERSION",
+    "JavaNotFoundError",
+    "check_java",
+    "default_conf",
+    "get_session",
+    "parse_conf",
+    "stop_session",
+    "warm_session",
+]
+
+#: Spark 4 runs on Java 17 or newer.
+JAVA_MIN_VERSION: Final[int] = 17
+
+_INSTALL_HINT: Final[str] = (
+    "Install a Java 17+ runtime, e.g. 'apt-get install -y openjdk-17-jre-headless' "
+    "(Debian/Ubuntu) or 'brew install openjdk@17' (macOS), then put 'java' on PATH or "
+    "set JAVA_HOME"
+)
+
+_LOG4J2: Final[str] = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.spark.name = org.apache.spark
+logger.spark.level = error
+"""
+
+_LOCK = threading.Lock()
+_SESSION: Any = None  # the shared SparkSession
+_MASTER: str | None = None  # the master it was built with
+
+
+class JavaNotFoundError(RuntimeError):
+    """No usable Java runtime (Spark needs Java 17 or newer)."""
+
+
+def check_java(minimum: int = JAVA_MIN_VERSION) -> int:
+    """The major version of the Java runtime Spark will use (``JAVA_HOME``, else PATH).
+
+    Raises :class:`JavaNotFoundError`, naming what to install, when there is no Java or
+    it is older than ``minimum``.
+    """
+    java = jvm_start.java_executable()
+    if java is None:
+        raise JavaNotFoundError(
+            f"Spark needs Java {minimum}+ and no 'java' was found (JAVA_HOME unset or "
+            f"invalid, nothing on PATH). {_INSTALL_HINT}."
+        )
+    try:
+        out = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise JavaNotFoundError(
+            f"could not run {java!r} -version: {err}. {_INSTALL_HINT}."
+        ) from None
+    text = out.stderr + out.stdout
+    m = re.search(r'version "([^"]+)"', text)
+    if m is None:
+        raise JavaNotFoundError(
+            f"could not read the Java version from {java!r} -version "
+            f"(got {text.strip()[:200]!r}). {_INSTALL_HINT}."
+        )
+    parts = m.group(1).split(".")
+    major = (
+        int(parts[1])
+        if parts[0] == "1" and len(parts) > 1
+        else int(re.sub(r"\D.*", "", parts[0]) or 0)
+    )
+    if major < minimum:
+        raise JavaNotFoundError(
+            f"Spark needs Java {minimum}+, found Java {m.group(1)} at {java!r}. {_INSTALL_HINT}."
+        )
+    return major
+
+
+def parse_conf(items: Sequence[str] | Mapping[str, Any] | None) -> dict[str, str]:
+    """``--conf`` values (``"key=value"`` strings, or a mapping) as a dict of strings."""
+    if items is None:
+        return {}
+    if isinstance(items, Mapping):
+        return {str(k): str(v) for k, v in items.items()}
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"bad --conf {item!r}: expected key=value")
+        out[key.strip()] = value
+    return out
+
+
+def _total_memory_bytes() -> int | None:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[") or master.startswith("local-")
+
+
+def default_conf(master: str) -> dict[str, str]:
+    """The settings :func:`get_session` applies before ``conf`` overrides them."""
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "65536",
+        # Parquet ns timestamps (pyarrow's default unit) as longs, floored to µs by the
+        # trace reader; without it Spark refuses them ([PARQUET_TYPE_ILLEGAL])
+        "spark.sql.legacy.parquet.nanosAsLong": "true",
+        # Python workers fork from a daemon that has Beam imported already
+        "spark.python.daemon.module": "spark_backend.runner.stages.worker_daemon",
+    }
+    if _is_local(master):
+        cores = os.cpu_count() or 2
+        conf["spark.sql.shuffle.partitions"] = str(max(2, 2 * cores))
+        conf["spark.default.parallelism"] = str(max(2, 2 * cores))
+        total = _total_memory_bytes()
+        if total:
+            gib = max(1, min(16, total // (2 * 1024**3)))
+            conf["spark.driver.memory"] = f"{gib}g"
+    return conf
+
+
+def _log4j_options() -> str:
+    path = Path(tempfile.gettempdir()) / f"watermarks-log4j2-{os.getuid()}.properties"
+    if not path.exists() or path.read_text() != _LOG4J2:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(_LOG4J2)
+        os.replace(tmp, path)
+    return f"-Dlog4j2.configurationFile=file:{path}"
+
+
+def get_session(
+    master: str | None = None,
+    conf: Sequence[str] | Mapping[str, Any] | None = None,
+    app_name: str = "watermarks",
+) -> Any:
+    """The process-wide SparkSession, built on first use (see the module docstring).
+
+    ``master`` is a Spark master URL (``local[*]`` by default; ``sc://host`` for Spark
+    Connect, as is a set ``SPARK_REMOTE``); ``conf`` holds ``key=value`` overrides.
+    Later calls return the same session; asking for a different ``master`` while it runs
+    raises ValueError (call :func:`stop_session` first). Runtime ``spark.sql.*`` settings in
+    ``conf`` are applied to the running session.
+    """
+    global _SESSION, _MASTER
+    overrides = parse_conf(conf)
+    remote = os.environ.get("SPARK_REMOTE")
+    if master is not None and master.startswith("sc://"):
+        remote = master
+    with _LOCK:
+        if _SESSION is not None and not _is_stopped(_SESSION):
+            if master is not None and _MASTER is not None and master != _MASTER:
+                raise ValueError(
+                    f"a Spark session with master {_MASTER!r} already runs in this process; "
+                    f"call stop_session() before asking for {master!r}"
+                )
+            for key, value in overrides.items():
+                if key.startswith("spark.sql."):
+                    _SESSION.conf.set(key, value)
+            return _SESSION
+        from pyspark.sql import SparkSession
+
+        if remote:
+            builder = SparkSession.builder.remote(remote).appName(app_name)
+            settings = {
+                k: v for k, v in default_conf("remote").items() if k.startswith("spark.sql.")
+            }
+            settings.update(overrides)
+            session = builder.getOrCreate()
+            for key, value in settings.items():
+                if key.startswith("spark.sql."):
+                    session.conf.set(key, value)
+            _SESSION, _MASTER = session, remote
+            return session
+
+        check_java()
+        chosen = master or overrides.pop("spark.master", None) or "local[*]"
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        if _is_local(chosen):
+            os.environ["PYSPARK_PYTHON"] = sys.executable
+            os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        settings = default_conf(chosen)
+        settings.update(overrides)
+        pending = None
+        if "spark.driver.extraJavaOptions" not in settings:
+            options, pending = jvm_start.driver_java_options(
+                str(jvm_start.java_executable()), jvm_start.spark_home()
+            )
+            settings["spark.driver.extraJavaOptions"] = options
+        log_opt = _log4j_options()
+        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+            settings[key] = (settings.get(key, "") + " " + log_opt).strip()
+        builder = SparkSession.builder.master(chosen).appName(app_name)
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("ERROR")
+        if pending is not None:
+            _publish_at_exit(session, pending)
+        _SESSION, _MASTER = session, chosen
+        return session
+
+
+def _publish_at_exit(session: Any, pending: Path) -> None:
+    """At this process's exit, let the driver JVM write its class-data archive and
+    publish it (:func:`spark_backend.session.jvm_start.publish_archive`)."""
+    process = getattr(session.sparkContext._gateway, "proc", None)
+    if process is not None:
+        atexit.register(_stop_and_publish, process, pending)
+
+
+def _stop_and_publish(process: Any, pending: Path) -> None:
+    with contextlib.suppress(Exception):  # the context's threads end before the JVM
+        stop_session()
+    jvm_start.publish_archive(process, pending)
+
+
+def _is_stopped(session: Any) -> bool:
+    try:
+        jsc = session.sparkContext._jsc  # classic sessions only
+    except Exception:  # Spark Connect has no SparkContext
+        return False
+    return bool(jsc is None or jsc.sc().isStopped())
+
+
+def stop_session() -> None:
+    """Stop the shared session (if any); the next :func:`get_session` builds a new one."""
+    global _SESSION, _MASTER
+    with _LOCK:
+        if _SESSION is not None:
+            _SESSION.stop()
+        _SESSION, _MASTER = None, None
+
+
+def warm_session() -> None:
+    """Start the process's session and run a Spark job and a SQL query in it, so that
+    its JVM loads the classes a pipeline needs (``python -m spark_backend.session``:
+    when the archive is missing, this process's JVM writes it at exit)."""
+    spark = get_session()
+    spark.sparkContext.parallelize(range(4), 2).map(str).count()
+    spark.range(4).selectExpr("sum(id)").collect()
