@@ -47,7 +47,6 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from apache_beam.metrics import monitoring_infos
-from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
 
@@ -74,6 +73,7 @@ from spark_backend.runner.grouping import (
 )
 from spark_backend.runner.lean import run_lean_partition
 from spark_backend.runner.lean_batch import decode
+from spark_backend.runner.metric_merge import consolidate
 from spark_backend.runner.plan import IMPULSE, LEAN, THEORY_ENGINE, GroupSpec, Plan, StageSpec
 from spark_backend.runner.reported import PartitionReports, Report, reported_outputs
 from spark_backend.runner.schedule import run_stages

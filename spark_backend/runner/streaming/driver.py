@@ -46,7 +46,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability.api import beam_fn_api_pb2, metrics_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
 from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN
@@ -63,6 +62,7 @@ from spark_backend.runner.executor import (
 from spark_backend.runner.lean_batch import GLOBAL
 from spark_backend.runner.lean_batch import Batch as LeanBatch
 from spark_backend.runner.lean_encode import BatchEncoder
+from spark_backend.runner.metric_merge import consolidate
 from spark_backend.runner.plan import IMPULSE, LEAN, GroupSpec, Plan, StageSpec
 from spark_backend.runner.spark_errors import python_error_message
 from spark_backend.runner.streaming.checkpoint import CheckpointStore

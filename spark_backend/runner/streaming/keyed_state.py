@@ -50,7 +50,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
-from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
@@ -66,6 +65,7 @@ from spark_backend.runner.bundles import (
     metrics_record,
     run_bundle,
 )
+from spark_backend.runner.metric_merge import consolidate
 from spark_backend.runner.plan import StageSpec
 from spark_backend.runner.streaming.grouping import SUMMARY, BatchTimes
 from spark_backend.runner.task_context import coder_impl

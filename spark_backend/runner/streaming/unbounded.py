@@ -39,7 +39,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateServicer
@@ -48,6 +47,7 @@ from apache_beam.utils.timestamp import Timestamp
 from spark_backend.runner.bundles import Round, bundle_worker, by_input, metrics_record, run_bundle
 from spark_backend.runner.lean import lean_program, run_lean_partition
 from spark_backend.runner.lean_sdf import SdfProcessOp
+from spark_backend.runner.metric_merge import consolidate
 from spark_backend.runner.plan import LEAN, StageSpec
 from spark_backend.runner.streaming.grouping import SUMMARY
 from spark_backend.runner.streaming.truncate import truncated
