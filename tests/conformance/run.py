@@ -167,7 +167,8 @@ def count(report: dict[str, Any]) -> Counts:
                 counts.not_run += 1
             else:
                 counts.failed += 1
-            counts.failures[test_name(nodeid)] = f"{kind}: {entry.get('reason', '')}"
+            reason = entry.get("reason", "")
+            counts.failures[test_name(nodeid)] = reason if kind == NOT_RUN else f"{kind}: {reason}"
     return counts
 
 
