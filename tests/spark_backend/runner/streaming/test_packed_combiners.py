@@ -67,9 +67,7 @@ def _build(limit: bytes) -> Any:
 
 
 @pytest.mark.parametrize("limit", [b"", b"2"], ids=["packed", "limit-2"])
-def test_packable_combines_streaming_equal_fn_api_runner(
-    run_pipeline: Any, limit: bytes
-) -> None:
+def test_packable_combines_streaming_equal_fn_api_runner(run_pipeline: Any, limit: bytes) -> None:
     expected, _ = run_pipeline(_build(limit), runner=FnApiRunner())
     ours, result = run_pipeline(_build(limit))
     assert sorted(ours, key=repr) == sorted(expected, key=repr), (ours, expected)
