@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             counts = count(run_one(suite, config, out))
             rows.append((suite.name, config, counts, control))
             for name, why in sorted(counts.failures.items()):
-                mark = "control passes" if name in control_passed else "control fails too"
+                mark = "control passes" if name in control_passed else "not passed on the control"
                 print(f"   {config}: {name} ({mark}): {why[:200]}")
                 if name in control_passed:
                     regressions.append((suite.name, config, name))
