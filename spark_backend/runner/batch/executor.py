@@ -48,7 +48,6 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from apache_beam.metrics import monitoring_infos
-from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
 
@@ -76,6 +75,7 @@ from spark_backend.runner.grouping.group_by_key import (
     split_columns,
     split_elements,
 )
+from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.plan.plan import IMPULSE, LEAN, THEORY_ENGINE, GroupSpec, Plan, StageSpec
 from spark_backend.runner.stages.bundles import METRICS, run_partition
 from spark_backend.runner.stages.lean.batch import decode

@@ -50,7 +50,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
-from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
@@ -67,6 +66,7 @@ from spark_backend.runner.stages.bundles import (
     metrics_record,
     run_bundle,
 )
+from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.stages.task_context import coder_impl
 from spark_backend.runner.streaming.grouping import SUMMARY, BatchTimes
 from theory.time import MAX_TIMESTAMP
