@@ -61,6 +61,7 @@ from spark_backend.runner.batch.driver_stages import (
     task_attempts,
     task_slots,
 )
+from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.batch.reported import PartitionReports, Report, reported_outputs
 from spark_backend.runner.batch.schedule import run_stages
 from spark_backend.runner.batch.spark_errors import python_error_message
@@ -75,7 +76,6 @@ from spark_backend.runner.grouping.group_by_key import (
     split_columns,
     split_elements,
 )
-from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.plan.plan import IMPULSE, LEAN, THEORY_ENGINE, GroupSpec, Plan, StageSpec
 from spark_backend.runner.stages.bundles import METRICS, run_partition
 from spark_backend.runner.stages.lean.batch import decode

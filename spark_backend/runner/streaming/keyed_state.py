@@ -57,6 +57,7 @@ from apache_beam.runners import pipeline_context
 from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateServicer
 from apache_beam.utils import proto_utils
 
+from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.plan.plan import StageSpec
 from spark_backend.runner.stages.bundles import (
     Round,
@@ -66,7 +67,6 @@ from spark_backend.runner.stages.bundles import (
     metrics_record,
     run_bundle,
 )
-from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.stages.task_context import coder_impl
 from spark_backend.runner.streaming.grouping import SUMMARY, BatchTimes
 from theory.time import MAX_TIMESTAMP
