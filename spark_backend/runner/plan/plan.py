@@ -14,6 +14,7 @@ a PCollection crossing stages, ``b"group:<gbk>"`` for a GroupByKey's input.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import uuid
@@ -194,8 +195,11 @@ def plan_pipeline(
     a splittable DoFn's stage run lean (:mod:`~spark_backend.runner.stages.lean.sdf`).
     ``pack_combiners=False`` leaves out Beam's combiner packing, as Beam's runners do in
     streaming (Dataflow packs only in batch, and FnApiRunnerTest expects no packed step
-    in a streaming run)."""
+    in a streaming run). ``pipeline`` itself is left unchanged: Beam's phases rewrite the
+    proto they are given (a Flatten's inputs of another coder are re-pointed to new
+    transcoding steps), and streaming builds its watermark graph from ``pipeline``."""
     validate_pipeline_graph(pipeline)
+    pipeline = copy.deepcopy(pipeline)  # as FnApiRunner's create_stages copies it
     pipeline = merge_common_environments(merge_superset_dep_environments(pipeline))
     phases = [p for p in _PHASES if pack_combiners or p is not translations.pack_combiners]
     if stateful_roots:
