@@ -6,7 +6,7 @@
 - :class:`ProcessingTimeLagEstimatorProvider` ``(lag)``: processing time minus ``lag``;
 - :class:`PercentileEstimatorProvider` ``(p, horizon)``: over the timestamps emitted in the
   last ``horizon`` of processing time, the one with a fraction ``p`` of them above it.
-  This is DESIGN's ``quantile(A, 1 - p)`` with the same rank rule
+  This is the semantics page's ``quantile(A, 1 - p)`` with the same rank rule
   (:class:`theory.watermarks.percentile.PercentileWatermark`), so ``p = 1`` is their
   minimum. It is a practical heuristic: the book's percentile watermark is over the
   elements that *happened and have not arrived*, which only an oracle of the backlog

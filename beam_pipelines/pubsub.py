@@ -1,7 +1,7 @@
 """The base/tracking Pub/Sub watermark estimator against the real Pub/Sub API.
 
-:class:`theory.dataflow.pubsub.TrackingEstimator` holds the rule (DESIGN.md, "Pub/Sub
-base/tracking estimator"). This module feeds it from Google Cloud Pub/Sub through the
+:class:`theory.dataflow.pubsub.TrackingEstimator` holds the rule (docs/semantics.md,
+"Dataflow"). This module feeds it from Google Cloud Pub/Sub through the
 ``google-cloud-pubsub`` client (or the emulator, via ``PUBSUB_EMULATOR_HOST``) and exposes
 it to Beam as a ``WatermarkEstimatorProvider``. All times are int µs since the epoch.
 

@@ -54,9 +54,15 @@ def test_examples_print_what_the_page_says(page: Path) -> None:
 
 
 def test_no_page_points_outside_the_project() -> None:
-    """The definitions live in the docs: neither they nor the README send readers to a
-    design note outside the repository."""
-    for path in [*PAGES, ROOT / "README.md"]:
+    """The definitions live in the docs: neither they, the README nor the code send
+    readers to a design note outside the repository."""
+    code = [
+        p
+        for d in ("theory", "beam_pipelines", "spark_backend", "tests", "bench")
+        for p in sorted((ROOT / d).rglob("*.py"))
+        if p != Path(__file__).resolve()
+    ]
+    for path in [*PAGES, ROOT / "README.md", *code]:
         assert "DESIGN" not in path.read_text(encoding="utf-8"), path
 
 
@@ -64,14 +70,33 @@ def test_the_site_builds_without_warnings(tmp_path: Path) -> None:
     """``make docs``'s build (warnings are errors) into a temporary directory."""
     out = tmp_path / "html"
     run = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-         "-d", str(tmp_path / "doctrees"), str(DOCS), str(out)],
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-W",
+            "--keep-going",
+            "-q",
+            "-b",
+            "html",
+            "-d",
+            str(tmp_path / "doctrees"),
+            str(DOCS),
+            str(out),
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,
         check=False,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    for page in ("index", "getting-started", "researcher", "beam", "semantics",
-                 "architecture", "reference/index"):
+    for page in (
+        "index",
+        "getting-started",
+        "researcher",
+        "beam",
+        "semantics",
+        "architecture",
+        "reference/index",
+    ):
         assert (out / f"{page}.html").is_file(), page

@@ -2,7 +2,7 @@
 
 - :func:`assert_watermark_monotonic`: a watermark series never goes back;
 - :func:`assert_no_late_data`: no element arrives below the watermark in force when it
-  arrives (DESIGN: late means ``timestamp < input watermark`` at arrival), for a script
+  arrives (docs/semantics.md: late means ``timestamp < input watermark`` at arrival), for a script
   (its own watermark events) or a trace under a source watermark;
 - :func:`assert_fires_at`: in a ``theory.run_script`` result, a window fires a pane at a
   given processing time.

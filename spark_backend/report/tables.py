@@ -1,6 +1,6 @@
 """Output tables with their units: what the report and ``metrics.csv`` write.
 
-Internally every time and duration is a µs number (DESIGN.md "Time"). A table written
+Internally every time and duration is a µs number (docs/semantics.md). A table written
 for a reader says so in its column names: :func:`with_units` renames a duration column
 ``x`` to ``x_us``, and a time column ``x`` to ``x_us`` with ``x_utc`` (ISO-8601 UTC)
 beside it. :func:`csv_value` writes infinities as ``inf``/``-inf``: a float infinity, or

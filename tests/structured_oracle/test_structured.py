@@ -173,7 +173,7 @@ def test_append_emits_a_window_when_its_end_reaches_the_watermark(spark_runs):
 
 def test_min_policy_input_that_never_produced_data_holds_the_watermark_at_zero(spark_runs):
     # Spark 4.3's WatermarkTracker "populates 0" for an input with no data yet: under min
-    # it is not ignored (the issue's note and DESIGN.md say it is; measured here, it holds)
+    # it is not ignored (measured here, it holds)
     real = spark_runs["never"]
     assert [b[1] for b in real] == [0] * 5
     assert profile("never") == real

@@ -1,6 +1,6 @@
 """Time units of integer time columns: conversion to µs and the magnitude check.
 
-The core reads every time as int64 µs since the epoch (DESIGN.md "Time"). Traces
+The core reads every time as int64 µs since the epoch (docs/semantics.md). Traces
 exported by other systems often hold epoch seconds, milliseconds or nanoseconds, which
 read as µs land in January 1970 or tens of thousands of years ahead. This module is the
 one home of the rule, used by both engines of the ``watermarks`` command line:

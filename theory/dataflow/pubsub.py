@@ -2,8 +2,8 @@
 
 Google Cloud Pub/Sub delivers in no guaranteed order and only reports the oldest
 *unacknowledged publish time* of a subscription. *Streaming Systems* ch. 3 estimates an
-event-time watermark with two subscriptions on one topic (DESIGN.md, "Pub/Sub
-base/tracking estimator"):
+event-time watermark with two subscriptions on one topic (docs/semantics.md,
+"Dataflow"):
 
 - the **base** subscription carries the data; ``pt_base`` is its oldest unacked publish
   time (``None`` when nothing is unacked);

@@ -20,7 +20,7 @@
 ``backlog``              a bucket's source backlog and its percentile values
 =======================  ==============================================================
 
-Conventions of the source watermarks (all times int µs, DESIGN.md "Time" and "Source
+Conventions of the source watermarks (all times int µs, docs/semantics.md, "Time" and "Source
 watermarks"):
 
 - A watermark ``W`` asserts that no more non-late data with event time ``< W`` will

@@ -1,5 +1,5 @@
 """Heuristic source watermarks (µs): bounded out-of-orderness and a dynamic set of
-time-ordered partitions (DESIGN.md "Source watermarks").
+time-ordered partitions (docs/semantics.md, "Source watermarks").
 
 A heuristic watermark is an estimate: data can arrive below it, and is then late. Each
 has a vectorised ``*_curve`` and an incremental generator (:class:`LatchedWatermark`)

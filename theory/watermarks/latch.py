@@ -4,7 +4,7 @@ Why: a watermark ``W`` promises that no more non-late data with event time ``< W
 come, and downstream stages act on the promise (fire windows, drop state); a watermark
 cannot take it back. A computed value below the latched one is therefore kept out and
 counted in ``regressions``, a metric of how often the estimate was wrong, as Beam's
-runners latch (DESIGN.md "Source watermarks"). Two counting rules, one home:
+runners latch (docs/semantics.md, "Source watermarks"). Two counting rules, one home:
 
 - :meth:`Latch._latch`: every computed value below the latched one counts (the source
   generators, recomputed after every element);

@@ -1,4 +1,4 @@
-"""Percentile watermarks (DESIGN.md "Percentile watermarks"): the definition, the rank
+"""Percentile watermarks (docs/semantics.md): the definition, the rank
 rule and the exact incremental form.
 
 Definition (all times int µs):

@@ -2,7 +2,7 @@
 
 At the source an element is active from its event time (it happened) until it arrives:
 the *backlog* ``A(t) = {elements with event_time <= t < arrival_time}``. This is the
-percentile watermark of DESIGN.md ("Percentile watermarks") with activation = event time
+percentile watermark of docs/semantics.md with activation = event time
 and completion = arrival time, so it reuses the general forms of
 :mod:`theory.watermarks.percentile` and :mod:`theory.watermarks.percentile_sweep`, with
 :func:`~theory.watermarks.perfect.perfect_curve` as the fallback. It is an oracle: the
@@ -33,7 +33,7 @@ def percentile_source_curve(
     p: float,
     hold: bool = False,
 ) -> StepSeries:
-    """The percentile watermark of DESIGN.md at the source (µs), an oracle over the trace.
+    """The percentile watermark (docs/semantics.md) at the source (µs), an oracle over the trace.
 
     The active set is the backlog ``A(t)`` (module docstring): events that happened but
     have not arrived (an element arriving at or before its event time is never in it).

@@ -2,7 +2,7 @@
 finite trace (and its uncapped oracle), and a static set of time-ordered partitions.
 
 A perfect watermark is never passed by data: no element arrives with an event time
-below the watermark at its arrival (DESIGN.md "Source watermarks"). It knows every
+below the watermark at its arrival (docs/semantics.md, "Source watermarks"). It knows every
 event that has happened and none that has not, so it never passes the clock: at an
 arrival time ``t``, ``W(t) <= t`` (ingress, exact at ``t + 1``, is the one exception:
 every later element is stamped later). The *oracle* (``perfect:oracle``) drops that cap

@@ -59,7 +59,7 @@ Architecture (the batch runner's machinery, driven batch by batch)
 7. **Watermarks** (:mod:`.watermarks`): theory's stage graph over the pipeline's
    transforms, with every GroupByKey's ``state:pending-windows`` hold, every stateful
    DoFn's ``state:timers`` and every SDF's ``source:watermark-estimator``, latched as
-   DESIGN.md defines; a source that sends nothing keeps its watermark. While a stateful
+   docs/semantics.md defines; a source that sends nothing keeps its watermark. While a stateful
    or splittable DoFn's batch runs, ``buffer:in-flight`` keeps its output watermark
    where it was. The result's ``watermarks()`` and ``why(label, at)`` read it
    (:mod:`.result`).
@@ -69,7 +69,7 @@ windowed-value coder, which keeps whole milliseconds (a pane at a window's
 ``max_timestamp`` = end − 1 µs comes out at end − 1 ms), as on every portable runner.
 The engine's output watermark is Beam Python's (not latched; it decides holds and
 timing); the tracker's, which ``watermarks()`` shows and downstream stages read, is
-latched as DESIGN.md says. Stateful DoFns: a pending timer holds the output watermark
+latched as docs/semantics.md says. Stateful DoFns: a pending timer holds the output watermark
 here (the Fn API's hold timestamp), not on BundleBasedDirectRunner (a TODO in Beam's
 ``direct_userstate.py``), so a timer's output may be on time downstream here and late
 there; timers and their outputs carry whole milliseconds (Beam's timer coder).

@@ -3,7 +3,7 @@
 The pipeline's leaf transforms (by label) form a :class:`theory.pipeline.graph.StageGraph`
 (an edge from the producer of each PCollection a transform reads to the transform);
 sources are the transforms that read nothing (TestStream, Impulse). A
-:class:`~theory.pipeline.graph.WatermarkTracker` keeps the watermarks by DESIGN.md's
+:class:`~theory.pipeline.graph.WatermarkTracker` keeps the watermarks by docs/semantics.md's
 definitions: input = min of upstream outputs, output = min(input, holds), both latched.
 The holds are the GroupByKeys' ``state:pending-windows`` (their engines' smallest window
 hold, minus 1 µs as Beam's runner holds); a stateless transform finishes its bundles

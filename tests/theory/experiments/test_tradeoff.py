@@ -132,7 +132,7 @@ def first_fire_times(result: SimulationResult) -> dict[tuple[object, int], int]:
 
 
 def brute_force_watermark(trace: Trace, p: float) -> tuple[list[int], list[int]]:
-    """DESIGN.md's percentile watermark at a finished source, by plain loops: at each
+    """The semantics page's percentile watermark at a finished source, by plain loops: at each
     instant t (µs) where something changes, the backlog A(t) = {event <= t < arrival} in
     a sorted list, W_p(t) its element of rank floor((|A| - 1) * (1 - p)), or, when A(t)
     is empty, the perfect watermark (the least event time still to arrive; MIN before
