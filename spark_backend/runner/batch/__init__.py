@@ -7,6 +7,7 @@
 ``spill``           a stage's output chunks held in order, spilled past a byte cap
 ``reported``        a stage's metrics and small outputs sent to the driver
 ``summary``         the metrics record a partition's task yields last
+``metric_merge``    every metric kind of many bundles merged, as Beam merges each
 ``spark_errors``    the user's Python error inside a Spark failure
 ``result``          ``PySparkPipelineResult``: state, metrics and control
 ==================  =============================================================
