@@ -8,8 +8,9 @@ timed): ``python -m spark_backend.cli analyze TRACE --engine auto`` and the same
 ``--engine spark``. Both must write the same ``strategies.csv`` (checked on the first
 run of each size). Prints the medians of ``--repeats`` runs (``--spark-repeats`` for
 Spark, the slow one), the spark/auto ratio, which engine auto chose, and the load
-averages around each size (the machine is shared: compare within a run only).
-The issue's goals: auto at most 10 s on 2,000 rows and 30 s on 500,000 rows.
+averages around each size (compare within a run only); ``--record`` appends them to
+``bench/results/cli_engines.json``. Targets: auto within 10 s on 2,000 rows, 30 s on
+500,000.
 
     .venv/bin/python bench/cli_engines.py --sizes 2000,500000 --repeats 3 --spark-repeats 1
 """

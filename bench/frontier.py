@@ -23,10 +23,7 @@ ratios (above 1: the frontier is slower). Timed by ``time.perf_counter`` (CPU ti
 
     python bench/frontier.py --ops 200000 --repeats 5
 
-Measured 2026-11-26 (200k operations, CPU time, medians of 5, load average ~45 on the
-2-core machine): frontier/structure with ``update_iter`` / with the cheap path: move 64
-3.44 / 1.80, move 1024 3.34 / 1.27, lazy 2.74 / 1.29, down 1.56 / 1.03. The cheap path
-wins nowhere, so the four users keep their structures.
+``--record`` appends the figures to ``bench/results/frontier.json``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 14's figures, counted by running the cases (not a speed benchmark).
+"""Bad-input handling, tallied by running the cases (not a speed benchmark).
 
 Runs every file of the bad-input corpus (``tests/data/bad/``) through both readers
 (theory's :func:`read_trace`, Spark's :func:`read_trace_df`), as a local path and as a
@@ -14,7 +14,8 @@ Each case is classified:
 - *data loss*: the previous output (a marked report directory) or the input changed;
 - *debris*: any other file left beside them.
 
-Prints one line per case that is not as it should be, then the totals.
+Prints one line per case that is not as it should be, then the totals (``--record``
+appends the totals to ``bench/results/hardening_tally.json``).
 
     .venv/bin/python bench/hardening_tally.py
 """

@@ -1,43 +1,29 @@
 """Percentile-watermark throughput and memory: exact incremental, vectorised, sketch, naive.
 
-Traces: ``theory.data.generators.generate_trace(n, seed=0)`` (Poisson event times at 1000/s,
-log-normal delays with a 1 s median). Source level: an element is active from its event
-time (``activation = event_time``) until it arrives (``completion = arrival_time``), so
-``A(t)`` is the data that exists but has not arrived yet (about 1650 elements here) and
-``W_1`` is the in-flight minimum. Each element makes two events (activation, completion).
-
-Per trace size, the median over ``--repeats`` runs (trace generation excluded, one
-untimed warm-up run first) of:
+Traces: ``theory.data.generators.generate_trace(n, seed=0)``. Source level: an element is
+active from its event time until it arrives, so ``A(t)`` is the data in flight. Each
+element makes two events. Per trace size, the median over ``--repeats`` runs (trace
+generation excluded, one untimed warm-up run first) of:
 
 - ``vectorised``: ``percentile_details`` on the whole trace, elements/s and events/s, at
   ``--p`` and at each of ``--vector-ps``; with ``--general`` also at ``--p`` on the
-  same elements at stage level (active from arrival until arrival plus a log-normal
-  processing time of median 1 s: about as many active, but activations out of event
-  time order), which takes the general sweep instead of the source-level one;
+  same elements at stage level (activations out of event-time order: the general sweep);
 - ``incremental``: ``PercentileWatermark``, updates (activate/complete calls) per second,
   with one ``current()`` per distinct processing time, from prebuilt Python lists;
 - ``sketch``: ``SketchPercentileWatermark``, updates/s with an evaluation every
   ``--eval-every`` updates, for ``exact`` (default capacity: nothing is sketched here)
-  and ``sketched`` (``exact_capacity=256``: most of the active set in KLL sketches). A
-  separate untimed run beside an exact mirror records the peak footprint
-  (``memory_bytes``: serialized sketches plus ~100 B per exact value; sampled at
-  evaluations), the largest stated rank-error bound ``E / n``, the largest true rank
-  error ``/ n``, the evaluations whose true error exceeds ``E``, and how often the
-  estimate equals the exact value; one more run gives the peak of the sketch's Python
-  allocations (tracemalloc);
+  and ``sketched`` (``exact_capacity=256``). An untimed run beside an exact mirror
+  records the peak footprint, the largest stated and true rank errors ``/ n``, the
+  evaluations whose true error exceeds the bound ``E`` and how often the estimate is
+  exact; one more gives the peak of the sketch's Python allocations (tracemalloc);
 - ``naive``: on a ``--naive`` element trace, ``np.quantile(A, 1 - p, method="lower")``
   recomputed from the active set at every step, against the incremental and vectorised
   forms on the same trace.
 
-Memory: on a VM whose host backs guest memory lazily (this project's Firecracker
-machines), the first touch of memory the guest has not used recently costs far more
-than the computation around it, and glibc returns every freed array of over 32 MB to
-the kernel, so each numpy temporary is fresh memory again; a process can land in a slow
-mode where the vectorised curve takes half as long again. ``--keep-freed-memory`` asks
-glibc (``mallopt``) to keep freed memory for reuse, which isolates the computation; the
-default allocator is what users get, and the goals are judged on it.
-
-Usage::
+``--keep-freed-memory`` asks glibc to keep freed memory for reuse (numpy temporaries
+over 32 MB are otherwise fresh memory from the kernel each time), which isolates the
+computation; the default allocator is what users get. ``--record`` appends the figures
+to ``bench/results/percentile.json``. Usage::
 
     python bench/percentile.py --sizes 1000000 10000000 --repeats 3
 """
