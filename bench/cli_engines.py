@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from record import Recorder, add_record
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -74,7 +76,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="runs of --engine auto per size")
     ap.add_argument("--spark-repeats", type=int, default=1, help="runs of --engine spark")
     ap.add_argument("--seed", type=int, default=0)
+    add_record(ap)
     args = ap.parse_args()
+    recorder = Recorder.from_args(__file__, args)
+    figures: dict[str, float | str] = {}
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     print(
         f"{'rows':>9} {'auto s':>8} {'cpu s':>6} {'chose':>6} {'spark s':>8} {'cpu s':>6} "
@@ -114,6 +119,13 @@ def main() -> None:
                 f"{before} / {load()}",
                 flush=True,
             )
+            figures[f"{n} auto s"] = round(a, 3)
+            figures[f"{n} auto chose"] = chose
+            if spark:
+                figures[f"{n} spark s"] = round(s, 3)
+                figures[f"{n} spark/auto"] = round(s / a, 2)
+                figures[f"{n} same tables"] = same
+    recorder.save(figures)
 
 
 if __name__ == "__main__":

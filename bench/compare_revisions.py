@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from record import Recorder, add_record, commit
+
 
 def parse_metric(text: str) -> tuple[str, re.Pattern[str]]:
     """``NAME=REGEX`` -> (name, compiled regex with one capture group)."""
@@ -118,9 +120,11 @@ def main() -> None:
     parser.add_argument(
         "--cpu-clock", action="store_true", help="the script's perf_counter reads CPU time"
     )
+    add_record(parser)
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:cut])
+    recorder = Recorder.from_args(__file__, args)
     command = argv[cut + 1 :]
     if not command:
         parser.error("no command given (after --)")
@@ -157,8 +161,17 @@ def main() -> None:
         f"{min(loads):.1f}-{max(loads):.1f}, median {statistics.median(loads):.1f}"
     )
     print(f"{'metric':>24} {'A':>10} {'B':>10} {'B/A':>6}  round ratios")
+    figures: dict[str, float | str | None] = {
+        "command": " ".join(command), "clock": clock, "rounds": args.rounds,
+        "A commit": commit(trees["A"])["sha"], "B commit": commit(trees["B"])["sha"],
+    }
     for name, med_a, med_b, ratio, lo, hi in summarise(runs, "A", "B"):
         print(f"{name:>24} {med_a:>10.4g} {med_b:>10.4g} {ratio:>6.2f}  {lo:.2f}-{hi:.2f}")
+        figures[f"{name} A"] = med_a
+        figures[f"{name} B"] = med_b
+        figures[f"{name} B/A"] = round(ratio, 4)
+        figures[f"{name} round ratios"] = f"{lo:.2f}-{hi:.2f}"
+    recorder.save(figures)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from record import Recorder, add_record
+
 ROOT = Path(os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] or Path(__file__).parents[1])
 sys.path.insert(0, str(ROOT))
 
@@ -38,7 +40,9 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
+    add_record(parser)
     args = parser.parse_args()
+    recorder = Recorder.from_args(__file__, args)
     with tempfile.TemporaryDirectory(prefix="csv-read-") as tmp:
         path = Path(tmp) / "trace.csv"
         write_trace(generate_trace(args.rows, seed=7), path)
@@ -70,6 +74,13 @@ def main() -> int:
         print(f"spark read driver cpu {statistics.median(driver):.3f} s")
         print(f"spark read tasks {tasks}")
         spark.stop()
+    recorder.save({
+        "rows": args.rows,
+        "theory read cpu s": round(statistics.median(cpu), 4),
+        "spark read wall s": round(statistics.median(wall), 4),
+        "spark read driver cpu s": round(statistics.median(driver), 4),
+        "spark read tasks": tasks,
+    })
     return 0
 
 

@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 import numpy as np
 from bench_args import add_repeats, add_seed, bench_parser
+from record import Recorder
 
 from theory.structures import Frontier, IndexedMinHeap
 
@@ -194,6 +195,8 @@ def main() -> None:
     add_repeats(parser, 5)
     add_seed(parser, 0)
     args = parser.parse_args()
+    recorder = Recorder.from_args(__file__, args)
+    figures: dict[str, float] = {}
     cases: list[tuple[str, Callable[[], int], Callable[[], int], Callable[[], int]]] = []
     for items in args.items:
         k, w, n = move_ops(items, args.ops, args.seed)
@@ -237,6 +240,10 @@ def main() -> None:
             f"{name:>10} {t_own:>12.4f} {t_rep:>14.4f} {t_cheap:>9.4f} "
             f"{t_rep / t_own:>10.2f} {t_cheap / t_own:>12.2f}"
         )
+        figures[f"{name} structure s"] = round(t_own, 5)
+        figures[f"{name} frontier/structure update_iter"] = round(t_rep / t_own, 3)
+        figures[f"{name} frontier/structure cheap"] = round(t_cheap / t_own, 3)
+    recorder.save(figures)
 
 
 if __name__ == "__main__":

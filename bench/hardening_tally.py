@@ -30,6 +30,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from record import Recorder, add_record
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -178,7 +180,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--parts", default="readers,cli", help="readers, cli or both")
+    add_record(parser)
     args = parser.parse_args()
+    recorder = Recorder.from_args(__file__, args)
     from spark_backend.session.session import get_session
 
     spark = get_session(args.master, {"spark.ui.enabled": "false"})
@@ -188,6 +192,7 @@ def main() -> int:
         print("readers:", tally.counts, flush=True)
     with tempfile.TemporaryDirectory(prefix="tally-") as tmp:
         if "cli" not in args.parts:
+            recorder.save(dict(tally.counts))
             return 0
         local = command_line(tally, "local", Path(tmp))
         on_spark = command_line(tally, "spark", Path(tmp))
@@ -197,6 +202,7 @@ def main() -> int:
     for k, v in tally.counts.items():
         print(f"{k}: {v}")
     spark.stop()
+    recorder.save(dict(tally.counts))
     return 0
 
 

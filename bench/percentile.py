@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 from bench_args import add_repeats, bench_parser
 from peak_memory import keep_freed_memory  # bench/peak_memory.py (this folder)
+from record import Recorder
 
 from theory.data.generators import generate_trace
 from theory.structures import OrderStatisticList
@@ -219,6 +220,8 @@ def main() -> None:
         help="glibc keeps freed memory (isolates first-touch costs)",
     )
     args = parser.parse_args()
+    recorder = Recorder.from_args(__file__, args)
+    figures: dict[str, float] = {}
     p = args.p
     if args.keep_freed_memory:
         keep_freed_memory()
@@ -236,20 +239,24 @@ def main() -> None:
         for vp in [p, *(x for x in args.vector_ps if x != p)]:
             dt = median_time(partial(run_vectorised, e, e, a, vp), args.repeats)
             print_vectorised(n, dt, f"p={vp}")
+            figures[f"{n} vectorised p={vp} events/s"] = round(2 * n / dt)
         if args.general:
             dt = median_time(
                 partial(run_vectorised, e, a, a + stage_processing(n), p), args.repeats
             )
             print_vectorised(n, dt, f"p={p}, stage level: general path")
+            figures[f"{n} vectorised p={p} stage level events/s"] = round(2 * n / dt)
         if args.only_vectorised:
             continue
         ev = event_lists(e, a)
         dt = median_time(partial(run_incremental, p, ev[1], ev[2], ev[3]), args.repeats)
         print(f"incremental  {dt:8.2f} s  {2 * n / dt:>12,.0f} updates/s")
+        figures[f"{n} incremental updates/s"] = round(2 * n / dt)
 
         for name, params in SKETCHES.items():
             dt = median_time(partial(run_sketch, p, params, ev, args.eval_every), args.repeats)
             line = f"sketch {name:9s}{dt:6.2f} s  {2 * n / dt:>12,.0f} updates/s"
+            figures[f"{n} sketch {name} updates/s"] = round(2 * n / dt)
             if not args.skip_quality:
                 s = sketch_quality(p, params, ev, args.eval_every)
                 line += (
@@ -258,10 +265,13 @@ def main() -> None:
                     f"  over E {s['over']:.0f} of {s['evals']:.0f}"
                     f"  exact-equal {s['match']:.1%}"
                 )
+                figures[f"{n} sketch {name} peak MB"] = round(s["mem"] / 1e6, 3)
+                figures[f"{n} sketch {name} evaluations over E"] = s["over"]
             print(line)
         del ev
 
     if args.only_vectorised:
+        recorder.save(figures)
         return
     m = args.naive
     tr = generate_trace(m, seed=0)
@@ -276,6 +286,10 @@ def main() -> None:
     print(f"naive        {t_naive:8.2f} s  {steps / t_naive:>12,.0f} steps/s")
     print(f"incremental  {t_inc:8.2f} s  {t_naive / t_inc:>8.0f}x faster than naive")
     print(f"vectorised   {t_vec:8.2f} s  {t_naive / t_vec:>8.0f}x faster than naive")
+    figures[f"naive {m} steps/s"] = round(steps / t_naive)
+    figures["incremental/naive speed-up"] = round(t_naive / t_inc, 1)
+    figures["vectorised/naive speed-up"] = round(t_naive / t_vec, 1)
+    recorder.save(figures)
 
 
 if __name__ == "__main__":

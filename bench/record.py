@@ -16,6 +16,7 @@ then ``os.replace``). ``BENCH_RESULTS_DIR`` or ``--results-dir`` chooses the fol
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -57,10 +58,8 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     memory = None
-    try:
+    with contextlib.suppress(ValueError, OSError, AttributeError):
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        pass
     return {
         "cores": os.cpu_count(),
         "memory_bytes": memory,
@@ -78,11 +77,11 @@ def load() -> list[float] | None:
         return None
 
 
-def commit() -> dict[str, Any]:
-    """The repository's HEAD and whether its tree has uncommitted changes."""
+def commit(tree: Path = BENCH) -> dict[str, Any]:
+    """The HEAD of the repository at ``tree`` and whether it has uncommitted changes."""
     def git(*args: str) -> str | None:
         try:
-            return subprocess.run(["git", *args], cwd=BENCH, capture_output=True,
+            return subprocess.run(["git", *args], cwd=tree, capture_output=True,
                                   text=True, timeout=30, check=True).stdout
         except (OSError, subprocess.SubprocessError):
             return None
@@ -93,7 +92,7 @@ def commit() -> dict[str, Any]:
 
 
 def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 class Recorder:

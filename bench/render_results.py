@@ -87,7 +87,7 @@ def render_script(name: str, runs: list[dict[str, Any]]) -> list[str]:
             tag = " (imported)" if r.get("imported") else ""
             out.append(f"- {r.get('date') or 'date unknown'}{tag}, load "
                        f"{_load(r.get('load'))}, commit {_commit(r.get('commit'))}: {figs}")
-    return out + [""]
+    return [*out, ""]
 
 
 def render(folder: Path) -> str:

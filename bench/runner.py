@@ -54,6 +54,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.transforms import window
 from apache_beam.utils.timestamp import Timestamp
 from peak_memory import PeakMemory, tree_cpu  # bench/peak_memory.py (this script's folder)
+from record import Recorder, add_record
 
 from spark_backend.runner import PySparkRunner
 from spark_backend.session import jvm_start
@@ -326,6 +327,7 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="KEY=VALUE for the Spark session, e.g. spark.executor.pyspark.memory=512m",
     )
+    add_record(parser)
     args, rest = parser.parse_known_args(argv)
     if args.cold_run:
         _cold_child(args.cold_run, rest)
@@ -333,11 +335,14 @@ def main(argv: list[str] | None = None) -> None:
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     sizes = [int(float(s)) for s in args.sizes.split(",")]
+    recorder = Recorder.from_args(__file__, args)
+    figures: dict[str, Any] = {}
 
     ensure_archive()
     start = time.perf_counter()
     spark = get_session(conf=args.spark_conf)
     jvm = time.perf_counter() - start
+    figures["session start s"] = round(jvm, 2)
     print(f"Spark session start (JVM): {jvm:.1f} s; master {spark.sparkContext.master}")
     print(f"Spark settings: {args.spark_conf or 'the defaults of spark_backend.session.session'}")
     print(f"medians of {args.rounds} round(s); CPU = the process tree's (driver, JVM, workers)")
@@ -356,11 +361,19 @@ def main(argv: list[str] | None = None) -> None:
                 not args.no_rdd,
                 args.cold,
                 tuple(a for c in args.spark_conf for a in ("--spark_conf", c)),
+                figures,
             )
+    recorder.save(figures)
 
 
 def print_cold(
-    name: str, n: int, rounds: int, digest: str, fn_wall: float | None, conf: tuple[str, ...]
+    name: str,
+    n: int,
+    rounds: int,
+    digest: str,
+    fn_wall: float | None,
+    conf: tuple[str, ...],
+    figures: dict[str, Any],
 ) -> None:
     """Cold runs (:func:`cold_run`), alternating the session's JVM options and Spark's
     plain ones; medians, and FnApiRunner's wall time over the cold run's."""
@@ -379,6 +392,11 @@ def print_cold(
             f"{os.getloadavg()[0]:.1f}){ratio}  outputs identical",
             flush=True,
         )
+        figures[f"{name} {n} cold {label} el/s"] = round(n / wall)
+        if fn_wall:
+            figures[f"{name} {n} cold {label} FnApiRunner/PySparkRunner wall"] = round(
+                fn_wall / wall, 3
+            )
 
 
 def _median(runs: list[Run], field: str) -> float:
@@ -396,7 +414,9 @@ def report(
     rdd: bool = True,
     cold: int = 0,
     conf: tuple[str, ...] = (),
+    figures: dict[str, Any] | None = None,
 ) -> None:
+    figures = {} if figures is None else figures
     load = os.getloadavg()[0]
     ours = [run_once(name, n, PySparkRunner()) for _ in range(max(1, rounds))]
     if len({r.digest for r in ours}) != 1:
@@ -413,11 +433,15 @@ def report(
             f"{s_cpu / cpu:4.2f}x CPU; outputs identical",
             flush=True,
         )
+        figures[f"{name} {n} every stage on Spark el/s"] = round(n / s_wall)
     line = (
         f"  {name:17s} PySparkRunner {n / wall:9,.0f} el/s ({wall:6.1f} s, CPU {cpu:6.1f} s, "
         f"peak {max(r.peak for r in ours) / 2**20:,.0f} MiB driver+JVM+workers, of which "
         f"workers {max(r.workers for r in ours) / 2**20:,.0f} MiB, load {load:.1f})"
     )
+    figures[f"{name} {n} PySparkRunner el/s"] = round(n / wall)
+    figures[f"{name} {n} PySparkRunner cpu s"] = round(cpu, 3)
+    figures[f"{name} {n} peak MiB"] = round(max(r.peak for r in ours) / 2**20)
     if with_fnapi:
         theirs = [run_once(name, n, FnApiRunner()) for _ in range(max(1, rounds))]
         if {r.digest for r in theirs} != {ours[0].digest}:
@@ -428,9 +452,16 @@ def report(
             f"JVM, {fn_wall / (wall + jvm):5.2f}x incl., {fn_cpu / cpu:5.2f}x CPU  "
             "outputs identical"
         )
+        figures[f"{name} {n} FnApiRunner el/s"] = round(n / fn_wall)
+        figures[f"{name} {n} FnApiRunner/PySparkRunner wall excl. JVM"] = round(fn_wall / wall, 3)
+        figures[f"{name} {n} FnApiRunner/PySparkRunner wall incl. JVM"] = round(
+            fn_wall / (wall + jvm), 3
+        )
     print(line, flush=True)
     if cold:
-        print_cold(name, n, cold, ours[0].digest, fn_wall if with_fnapi else None, conf)
+        print_cold(
+            name, n, cold, ours[0].digest, fn_wall if with_fnapi else None, conf, figures
+        )
     if name in ORACLES:
         if ORACLES[name](n) != ours[0].digest:
             raise SystemExit(f"{name} at n={n}: output differs from the oracle")
@@ -442,6 +473,7 @@ def report(
         print(
             f"  {'(hand-written RDD)':17s} map+reduceByKey {n / rdd_s:9,.0f} el/s ({rdd_s:6.1f} s)"
         )
+        figures[f"{name} {n} hand-written RDD el/s"] = round(n / rdd_s)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ from apache_beam.utils.timestamp import Timestamp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_args import add_repeats, add_seed, bench_parser, counts
 from peak_memory import tree_cpu  # bench/peak_memory.py (this script's folder)
+from record import Recorder
 
 from beam_pipelines.chapter3 import cli as chapter3_cli
 from beam_pipelines.chapter3.model import simulate_chapter3
@@ -186,7 +187,7 @@ def latencies(out: Path, result: Any, log: BatchLog) -> tuple[list[int], int]:
     return out_latency, during
 
 
-def count_part(args: argparse.Namespace, master: str) -> None:
+def count_part(args: argparse.Namespace, master: str, figures: dict[str, Any]) -> None:
     for n in args.elements:
         trace = count_trace(n, args.keys, args.rate, args.bound, args.seed)
         batches = np.unique(trace.arrival_time).size
@@ -247,11 +248,17 @@ def count_part(args: argparse.Namespace, master: str) -> None:
                     )
                     same = "identical" if theirs == streamed else "DIFFERENT"
                     print(f"  counts {same} to the {name} run's (a late element would differ)")
+                    figures[f"count {n} counts vs {name}"] = same
         mine = _medians(runs["streaming"])
         print(_rate("streaming, median", n, *mine) + " (goal >= 100,000 el/s)")
+        figures[f"count {n} streaming el/s"] = round(n / mine[0])
+        figures[f"count {n} streaming cpu s"] = round(mine[1], 3)
+        figures[f"count {n} max pane latency (batches)"] = max(lat)
         for name in ("reference", "batch"):
             if runs[name]:
                 wall, cpu = _medians(runs[name])
+                figures[f"count {n} {name} el/s"] = round(n / wall)
+                figures[f"count {n} streaming/{name} throughput"] = round(wall / mine[0], 3)
                 print(
                     _rate(f"{name}, median", n, wall, cpu)
                     + f": streaming is {wall / mine[0]:.2f}x its throughput, "
@@ -362,7 +369,7 @@ def run_source(args: argparse.Namespace, n: int, streaming: bool, master: str, o
     return wall, cpu, batches * per_batch, ", ".join(sorted(set(paths.values())))
 
 
-def source_part(args: argparse.Namespace, master: str) -> None:
+def source_part(args: argparse.Namespace, master: str, figures: dict[str, Any]) -> None:
     for n in args.source_elements:
         print(
             f"\nexecutor-side source: {n:,} elements made in the tasks by an unbounded "
@@ -385,10 +392,13 @@ def source_part(args: argparse.Namespace, master: str) -> None:
                 )
                 same = "identical" if got == want else "DIFFERENT"
                 print(f"  counts {same} to the batch run's ({sum(want.values()):,} panes)")
+                figures[f"source {n} counts vs batch"] = same
         mine = _medians(runs["streaming"])
         print(_rate("streaming, median", total, *mine) + " (goal >= 100,000 el/s)")
+        figures[f"source {n} streaming el/s"] = round(total / mine[0])
         if runs["batch"]:
             wall, cpu = _medians(runs["batch"])
+            figures[f"source {n} batch el/s"] = round(total / wall)
             print(
                 _rate("batch, median", total, wall, cpu)
                 + f": streaming is {wall / mine[0]:.2f}x its throughput"
@@ -398,7 +408,7 @@ def source_part(args: argparse.Namespace, master: str) -> None:
 # ------------------------------------------------------------------ chapter 3
 
 
-def chapter3_part(args: argparse.Namespace, master: str) -> None:
+def chapter3_part(args: argparse.Namespace, master: str, figures: dict[str, Any]) -> None:
     for n in args.ch3_events:
         traces = generate_chapter3_trace(n, seed=args.seed, users=args.ch3_users)
         traces = {k: coarsen_arrivals(t, args.ch3_step) for k, t in traces.items()}
@@ -438,6 +448,9 @@ def chapter3_part(args: argparse.Namespace, master: str) -> None:
                 f"{sim_cpu:.1f} s CPU; {load()})"
             )
             print(f"  PySparkRunner / simulate: {wall / sim_wall:.0f}x the time")
+            figures[f"chapter3 {n} PySparkRunner s"] = round(wall, 2)
+            figures[f"chapter3 {n} simulate s"] = round(sim_wall, 2)
+            figures[f"chapter3 {n} PySparkRunner/simulate"] = round(wall / sim_wall, 1)
             for stage in GROUP_STAGES:
                 got = Counter(read_panes(out, stage))
                 want = Counter(expected.panes[stage])
@@ -445,6 +458,9 @@ def chapter3_part(args: argparse.Namespace, master: str) -> None:
                     f"  {stage:<24} {sum(want.values()):>7,} panes simulated, "
                     f"{sum(got.values()):>7,} written, {sum((want - got).values())} missing, "
                     f"{sum((got - want).values())} unexpected"
+                )
+                figures[f"chapter3 {n} {stage} missing/unexpected"] = (
+                    f"{sum((want - got).values())}/{sum((got - want).values())}"
                 )
 
 
@@ -490,6 +506,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     add_seed(parser, 0)
     args = parser.parse_args(argv)
+    recorder = Recorder.from_args(__file__, args)
+    figures: dict[str, Any] = {}
     logging.getLogger("spark_backend.runner.streaming.driver").setLevel(logging.WARNING)
     t0 = time.perf_counter()
     from pyspark import SparkContext
@@ -500,11 +518,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"Spark session ({master}) ready in {time.perf_counter() - t0:.1f} s ({load()})")
     args.master = master
     if "count" not in args.skip:
-        count_part(args, master)
+        count_part(args, master, figures)
     if "source" not in args.skip:
-        source_part(args, master)
+        source_part(args, master, figures)
     if "chapter3" not in args.skip:
-        chapter3_part(args, master)
+        chapter3_part(args, master, figures)
+    recorder.save(figures)
 
 
 if __name__ == "__main__":

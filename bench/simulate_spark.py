@@ -32,6 +32,7 @@ from functools import partial
 
 from bench_args import bench_parser, counts
 from peak_memory import PeakMemory, tree_cpu  # bench/peak_memory.py (this script's folder)
+from record import Recorder
 
 from spark_backend.session.session import get_session
 from spark_backend.simulate.compare import keyed_differences
@@ -168,6 +169,8 @@ def main() -> None:
     parser.add_argument("--trace-file", action="store_true",
                         help="a trace file, read in blocks and whole (docstring)")  # fmt: skip
     args = parser.parse_args()
+    recorder = Recorder.from_args(__file__, args)
+    figures: dict[str, float | str] = {}
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
           f"watermark {args.watermark}")  # fmt: skip
     conf = list(args.conf)
@@ -196,11 +199,15 @@ def main() -> None:
                 f"{keyed.partitions} partitions, rounds {rounds}",
                 flush=True,
             )
+            figures[f"{n} spark wall s"] = round(wall, 2)
+            figures[f"{n} spark cpu s"] = round(cpu, 2)
+            figures[f"{n} spark peak MiB"] = round(peak / 2**20)
             if args.no_local:
                 continue
             if args.limit:
                 fate = local_under_limit(limit, args.watermark, n, args.blocks)
                 print(f"{n:>11,} local under the limit: {fate}", flush=True)
+                figures[f"{n} local under the limit"] = str(fate)
                 continue
             wall, cpu, _, peak, _, local = timed(
                 partial(run_local, pipe, n, args.blocks), tree=False
@@ -211,12 +218,17 @@ def main() -> None:
                 "B/event (this process)",
                 flush=True,
             )
+            figures[f"{n} local wall s"] = round(wall, 2)
+            figures[f"{n} local cpu s"] = round(cpu, 2)
+            figures[f"{n} local peak MiB"] = round(peak / 2**20)
             diff = keyed_differences(local, keyed)
             print(f"{n:>11,} equal: {'identical' if not diff else 'DIFFERENT: ' + '; '.join(diff)}")
+            figures[f"{n} equal"] = "identical" if not diff else "DIFFERENT"
             del local
         finally:
             shutil.rmtree(out, ignore_errors=True)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    recorder.save(figures)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ count of every strategy:
   :meth:`theory.series.StepSeries.before`, on the same rows collected through Arrow.
 
 Trace generation and collection are not timed (each trace is persisted and counted
-first). The whole Spark path runs once on a ``--warmup``-event trace first, not reported. The Spark time is split into
+first); the Spark path runs once on a ``--warmup``-event trace first, not reported.
+The Spark time is split into
 ``prepare`` (count, sample, the shuffle into buckets, the bucket summary), ``analyze``
 (the Python pass, persisted, and the lateness table) and ``curves`` (materialising every
 curve: a ``noop`` write). Both paths must give identical numbers: the curves are
@@ -42,6 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_args import add_repeats, add_seed, bench_parser, counts
+from record import Recorder
 
 from spark_backend.analytics import analyze, prepare
 from spark_backend.session.session import get_session, stop_session
@@ -273,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings"
     )
     args = p.parse_args(argv)
+    recorder = Recorder.from_args(__file__, args)
     sizes = args.sizes
     conf = {"spark.driver.memory": args.driver_memory}
     conf.update(kv.split("=", 1) for kv in args.conf)
@@ -324,6 +327,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"x{r['spark_s'] / base['spark_s']:.1f}, throughput "
                 f"x{r['spark_eps'] / base['spark_eps']:.2f}"
             )
+    figures: dict[str, float | bool] = {}
+    for r in results:
+        n = r["events"]
+        figures[f"{n} spark s"] = round(r["spark_s"], 3)
+        figures[f"{n} numpy s"] = round(r["numpy_s"], 3)
+        figures[f"{n} spark/numpy"] = round(r["ratio"], 3)
+        figures[f"{n} identical"] = bool(r["identical"])
+    recorder.save(figures)
     return 0 if all(r["identical"] for r in results) else 1
 
 
