@@ -162,8 +162,11 @@ def main() -> None:
     )
     print(f"{'metric':>24} {'A':>10} {'B':>10} {'B/A':>6}  round ratios")
     figures: dict[str, float | str | None] = {
-        "command": " ".join(command), "clock": clock, "rounds": args.rounds,
-        "A commit": commit(trees["A"])["sha"], "B commit": commit(trees["B"])["sha"],
+        "command": " ".join(command),
+        "clock": clock,
+        "rounds": args.rounds,
+        "A commit": commit(trees["A"])["sha"],
+        "B commit": commit(trees["B"])["sha"],
     }
     for name, med_a, med_b, ratio, lo, hi in summarise(runs, "A", "B"):
         print(f"{name:>24} {med_a:>10.4g} {med_b:>10.4g} {ratio:>6.2f}  {lo:.2f}-{hi:.2f}")

@@ -74,13 +74,15 @@ def main() -> int:
         print(f"spark read driver cpu {statistics.median(driver):.3f} s")
         print(f"spark read tasks {tasks}")
         spark.stop()
-    recorder.save({
-        "rows": args.rows,
-        "theory read cpu s": round(statistics.median(cpu), 4),
-        "spark read wall s": round(statistics.median(wall), 4),
-        "spark read driver cpu s": round(statistics.median(driver), 4),
-        "spark read tasks": tasks,
-    })
+    recorder.save(
+        {
+            "rows": args.rows,
+            "theory read cpu s": round(statistics.median(cpu), 4),
+            "spark read wall s": round(statistics.median(wall), 4),
+            "spark read driver cpu s": round(statistics.median(driver), 4),
+            "spark read tasks": tasks,
+        }
+    )
     return 0
 
 

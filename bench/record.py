@@ -33,11 +33,17 @@ RESULTS = BENCH / "results"
 
 def add_record(parser: argparse.ArgumentParser) -> None:
     """``--record`` (off by default) and ``--results-dir DIR``."""
-    parser.add_argument("--record", action="store_true",
-                        help="append this run's figures to bench/results/<script>.json")
-    parser.add_argument("--results-dir", type=Path, default=None,
-                        help="folder of the results files (default bench/results, "
-                        "or $BENCH_RESULTS_DIR)")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="append this run's figures to bench/results/<script>.json",
+    )
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=None,
+        help="folder of the results files (default bench/results, or $BENCH_RESULTS_DIR)",
+    )
 
 
 def results_dir(path: Path | None = None) -> Path:
@@ -79,16 +85,21 @@ def load() -> list[float] | None:
 
 def commit(tree: Path = BENCH) -> dict[str, Any]:
     """The HEAD of the repository at ``tree`` and whether it has uncommitted changes."""
+
     def git(*args: str) -> str | None:
         try:
-            return subprocess.run(["git", *args], cwd=tree, capture_output=True,
-                                  text=True, timeout=30, check=True).stdout
+            return subprocess.run(
+                ["git", *args], cwd=tree, capture_output=True, text=True, timeout=30, check=True
+            ).stdout
         except (OSError, subprocess.SubprocessError):
             return None
+
     sha = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no")
-    return {"sha": sha.strip() if sha else None,
-            "dirty": None if status is None else bool(status.strip())}
+    return {
+        "sha": sha.strip() if sha else None,
+        "dirty": None if status is None else bool(status.strip()),
+    }
 
 
 def now() -> str:
@@ -108,8 +119,11 @@ class Recorder:
 
     @classmethod
     def from_args(cls, script: str, args: argparse.Namespace) -> Recorder:
-        return cls(Path(script).stem, bool(getattr(args, "record", False)),
-                   getattr(args, "results_dir", None))
+        return cls(
+            Path(script).stem,
+            bool(getattr(args, "record", False)),
+            getattr(args, "results_dir", None),
+        )
 
     def save(self, figures: dict[str, Any]) -> Path | None:
         if not self.enabled:

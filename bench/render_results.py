@@ -48,6 +48,7 @@ def _load(load: dict[str, Any] | None) -> str:
 
     def one(x: Any) -> str:
         return "?" if not x else "/".join(f"{v:g}" for v in x)
+
     return f"{one(load.get('start'))} at start, {one(load.get('end'))} at end (1/5/15 min)"
 
 
@@ -74,8 +75,14 @@ def _run_header(run: dict[str, Any]) -> list[str]:
 def render_script(name: str, runs: list[dict[str, Any]]) -> list[str]:
     measured = [r for r in runs if not r.get("imported")]
     latest = (measured or runs)[-1]
-    out = [f"## {name}", "", f"{len(runs)} run(s) recorded. Latest"
-           + (" measured" if measured else " (imported)") + " run:", ""]
+    out = [
+        f"## {name}",
+        "",
+        f"{len(runs)} run(s) recorded. Latest"
+        + (" measured" if measured else " (imported)")
+        + " run:",
+        "",
+    ]
     out += _run_header(latest)
     out += ["", "| figure | value |", "| --- | --- |"]
     out += [f"| {_value(k)} | {_value(v)} |" for k, v in latest.get("figures", {}).items()]
@@ -85,15 +92,21 @@ def render_script(name: str, runs: list[dict[str, Any]]) -> list[str]:
         for r in older:
             figs = "; ".join(f"{k}: {_value(v)}" for k, v in r.get("figures", {}).items())
             tag = " (imported)" if r.get("imported") else ""
-            out.append(f"- {r.get('date') or 'date unknown'}{tag}, load "
-                       f"{_load(r.get('load'))}, commit {_commit(r.get('commit'))}: {figs}")
+            out.append(
+                f"- {r.get('date') or 'date unknown'}{tag}, load "
+                f"{_load(r.get('load'))}, commit {_commit(r.get('commit'))}: {figs}"
+            )
     return [*out, ""]
 
 
 def render(folder: Path) -> str:
-    out = ["# Benchmark results", "",
-           "Rendered by `bench/render_results.py` from `bench/results/*.json`; do not edit.",
-           "Record a run with a script's `--record` flag, then render again.", ""]
+    out = [
+        "# Benchmark results",
+        "",
+        "Rendered by `bench/render_results.py` from `bench/results/*.json`; do not edit.",
+        "Record a run with a script's `--record` flag, then render again.",
+        "",
+    ]
     for path in sorted(folder.glob("*.json")):
         out += render_script(path.stem, read(path))
     return "\n".join(out).rstrip() + "\n"

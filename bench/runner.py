@@ -459,9 +459,7 @@ def report(
         )
     print(line, flush=True)
     if cold:
-        print_cold(
-            name, n, cold, ours[0].digest, fn_wall if with_fnapi else None, conf, figures
-        )
+        print_cold(name, n, cold, ours[0].digest, fn_wall if with_fnapi else None, conf, figures)
     if name in ORACLES:
         if ORACLES[name](n) != ours[0].digest:
             raise SystemExit(f"{name} at n={n}: output differs from the oracle")
