@@ -34,9 +34,9 @@ def _machine(m: dict[str, Any] | None) -> str:
         parts.append(f"{m['cores']} cores")
     if m.get("memory_bytes"):
         parts.append(f"{m['memory_bytes'] / 2**30:.1f} GiB")
-    for key in ("cpu_model", "python", "platform", "note"):
+    for key, label in (("cpu_model", ""), ("python", "Python "), ("platform", ""), ("note", "")):
         if m.get(key):
-            parts.append(str(m[key]))
+            parts.append(f"{label}{m[key]}")
     return ", ".join(parts) or "unknown"
 
 
