@@ -48,7 +48,6 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from apache_beam.metrics import monitoring_infos
-from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
 
@@ -62,6 +61,7 @@ from spark_backend.runner.batch.driver_stages import (
     task_attempts,
     task_slots,
 )
+from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.batch.reported import PartitionReports, Report, reported_outputs
 from spark_backend.runner.batch.schedule import run_stages
 from spark_backend.runner.batch.spark_errors import python_error_message

@@ -2,8 +2,10 @@
 
 Spark reports a failed Python task as a Py4J error (classic API) whose text holds the
 worker's traceback, or as ``PythonException``; Beam's bundle processor has already
-tagged the DoFn's exception with ``[while running '<label>']``. The last lines of the
-task's traceback carry that message, which is what a Beam author needs to see.
+tagged the DoFn's exception with ``[while running '<label>']``. The task's last Python
+traceback carries the user's own frames and that message, which is what a Beam author
+needs to see, as FnApiRunner shows the SDK worker's traceback; the JVM's frames are left
+out.
 """
 
 from __future__ import annotations
@@ -20,14 +22,15 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\
 def python_error_message(error: BaseException) -> str:
     """The Python exception text of a failed Spark task in ``error`` (else ``str``)."""
     text = str(error)
-    tracebacks = text.split("Traceback (most recent call last):")
-    if len(tracebacks) == 1:
+    first = text.find("Traceback (most recent call last):")
+    if first < 0:
         return _shorten(text.strip())
-    lines = tracebacks[-1].splitlines()
-    start = next((i for i, line in enumerate(lines) if _EXCEPTION_LINE.match(line)), None)
-    if start is None:
+    # the Python tracebacks (a chained exception's cause first, where the user's frames
+    # are), without the JVM's frames and what Spark adds after them
+    lines = text[first:].split("\nDriver stacktrace:")[0].splitlines()
+    if not any(_EXCEPTION_LINE.match(line) for line in lines):
         return _shorten(text.strip())
-    body = [line for line in lines[start:] if not line.strip().startswith("at ")]
+    body = [line for line in lines if line.strip() and not line.strip().startswith("at ")]
     return _shorten("\n".join(body).strip())
 
 

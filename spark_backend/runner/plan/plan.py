@@ -14,6 +14,7 @@ a PCollection crossing stages, ``b"group:<gbk>"`` for a GroupByKey's input.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import uuid
@@ -180,6 +181,7 @@ def plan_pipeline(
     lean: bool = False,
     stateful_roots: bool = False,
     unbounded_sdf: bool = False,
+    pack_combiners: bool = True,
 ) -> Plan:
     """Beam's fused stages of ``pipeline`` (a proto already checked), in run order;
     ``fast_paths=False`` keeps every GroupByKey on Beam's trigger driver (the reference);
@@ -190,10 +192,16 @@ def plan_pipeline(
     input: streaming keeps state per key partition between batches; a ParDo with side
     inputs starts a stage too, so that its main elements can wait for their side windows
     (:mod:`spark_backend.runner.streaming.pushback`). ``unbounded_sdf`` (streaming) lets
-    a splittable DoFn's stage run lean (:mod:`~spark_backend.runner.stages.lean.sdf`)."""
+    a splittable DoFn's stage run lean (:mod:`~spark_backend.runner.stages.lean.sdf`).
+    ``pack_combiners=False`` leaves out Beam's combiner packing, as Beam's runners do in
+    streaming (Dataflow packs only in batch, and FnApiRunnerTest expects no packed step
+    in a streaming run). ``pipeline`` itself is left unchanged: Beam's phases rewrite the
+    proto they are given (a Flatten's inputs of another coder are re-pointed to new
+    transcoding steps), and streaming builds its watermark graph from ``pipeline``."""
     validate_pipeline_graph(pipeline)
+    pipeline = copy.deepcopy(pipeline)  # as FnApiRunner's create_stages copies it
     pipeline = merge_common_environments(merge_superset_dep_environments(pipeline))
-    phases = list(_PHASES)
+    phases = [p for p in _PHASES if pack_combiners or p is not translations.pack_combiners]
     if stateful_roots:
         phases.insert(1, translations.annotate_stateful_dofns_as_roots)
         phases.insert(2, _side_input_dofns_as_roots)

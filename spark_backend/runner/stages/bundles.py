@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from apache_beam.coders.coder_impl import create_OutputStream
-from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability.api import beam_fn_api_pb2, beam_provision_api_pb2
 from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo
 from apache_beam.runners.portability.fn_api_runner.worker_handlers import (
@@ -32,6 +31,7 @@ from apache_beam.runners.portability.fn_api_runner.worker_handlers import (
     StateServicer,
 )
 
+from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.batch.summary import METRICS, PartitionSummary
 from spark_backend.runner.plan.plan import StageSpec
 from spark_backend.runner.stages.side_inputs import load_side_inputs

@@ -46,7 +46,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability.api import beam_fn_api_pb2, metrics_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
 from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN
@@ -58,6 +57,7 @@ from spark_backend.runner.batch.executor import (
     keyed_chunk,
     stage_task,
 )
+from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.batch.spark_errors import python_error_message
 from spark_backend.runner.errors import PipelineFailedError
 from spark_backend.runner.plan.plan import IMPULSE, LEAN, GroupSpec, Plan, StageSpec

@@ -50,7 +50,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
-from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
@@ -58,6 +57,7 @@ from apache_beam.runners import pipeline_context
 from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateServicer
 from apache_beam.utils import proto_utils
 
+from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.plan.plan import StageSpec
 from spark_backend.runner.stages.bundles import (
     Round,

@@ -66,7 +66,9 @@ def start_streaming(
     if options.checkpoint_dir is not None:
         checkpoint = open_checkpoint(options.checkpoint_dir, pipeline_shape(pipeline), partitions)
     prepared, sources = streaming_proto(pipeline, lift=fast_paths, stripped=stripped)
-    plan = plan_pipeline(prepared, stateful_roots=True, lean=fast_paths, unbounded_sdf=True)
+    plan = plan_pipeline(
+        prepared, stateful_roots=True, lean=fast_paths, unbounded_sdf=True, pack_combiners=False
+    )
     plan = relabel_lifted_groups(plan, prepared)
     views = side_views(plan, prepared)
     driver = StreamingDriver(

@@ -39,12 +39,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from apache_beam.metrics.monitoring_infos import consolidate
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateServicer
 from apache_beam.utils.timestamp import Timestamp
 
+from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.plan.plan import LEAN, StageSpec
 from spark_backend.runner.stages.bundles import (
     Round,
