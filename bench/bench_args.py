@@ -1,15 +1,21 @@
-"""The bench scripts' shared command line: the parser, ``--repeats``, ``--seed`` and
-event counts written as ``1e6,1e7``. Imported by the scripts as ``bench_args`` (their
-own folder is first on ``sys.path`` when run as ``python bench/<script>.py``)."""
+"""The bench scripts' shared command line: the parser (with ``--record``, see
+``record.py``), ``--repeats``, ``--seed`` and event counts written as ``1e6,1e7``.
+Imported by the scripts as ``bench_args`` (their own folder is first on ``sys.path``
+when run as ``python bench/<script>.py``)."""
 
 from __future__ import annotations
 
 import argparse
 
+from record import add_record
+
 
 def bench_parser(doc: str) -> argparse.ArgumentParser:
-    """A parser whose description is the first line of the script's docstring."""
-    return argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+    """A parser whose description is the first line of the script's docstring, with
+    ``--record`` and ``--results-dir`` (:func:`record.add_record`)."""
+    parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+    add_record(parser)
+    return parser
 
 
 def counts(text: str) -> list[int]:

@@ -8,8 +8,9 @@ timed): ``python -m spark_backend.cli analyze TRACE --engine auto`` and the same
 ``--engine spark``. Both must write the same ``strategies.csv`` (checked on the first
 run of each size). Prints the medians of ``--repeats`` runs (``--spark-repeats`` for
 Spark, the slow one), the spark/auto ratio, which engine auto chose, and the load
-averages around each size (the machine is shared: compare within a run only).
-The issue's goals: auto at most 10 s on 2,000 rows and 30 s on 500,000 rows.
+averages around each size (compare within a run only); ``--record`` appends them to
+``bench/results/cli_engines.json``. Targets: auto within 10 s on 2,000 rows, 30 s on
+500,000.
 
     .venv/bin/python bench/cli_engines.py --sizes 2000,500000 --repeats 3 --spark-repeats 1
 """
@@ -26,6 +27,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from record import Recorder, add_record
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -73,7 +76,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="runs of --engine auto per size")
     ap.add_argument("--spark-repeats", type=int, default=1, help="runs of --engine spark")
     ap.add_argument("--seed", type=int, default=0)
+    add_record(ap)
     args = ap.parse_args()
+    recorder = Recorder.from_args(__file__, args)
+    figures: dict[str, float | str] = {}
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     print(
         f"{'rows':>9} {'auto s':>8} {'cpu s':>6} {'chose':>6} {'spark s':>8} {'cpu s':>6} "
@@ -113,6 +119,13 @@ def main() -> None:
                 f"{before} / {load()}",
                 flush=True,
             )
+            figures[f"{n} auto s"] = round(a, 3)
+            figures[f"{n} auto chose"] = chose
+            if spark:
+                figures[f"{n} spark s"] = round(s, 3)
+                figures[f"{n} spark/auto"] = round(s / a, 2)
+                figures[f"{n} same tables"] = same
+    recorder.save(figures)
 
 
 if __name__ == "__main__":

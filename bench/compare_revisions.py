@@ -9,26 +9,18 @@ are dropped); without ``--metric`` the figure is the command's wall time (s). A 
 ``python`` in the command is replaced by this interpreter.
 
 ``--cpu-clock`` (for ``python SCRIPT ...`` commands) makes the script's own timer,
-``time.perf_counter``, read the process's CPU time (``time.process_time``): on a machine
-shared with other jobs a wall clock measures the queue for the cores as much as the code,
-while CPU time of single-threaded numpy/Python work barely moves with the load. Do not use
+``time.perf_counter``, read the process's CPU time (``time.process_time``): on a shared
+machine a wall clock measures the queue for the cores as much as the code. Do not use
 it where the work happens in other processes (Spark's JVM and workers).
 
 Prints, per metric, the median of each tree, the ratio B/A of the medians, the spread of
-the per-round ratios and the load averages (1 min) seen before the runs. Exits 1 if a
-command fails or a metric is not found. Usage::
+the per-round ratios and the load averages (1 min) seen before the runs; ``--record``
+appends them to ``bench/results/compare_revisions.json``. Exits 1 if a command fails or
+a metric is not found. Usage::
 
     python bench/compare_revisions.py /work/wt-base /work/wt-new --rounds 5 \\
         --metric 'random 64=random\\s+64\\s+heap\\s+\\S+\\s+([\\d.]+)' \\
         -- python bench/valve.py --repeats 1 --fan-in 64 --workload random
-
-Measured 2026-11-26, d563f27 (A) against the house branch (B), load 15-49 on 2 cores
-(medians of N interleaved runs, B/A): valve, CPU clock, N = 7, fan-in 2/64/1024:
-random 1.02/1.00/0.99, round-robin 1.00/1.02/1.00; percentile curve 1M, CPU clock, N = 5:
-p=0.9 1.05, p=0.5 0.93, p=1 0.68, stage level 0.92 (the script prints 0.01 s); engine
-100k/10k, CPU clock, N = 5: default 1.07, early-late 1.02; Spark analytics 200k, wall
-clock, N = 5: 0.41 (round ratios 0.36-1.31 while the load fell from 37 to 14: drift, not
-code; the numpy reference inside the same runs, unchanged code, gave 0.70).
 """
 
 from __future__ import annotations
@@ -41,6 +33,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from record import Recorder, add_record, commit
 
 
 def parse_metric(text: str) -> tuple[str, re.Pattern[str]]:
@@ -126,9 +120,11 @@ def main() -> None:
     parser.add_argument(
         "--cpu-clock", action="store_true", help="the script's perf_counter reads CPU time"
     )
+    add_record(parser)
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:cut])
+    recorder = Recorder.from_args(__file__, args)
     command = argv[cut + 1 :]
     if not command:
         parser.error("no command given (after --)")
@@ -165,8 +161,20 @@ def main() -> None:
         f"{min(loads):.1f}-{max(loads):.1f}, median {statistics.median(loads):.1f}"
     )
     print(f"{'metric':>24} {'A':>10} {'B':>10} {'B/A':>6}  round ratios")
+    figures: dict[str, float | str | None] = {
+        "command": " ".join(command),
+        "clock": clock,
+        "rounds": args.rounds,
+        "A commit": commit(trees["A"])["sha"],
+        "B commit": commit(trees["B"])["sha"],
+    }
     for name, med_a, med_b, ratio, lo, hi in summarise(runs, "A", "B"):
         print(f"{name:>24} {med_a:>10.4g} {med_b:>10.4g} {ratio:>6.2f}  {lo:.2f}-{hi:.2f}")
+        figures[f"{name} A"] = med_a
+        figures[f"{name} B"] = med_b
+        figures[f"{name} B/A"] = round(ratio, 4)
+        figures[f"{name} round ratios"] = f"{lo:.2f}-{hi:.2f}"
+    recorder.save(figures)
 
 
 if __name__ == "__main__":

@@ -1,28 +1,19 @@
-"""Benchmark: reading one large CSV trace with theory's reader and Spark's (issue 14).
+"""Benchmark: reading one large CSV trace with theory's reader and Spark's.
 
 Writes a seeded trace of ``--rows`` rows as one CSV file, then reads it ``--repeats``
 times with each reader and prints medians: theory's :func:`read_trace` (CPU seconds of
 this process), Spark's :func:`read_trace_df` plus a count (wall seconds, and this
 driver's CPU seconds: the part a driver-side scan costs) and the number of tasks of the
 count. Run it on two revisions with ``bench/compare_revisions.py`` (give this file's
-absolute path: each tree imports its own reader) to measure a change, e.g. the UTF-8
-scan moved off the driver and the line-by-line read of a file larger than a split::
+absolute path: each tree imports its own reader) to measure a change::
 
-    python bench/compare_revisions.py /work/main /work/wt-hard14 --rounds 3 \\
+    python bench/compare_revisions.py /work/wt-base /work/wt-new --rounds 3 \\
         --metric 'theory cpu=theory read cpu\\s+([\\d.]+)' \\
         --metric 'spark wall=spark read wall\\s+([\\d.]+)' \\
         --metric 'spark driver cpu=spark read driver cpu\\s+([\\d.]+)' \\
-        -- python /work/wt-hard14/bench/csv_read.py --rows 1000000
+        -- python /work/wt-new/bench/csv_read.py --rows 1000000
 
-Measured 2026-11-27, 131c2da (A) against h-hard14 before its last threshold change (B:
-files above Spark's computed split, here 4 tasks, were scanned and split), 1M rows =
-25.4 MiB, local[2], 2 shared cores, 5 interleaved rounds at load 7-26: theory read
-CPU 0.305 / 0.314 s (B/A 1.03: the whole-file UTF-8 scan it no longer makes costs
-0.020 s CPU per 25 MiB, measured alone, against 0.013 s for check_file's first block);
-Spark driver CPU 0.398 / 0.436 s (noise); Spark wall round ratios 2.92, 1.09, 1.01,
-0.86, 1.33 (the lowest load, 7.2, gave 1.33). So B's split did not pay below a split's
-size on 2 cores, and files no larger than ``spark.sql.files.maxPartitionBytes`` are
-now read whole, as in A.
+``--record`` appends the medians to ``bench/results/csv_read.json``.
 """
 
 from __future__ import annotations
@@ -34,6 +25,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from record import Recorder, add_record
 
 ROOT = Path(os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] or Path(__file__).parents[1])
 sys.path.insert(0, str(ROOT))
@@ -47,7 +40,9 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
+    add_record(parser)
     args = parser.parse_args()
+    recorder = Recorder.from_args(__file__, args)
     with tempfile.TemporaryDirectory(prefix="csv-read-") as tmp:
         path = Path(tmp) / "trace.csv"
         write_trace(generate_trace(args.rows, seed=7), path)
@@ -79,6 +74,15 @@ def main() -> int:
         print(f"spark read driver cpu {statistics.median(driver):.3f} s")
         print(f"spark read tasks {tasks}")
         spark.stop()
+    recorder.save(
+        {
+            "rows": args.rows,
+            "theory read cpu s": round(statistics.median(cpu), 4),
+            "spark read wall s": round(statistics.median(wall), 4),
+            "spark read driver cpu s": round(statistics.median(driver), 4),
+            "spark read tasks": tasks,
+        }
+    )
     return 0
 
 

@@ -34,6 +34,7 @@ import os
 
 import numpy as np
 from bench_args import add_repeats, bench_parser
+from record import Recorder
 from timing import median_time  # bench/timing.py (this script's folder)
 
 from beam_pipelines.differential import Case, differences, observe_beam
@@ -119,6 +120,8 @@ def main() -> None:
         help="elements:advances of the engine-only scripts",
     )
     args = parser.parse_args()
+    recorder = Recorder.from_args(__file__, args)
+    figures: dict[str, float | str] = {}
     large = [tuple(map(int, x.split(":"))) for x in args.large]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"medians; load average {load:.1f} on {os.cpu_count()} cores")
@@ -152,6 +155,9 @@ def main() -> None:
                     f"{slow_cpu / built_cpu:.1f}x",
                     flush=True,
                 )
+                figures[f"{name} {label} engine cpu el/s"] = round(elements / ours_cpu)
+                figures[f"{name} {label} incremental/engine cpu"] = round(slow_cpu / ours_cpu, 2)
+                figures[f"{name} {label} panes built cpu el/s"] = round(elements / built_cpu)
                 continue
             beam_s, _, beam = median_time(
                 lambda s=script, st=strategy: observe_beam(s, st), args.beam_repeats
@@ -164,9 +170,13 @@ def main() -> None:
                 f"{len(panes)} {path} {'identical' if same else 'DIFFERENT'}",
                 flush=True,
             )
+            figures[f"{name} {label} engine el/s"] = round(elements / ours_s)
+            figures[f"{name} {label} beam/engine"] = round(beam_s / ours_s, 1)
+            figures[f"{name} {label} path"] = f"{path} {'identical' if same else 'DIFFERENT'}"
             if not same:
                 raise SystemExit(f"{name} {label}: the engine differs from Beam:\n" + problems[0])
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    recorder.save(figures)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,7 @@ ratios (above 1: the frontier is slower). Timed by ``time.perf_counter`` (CPU ti
 
     python bench/frontier.py --ops 200000 --repeats 5
 
-Measured 2026-11-26 (200k operations, CPU time, medians of 5, load average ~45 on the
-2-core machine): frontier/structure with ``update_iter`` / with the cheap path: move 64
-3.44 / 1.80, move 1024 3.34 / 1.27, lazy 2.74 / 1.29, down 1.56 / 1.03. The cheap path
-wins nowhere, so the four users keep their structures.
+``--record`` appends the figures to ``bench/results/frontier.json``.
 """
 
 from __future__ import annotations
@@ -38,6 +35,7 @@ from collections.abc import Callable
 
 import numpy as np
 from bench_args import add_repeats, add_seed, bench_parser
+from record import Recorder
 
 from theory.structures import Frontier, IndexedMinHeap
 
@@ -197,6 +195,8 @@ def main() -> None:
     add_repeats(parser, 5)
     add_seed(parser, 0)
     args = parser.parse_args()
+    recorder = Recorder.from_args(__file__, args)
+    figures: dict[str, float] = {}
     cases: list[tuple[str, Callable[[], int], Callable[[], int], Callable[[], int]]] = []
     for items in args.items:
         k, w, n = move_ops(items, args.ops, args.seed)
@@ -240,6 +240,10 @@ def main() -> None:
             f"{name:>10} {t_own:>12.4f} {t_rep:>14.4f} {t_cheap:>9.4f} "
             f"{t_rep / t_own:>10.2f} {t_cheap / t_own:>12.2f}"
         )
+        figures[f"{name} structure s"] = round(t_own, 5)
+        figures[f"{name} frontier/structure update_iter"] = round(t_rep / t_own, 3)
+        figures[f"{name} frontier/structure cheap"] = round(t_cheap / t_own, 3)
+    recorder.save(figures)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Issue 14's figures, counted by running the cases (not a speed benchmark).
+"""Bad-input handling, tallied by running the cases (not a speed benchmark).
 
 Runs every file of the bad-input corpus (``tests/data/bad/``) through both readers
 (theory's :func:`read_trace`, Spark's :func:`read_trace_df`), as a local path and as a
@@ -14,7 +14,8 @@ Each case is classified:
 - *data loss*: the previous output (a marked report directory) or the input changed;
 - *debris*: any other file left beside them.
 
-Prints one line per case that is not as it should be, then the totals.
+Prints one line per case that is not as it should be, then the totals (``--record``
+appends the totals to ``bench/results/hardening_tally.json``).
 
     .venv/bin/python bench/hardening_tally.py
 """
@@ -28,6 +29,8 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+
+from record import Recorder, add_record
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -177,7 +180,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--parts", default="readers,cli", help="readers, cli or both")
+    add_record(parser)
     args = parser.parse_args()
+    recorder = Recorder.from_args(__file__, args)
     from spark_backend.session.session import get_session
 
     spark = get_session(args.master, {"spark.ui.enabled": "false"})
@@ -187,6 +192,7 @@ def main() -> int:
         print("readers:", tally.counts, flush=True)
     with tempfile.TemporaryDirectory(prefix="tally-") as tmp:
         if "cli" not in args.parts:
+            recorder.save(dict(tally.counts))
             return 0
         local = command_line(tally, "local", Path(tmp))
         on_spark = command_line(tally, "spark", Path(tmp))
@@ -196,6 +202,7 @@ def main() -> int:
     for k, v in tally.counts.items():
         print(f"{k}: {v}")
     spark.stop()
+    recorder.save(dict(tally.counts))
     return 0
 
 

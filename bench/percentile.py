@@ -1,43 +1,29 @@
 """Percentile-watermark throughput and memory: exact incremental, vectorised, sketch, naive.
 
-Traces: ``theory.data.generators.generate_trace(n, seed=0)`` (Poisson event times at 1000/s,
-log-normal delays with a 1 s median). Source level: an element is active from its event
-time (``activation = event_time``) until it arrives (``completion = arrival_time``), so
-``A(t)`` is the data that exists but has not arrived yet (about 1650 elements here) and
-``W_1`` is the in-flight minimum. Each element makes two events (activation, completion).
-
-Per trace size, the median over ``--repeats`` runs (trace generation excluded, one
-untimed warm-up run first) of:
+Traces: ``theory.data.generators.generate_trace(n, seed=0)``. Source level: an element is
+active from its event time until it arrives, so ``A(t)`` is the data in flight. Each
+element makes two events. Per trace size, the median over ``--repeats`` runs (trace
+generation excluded, one untimed warm-up run first) of:
 
 - ``vectorised``: ``percentile_details`` on the whole trace, elements/s and events/s, at
   ``--p`` and at each of ``--vector-ps``; with ``--general`` also at ``--p`` on the
-  same elements at stage level (active from arrival until arrival plus a log-normal
-  processing time of median 1 s: about as many active, but activations out of event
-  time order), which takes the general sweep instead of the source-level one;
+  same elements at stage level (activations out of event-time order: the general sweep);
 - ``incremental``: ``PercentileWatermark``, updates (activate/complete calls) per second,
   with one ``current()`` per distinct processing time, from prebuilt Python lists;
 - ``sketch``: ``SketchPercentileWatermark``, updates/s with an evaluation every
   ``--eval-every`` updates, for ``exact`` (default capacity: nothing is sketched here)
-  and ``sketched`` (``exact_capacity=256``: most of the active set in KLL sketches). A
-  separate untimed run beside an exact mirror records the peak footprint
-  (``memory_bytes``: serialized sketches plus ~100 B per exact value; sampled at
-  evaluations), the largest stated rank-error bound ``E / n``, the largest true rank
-  error ``/ n``, the evaluations whose true error exceeds ``E``, and how often the
-  estimate equals the exact value; one more run gives the peak of the sketch's Python
-  allocations (tracemalloc);
+  and ``sketched`` (``exact_capacity=256``). An untimed run beside an exact mirror
+  records the peak footprint, the largest stated and true rank errors ``/ n``, the
+  evaluations whose true error exceeds the bound ``E`` and how often the estimate is
+  exact; one more gives the peak of the sketch's Python allocations (tracemalloc);
 - ``naive``: on a ``--naive`` element trace, ``np.quantile(A, 1 - p, method="lower")``
   recomputed from the active set at every step, against the incremental and vectorised
   forms on the same trace.
 
-Memory: on a VM whose host backs guest memory lazily (this project's Firecracker
-machines), the first touch of memory the guest has not used recently costs far more
-than the computation around it, and glibc returns every freed array of over 32 MB to
-the kernel, so each numpy temporary is fresh memory again; a process can land in a slow
-mode where the vectorised curve takes half as long again. ``--keep-freed-memory`` asks
-glibc (``mallopt``) to keep freed memory for reuse, which isolates the computation; the
-default allocator is what users get, and the goals are judged on it.
-
-Usage::
+``--keep-freed-memory`` asks glibc to keep freed memory for reuse (numpy temporaries
+over 32 MB are otherwise fresh memory from the kernel each time), which isolates the
+computation; the default allocator is what users get. ``--record`` appends the figures
+to ``bench/results/percentile.json``. Usage::
 
     python bench/percentile.py --sizes 1000000 10000000 --repeats 3
 """
@@ -55,6 +41,7 @@ from typing import Any
 import numpy as np
 from bench_args import add_repeats, bench_parser
 from peak_memory import keep_freed_memory  # bench/peak_memory.py (this folder)
+from record import Recorder
 
 from theory.data.generators import generate_trace
 from theory.structures import OrderStatisticList
@@ -233,6 +220,8 @@ def main() -> None:
         help="glibc keeps freed memory (isolates first-touch costs)",
     )
     args = parser.parse_args()
+    recorder = Recorder.from_args(__file__, args)
+    figures: dict[str, float] = {}
     p = args.p
     if args.keep_freed_memory:
         keep_freed_memory()
@@ -250,20 +239,24 @@ def main() -> None:
         for vp in [p, *(x for x in args.vector_ps if x != p)]:
             dt = median_time(partial(run_vectorised, e, e, a, vp), args.repeats)
             print_vectorised(n, dt, f"p={vp}")
+            figures[f"{n} vectorised p={vp} events/s"] = round(2 * n / dt)
         if args.general:
             dt = median_time(
                 partial(run_vectorised, e, a, a + stage_processing(n), p), args.repeats
             )
             print_vectorised(n, dt, f"p={p}, stage level: general path")
+            figures[f"{n} vectorised p={p} stage level events/s"] = round(2 * n / dt)
         if args.only_vectorised:
             continue
         ev = event_lists(e, a)
         dt = median_time(partial(run_incremental, p, ev[1], ev[2], ev[3]), args.repeats)
         print(f"incremental  {dt:8.2f} s  {2 * n / dt:>12,.0f} updates/s")
+        figures[f"{n} incremental updates/s"] = round(2 * n / dt)
 
         for name, params in SKETCHES.items():
             dt = median_time(partial(run_sketch, p, params, ev, args.eval_every), args.repeats)
             line = f"sketch {name:9s}{dt:6.2f} s  {2 * n / dt:>12,.0f} updates/s"
+            figures[f"{n} sketch {name} updates/s"] = round(2 * n / dt)
             if not args.skip_quality:
                 s = sketch_quality(p, params, ev, args.eval_every)
                 line += (
@@ -272,10 +265,13 @@ def main() -> None:
                     f"  over E {s['over']:.0f} of {s['evals']:.0f}"
                     f"  exact-equal {s['match']:.1%}"
                 )
+                figures[f"{n} sketch {name} peak MB"] = round(s["mem"] / 1e6, 3)
+                figures[f"{n} sketch {name} evaluations over E"] = s["over"]
             print(line)
         del ev
 
     if args.only_vectorised:
+        recorder.save(figures)
         return
     m = args.naive
     tr = generate_trace(m, seed=0)
@@ -290,6 +286,10 @@ def main() -> None:
     print(f"naive        {t_naive:8.2f} s  {steps / t_naive:>12,.0f} steps/s")
     print(f"incremental  {t_inc:8.2f} s  {t_naive / t_inc:>8.0f}x faster than naive")
     print(f"vectorised   {t_vec:8.2f} s  {t_naive / t_vec:>8.0f}x faster than naive")
+    figures[f"naive {m} steps/s"] = round(steps / t_naive)
+    figures["incremental/naive speed-up"] = round(t_naive / t_inc, 1)
+    figures["vectorised/naive speed-up"] = round(t_naive / t_vec, 1)
+    recorder.save(figures)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import tracemalloc
 
 import numpy as np
 from bench_args import add_repeats, bench_parser
+from record import Recorder
 
 from theory.dataflow.pubsub import TrackingEstimator
 from theory.dataflow.pubsub_simulation import T0, scenario, simulate_pubsub
@@ -40,7 +41,7 @@ def dense(n: int, seed: int = 0, rate: int = 20_000) -> tuple[np.ndarray, np.nda
     return pt, pt - rng.integers(0, 5 * SECOND, n)
 
 
-def throughput(n: int, repeats: int) -> None:
+def throughput(n: int, repeats: int, figures: dict[str, float]) -> None:
     pt, et = dense(n)
     ptl, etl = pt.tolist(), et.tolist()
     scalar, batch = [], []
@@ -59,9 +60,10 @@ def throughput(n: int, repeats: int) -> None:
     print(f"on_tracked throughput over {n:,} messages (median of {repeats}, best):")
     for name, rates in (("scalar on_tracked", scalar), ("on_tracked_batch (10k)", batch)):
         print(f"  {name:<24}{statistics.median(rates):>14,.0f} msg/s  best {max(rates):>14,.0f}")
+        figures[f"{name} msg/s"] = round(statistics.median(rates))
 
 
-def memory(total: int, chunk: int = 100_000) -> None:
+def memory(total: int, figures: dict[str, float], chunk: int = 100_000) -> None:
     est = TrackingEstimator()
     rng = np.random.default_rng(1)
     per_chunk = chunk * SECOND // 20_000  # 20k messages/s
@@ -86,10 +88,12 @@ def memory(total: int, chunk: int = 100_000) -> None:
                 f"  {fed:>12,} {est.bucket_count:>8} {(cur - base_line) / 1024:>11.1f} "
                 f"{(peak - base_line) / 1024:>9.1f}"
             )
+            figures[f"memory at {fed} messages: buckets"] = est.bucket_count
+            figures[f"memory at {fed} messages: traced KiB"] = round((cur - base_line) / 1024, 1)
     tracemalloc.stop()
 
 
-def comparison(seeds: int, duration: int) -> None:
+def comparison(seeds: int, duration: int, figures: dict[str, float]) -> None:
     print(
         f"simulated Pub/Sub, {duration // SECOND} s per run, medians over {seeds} seeds: "
         "distance true - watermark (s, median over ticks) / late %"
@@ -124,6 +128,9 @@ def comparison(seeds: int, duration: int) -> None:
         )
         size, held = statistics.median(sizes), statistics.median(buckets)
         print(f"  {kind:<10}{size:>7.0f}{held:>8.0f}{cells}")
+        for name, v in rows.items():
+            figures[f"{kind} {name} distance s"] = round(statistics.median(d for d, _ in v), 3)
+            figures[f"{kind} {name} late %"] = round(100 * statistics.median(f for _, f in v), 4)
 
 
 def main() -> None:
@@ -137,12 +144,15 @@ def main() -> None:
         "--skip", nargs="*", default=[], choices=["throughput", "memory", "compare"]
     )
     args = parser.parse_args()
+    recorder = Recorder.from_args(__file__, args)
+    figures: dict[str, float] = {}
     if "throughput" not in args.skip:
-        throughput(args.messages, args.repeats)
+        throughput(args.messages, args.repeats, figures)
     if "memory" not in args.skip:
-        memory(args.memory_messages)
+        memory(args.memory_messages, figures)
     if "compare" not in args.skip:
-        comparison(args.seeds, args.duration * SECOND)
+        comparison(args.seeds, args.duration * SECOND, figures)
+    recorder.save(figures)
 
 
 if __name__ == "__main__":

@@ -3,101 +3,19 @@ time, peak memory, and equality of every stage's series, holds, late elements an
 
 Both engines run the trace made in ``--blocks`` blocks of users a source
 (:func:`theory.pipeline.chapter3.block_traces`). For each size, Spark first
-(:func:`spark_backend.simulate.simulation.simulate_keyed`, ``--partitions`` key partitions;
-each task makes one block, the driver collects only the blocks' summaries for the source
-watermarks and keeps only watermark and hold series; panes go to files), then the local
-simulator in this process on the whole trace (unless ``--no-local``): each timed from
-generating the traces to the result, with wall time, CPU (Spark: of the whole process
-tree, driver, JVM and Python workers), events per second, and peak resident memory
-sampled every 0.5 s (Spark: the process tree and the driver alone; local: this process),
-then whether the two results are identical
-(:func:`spark_backend.simulate.compare.keyed_differences`).
+(:func:`spark_backend.simulate.simulation.simulate_keyed`, ``--partitions`` key
+partitions; each task makes one block, the driver keeps only watermark and hold series;
+panes go to files), then the local simulator in this process (unless ``--no-local``):
+each timed from generating the traces to the result, with wall time, CPU (Spark: of the
+process tree), events/s and peak resident memory sampled every 0.5 s, then whether the
+two results are identical (:func:`spark_backend.simulate.compare.keyed_differences`).
+``--trace-file`` reads the trace from a Parquet file instead of generating it.
 
 ``--limit BYTES`` runs each engine under that address-space limit per process
-(``RLIMIT_AS``; the local run in a fresh Python process, Spark's driver after its JVM
-started and its Python workers through ``spark.executor.pyspark.memory``) and prints
-whether each completed or ran out of memory. For the whole tree, the JVM included, start
-the script under ``prlimit --as=BYTES`` with the same BYTES; the JVM then needs a small
-heap and small reservations (3 GiB is enough with these)::
-
-    JAVA_TOOL_OPTIONS="-Xmx1g -XX:CompressedClassSpaceSize=64m -XX:ReservedCodeCacheSize=64m \
-      -XX:MaxMetaspaceSize=256m -Xss512k -XX:+UseSerialGC" MALLOC_ARENA_MAX=2 \
-      nice prlimit --as=$((3*1024**3)) python bench/simulate_spark.py --events 2e7 \
-      --partitions 32 --limit $((3*1024**3)) --conf spark.driver.memory=1g
-
-**On the whole machine (session 11; 2 cores, 23.5 GiB of RAM, no swap; perfect watermark,
-32 blocks a source, 180M events, the final code of that session):**
-
-- **local** (a fresh interpreter, under ``prlimit --as`` of the machine's whole RAM,
-  24,105 MiB, so its failure cannot take the machine down): **MemoryError after 176 s**.
-  Uncapped it measured 1,023 MiB at 4M and 6,279 MiB at 40M events (146 MiB per 1M, about
-  153 B/event), so 180M would need about 26.1 GiB, more than the machine has;
-- **Spark** (uncapped, ``--partitions 100 --no-local --conf spark.driver.memory=8g --conf
-  spark.memory.fraction=0.2``): **completed in 1,436.3 s wall, 1,168.7 s CPU of the tree**
-  (125k events/s), peak tree PSS **17,639 MiB** (103 B/event; peaks by kind: driver 6,538
-  MiB, JVM 12,726 MiB, workers 6,843 MiB), load 0.1 at the start. Stages: sources 2.6 and
-  2.6 min, mobile sessions 4.7 min, console sessions 12.8 min, the global mean 2.4 min;
-- an earlier attempt with ``spark.driver.memory=6g`` and the default memory fraction ran
-  out of JVM heap in the global mean's stage, reading its one partition's 1.5 GiB part
-  from Python while the run's broadcast blocks held the storage share of the heap
-  (``unpersist`` keeps the driver's copies, which in local mode are the only ones);
-- equality at 1M on the same code: identical, every series and pane (load 3.7).
-- At 32M (100 partitions, 6g, load 1.1): 283.9 s wall, 489.3 s CPU, peak 6,133 MiB.
-
-Measured (session 10, 2 cores, perfect watermark, 32 blocks a source). The 3 GiB
-address-space limit per process stands in for a smaller machine; the real one has 23 GiB:
-
-- **local alone under the limit** (a fresh interpreter each): 12M completed (20.4 s,
-  peak RSS 2,034 MiB), 16M completed (21.8 s, 2,621 MiB); **17M, 18M, 20M and 24M raised
-  MemoryError** (load 1-6);
-- **Spark at 20M, whole tree under the limit** (the command above): **completed in 270.8
-  s wall, 308.2 s CPU of the tree**, peak tree PSS 3,602 MiB (driver 816 MiB = 43
-  B/event, JVM 1,823 MiB, workers 1,925 MiB), load 6.1 at the start, 3.2 at the end; the
-  local run in the same script, under the same limit: MemoryError. (Before the summaries
-  were cut to the points a spec needs and read one block at a time: 327.0 s, 311.4 s CPU,
-  driver 1,222 MiB = 64 B/event, load 6.9-9.1.)
-- **Spark at 30M** (48 partitions, same limit and command, the earlier summaries):
-  **completed in 689.7 s wall, 401.8 s CPU**, peak tree PSS 5,305 MiB (driver 1,840 MiB
-  = 64 B/event, JVM 2,184 MiB, workers 2,398 MiB), load 2.8-7.6; local under the same
-  limit: MemoryError;
-- **Spark at 40M** (64 partitions, same limit and command, the final code, ``--no-local``):
-  **failed after 18 min**: the JVM's 1 GiB heap ran out (``OutOfMemoryError: Java heap
-  space`` while a task's output was read from its Python worker to be persisted, in the
-  first session stage); the driver stayed under 620 MiB resident (2.5 GB of address
-  space). So under these limits Spark's ceiling lies between 30M and 40M, set by the
-  JVM heap, not the driver; not investigated further;
-- **equality at 1M** (no limit, 32 partitions, load 6.4-7.9, the final code): identical,
-  every series and pane (Spark 53.4 s wall, 52.7 s CPU; local 1.4 s).
-
-Session 10's projection for the whole machine (measured in session 11 above): local grows
-about 154 B/event (147 MiB per 1M between 12M and 16M), so it would fail near 145-160M
-events; Spark's tree grew about 113 B/event between 20M and 30M (its driver 43 B/event
-now), so near 150M it would need about 17-18 GiB and take about 5x the 30M run's CPU
-(about 2,000 s of CPU, 20-60 min wall on 2 cores by load): a narrow margin, not shown.
-
-``--trace-file``: a user's trace file instead (``simulate --engine spark --trace``; a
-generated trace of each size written to Parquet in a subprocess, 1M-row groups, keys
-1000, simulated through that command's pipeline: perfect watermark, fixed 2-minute
-windows). Spark runs it twice, read in blocks by the tasks
-(:func:`spark_backend.traces.trace_input.read_blocks`, "after") and read whole by the driver
-(:func:`spark_backend.traces.trace_input.read_local`, "before"); each line gives the driver's
-own peak RSS (sampled) above its resident set before the run, and the ratio; then both
-against the local simulator on the same file.
-
-Measured ``--trace-file`` (this session, 8 partitions, ``spark.driver.memory=1g``, load
-3.6-3.9 on 2 cores; one run each, blocks first):
-
-- 4M rows (4 row groups, 4 blocks): the driver's peak **892 MiB read whole, 254 MiB in
-  blocks** (758 and 130 MiB above its 134 and 124 MiB before: 199 and 34 B/row, 5.8x);
-  both identical to local. Wall 10.3 s whole, 35.0 s in blocks (32.1 s CPU of the tree):
-  the blocks' path is slower at this size (a check pass, then each block read, sorted,
-  summarised and shuffled by key partition); not investigated;
-- 1M rows (one block): 363 and 164 MiB (230 and 40 MiB above: 5.8x), both identical.
-
-What the driver keeps in blocks is the source watermark (16 B per distinct arrival: this
-trace's arrivals are nearly all distinct) and its summaries' points, one block at a time.
-
-Usage::
+(``RLIMIT_AS``) and prints whether each completed or ran out of memory. For the whole
+tree, the JVM included, start the script under ``prlimit --as=BYTES`` with a small JVM
+heap (``JAVA_TOOL_OPTIONS="-Xmx1g ..."``). ``--record`` appends the figures to
+``bench/results/simulate_spark.json``. Usage::
 
     nice python bench/simulate_spark.py --events 1e6 [--partitions 32] [--no-local]
     nice python bench/simulate_spark.py --trace-file --events 4e6 --conf spark.driver.memory=1g
@@ -114,6 +32,7 @@ from functools import partial
 
 from bench_args import bench_parser, counts
 from peak_memory import PeakMemory, tree_cpu  # bench/peak_memory.py (this script's folder)
+from record import Recorder
 
 from spark_backend.session.session import get_session
 from spark_backend.simulate.compare import keyed_differences
@@ -250,6 +169,8 @@ def main() -> None:
     parser.add_argument("--trace-file", action="store_true",
                         help="a trace file, read in blocks and whole (docstring)")  # fmt: skip
     args = parser.parse_args()
+    recorder = Recorder.from_args(__file__, args)
+    figures: dict[str, float | str] = {}
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
           f"watermark {args.watermark}")  # fmt: skip
     conf = list(args.conf)
@@ -278,11 +199,15 @@ def main() -> None:
                 f"{keyed.partitions} partitions, rounds {rounds}",
                 flush=True,
             )
+            figures[f"{n} spark wall s"] = round(wall, 2)
+            figures[f"{n} spark cpu s"] = round(cpu, 2)
+            figures[f"{n} spark peak MiB"] = round(peak / 2**20)
             if args.no_local:
                 continue
             if args.limit:
                 fate = local_under_limit(limit, args.watermark, n, args.blocks)
                 print(f"{n:>11,} local under the limit: {fate}", flush=True)
+                figures[f"{n} local under the limit"] = str(fate)
                 continue
             wall, cpu, _, peak, _, local = timed(
                 partial(run_local, pipe, n, args.blocks), tree=False
@@ -293,12 +218,17 @@ def main() -> None:
                 "B/event (this process)",
                 flush=True,
             )
+            figures[f"{n} local wall s"] = round(wall, 2)
+            figures[f"{n} local cpu s"] = round(cpu, 2)
+            figures[f"{n} local peak MiB"] = round(peak / 2**20)
             diff = keyed_differences(local, keyed)
             print(f"{n:>11,} equal: {'identical' if not diff else 'DIFFERENT: ' + '; '.join(diff)}")
+            figures[f"{n} equal"] = "identical" if not diff else "DIFFERENT"
             del local
         finally:
             shutil.rmtree(out, ignore_errors=True)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    recorder.save(figures)
 
 
 if __name__ == "__main__":

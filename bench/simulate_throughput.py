@@ -28,6 +28,7 @@ import tracemalloc
 from functools import partial
 
 from bench_args import add_repeats, bench_parser
+from record import Recorder
 from timing import median_time  # bench/timing.py (this script's folder)
 
 from theory.pipeline import chapter3
@@ -69,6 +70,8 @@ def main() -> None:
         help="simulate(keep_freed_memory=True): glibc keeps freed memory in each run",
     )
     args = parser.parse_args()
+    recorder = Recorder.from_args(__file__, args)
+    figures: dict[str, float | str] = {}
     load = os.getloadavg()[0]
     allocator = "keep_freed_memory=True" if args.keep_freed_memory else "default"
     print(
@@ -102,7 +105,16 @@ def main() -> None:
             f"{slow:>9} {ratio:>7} {per_event:>8.0f}  {paths}",
             flush=True,
         )
+        figures[f"{n} fast wall s"] = round(wall, 4)
+        figures[f"{n} fast cpu s"] = round(cpu, 4)
+        figures[f"{n} events/s"] = round(n / wall)
+        if ratio != "-":
+            figures[f"{n} slow cpu s"] = float(slow)
+            figures[f"{n} slow/fast cpu"] = round(float(slow) / cpu, 2)
+        figures[f"{n} B/event"] = round(per_event)
+        figures[f"{n} paths"] = paths
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    recorder.save(figures)
 
 
 if __name__ == "__main__":

@@ -10,22 +10,19 @@ count of every strategy:
   curves (a ``noop`` write);
 - **numpy**: :func:`theory.watermarks.perfect.perfect_curve`,
   :func:`theory.watermarks.heuristic.bounded_out_of_orderness_curve`,
-  :func:`theory.watermarks.percentile_sweep.percentile_curve` (source level: active from event to
-  arrival
-  time, the perfect curve as fallback) and late counts with
+  :func:`theory.watermarks.percentile_sweep.percentile_curve` (source level) and late counts with
   :meth:`theory.series.StepSeries.before`, on the same rows collected through Arrow.
 
-Trace generation and collection are not timed: each trace is persisted and counted
-(materialised) before the clock starts, so the Spark path reads it from Spark's cache, as
-a user's already-loaded trace. Before the first size, the whole Spark path runs once on a
-small trace (``--warmup`` events, not reported) so that JVM start-up, JIT compilation and
-Python worker start-up are not charged to the first size. The Spark time is split into
+Trace generation and collection are not timed (each trace is persisted and counted
+first); the Spark path runs once on a ``--warmup``-event trace first, not reported.
+The Spark time is split into
 ``prepare`` (count, sample, the shuffle into buckets, the bucket summary), ``analyze``
 (the Python pass, persisted, and the lateness table) and ``curves`` (materialising every
 curve: a ``noop`` write). Both paths must give identical numbers: the curves are
 compared exactly (or, above ``--compare-max`` events, the perfect and bounded ones by
 exact checksums of every column) and the late counts exactly. Prints wall-time medians,
-events/s, the Spark/numpy ratio per size and the load averages around each size.
+events/s, the Spark/numpy ratio per size and the load averages around each size;
+``--record`` appends them to ``bench/results/spark_analytics.json``.
 
     .venv/bin/python bench/spark_analytics.py --sizes 1e6,1e7 --repeat 3
     .venv/bin/python bench/spark_analytics.py --sizes 1e6,1e7,5e7 --repeat 1 --compare-max 1e7
@@ -46,6 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_args import add_repeats, add_seed, bench_parser, counts
+from record import Recorder
 
 from spark_backend.analytics import analyze, prepare
 from spark_backend.session.session import get_session, stop_session
@@ -277,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings"
     )
     args = p.parse_args(argv)
+    recorder = Recorder.from_args(__file__, args)
     sizes = args.sizes
     conf = {"spark.driver.memory": args.driver_memory}
     conf.update(kv.split("=", 1) for kv in args.conf)
@@ -328,6 +327,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"x{r['spark_s'] / base['spark_s']:.1f}, throughput "
                 f"x{r['spark_eps'] / base['spark_eps']:.2f}"
             )
+    figures: dict[str, float | bool] = {}
+    for r in results:
+        n = r["events"]
+        figures[f"{n} spark s"] = round(r["spark_s"], 3)
+        figures[f"{n} numpy s"] = round(r["numpy_s"], 3)
+        figures[f"{n} spark/numpy"] = round(r["ratio"], 3)
+        figures[f"{n} identical"] = bool(r["identical"])
+    recorder.save(figures)
     return 0 if all(r["identical"] for r in results) else 1
 
 

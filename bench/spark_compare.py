@@ -35,6 +35,7 @@ if "PYTHONPATH" not in os.environ:  # compare_revisions sets it to the tree unde
 import numpy as np
 import pandas as pd
 from bench_args import add_seed, bench_parser
+from record import Recorder
 from runner import tree_cpu
 
 from spark_backend.report.comparison import DEFAULT_STRATEGIES, compare
@@ -113,6 +114,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="timed comparisons per engine")
     add_seed(ap, 0)
     args = ap.parse_args()
+    recorder = Recorder.from_args(__file__, args)
     n = int(args.rows)
     spark = get_session(conf={"spark.ui.enabled": "false", "spark.driver.memory": "2g"})
     load0 = os.getloadavg()
@@ -146,6 +148,15 @@ def main() -> None:
     print(f"spark/local wall {sw / lw:.1f}x, cpu {sc / lc:.1f}x; tables equal: {ok}")
     for label, times in per_stage.items():
         print(f"  stage {label:45s} {statistics.median(times):6.2f} s")
+    figures: dict[str, float | bool] = {
+        "rows": n, "spark wall s": round(sw, 3), "spark cpu s": round(sc, 3),
+        "local wall s": round(lw, 3), "local cpu s": round(lc, 3),
+        "spark/local wall": round(sw / lw, 2), "spark/local cpu": round(sc / lc, 2),
+        "tables equal": ok,
+    }
+    for label, times in per_stage.items():
+        figures[f"stage {label} s"] = round(statistics.median(times), 3)
+    recorder.save(figures)
     if not ok:
         raise SystemExit("the engines' tables differ")
 

@@ -31,6 +31,8 @@ import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from functools import partial  # noqa: E402
 
+from record import Recorder, add_record  # noqa: E402
+
 from theory import FixedWindows, Trace, generate_trace, parse_duration, simulate  # noqa: E402
 from theory.experiments.tradeoff import Strategy  # noqa: E402
 from theory.spark.trace import SparkTraceResult, spark_trace_profile  # noqa: E402
@@ -72,7 +74,10 @@ def main() -> None:
     parser.add_argument("--window", default="2m")
     parser.add_argument("--delay", default="10s")
     parser.add_argument("--trigger", default="1s")
+    add_record(parser)
     args = parser.parse_args()
+    recorder = Recorder.from_args(__file__, args)
+    figures: dict[str, float] = {}
     window = parse_duration(args.window)
     delay = parse_duration(args.delay)
     trigger = parse_duration(args.trigger)
@@ -106,6 +111,12 @@ def main() -> None:
             f"{m / beam_cpu:>14,.0f}  spark/beam rate ratio {(n / spark_s) / (m / beam_s):.1f}x "
             f"(cpu {(n / spark_cpu) / (m / beam_cpu):.1f}x)"
         )
+        figures[f"{n} spark events/s"] = round(n / spark_s)
+        figures[f"{n} spark events/cpu-s"] = round(n / spark_cpu)
+        figures[f"{m} beam events/s"] = round(m / beam_s)
+        figures[f"{n} spark/beam rate"] = round((n / spark_s) / (m / beam_s), 2)
+        figures[f"{n} spark/beam cpu rate"] = round((n / spark_cpu) / (m / beam_cpu), 2)
+    recorder.save(figures)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 from bench_args import add_repeats, add_seed, bench_parser
+from record import Recorder
 
 from theory.flink.valve import LinearScanValve, StatusWatermarkValve, StreamStatus
 
@@ -94,6 +95,8 @@ def main() -> None:
     add_seed(parser, 0)
     parser.add_argument("--workload", choices=["random", "round-robin", "both"], default="both")
     args = parser.parse_args()
+    recorder = Recorder.from_args(__file__, args)
+    figures: dict[str, float] = {}
     workloads = ["random", "round-robin"] if args.workload == "both" else [args.workload]
     print(
         f"{'workload':>11} {'fan-in':>7} {'valve':>7} {'updates':>9} {'median s':>9} "
@@ -116,6 +119,12 @@ def main() -> None:
                     f"{workload:>11} {fan_in:>7} {name:>7} {len(sub):>9,} {med:>9.4f} "
                     f"{rates[name]:>12,.0f} {ratio:>8}"
                 )
+                figures[f"{workload} fan-in {fan_in} {name} updates/s"] = round(rates[name])
+                if name == "linear":
+                    figures[f"{workload} fan-in {fan_in} heap/linear"] = round(
+                        rates["heap"] / rates["linear"], 3
+                    )
+    recorder.save(figures)
 
 
 if __name__ == "__main__":

@@ -8,10 +8,16 @@ are identical to Beam's, and Spark's curves to numpy's."""
 from __future__ import annotations
 
 import argparse
+import ast
+import datetime
 import importlib.util
+import io
+import json
+import platform
 import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 from typing import Any
 
@@ -111,10 +117,16 @@ def test_bench_frontier() -> None:
 
 
 def _bench_module(name: str) -> Any:
+    """A bench module loaded from its file, with the bench folder on ``sys.path`` while it
+    loads (the scripts import each other by name, as run from that folder)."""
     spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
     return module
 
 
@@ -169,3 +181,146 @@ def test_bench_cli_engines() -> None:
     """The local engine only (the Spark runs are what the benchmark adds)."""
     out = run("cli_engines.py", "--sizes", "500", "--repeats", "1", "--spark-repeats", "0")
     assert re.search(r"^ +500 +[\d.]+ +[\d.]+ +local ", out, re.MULTILINE)
+
+
+# ------------------------------------------------------------- recording and rendering
+
+def test_recorder_appends_a_valid_run(tmp_path: Path) -> None:
+    """A run carries its figures, the machine, the load, the commit and a UTC date; a
+    second run is appended; no temporary file is left beside the results."""
+    record = _bench_module("record")
+    for value in (1.5, 2.5):
+        path = record.Recorder("demo", True, tmp_path).save({"median s": value, "path": "x"})
+    assert path == tmp_path / "demo.json"
+    runs = json.loads(path.read_text())
+    assert [r["figures"]["median s"] for r in runs] == [1.5, 2.5]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.json"]
+    run = runs[-1]
+    assert run["script"] == "demo" and run["imported"] is None
+    date = datetime.datetime.fromisoformat(run["date"])
+    assert date.utcoffset() == datetime.timedelta(0)
+    machine = run["machine"]
+    assert isinstance(machine["cores"], int) and machine["cores"] >= 1
+    assert isinstance(machine["memory_bytes"], int) and machine["memory_bytes"] > 0
+    assert machine["python"] == platform.python_version() and machine["platform"]
+    assert "cpu_model" in machine
+    for moment in ("start", "end"):
+        assert len(run["load"][moment]) == 3
+    assert re.fullmatch(r"[0-9a-f]{40}", run["commit"]["sha"])
+    assert isinstance(run["commit"]["dirty"], bool)
+    assert record.Recorder("off", False, tmp_path).save({"x": 1}) is None
+    assert not (tmp_path / "off.json").exists()
+
+
+def test_script_records_and_renderer_renders(tmp_path: Path) -> None:
+    """``--record`` writes to ``--results-dir`` (never to the repository's results), and
+    ``render_results.py`` renders the latest run with its machine, load and commit."""
+    results = tmp_path / "results"
+    repo_results = {p: p.read_bytes() for p in (ROOT / "bench" / "results").glob("*")}
+    for _ in range(2):
+        run("valve.py", "--fan-in", "2", "--repeats", "1", "--updates", "500",
+            "--linear-work", "1000", "--workload", "random", "--record",
+            "--results-dir", str(results))
+    assert {p: p.read_bytes() for p in (ROOT / "bench" / "results").glob("*")} == repo_results
+    runs = json.loads((results / "valve.json").read_text())
+    assert len(runs) == 2
+    figures = runs[-1]["figures"]
+    assert set(figures) == {"random fan-in 2 heap updates/s", "random fan-in 2 linear updates/s",
+                            "random fan-in 2 heap/linear"}
+    assert all(isinstance(v, (int, float)) and v > 0 for v in figures.values())
+    out = tmp_path / "RESULTS.md"
+    run("render_results.py", "--results-dir", str(results), "--output", str(out))
+    text = out.read_text()
+    assert "## valve" in text and "| random fan-in 2 heap/linear |" in text
+    assert runs[-1]["date"] in text and runs[-1]["commit"]["sha"][:10] in text
+    assert f"{runs[-1]['machine']['cores']} cores" in text
+    assert "Older runs" in text and runs[0]["date"] in text
+
+
+def test_repository_results_render() -> None:
+    """The committed results files are valid runs, and RESULTS.md is their rendering."""
+    render = _bench_module("render_results")
+    results = ROOT / "bench" / "results"
+    for path in results.glob("*.json"):
+        for r in json.loads(path.read_text()):
+            assert {"script", "date", "machine", "load", "commit", "figures", "imported"} <= set(r)
+            assert r["figures"]
+    assert render.render(results) == (ROOT / "bench" / "RESULTS.md").read_text()
+
+
+# ------------------------------------------------------- docstrings and comments
+
+#: what a docstring or comment of the code must not carry: dates (an ISO timestamp with a
+#: time of day is data, e.g. a format's example), machine loads, work sessions, notes a
+#: reader cannot see, branch names, numbered versions of the work
+HISTORY = re.compile(
+    r"20\d\d-\d\d-\d\d(?!T)"
+    r"|\bload(?:s| averages?)?(?: of| was| at| about)?\s*[~≈]?\s*\d"
+    r"|\bsession \d+"
+    r"|\bissue note"
+    r"|\bh-[a-z]+\d+\b"
+    r"|\b(?:first|second|third|fourth|fifth|sixth|\d+(?:st|nd|rd|th)) version\b",
+    re.IGNORECASE,
+)
+CODE_DIRS = ("bench", "theory", "beam_pipelines", "spark_backend")
+
+
+def _docstrings(tree: ast.AST) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node, clean=False)
+            if doc is not None:
+                found.append((node.body[0].lineno, doc))
+    return found
+
+
+def _comments(source: str) -> list[tuple[int, str]]:
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return [(t.start[0], t.string) for t in tokens if t.type == tokenize.COMMENT]
+
+
+def history_in(paths: list[Path], root: Path = ROOT) -> list[str]:
+    """``path:line: text`` of each docstring or comment that tells history."""
+    found = []
+    for path in paths:
+        source = path.read_text()
+        for line, text in _docstrings(ast.parse(source)) + _comments(source):
+            for m in HISTORY.finditer(text):
+                at = line + text[: m.start()].count("\n")
+                found.append(f"{path.relative_to(root)}:{at}: {m.group(0)!r}")
+    return found
+
+
+def test_bench_docstrings_are_short() -> None:
+    """Each bench script's docstring says what it measures and how to run it: <= 30 lines."""
+    long = []
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text()), clean=False)
+        assert doc, f"{path.name} has no docstring"
+        if len(doc.splitlines()) > 30:
+            long.append(f"{path.name}: {len(doc.splitlines())} lines")
+    assert not long, long
+
+
+def test_no_history_in_docstrings_or_comments() -> None:
+    paths = sorted(p for d in CODE_DIRS for p in (ROOT / d).rglob("*.py"))
+    assert len(paths) > 100
+    found = history_in(paths)
+    assert not found, "\n".join(found)
+
+
+def test_history_pattern_finds_what_it_should(tmp_path: Path) -> None:
+    """The check above can fail: each kind of history is found, data timestamps are not."""
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        '"""Measured 2026-11-27 at load 3.5 (session 11), see the issue note."""\n'
+        "x = 1  # the second version, on h-hard14; load average 12\n"
+        'EPOCH = 0  # "2024-01-01T00:00:00Z" is data\n'
+    )
+    found = history_in([bad], tmp_path)
+    assert [f.split(": ", 1)[1] for f in found] == [
+        "'2026-11-27'", "'load 3'", "'session 11'", "'issue note'",
+        "'second version'", "'h-hard14'", "'load average 1'",
+    ]
+

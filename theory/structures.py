@@ -221,14 +221,11 @@ class IndexedMinHeap:
     absent one, and ``IndexError`` when peeking an empty heap.
 
     Why it is kept beside :class:`Frontier`: the valve's aligned channels are one key per
-    channel, moved by every watermark. Measured with ``bench/valve.py``'s workloads (40,000
-    updates, fan-in 2, 64 and 1,024, random and round-robin, 7 interleaved runs, medians),
-    the valve on a :class:`Frontier` (a retraction and an addition per watermark, then
-    ``min``) took 1.9-4.1x the time of this heap with its inlined sift-down (1.5-2.4x even
-    calling the frontier's private ``_apply``): 113-215k against 290-686k updates/s. The
-    frontier's cheap path (``move`` then ``min``, no change report) still loses to this
-    heap's ``update`` and ``peek`` on that pattern: 1.80x at 64 keys, 1.27x at 1,024
-    (``bench/frontier.py``, 200k moves, CPU-time medians of 5).
+    channel, moved by every watermark. On ``bench/valve.py``'s workloads the valve on a
+    :class:`Frontier` (a retraction and an addition per watermark, then ``min``) took
+    several times as long as on this heap with its inlined sift-down, and the frontier's
+    cheap path (``move`` then ``min``, no change report) still loses to this heap's
+    ``update`` and ``peek`` on that pattern (``bench/frontier.py``).
     """
 
     __slots__ = ("items", "keys", "pos")

@@ -74,8 +74,8 @@ Why Beam's machinery and not hand-translated RDD code: exactness comes with it (
 DoFn feature and windowing rule is Beam's own code; the differential suite compares
 with FnApiRunner and caught the one divergence, an extra stage boundary rounding
 timestamps), and once user DoFns run, the per-element cost is Beam's either way. A
-hand-written ``map`` + ``reduceByKey`` of the windowed combine was 1.5-4x faster than
-this generic path at 100k elements (``bench/runner.py``), which is where fast paths
+hand-written ``map`` + ``reduceByKey`` of the windowed combine is faster than this
+generic path (``bench/runner.py``), which is where fast paths
 for known WindowFns and CombineFns pay: the lean stages and the grouping path (theory's
 engine in place of Beam's trigger driver) are built, and this generic path stays the
 reference and the fallback for everything else. Spark Connect
@@ -85,7 +85,7 @@ Streaming (``--streaming``, TestStream sources, micro-batches with watermarks pe
 transform, GroupByKey decided by theory's engine) is :mod:`spark_backend.runner.streaming`;
 a batch run refuses TestStream as streaming-only.
 
-Not yet supported (refused or untested, see the issue note): processing-time timers
+Not yet supported (refused or untested): processing-time timers
 (refused), time-sorted input (refused); runner-initiated
 (dynamic) splits of a running restriction; a stateful DoFn fused after
 other transforms runs its stage as one task (FnApiRunner's fusion puts it there, and a

@@ -4,20 +4,17 @@ gives it by default, and the class-data archive they use.
 Most of a SparkSession's start is the JVM's own CPU: loading, verifying and linking the
 classes of Spark's ~280 jars. ``-XX:SharedArchiveFile``, Java's application class-data
 sharing (AppCDS), cuts it: the classes a session loads, already parsed and verified, are
-mapped from an archive file instead of read from the jars. Measured on a quiet machine
-(local[2], the first job a tiny RDD sum, two runs each): Spark's plain options 5.0-5.2 s
-to the session and 7.5-7.8 s to the first job's end; with the archive 2.9-3.0 s and
-5.3-5.5 s. ``-XX:+UseSerialGC`` added nothing there, and ``-XX:TieredStopAtLevel=1`` (C1
-only) saved another second of start but made Spark's own work 1.55x slower once warm
-(``bench/spark_analytics.py`` at 2M: 6.0 s against 3.9 s; in local mode the driver JVM is
-also the executor), so neither is used: :data:`FAST_START_OPTIONS` only states CDS's
-default mode.
+mapped from an archive file instead of read from the jars, which takes seconds off the
+session's start (``bench/runner.py --cold``). ``-XX:+UseSerialGC`` added nothing, and
+``-XX:TieredStopAtLevel=1`` (C1 only) shortened the start but slowed Spark's own work
+once warm (in local mode the driver JVM is also the executor), so neither is used:
+:data:`FAST_START_OPTIONS` only states CDS's default mode.
 
 The archive is built by the first session that finds none (one process at a time: it
 holds a ``.building`` marker naming its pid; the others start without an archive): its
 JVM is started with ``-XX:ArchiveClassesAtExit`` pointing at a pending file of its own,
-and writes it when it exits: a one-time wait at that process's exit (116 MB for Spark
-4.3; 98 s under a load of 30 on 2 cores). ``python -m spark_backend.session`` builds
+and writes it when it exits: a one-time wait at that process's exit (the archive is
+about a hundred megabytes). ``python -m spark_backend.session`` builds
 it on purpose. :func:`publish_archive`, run at the Python process's exit, closes the
 gateway's input, waits for the JVM to exit cleanly and only then renames the file into
 place, so a session never maps a half-written archive. The archive's name carries a digest of

@@ -43,11 +43,9 @@ All times are µs.
   caller makes ``out`` atomic (the CLI writes into
   :func:`spark_backend.cli.atomic.atomic_directory`).
 
-Measured (``bench/simulate_spark.py``'s docstring has the figures and the commands): on
-the whole 2-core, 23.5 GiB machine, 180M chapter-3 events completed in 1,436 s with a
-process-tree peak of 17.2 GiB (100 partitions), where the local simulator ran out of
-memory; under a 3 GiB address-space limit per process, 20M and 30M where local fails from
-17M.
+Sized by ``bench/simulate_spark.py`` (figures in ``bench/RESULTS.md``): it completes
+traces whose whole-trace local simulation runs out of memory, on the same machine and
+under the same address-space limit per process.
 
 Supported: instant processing on every stage (other latency models draw one random stream
 over a stage's whole input, which key partitions cannot share); anything else is refused

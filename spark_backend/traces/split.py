@@ -7,9 +7,8 @@ or quoted and closed on the same line) reads the same either way. So a file no l
 than Spark's largest split (``spark.sql.files.maxPartitionBytes``, 128 MiB by default)
 is read whole, and a larger one is first scanned for a line that is not plain (one
 Spark job over the text, no Python worker): a plain file is read line by line, in as
-many tasks as it has splits; any other keeps ``multiLine``. (Measured on 2 shared
-cores, a 25 MiB file split in 4 tasks after the scan took 0.86-1.33x the whole-file
-read's wall time: below a split's size the scan does not pay.)
+many tasks as it has splits; any other keeps ``multiLine``. (Below a split's size the
+scan does not pay: ``bench/csv_read.py``.)
 """
 
 from __future__ import annotations

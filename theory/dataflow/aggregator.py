@@ -82,11 +82,9 @@ class CentralAggregator:
     The global watermark is the minimum of the range watermarks, kept in an
     :class:`~theory.structures.IndexedMinHeap` of the ranges keyed by watermark rather than
     a :class:`~theory.structures.Frontier`: a report moves one range's key in place, where
-    the frontier retracts and adds a count and reports the minimum twice. Measured on 100k
-    accepted reports over 1000 ranges (median of 7 runs), reports were 1.49x slower with
-    the frontier (1528 ms against 1024 ms). Its cheap path (``move``, no report) is still
-    1.27x the heap's time on the same pattern of moves over 1,024 keys
-    (``bench/frontier.py``).
+    the frontier retracts and adds a count and reports the minimum twice, which measured
+    slower; its cheap path (``move``, no report) is still slower than the heap on the same
+    pattern of moves (``bench/frontier.py``).
     """
 
     def __init__(self, ranges: Iterable[Hashable], workers: Iterable[Hashable] = ()) -> None:

@@ -181,10 +181,9 @@ class TrackingEstimator:
     bucket's minimum only moves down and leaves with its bucket, so a stale entry is
     recognised by comparing it with its bucket, and each change costs one ``heappush``.
     The frontier's counted updates (two minima per update) made one ``estimate`` per
-    100 ms bucket at 100 messages/s 24 % slower (median of 7 runs: 298 ms against 240 ms
-    for 100k messages). Its cheap path (``add``/``move``/``retract``, no report) ties
-    with this heap on the pattern (1.03x, ``bench/frontier.py``'s ``down``), which is no
-    reason to switch.
+    100 ms bucket at 100 messages/s slower. Its cheap path (``add``/``move``/``retract``,
+    no report) ties with this heap on the pattern (``bench/frontier.py``'s ``down``),
+    which is no reason to switch.
 
     The durations are at most ``MAX_TIMESTAMP``: the rule subtracts them from timestamps
     (``now - idle_lag``, ``newest - band``), in int64 arrays in

@@ -113,10 +113,9 @@ class _Subscription:
     The oldest unacked publish time is kept in a lazy heap of ``(publish time, id)``, whose
     acked entries are popped when they reach the top, rather than in a
     :class:`~theory.structures.Frontier`: every publish and ack would be a counted update
-    (two minima each), which made :func:`simulate_pubsub` 17 % slower (dense stream, 60 s,
-    median of 7 runs: 499 ms against 425 ms). An ack here is one flag. The frontier's
-    cheap path (``add``/``retract``, no report) is still 1.29x this heap on the pattern
-    (``bench/frontier.py``'s ``lazy``).
+    (two minima each), which made :func:`simulate_pubsub` slower. An ack here is one flag.
+    The frontier's cheap path (``add``/``retract``, no report) is still slower than this
+    heap on the pattern (``bench/frontier.py``'s ``lazy``).
     """
 
     __slots__ = ("acked", "attempts", "avail", "first", "leases", "oldest")

@@ -26,8 +26,8 @@ Two implementations with identical outputs:
   so an update costs O(log n) (Flink >= 1.17, FLINK-30544), and keeps the count of active
   channels and the maximum watermark incrementally, so no operation scans the channels.
   A heap rather than :class:`~theory.structures.Frontier`: on ``bench/valve.py`` the
-  frontier took about twice to four times as long per update, and its cheap path
-  (``move``) still 1.3-1.8x the heap's (figures in :class:`IndexedMinHeap`);
+  frontier took several times as long per update, and its cheap path (``move``) is
+  still slower than the heap (figures in ``bench/RESULTS.md``);
 - :class:`LinearScanValve` is the reference: the Flink 1.11 code, an O(n) scan over the
   channels for the minimum, the "any active channel" test and the maximum.
 

@@ -61,9 +61,8 @@ def _frontier_sweep(times: np.ndarray, a: np.ndarray, d: np.ndarray, ts: np.ndar
     """The general (non-FIFO) case: at each of ``times`` take the holds of the items that
     arrived and release those of the items that left, then read the frontier.
 
-    (Measured on 200k random non-FIFO items, CPU medians: 0.54 s, against 0.77 s for the
-    lazy-deletion heap sweep it replaced; 0.49 s against 0.77 s when items share
-    timestamps, as panes at a window's end do.)"""
+    Faster than a lazy-deletion heap sweep, also when items share timestamps (as panes
+    at a window's end do)."""
     by_depart = np.argsort(d, kind="stable")
     taken = ts.tolist()
     released = ts[by_depart].tolist()

@@ -11,7 +11,7 @@ and, for ``p = 1``, :func:`~theory.watermarks.holds.inflight_min` with the fallb
 nothing is active. :func:`reference_percentile_values` is the naive oracle the tests
 and benchmarks compare against.
 
-This is a measured hot path (``bench/percentile.py``: 10M events at about 5M events/s):
+This is a measured hot path (``bench/percentile.py``; figures in ``bench/RESULTS.md``):
 the sweep's loop body is written for CPython's speed, and the arrays it builds are
 freed (``del``) as soon as they are spent, since first touches of fresh memory
 dominate on some VMs.

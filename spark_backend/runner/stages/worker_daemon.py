@@ -2,9 +2,9 @@
 
 Spark starts one daemon per executor and forks a Python worker from it for each task
 that finds no idle worker. A plain ``pyspark.daemon`` has not imported Apache Beam, so
-every fresh worker imports it on its first Beam task: 1.6 s on a quiet machine, 10-30 s
-under load, paid again each time concurrent tasks need one more worker (a streaming
-micro-batch ran 20-60 s, almost all of it in such imports). This daemon imports Beam and
+every fresh worker imports it on its first Beam task, seconds of CPU paid again each
+time concurrent tasks need one more worker (a streaming micro-batch can spend most of
+its time in such imports). This daemon imports Beam and
 the runner's task modules once, before forking, so a worker starts with them loaded
 (copy-on-write). An import that fails is left to the task, which then reports it.
 :func:`spark_backend.session.session.default_conf` selects this module.
