@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["PipelineFailedError", "UnsupportedTransformError"]
+__all__ = ["CheckpointError", "PipelineFailedError", "UnsupportedTransformError"]
 
 
 class UnsupportedTransformError(ValueError):
@@ -31,3 +31,8 @@ class PipelineFailedError(RuntimeError):
         super().__init__(f"Beam stage {stage} failed on Spark: {message}")
         self.stage = stage
         self.message = message
+
+
+class CheckpointError(ValueError):
+    """A streaming checkpoint directory this run cannot use, or a file in it that is
+    damaged, of another format or not the run's own: one line naming it and why."""

@@ -80,7 +80,9 @@ there; timers and their outputs carry whole milliseconds (Beam's timer coder).
    sources' positions (:mod:`.positions`), the processing clock, the metrics and the batch
    number are committed atomically; a restart of the same pipeline resumes after the last
    commit. The directory records the pipeline's shape (:mod:`.shape`: labels, URNs,
-   coders); another shape is refused naming the first difference.
+   coders); another shape is refused naming the first difference. Nothing in it is
+   unpickled: its files are JSON documents of :mod:`.codec`, which names the runner's
+   state classes only.
 6. **Batch sinks** (:mod:`.sinks`): :class:`beam_pipelines.sinks.WriteBatchesToText`
    writes each batch's output under ``batch-N/``, committed atomically before the
    checkpoint, so a replayed batch replaces its output.

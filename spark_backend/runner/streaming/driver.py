@@ -38,6 +38,7 @@ import functools
 import itertools
 import logging
 import pickle
+import re
 import threading
 import time
 import zlib
@@ -59,7 +60,7 @@ from spark_backend.runner.batch.executor import (
 )
 from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.batch.spark_errors import python_error_message
-from spark_backend.runner.errors import PipelineFailedError
+from spark_backend.runner.errors import CheckpointError, PipelineFailedError
 from spark_backend.runner.plan.plan import IMPULSE, LEAN, GroupSpec, Plan, StageSpec
 from spark_backend.runner.stages.bundles import METRICS, PartitionSummary
 from spark_backend.runner.stages.lean.batch import GLOBAL
@@ -67,6 +68,7 @@ from spark_backend.runner.stages.lean.batch import Batch as LeanBatch
 from spark_backend.runner.stages.lean.encode import BatchEncoder
 from spark_backend.runner.stages.task_context import coder
 from spark_backend.runner.streaming.checkpoint import CheckpointStore
+from spark_backend.runner.streaming.codec import CodecError, Restorable
 from spark_backend.runner.streaming.elements import Elements
 from spark_backend.runner.streaming.grouping import (
     OUTPUT,
@@ -74,9 +76,11 @@ from spark_backend.runner.streaming.grouping import (
     BatchTimes,
     group_batch,
     partition_of,
+    theory_strategy_of,
 )
 from spark_backend.runner.streaming.keyed_state import (
     TIMER_HOLD,
+    PartitionState,
     stateful_batch,
     stateful_label,
 )
@@ -99,7 +103,7 @@ from spark_backend.runner.streaming.unbounded import (
 )
 from spark_backend.runner.streaming.watermarks import PipelineWatermarks
 from theory.time import MAX_TIMESTAMP
-from theory.windowing.engine import STATE_HOLD
+from theory.windowing.engine import STATE_HOLD, GroupByWindowEngine
 
 __all__ = ["Batch", "StreamingDriver", "last_batch", "schedule"]
 
@@ -118,6 +122,9 @@ IN_FLIGHT: Final[str] = "buffer:in-flight"
 
 #: With a real clock, the longest wait for a residual's resume time (µs).
 _MAX_WAIT: Final[int] = 1_000_000
+
+#: A CheckpointError raised in a task, as Spark reports it: its one line.
+_CHECKPOINT_ERROR: Final = re.compile(r"spark_backend\.runner\.errors\.CheckpointError: ([^\n]*)")
 
 
 @dataclass
@@ -394,18 +401,34 @@ class StreamingDriver:
             return None
         assert self._checkpoint is not None
         self.clock = commit.clock if self._test_clock else max(commit.clock, _now())
-        self.watermarks = self._checkpoint.watermarks()
+        self.watermarks = self._checkpoint.watermarks(self.watermarks)
         for stage, infos in commit.metrics.items():
             self._infos[stage] = [metrics_pb2.MonitoringInfo.FromString(i) for i in infos]
         for step_id, state in self._steps.items():
             if state.hold_name != ESTIMATOR_HOLD:  # an SDF's step keeps no state records
-                state.step = self._checkpoint.restored(self._sc, step_id)
+                state.step = self._checkpoint.restored(self._sc, step_id, self._loader(step_id))
             state.summaries = self._checkpoint.summaries(step_id) or []
         for buffer, fresh in self._views.items():
-            (committed,) = self._checkpoint.summaries(_view_id(buffer))
-            self._views[buffer] = fresh.resumed(committed)
+            committed = self._checkpoint.summaries(_view_id(buffer))
+            try:
+                (view,) = committed or []
+                self._views[buffer] = fresh.resumed(view)
+            except (ValueError, TypeError) as err:
+                raise CheckpointError(
+                    f"--checkpoint_dir {str(self._checkpoint.directory)!r}: the side view of "
+                    f"{fresh.producer!r} in its last commit is damaged ({err})"
+                ) from None
         _LOG.info("resuming after batch %d from %s", commit.batch, self._checkpoint.directory)
         return commit.position
+
+    def _loader(self, step_id: bytes) -> Any:
+        """How a task makes keyed step ``step_id``'s state from its checkpoint document."""
+        if step_id in self._plan.groups:
+            group = self._plan.groups[step_id]
+            return functools.partial(_engine_from, group, self._plan.job_id, self._components)
+        if step_id.startswith(b"pushback:"):
+            return _waiting_from
+        return _partition_state_from
 
     def _wait_for_residuals(self) -> None:
         """With a real clock, wait (at most ``_MAX_WAIT``) until a residual may resume."""
@@ -767,6 +790,9 @@ class StreamingDriver:
         try:
             records = pending.collect()
         except Exception as err:
+            damaged = _CHECKPOINT_ERROR.search(str(err))
+            if damaged:  # a task read a damaged part of the checkpoint
+                raise CheckpointError(damaged.group(1)) from None
             label = f"(batch {run.batch.number})"
             raise PipelineFailedError(label, python_error_message(err)) from None
         run.pending = []
@@ -852,6 +878,27 @@ def _view_id(buffer: bytes) -> bytes:
 
 
 # Task functions: module level, so that Spark pickles them without the driver.
+
+
+def _engine_from(group: GroupSpec, job_id: str, components: Any, document: Any) -> Any:
+    """A GroupByKey partition's engine: its windowing strategy from the pipeline, its
+    state from the checkpoint's ``document``."""
+    if not isinstance(document, Restorable):
+        raise CodecError(f"holds a {type(document).__name__} where an engine's state belongs")
+    strategy = theory_strategy_of(group, job_id, components.value)
+    return document.into(GroupByWindowEngine(strategy))
+
+
+def _partition_state_from(document: Any) -> Any:
+    if not isinstance(document, PartitionState):
+        raise CodecError(f"holds a {type(document).__name__} where user state belongs")
+    return document
+
+
+def _waiting_from(document: Any) -> Any:
+    if not isinstance(document, list) or not all(type(e) is bytes for e in document):
+        raise CodecError("holds no list of waiting elements")
+    return document
 
 
 def _tag(transform_id: str, chunk: bytes) -> tuple[str, bytes]:

@@ -132,11 +132,25 @@ class SideView:
             engine.output_watermark = watermark
             self._take(engine.advance_watermark_to(watermark))
 
-    def resumed(self, committed: SideView) -> SideView:
-        """This view with the contents of ``committed`` (a checkpoint's): the coder id and
-        the producer stay this run's (a coder's id may differ between processes; the
-        checkpoint's shape checked that the coders are the same)."""
-        return dataclasses.replace(committed, coder_id=self.coder_id, producer=self.producer)
+    def resumed(self, committed: Any) -> SideView:
+        """This view with the contents of ``committed`` (a checkpoint's, its engine as
+        the checkpoint's codec restores it): the coder id, the producer and the engine's
+        strategy stay this run's (a coder's id may differ between processes; the
+        checkpoint's shape checked that the coders are the same). ``TypeError`` when
+        ``committed`` is no view like this one."""
+        if not isinstance(committed, SideView) or committed.buffer_id != self.buffer_id:
+            raise TypeError("it is not this side input's view")
+        engine = self.engine
+        if engine is not None:
+            state: Any = committed.engine  # a codec.Restorable
+            if not hasattr(state, "into"):
+                raise TypeError("it has no engine state")
+            state.into(engine)
+        elif committed.engine is not None:
+            raise TypeError("it has an engine, and this view none")
+        return dataclasses.replace(
+            committed, coder_id=self.coder_id, producer=self.producer, engine=engine
+        )
 
     def _take(self, panes: Iterable[Any]) -> None:
         """Each pane replaces its window's view (in firing order)."""

@@ -117,13 +117,6 @@ class PipelineWatermarks:
             self._times.append(time)
             self._snapshots.append(snapshot)
 
-    def without_history(self) -> PipelineWatermarks:
-        """A copy sharing the graph and the tracker, with no snapshots: what a checkpoint
-        commits beside its history log."""
-        copy = object.__new__(PipelineWatermarks)
-        copy.__dict__.update(self.__dict__, _times=[], _snapshots=[])
-        return copy
-
     def series(self, label: str, per_batch: bool = False) -> dict[str, StepSeries]:
         """``label``'s input and output watermark and each named hold it ever had, as
         step series over processing time (µs); a hold's value is ``MAX_TIMESTAMP`` while
