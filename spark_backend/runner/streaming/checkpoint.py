@@ -350,7 +350,7 @@ def open_checkpoint(directory: str, shape: Shape, key_partitions: int) -> Checkp
             f"{where}: {_META} has format {str(written_format)[:60]!r}; this runner reads "
             f"{FORMAT!r} only: give a new directory"
         )
-    if not isinstance(written.get("shape"), dict) or type(written.get("key_partitions")) is not int:
+    if not isinstance(written.get("shape"), list) or type(written.get("key_partitions")) is not int:
         raise CheckpointError(f"{where}: {_META} is damaged: no shape or key partitions")
     difference = first_difference(written["shape"], shape)
     if difference is not None:

@@ -88,7 +88,7 @@ def _child(*args: str, log: Path) -> subprocess.Popen[bytes]:
 def _committed(checkpoint: Path) -> int | None:
     found = [
         int(m.group(1))
-        for p in checkpoint.glob("commit-*.pkl")
+        for p in checkpoint.glob("commit-*.json")
         if (m := re.search(r"(\d+)", p.name))
     ]
     return max(found) if found else None
