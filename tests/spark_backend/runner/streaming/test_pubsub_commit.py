@@ -109,7 +109,7 @@ def test_a_batch_that_fails_before_its_commit_acks_nothing(
 
     def second_set_after_a_commit() -> None:
         deadline = time.monotonic() + 120
-        while not list(checkpoint.glob("commit-*.pkl")) and time.monotonic() < deadline:
+        while not list(checkpoint.glob("commit-*.json")) and time.monotonic() < deadline:
             time.sleep(0.05)
         publish(pubsub_emulator, topic, SECOND_SET)
 

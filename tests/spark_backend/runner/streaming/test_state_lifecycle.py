@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from apache_beam.transforms import userstate, window
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.utils.timestamp import Duration, Timestamp
 
+from spark_backend.runner.streaming import codec
 from spark_backend.runner.streaming.keyed_state import TIMER_HOLD
 from tests.spark_backend.runner.streaming.conftest import CaptureValues, read_values
 from theory.time import MAX_TIMESTAMP
@@ -220,8 +220,8 @@ def state_windows(checkpoint: Path) -> set[int]:
     """The window starts (µs) of every bag cell of the gc branch's state in the
     checkpoint's latest state files."""
     starts: set[int] = set()
-    for path in checkpoint.glob("state/*/*/part-*.pkl"):
-        state = pickle.loads(path.read_bytes())
+    for path in checkpoint.glob("state/*/*/part-*.json"):
+        state = codec.decode(path.read_bytes().partition(b"\n")[2])
         for raw in getattr(state, "user_state", {}):
             key = beam_fn_api_pb2.StateKey.FromString(raw)
             cell = getattr(key, str(key.WhichOneof("type")))
