@@ -10,8 +10,9 @@ checkpoints): between batches a partition's whole state is one record
 ``(partition index, bytes)`` of a persisted RDD partitioned by ``partition_of``; the
 bytes are ``pickle.dumps`` of one object: a :class:`PartitionState` here, a
 :class:`theory.windowing.engine.GroupByWindowEngine` for a GroupByKey. Saving a step is
-saving those records; restoring is ``parallelize(records).partitionBy(n, partition_of)``
-with the same ``n`` (``--key_partitions``). Nothing else of a step lives in a task.
+saving those records (a checkpoint writes each object as a :mod:`.codec` document, never
+the pickle); restoring is ``parallelize(records).partitionBy(n, partition_of)`` with the
+same ``n`` (``--key_partitions``). Nothing else of a step lives in a task.
 
 :class:`PartitionState` holds the user state exactly as Beam's ``StateServicer`` stores
 it (encoded ``StateKey`` to encoded values, and the ordered-list index), so every state

@@ -1,11 +1,12 @@
 """Where a streaming run's sources stand between micro-batches: what a checkpoint saves
 so that a restart reads on from there.
 
-A :class:`Position` holds the next batch's number and, per source label, a picklable
-position object of that source's own kind: for a TestStream, the index of its next event
-(an ``int``); another source kind keeps what it needs (an unbounded splittable DoFn, its
-residual restrictions and watermark estimator states). The driver's schedule starts from a
-Position and gives each batch the Position after it.
+A :class:`Position` holds the next batch's number and, per source label, a position of
+that source's own kind, in values the checkpoint's codec holds (:mod:`.codec`: ints,
+strings, bytes, tuples, ...): for a TestStream, the index of its next event and the turns
+it had. An unbounded splittable DoFn's position (its residual restrictions, with their
+watermark estimators' states, as bytes its coders wrote) is kept as its step's summaries.
+The driver's schedule starts from a Position and gives each batch the Position after it.
 """
 
 from __future__ import annotations

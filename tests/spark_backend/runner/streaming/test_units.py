@@ -5,7 +5,6 @@ Beam -> theory windowing conversion, and the stage graph of a pipeline."""
 from __future__ import annotations
 
 import dataclasses
-import pickle
 
 import apache_beam as beam
 import numpy as np
@@ -18,6 +17,7 @@ from hypothesis import strategies as st
 from beam_pipelines.beam_runner import beam_windowing
 from beam_pipelines.convert import to_theory
 from beam_pipelines.differential import random_strategy
+from spark_backend.runner.streaming import codec
 from spark_backend.runner.streaming.driver import schedule
 from spark_backend.runner.streaming.positions import Position
 from spark_backend.runner.streaming.sources import (
@@ -63,8 +63,8 @@ def test_schedule_sends_each_event_once_in_turn_one_per_batch_and_resumes_anywhe
     assert batches[-1].position == Position(len(batches), {}, finished=True)
     for k, batch in enumerate(batches):
         assert batch.position is not None and batch.position.number == k + 1
-        # through a pickle, as a checkpoint stores it
-        start = pickle.loads(pickle.dumps(batch.position))
+        # through the codec, as a checkpoint stores it
+        start = codec.decode(codec.encode(batch.position))
         resumed = [dataclasses.asdict(b) for b in schedule(sources, impulses, start)]
         assert resumed == [dataclasses.asdict(b) for b in batches[k + 1 :]]
 
