@@ -133,10 +133,18 @@ class Restorable:
 
     def into(self, target: Any) -> Any:
         """Put the state into ``target`` (a fresh object of the kind, built by the
-        reader); ``target``. :class:`CodecError` for another kind."""
+        reader); ``target``. :class:`CodecError` for another kind, or a field whose type
+        is not the fresh object's (``target`` is then unchanged)."""
         cls, _ = RESTORABLE[self.kind]
         if type(target) is not cls:
             raise CodecError(f"holds a {self.kind} where a {type(target).__name__} belongs")
+        for name, value in self.state.items():
+            fresh = type(getattr(target, name))
+            if type(value) is not fresh:
+                raise CodecError(
+                    f"holds a {type(value).__name__} where {self.kind}.{name}, "
+                    f"a {fresh.__name__}, belongs"
+                )
         for name, value in self.state.items():
             object.__setattr__(target, name, value)
         return target

@@ -162,3 +162,13 @@ def test_a_restorable_goes_only_into_its_own_kind() -> None:
     state = codec.decode(codec.encode(GroupByWindowEngine(case.strategy)))
     with pytest.raises(codec.CodecError, match="GroupByWindowEngine where a list belongs"):
         state.into([])
+
+
+def test_a_restorable_with_a_field_of_another_type_changes_nothing() -> None:
+    case = random_group(2, scripts=1)[0]
+    state = codec.decode(codec.encode(GroupByWindowEngine(case.strategy)))
+    forged = codec.Restorable(state.kind, {**state.state, "_keys": []})
+    target = GroupByWindowEngine(case.strategy)
+    with pytest.raises(codec.CodecError, match=r"list where GroupByWindowEngine\._keys, a dict"):
+        forged.into(target)
+    assert target._keys == {}
