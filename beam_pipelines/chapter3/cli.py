@@ -17,6 +17,8 @@ of the batches run against those the replay sends (checked every second).
 ``DIR`` must be new or empty. Each grouping stage's panes go to ``DIR/<stage>/`` as the
 run goes (one file per bundle, written atomically), and at the end to ``DIR/<stage>.csv``
 (key, window start and end, pane timestamp µs, timing, index, first, last, value).
+At the end it logs how many late elements each grouping stage dropped (Beam Java's
+``droppedDueToLateness``, on a runner that counts it, as PySparkRunner does).
 A bad trace, option or output directory is refused before any work: one line on stderr,
 exit status 2.
 """
@@ -36,8 +38,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from beam_pipelines.chapter3.pipeline import GROUP_STAGES, SOURCE_STAGES
+from beam_pipelines.chapter3.pipeline import GROUP_LABELS, GROUP_STAGES, SOURCE_STAGES
 from beam_pipelines.chapter3.trace import coarsen_arrivals, read_chapter3_trace
+from beam_pipelines.metrics import dropped_due_to_lateness
 from beam_pipelines.pane_files import PaneRow, read_panes
 from theory.data.trace import Trace
 from theory.progress import Progress
@@ -45,7 +48,7 @@ from theory.time import parse_duration
 from theory.watermarks.spec import make_source_watermark
 from theory.windowing.strategy import TimestampCombiner
 
-__all__ = ["main", "parse_args", "run", "write_csv"]
+__all__ = ["dropped_text", "main", "parse_args", "run", "write_csv"]
 
 _LOG = logging.getLogger("beam_pipelines.chapter3")
 
@@ -185,7 +188,17 @@ def run(argv: Sequence[str] | None = None, progress_stream: TextIO | None = None
         rows = read_panes(out, stage)
         write_csv(rows, out / f"{stage}.csv")
         _LOG.info("stage write: %d panes of %s in %s", len(rows), stage, out / f"{stage}.csv")
+    _LOG.info("stage dropped: %s", dropped_text(dropped_due_to_lateness(result)))
     return result
+
+
+def dropped_text(counted: Mapping[str, int]) -> str:
+    """Each grouping stage's late elements dropped (``droppedDueToLateness``, as the
+    runner counted them by GroupByKey label), as one line."""
+    if not counted:
+        return "late data dropped: not counted by this runner"
+    parts = [f"{stage} {counted.get(GROUP_LABELS[stage], 0):,}" for stage in GROUP_STAGES]
+    return "late elements dropped (droppedDueToLateness): " + ", ".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -60,6 +60,12 @@ from spark_backend.runner.batch.executor import (
 from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.batch.spark_errors import python_error_message
 from spark_backend.runner.errors import PipelineFailedError
+from spark_backend.runner.grouping.late_data import (
+    METRICS_KEY,
+    dropped_counter,
+    expired,
+    zero_counters,
+)
 from spark_backend.runner.plan.plan import IMPULSE, LEAN, GroupSpec, Plan, StageSpec
 from spark_backend.runner.stages.bundles import METRICS, PartitionSummary
 from spark_backend.runner.stages.lean.batch import GLOBAL
@@ -270,6 +276,7 @@ class StreamingDriver:
         drain: bool = False,
         per_instant: bool = False,
         views: dict[bytes, SideView] | None = None,
+        grouping_steps: dict[str, str] | None = None,
     ) -> None:
         self._sc = spark_context
         self._plan = plan
@@ -301,6 +308,11 @@ class StreamingDriver:
         self._held = sorted({label for st in held for label in st.labels})
         self._components = spark_context.broadcast(plan.components)
         self._infos: dict[str, list[Any]] = defaultdict(list)
+        #: each GroupByKey's step name for its droppedDueToLateness counter
+        #: (:mod:`~spark_backend.runner.grouping.late_data`)
+        steps = grouping_steps or {}
+        self._late_steps = {b: steps.get(g.label, g.label) for b, g in plan.groups.items()}
+        self._infos[METRICS_KEY] = zero_counters(self._late_steps.values())
         self.batches_run = 0
         self._jobs = 0
         self._stop = threading.Event()
@@ -545,9 +557,7 @@ class StreamingDriver:
             run.persisted.append(output)
         run.pending.append(output.filter(is_metrics).map(functools.partial(_named, spec.name)))
         for buffer in set(spec.outputs.values()):
-            run.buffers[buffer].append(
-                output.filter(functools.partial(is_buffer, buffer)).values()
-            )
+            run.buffers[buffer].append(output.filter(functools.partial(is_buffer, buffer)).values())
 
     def _times(self, step: _StepState, run: _BatchRun) -> BatchTimes:
         """The times of a keyed step for this batch, once its upstream steps synced."""
@@ -784,6 +794,11 @@ class StreamingDriver:
             if state.step is not None:
                 state.step.unpersist(blocking=False)
             state.step = step
+            if step_id in self._late_steps:
+                late = expired(summaries[step_id]) - expired(state.summaries)
+                if late > 0:
+                    counter = dropped_counter(self._late_steps[step_id], late)
+                    self._infos[METRICS_KEY].append(counter)
             state.summaries = summaries[step_id]
             if step_id in run.carried:
                 state.summaries.append(run.carried.pop(step_id))
