@@ -20,6 +20,7 @@ from spark_backend.runner.batch.executor import StageExecutor
 from spark_backend.runner.batch.result import PySparkPipelineResult
 from spark_backend.runner.batch.spill import SPILL_BYTES
 from spark_backend.runner.grouping.late_data import METRICS_KEY, grouping_steps, zero_counters
+from spark_backend.runner.plan.batch_triggers import check_batch_triggers, frozen_processing_time
 from spark_backend.runner.plan.options import SparkTarget, spark_target, streaming_options
 from spark_backend.runner.plan.plan import Plan, plan_pipeline, reads_off_lean
 from spark_backend.runner.plan.validate import check_pipeline
@@ -98,7 +99,8 @@ class PySparkRunner(PipelineRunner):
                 proto, stream_options, self.fast_paths, stripped, _master(target)
             )
             return prepared.start(_spark_context(target))
-        plan = batch_plan(proto, self.fast_paths)
+        check_batch_triggers(proto)
+        plan = batch_plan(frozen_processing_time(proto), self.fast_paths)
         result = _start(plan, target, self, list(grouping_steps(proto).values()))
         result.paths = plan.paths
         result.columnar = plan.columnar
