@@ -309,3 +309,16 @@ def test_a_processing_time_trigger_in_batch_is_refused(no_spark: None) -> None:
 
     with pytest.raises(UnsupportedTransformError, match=r"'Every10s'.*fires in processing time"):
         run(build)
+
+
+def test_the_chapter3_help_lists_every_runner_option() -> None:
+    import argparse
+
+    from beam_pipelines.chapter3.cli import RUNNER_OPTIONS
+    from spark_backend.runner import PySparkRunnerOptions
+
+    parser = argparse.ArgumentParser()
+    PySparkRunnerOptions._add_argparse_args(parser)
+    flags = {a.option_strings[0] for a in parser._actions if a.option_strings[0] != "-h"}
+    flags -= {"--spark_master_url"}  # Beam's alias of --spark_master
+    assert {listed.split()[0] for listed in RUNNER_OPTIONS} == flags
