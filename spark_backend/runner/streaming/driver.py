@@ -16,7 +16,8 @@ or clock makes due; its engine state stays in a persisted, key-partitioned RDD b
 batches (lineage cut by ``localCheckpoint``). The driver reads back only each stage's
 metrics and each partition's summary (hold, next timers, counts), sets the GroupByKey's
 ``state:pending-windows`` hold in the tracker (:mod:`.watermarks`) and hands the tasks
-the next watermarks; it never reads elements. Each batch logs one line (jobs, seconds).
+the next watermarks; it never reads elements. Each batch shows one line (jobs, seconds):
+logged at INFO, or, when logging would not show it, on stderr if that is a terminal.
 
 **Bundle finalizers are never called** (Beam makes them best effort). A task's output is
 committed only when the driver commits its batch, after the task has ended; a finalizer
@@ -38,6 +39,7 @@ import functools
 import itertools
 import logging
 import pickle
+import sys
 import threading
 import time
 import zlib
@@ -107,7 +109,7 @@ from spark_backend.runner.streaming.watermarks import PipelineWatermarks
 from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import STATE_HOLD
 
-__all__ = ["Batch", "StreamingDriver", "last_batch", "schedule"]
+__all__ = ["Batch", "StreamingDriver", "last_batch", "schedule", "show_progress"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -471,13 +473,11 @@ class StreamingDriver:
             self._sinks.commit(batch.number)
         if self._checkpoint is not None:
             self._commit(batch)
-        _LOG.info(
-            "batch %d: %d Spark job(s) in %.2f s (processing time %d µs)",
-            batch.number,
-            self._jobs - jobs,
-            time.perf_counter() - started,
-            self.clock,
+        line = (
+            f"batch {batch.number}: {self._jobs - jobs} Spark job(s) in "
+            f"{time.perf_counter() - started:.2f} s (processing time {self.clock} µs)"
         )
+        show_progress(line)
 
     def _drop_processing_timers(self) -> None:
         """At the end of the run (every source done), release the ``state:timers`` hold
@@ -832,6 +832,19 @@ class _BatchRun:
     unsynced: set[str] = field(default_factory=set)
     carried: dict[bytes, SourceSummary] = field(default_factory=dict)  # waiting residuals
     viewed: set[bytes] = field(default_factory=set)  # side buffers added to their views
+
+
+def show_progress(line: str) -> None:
+    """One micro-batch's progress line: logged at INFO when logging shows it, else on
+    stderr when stderr is a terminal (a run shows its progress by default), else
+    nowhere."""
+    if _LOG.isEnabledFor(logging.INFO):
+        _LOG.info("%s", line)
+        return
+    stream = sys.stderr
+    isatty = getattr(stream, "isatty", None)
+    if isatty is not None and isatty():
+        print(f"PySparkRunner {line}", file=stream, flush=True)
 
 
 def _ancestors(watermarks: PipelineWatermarks, label: str) -> set[str]:

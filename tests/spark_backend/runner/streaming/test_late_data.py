@@ -3,6 +3,8 @@ equal to theory's engine's dropped count on the same input; 0 in batch."""
 
 from __future__ import annotations
 
+import io
+import sys
 from typing import Any
 
 import apache_beam as beam
@@ -54,9 +56,27 @@ def streamed(spark: Any) -> Any:
         runner=PySparkRunner(), options=PipelineOptions(streaming=True, key_partitions=1)
     )
     build(p, "events" >> to_test_stream(SCRIPT))
-    result = p.run()
-    result.wait_until_finish()
+    stderr, terminal = sys.stderr, _Terminal()
+    sys.stderr = terminal  # the run shows its progress on a terminal
+    try:
+        result = p.run()
+        result.wait_until_finish()
+    finally:
+        sys.stderr = stderr
+    result.progress = terminal.getvalue()
     return result
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_each_micro_batch_shows_one_progress_line(streamed: Any) -> None:
+    lines = [x for x in streamed.progress.splitlines() if x.startswith("PySparkRunner batch ")]
+    assert [x.split(":")[0] for x in lines] == [
+        f"PySparkRunner batch {n}" for n in range(streamed.batches)
+    ]
 
 
 def test_dropped_due_to_lateness_equals_the_engines_count(streamed: Any) -> None:

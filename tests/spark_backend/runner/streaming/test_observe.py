@@ -3,10 +3,15 @@ on made-up series and a pipeline's proto (no Spark)."""
 
 from __future__ import annotations
 
+import io
+import logging
+import sys
+
 import apache_beam as beam
 import numpy as np
 import pytest
 
+from spark_backend.runner.streaming.driver import show_progress
 from spark_backend.runner.streaming.observe import (
     WatermarkTable,
     Why,
@@ -113,3 +118,28 @@ def test_why_is_the_chain_with_the_drops() -> None:
         "read: source:watermark",
         "GBK: droppedDueToLateness 2",
     ]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_batch_progress_line_shows_on_a_terminal_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    logger = logging.getLogger("spark_backend.runner.streaming.driver")
+    monkeypatch.setattr(logger, "level", logging.WARNING)
+    terminal, pipe = _Terminal(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    show_progress("batch 3: 1 Spark job(s) in 0.10 s")
+    monkeypatch.setattr(sys, "stderr", pipe)
+    show_progress("batch 4: 1 Spark job(s) in 0.10 s")
+    assert terminal.getvalue() == "PySparkRunner batch 3: 1 Spark job(s) in 0.10 s\n"
+    assert pipe.getvalue() == ""  # not a terminal: quiet
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        show_progress("batch 5: 1 Spark job(s) in 0.10 s")
+    assert [r.getMessage() for r in caplog.records] == ["batch 5: 1 Spark job(s) in 0.10 s"]
+    assert "batch 5" not in terminal.getvalue()  # logged, not printed a second time
