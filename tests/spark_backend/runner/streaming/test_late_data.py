@@ -11,6 +11,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.transforms.window import TimestampedValue
 
 from beam_pipelines.convert import beam_windowing
 from beam_pipelines.teststream import to_test_stream
@@ -50,8 +51,8 @@ def build(p: beam.Pipeline, source: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def streamed(spark: Any) -> Any:
-    """The pipeline run --streaming on SCRIPT."""
+def streamed_run(spark: Any) -> tuple[Any, str]:
+    """The pipeline run --streaming on SCRIPT, and what it showed on a terminal."""
     p = beam.Pipeline(
         runner=PySparkRunner(), options=PipelineOptions(streaming=True, key_partitions=1)
     )
@@ -63,8 +64,7 @@ def streamed(spark: Any) -> Any:
         result.wait_until_finish()
     finally:
         sys.stderr = stderr
-    result.progress = terminal.getvalue()
-    return result
+    return result, terminal.getvalue()
 
 
 class _Terminal(io.StringIO):
@@ -72,10 +72,16 @@ class _Terminal(io.StringIO):
         return True
 
 
-def test_each_micro_batch_shows_one_progress_line(streamed: Any) -> None:
-    lines = [x for x in streamed.progress.splitlines() if x.startswith("PySparkRunner batch ")]
+@pytest.fixture
+def streamed(streamed_run: tuple[Any, str]) -> Any:
+    return streamed_run[0]
+
+
+def test_each_micro_batch_shows_one_progress_line(streamed_run: tuple[Any, str]) -> None:
+    result, shown = streamed_run
+    lines = [x for x in shown.splitlines() if x.startswith("PySparkRunner batch ")]
     assert [x.split(":")[0] for x in lines] == [
-        f"PySparkRunner batch {n}" for n in range(streamed.batches)
+        f"PySparkRunner batch {n}" for n in range(result.batches)
     ]
 
 
@@ -91,9 +97,7 @@ def test_dropped_due_to_lateness_equals_the_engines_count(streamed: Any) -> None
 
 def test_dropped_due_to_lateness_reads_zero_in_batch(spark: Any) -> None:
     p = beam.Pipeline(runner=PySparkRunner())
-    create = beam.Create([("a", 1), ("b", 2)]) | beam.Map(
-        lambda kv: beam.window.TimestampedValue(kv, 1)
-    )
+    create = beam.Create([("a", 1), ("b", 2)]) | beam.Map(lambda kv: TimestampedValue(kv, 1))
     build(p, "events" >> create)
     result = p.run()
     result.wait_until_finish()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import logging
 import sys
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -79,7 +80,7 @@ def test_the_table_keeps_the_raw_series() -> None:
     assert int(TABLE["GBK"]["output"].values[1]) == 3 * SECOND
 
 
-def _proto() -> object:
+def _proto() -> Any:
     p = beam.Pipeline()
     kvs = p | "read" >> beam.Create([("a", 1)])
     _ = kvs | "Fixed/CombinePerKey(sum)" >> beam.CombinePerKey(sum)
