@@ -12,7 +12,7 @@ window pairs); a lifted combine's GroupByKey counts the partial accumulators it 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Final
 
 from apache_beam.metrics import monitoring_infos
@@ -79,11 +79,6 @@ def zero_counters(steps: Iterable[str]) -> list[metrics_pb2.MonitoringInfo]:
 
 
 def expired(summaries: Iterable[Any]) -> int:
-    """The elements dropped as expired so far, summed over a step's partition summaries
-    (those without a ``dropped`` count add nothing)."""
-    total = 0
-    for s in summaries:
-        dropped: Mapping[str, int] | None = getattr(s, "dropped", None)
-        if dropped:
-            total += int(dropped.get("expired", 0))
-    return total
+    """The elements a step's partitions dropped as expired in their last batch (the
+    ``expired_in_batch`` of their summaries; a summary without one adds nothing)."""
+    return sum(int(getattr(s, "expired_in_batch", 0)) for s in summaries)

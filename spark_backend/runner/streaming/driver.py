@@ -795,7 +795,7 @@ class StreamingDriver:
                 state.step.unpersist(blocking=False)
             state.step = step
             if step_id in self._late_steps:
-                late = expired(summaries[step_id]) - expired(state.summaries)
+                late = expired(summaries[step_id])
                 if late > 0:
                     counter = dropped_counter(self._late_steps[step_id], late)
                     self._infos[METRICS_KEY].append(counter)
