@@ -14,6 +14,7 @@ from apache_beam import coders, pvalue
 from apache_beam.coders import VarIntCoder
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.testing import test_stream
 from apache_beam.transforms import trigger, window
@@ -322,3 +323,50 @@ def test_the_chapter3_help_lists_every_runner_option() -> None:
     flags = {a.option_strings[0] for a in parser._actions if a.option_strings[0] != "-h"}
     flags -= {"--spark_master_url"}  # Beam's alias of --spark_master
     assert {listed.split()[0] for listed in RUNNER_OPTIONS} == flags
+
+
+def _par_do(proto: Any, label: str) -> tuple[Any, Any]:
+    (transform,) = [t for t in proto.components.transforms.values() if t.unique_name == label]
+    return transform, beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
+
+
+def test_map_state_in_streaming_is_refused(no_spark: None) -> None:
+    def change(proto: Any) -> None:
+        transform, payload = _par_do(proto, "Sorted")
+        payload.state_specs["seen"].CopyFrom(
+            beam_runner_api_pb2.StateSpec(map_spec=beam_runner_api_pb2.MapStateSpec())
+        )
+        transform.spec.payload = payload.SerializeToString()
+
+    with pytest.raises(UnsupportedTransformError, match=r"'Sorted'.*state 'seen' is a map_spec"):
+        _run_proto(change, "--streaming")
+
+
+def test_a_timer_in_another_time_domain_in_streaming_is_refused(no_spark: None) -> None:
+    def change(proto: Any) -> None:
+        transform, payload = _par_do(proto, "Sorted")
+        timer = payload.timer_family_specs["t"]
+        timer.time_domain = beam_runner_api_pb2.TimeDomain.UNSPECIFIED
+        transform.spec.payload = payload.SerializeToString()
+
+    with pytest.raises(UnsupportedTransformError, match=r"'Sorted'.*timer 't' is in time domain"):
+        _run_proto(change, "--streaming")
+
+
+def test_a_splittable_dofn_with_state_in_streaming_is_refused(no_spark: None) -> None:
+    def change(proto: Any) -> None:
+        transform, payload = _par_do(proto, "Sorted")
+        payload.restriction_coder_id = next(iter(proto.components.coders))
+        transform.spec.payload = payload.SerializeToString()
+
+    with pytest.raises(UnsupportedTransformError, match=r"'Sorted'.*splittable DoFn with state"):
+        _run_proto(change, "--streaming")
+
+
+def test_a_read_in_streaming_is_refused(no_spark: None) -> None:
+    def change(proto: Any) -> None:
+        transform, _ = _par_do(proto, "Sorted")
+        transform.spec.urn = common_urns.deprecated_primitives.READ.urn
+
+    with pytest.raises(UnsupportedTransformError, match=r"'Sorted'.*reads are not supported"):
+        _run_proto(change, "--streaming")
