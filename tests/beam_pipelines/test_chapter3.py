@@ -176,10 +176,17 @@ def test_batch_on_the_default_runner_equals_the_simulation_with_no_late_data(
         for line in capsys.readouterr().err.splitlines()
         if " stage " in line
     ]
-    assert [s.split(":")[0] for s in stages] == ["read", "build", "run"] + ["write"] * 3, stages
+    assert [s.split(":")[0] for s in stages] == [
+        "read",
+        "build",
+        "run",
+        *["write"] * 3,
+        "dropped",
+    ], stages
     assert stages[1] == "build: batch pipeline built"
-    for stage, line in zip(GROUP_STAGES, stages[3:], strict=True):
+    for stage, line in zip(GROUP_STAGES, stages[3:6], strict=True):
         assert f" panes of {stage} in " in line
+    assert stages[6] == "dropped: late elements not counted by this runner"
 
 
 @pytest.mark.slow

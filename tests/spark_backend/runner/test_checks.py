@@ -21,6 +21,7 @@ from apache_beam.transforms import trigger, window
 from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, TimerSpec, on_timer
+from apache_beam.typehints import KV
 
 from spark_backend.runner import PySparkRunner, UnsupportedTransformError
 from spark_backend.runner import runner as runner_module
@@ -241,8 +242,7 @@ class _StatefulWithSide(beam.DoFn):
 
 def test_a_side_input_on_a_stateful_dofn_is_refused(no_spark: None) -> None:
     def build(p: beam.Pipeline) -> None:
-        events = p | "main" >> test_stream.TestStream().add_elements([("a", 1)])
-        main = events | beam.Map(tuple).with_output_types(tuple[str, int])
+        main = p | "main" >> beam.Create([("a", 1)]).with_output_types(KV[str, int])
         side = p | "side" >> beam.Create([1])
         main | "Keep" >> beam.ParDo(_StatefulWithSide(), beam.pvalue.AsList(side))
 
