@@ -8,6 +8,11 @@ checkpoints often, e.g. a streaming read) raises ``RecursionError`` (Beam 2.77: 
 read fine, 1,200 do not). :func:`query_metrics` evaluates the same query in a thread with
 a large stack and a raised recursion limit. The Pub/Sub reader also checkpoints less
 (``idle_poll``), which keeps most reads below the limit in the first place.
+
+:func:`dropped_due_to_lateness` reads Beam Java's late-data counter (namespace
+:data:`LATE_DATA_NAMESPACE`, name :data:`DROPPED_DUE_TO_LATENESS`) by step, on a runner
+that reports it (PySparkRunner does, per GroupByKey and Combine; Beam Python's runners
+count nothing).
 """
 
 from __future__ import annotations
@@ -16,7 +21,17 @@ import sys
 import threading
 from typing import Any
 
-__all__ = ["query_metrics"]
+__all__ = [
+    "DROPPED_DUE_TO_LATENESS",
+    "LATE_DATA_NAMESPACE",
+    "dropped_due_to_lateness",
+    "query_metrics",
+]
+
+#: Beam Java's counter of the elements a GroupByKey dropped as too late, and its
+#: namespace (runners-core ``LateDataDroppingDoFnRunner``).
+DROPPED_DUE_TO_LATENESS = "droppedDueToLateness"
+LATE_DATA_NAMESPACE = "org.apache.beam.runners.core.LateDataDroppingDoFnRunner"
 
 _STACK_BYTES = 512 * 2**20
 _RECURSION_LIMIT = 1_000_000
@@ -47,3 +62,13 @@ def query_metrics(result: Any, metrics_filter: Any = None) -> dict[str, list[Any
     if "error" in box:
         raise box["error"]
     return dict(box["value"])
+
+
+def dropped_due_to_lateness(result: Any) -> dict[str, int]:
+    """Step label -> the elements it dropped as too late (``droppedDueToLateness``), for
+    each step the runner counted; empty on a runner that does not count them."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    query = MetricsFilter().with_namespace(LATE_DATA_NAMESPACE).with_name(DROPPED_DUE_TO_LATENESS)
+    counters = query_metrics(result, query)["counters"]
+    return {r.key.step: int(r.committed) for r in counters}

@@ -3,6 +3,9 @@ Beam runner (in the style of ``apache_beam.examples``).
 
     python -m beam_pipelines.chapter3 --input TRACE --output DIR --watermark bounded:30s \\
         [--runner spark_backend.PySparkRunner --streaming] [Beam pipeline options]
+    python -m beam_pipelines.chapter3 --make_input EVENTS --input TRACE  # make an input
+
+``--help`` lists the PySparkRunner options too (:data:`RUNNER_OPTIONS`).
 
 Without ``--runner`` it runs on Beam's default runner in batch. ``--streaming`` replays the
 trace as a TestStream by arrival time (processing time = ``arrival_time``), each platform
@@ -17,6 +20,8 @@ of the batches run against those the replay sends (checked every second).
 ``DIR`` must be new or empty. Each grouping stage's panes go to ``DIR/<stage>/`` as the
 run goes (one file per bundle, written atomically), and at the end to ``DIR/<stage>.csv``
 (key, window start and end, pane timestamp µs, timing, index, first, last, value).
+At the end it logs how many late elements each grouping stage dropped (Beam Java's
+``droppedDueToLateness``, on a runner that counts it, as PySparkRunner does).
 A bad trace, option or output directory is refused before any work: one line on stderr,
 exit status 2.
 """
@@ -30,14 +35,20 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from beam_pipelines.chapter3.pipeline import GROUP_STAGES, SOURCE_STAGES
-from beam_pipelines.chapter3.trace import coarsen_arrivals, read_chapter3_trace
+from beam_pipelines.chapter3.pipeline import GROUP_LABELS, GROUP_STAGES, SOURCE_STAGES
+from beam_pipelines.chapter3.trace import (
+    coarsen_arrivals,
+    generate_chapter3_trace,
+    read_chapter3_trace,
+    write_chapter3_trace,
+)
+from beam_pipelines.metrics import dropped_due_to_lateness
 from beam_pipelines.pane_files import PaneRow, read_panes
 from theory.data.trace import Trace
 from theory.progress import Progress
@@ -45,7 +56,7 @@ from theory.time import parse_duration
 from theory.watermarks.spec import make_source_watermark
 from theory.windowing.strategy import TimestampCombiner
 
-__all__ = ["main", "parse_args", "run", "write_csv"]
+__all__ = ["RUNNER_OPTIONS", "dropped_text", "main", "parse_args", "quiet_beam", "run", "write_csv"]
 
 _LOG = logging.getLogger("beam_pipelines.chapter3")
 
@@ -55,12 +66,49 @@ _COMBINERS = {
 }
 
 
+#: The PySparkRunner options ``--help`` lists (Beam resolves ``--runner`` by its dotted
+#: path, so this package names them without importing spark_backend).
+RUNNER_OPTIONS: Final[dict[str, str]] = {
+    "--spark_master URL": "Spark master: local[N] (default local[*]), spark://HOST:PORT, "
+    "yarn, k8s://URL",
+    "--spark_conf KEY=VALUE": "a Spark setting; repeat for more",
+    "--key_partitions N": "streaming: partitions holding each GroupByKey's keys and state",
+    "--test_stream_batches event|instant": "streaming: a micro-batch per TestStream event, "
+    "or per distinct arrival time",
+    "--max_batches N": "streaming: stop after N micro-batches",
+    "--drain": "streaming: on a stop, fire every pending window first",
+    "--checkpoint_dir DIR": "streaming: commit after every micro-batch, resume on restart",
+}
+
+_EPILOG = """\
+Beam options (passed to Beam):
+  --runner spark_backend.PySparkRunner   run on Spark (default: Beam's DirectRunner)
+  --streaming                            replay the trace as a TestStream
+
+PySparkRunner options:
+{runner}
+
+Make an input (a generated trace of 600 events), then run it on Spark in streaming:
+  python -m beam_pipelines.chapter3 --make_input 600 --input trace.parquet
+  python -m beam_pipelines.chapter3 --input trace.parquet --output out/ch3 \\
+      --runner spark_backend.PySparkRunner --streaming --test_stream_batches instant
+"""
+
+
+def _epilog() -> str:
+    width = max(len(flag) for flag in RUNNER_OPTIONS) + 2
+    rows = [f"  {flag.ljust(width)} {text}" for flag, text in RUNNER_OPTIONS.items()]
+    return _EPILOG.format(runner="\n".join(rows))
+
+
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
     """The module's own options, checked, and the rest (Beam's pipeline options)."""
     parser = argparse.ArgumentParser(
         prog="python -m beam_pipelines.chapter3",
         description="The Streaming Systems chapter-3 pipeline (mobile and console sessions "
         "-> flatten -> the 2-minute mean of session lengths) over a trace.",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--input",
@@ -68,7 +116,15 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
         help="Trace file or directory (.parquet/.pq/.csv): event_time, arrival_time (µs, "
         "whole ms), key (user), value (score) and platform (mobile or console).",
     )
-    parser.add_argument("--output", required=True, help="Output directory (new or empty).")
+    parser.add_argument(
+        "--make_input",
+        type=int,
+        default=None,
+        metavar="EVENTS",
+        help="Write a generated trace of EVENTS events to --input (a new .parquet or .csv "
+        "file) and exit.",
+    )
+    parser.add_argument("--output", help="Output directory (new or empty); required to run.")
     parser.add_argument(
         "--watermark",
         default="bounded:30s",
@@ -86,6 +142,14 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
         help="Round arrival times up to multiples of this duration (e.g. 1s).",
     )
     known, rest = parser.parse_known_args(argv)
+    if known.make_input is not None:
+        if known.make_input < 1:
+            raise ValueError(f"--make_input must be >= 1 events, got {known.make_input}")
+        if Path(known.input).exists():
+            raise ValueError(f"--make_input: --input {known.input!r} exists already")
+        return known, rest
+    if known.output is None:
+        raise ValueError("--output is required (a new or empty directory for the panes)")
     make_source_watermark(known.watermark)  # a bad spec names itself
     if known.arrival_step is not None:
         known.arrival_step = parse_duration(known.arrival_step)
@@ -146,14 +210,19 @@ def _wait(result: Any, batches: int | None, stream: TextIO) -> None:
 
 
 def run(argv: Sequence[str] | None = None, progress_stream: TextIO | None = None) -> object:
-    """Run the module (see the module docstring); the Beam ``PipelineResult``. The
-    progress bar goes to ``progress_stream`` (stderr by default)."""
+    """Run the module (see the module docstring); the Beam ``PipelineResult`` (None with
+    ``--make_input``). The progress bar goes to ``progress_stream`` (stderr by
+    default)."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
     from beam_pipelines.chapter3.pipeline import batch_sources, build, replay, streaming_sources
 
     known, pipeline_args = parse_args(argv)
+    if known.make_input is not None:
+        write_chapter3_trace(generate_chapter3_trace(known.make_input, seed=1), known.input)
+        _LOG.info("stage input: %d events written to %s", known.make_input, known.input)
+        return None
     options = PipelineOptions(pipeline_args)
     streaming = bool(options.view_as(StandardOptions).streaming)
     traces = read_chapter3_trace(known.input)
@@ -185,20 +254,37 @@ def run(argv: Sequence[str] | None = None, progress_stream: TextIO | None = None
         rows = read_panes(out, stage)
         write_csv(rows, out / f"{stage}.csv")
         _LOG.info("stage write: %d panes of %s in %s", len(rows), stage, out / f"{stage}.csv")
+    _LOG.info("stage dropped: %s", dropped_text(dropped_due_to_lateness(result)))
     return result
+
+
+def dropped_text(counted: Mapping[str, int]) -> str:
+    """Each grouping stage's late elements dropped (``droppedDueToLateness``, as the
+    runner counted them by GroupByKey label), as one line."""
+    if not counted:
+        return "late elements not counted by this runner"
+    parts = [f"{stage} {counted.get(GROUP_LABELS[stage], 0):,}" for stage in GROUP_STAGES]
+    return "late elements (droppedDueToLateness) " + ", ".join(parts)
+
+
+def quiet_beam(record: logging.LogRecord) -> bool:
+    """Whether a log line is shown: Beam's own lines only at WARNING and above (its INFO
+    lines are chatter such as "Converting string literal type hint to Any")."""
+    return record.levelno >= logging.WARNING or not record.name.startswith("apache_beam")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: :func:`run`, a refused input as one line and exit status 2."""
-    # Importing Beam has already given the root logger a WARNING-level handler, which
-    # would swallow the stage lines: show them through a handler of this call's own, on
-    # this call's stderr, and put the root logger back after (a caller's later logging
-    # must not write to a stream this call used, which may be closed by then).
+    # Importing Beam gives the root logger a handler of its own, which would print every
+    # line a second time: the run has one handler, this call's, on this call's stderr,
+    # and the root logger is put back after (a caller's later logging must not write to
+    # a stream this call used, which may be closed by then).
     root = logging.getLogger()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-    level = root.level
-    root.addHandler(handler)
+    handler.addFilter(quiet_beam)
+    level, handlers = root.level, list(root.handlers)
+    root.handlers = [handler]
     root.setLevel(logging.INFO)
     try:
         run(argv)
@@ -206,6 +292,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     finally:
-        root.removeHandler(handler)
+        root.handlers = handlers
         root.setLevel(level)
     return 0

@@ -2,6 +2,8 @@
 
 - :func:`assert_panes` runs your PTransform on a TestStream and compares each pane with
   theory's engine (imports Beam on first use);
+- :func:`expect_panes`: the panes a grouped PCollection must hold, written as read
+  (times as ``"1m"``, timings by name), checked when the pipeline runs (:mod:`.expect`);
 - :func:`assert_watermark_monotonic`, :func:`assert_no_late_data`, :func:`assert_fires_at`
   (theory only);
 - :class:`TestStreamBuilder`, what the ``test_stream`` fixture returns;
@@ -21,6 +23,7 @@ from theory import lazy_getattr
 
 if TYPE_CHECKING:
     from beam_pipelines.testing.builder import TestStreamBuilder
+    from beam_pipelines.testing.expect import expect_panes
     from beam_pipelines.testing.panes import PaneRow, assert_panes
     from beam_pipelines.testing.watermarks import (
         assert_fires_at,
@@ -35,12 +38,14 @@ __all__ = [
     "assert_no_late_data",
     "assert_panes",
     "assert_watermark_monotonic",
+    "expect_panes",
 ]
 
 _EXPORTS = {
     "PaneRow": "beam_pipelines.testing.panes",
     "assert_panes": "beam_pipelines.testing.panes",
     "TestStreamBuilder": "beam_pipelines.testing.builder",
+    "expect_panes": "beam_pipelines.testing.expect",
     "assert_fires_at": "beam_pipelines.testing.watermarks",
     "assert_no_late_data": "beam_pipelines.testing.watermarks",
     "assert_watermark_monotonic": "beam_pipelines.testing.watermarks",

@@ -19,12 +19,14 @@ from spark_backend.runner.batch.driver_stages import DRIVER_OUTPUT_BYTES
 from spark_backend.runner.batch.executor import StageExecutor
 from spark_backend.runner.batch.result import PySparkPipelineResult
 from spark_backend.runner.batch.spill import SPILL_BYTES
+from spark_backend.runner.grouping.late_data import METRICS_KEY, grouping_steps, zero_counters
+from spark_backend.runner.plan.batch_triggers import check_batch_triggers, frozen_processing_time
 from spark_backend.runner.plan.options import SparkTarget, spark_target, streaming_options
 from spark_backend.runner.plan.plan import Plan, plan_pipeline, reads_off_lean
 from spark_backend.runner.plan.validate import check_pipeline
 from spark_backend.runner.stages.text_source import lean_text_reads
 from spark_backend.runner.streaming.elements import stripped_test_streams
-from spark_backend.runner.streaming.run import start_streaming
+from spark_backend.runner.streaming.run import prepare_streaming
 from spark_backend.session.session import get_session
 
 __all__ = ["PySparkRunner"]
@@ -90,12 +92,16 @@ class PySparkRunner(PipelineRunner):
             proto = pipeline.to_runner_api(
                 default_environment=environments.EmbeddedPythonEnvironment.default()
             )
+        # every check and refusal comes before the SparkContext (and its JVM) starts
         check_pipeline(proto, streaming)
         if streaming:
-            context = _spark_context(target)
-            return start_streaming(proto, context, stream_options, self.fast_paths, stripped)
-        plan = batch_plan(proto, self.fast_paths)
-        result = _start(plan, target, self)
+            prepared = prepare_streaming(
+                proto, stream_options, self.fast_paths, stripped, _master(target)
+            )
+            return prepared.start(_spark_context(target))
+        check_batch_triggers(proto)
+        plan = batch_plan(frozen_processing_time(proto), self.fast_paths)
+        result = _start(plan, target, self, list(grouping_steps(proto).values()))
         result.paths = plan.paths
         result.columnar = plan.columnar
         result.stage_paths = plan.stage_paths
@@ -140,12 +146,24 @@ def _check_running_conf(conf: dict[str, str]) -> None:
             )
 
 
+def _master(target: SparkTarget) -> str | None:
+    """The master a run will use: the one asked for, else a running SparkContext's."""
+    from pyspark import SparkContext
+
+    running = SparkContext._active_spark_context
+    if target.master is None and running is not None:
+        return str(running.master)
+    return target.master
+
+
 def _spark_context(target: SparkTarget) -> Any:
     _check_running_conf(target.conf)
     return get_session(target.master, target.conf, app_name="beam-pyspark-runner").sparkContext
 
 
-def _start(plan: Plan, target: SparkTarget, runner: PySparkRunner) -> PySparkPipelineResult:
+def _start(
+    plan: Plan, target: SparkTarget, runner: PySparkRunner, steps: list[str]
+) -> PySparkPipelineResult:
     spark_context = _spark_context(target)
     parallelism = spark_context.defaultParallelism
     executor = StageExecutor(
@@ -160,7 +178,8 @@ def _start(plan: Plan, target: SparkTarget, runner: PySparkRunner) -> PySparkPip
 
     def work() -> dict[str, list[Any]]:
         executor.run()
-        return executor.monitoring_infos
+        # in batch nothing is late: each grouping step's droppedDueToLateness reads 0
+        return {**executor.monitoring_infos, METRICS_KEY: zero_counters(steps)}
 
     result = PySparkPipelineResult(work, executor.cancel)
     result.driver_stages = executor.driver_stages

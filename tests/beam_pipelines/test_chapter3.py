@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
 
-from beam_pipelines.chapter3.cli import main, run
+from beam_pipelines.chapter3.cli import RUNNER_OPTIONS, dropped_text, main, quiet_beam, run
 from beam_pipelines.chapter3.model import simulate_chapter3
 from beam_pipelines.chapter3.pipeline import GROUP_STAGES
 from beam_pipelines.chapter3.trace import (
@@ -176,10 +176,17 @@ def test_batch_on_the_default_runner_equals_the_simulation_with_no_late_data(
         for line in capsys.readouterr().err.splitlines()
         if " stage " in line
     ]
-    assert [s.split(":")[0] for s in stages] == ["read", "build", "run"] + ["write"] * 3, stages
+    assert [s.split(":")[0] for s in stages] == [
+        "read",
+        "build",
+        "run",
+        *["write"] * 3,
+        "dropped",
+    ], stages
     assert stages[1] == "build: batch pipeline built"
-    for stage, line in zip(GROUP_STAGES, stages[3:], strict=True):
+    for stage, line in zip(GROUP_STAGES, stages[3:6], strict=True):
         assert f" panes of {stage} in " in line
+    assert stages[6] == "dropped: late elements not counted by this runner"
 
 
 @pytest.mark.slow
@@ -228,3 +235,58 @@ def test_a_finished_input_goes_to_the_end_of_time_at_its_last_arrival(
         expected = {name: int(t.arrival_time.max()) for name, t in traces.items()}
         assert ends == (expected if finish else {})
         assert len(set(expected.values())) == 2  # the two inputs end at different times
+
+
+def test_help_lists_the_runner_options_and_how_to_make_an_input(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    for flag in [*RUNNER_OPTIONS, "--runner spark_backend.PySparkRunner", "--streaming"]:
+        assert flag in out, flag
+    assert "--make_input 600 --input trace.parquet" in out
+
+
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.NOTSET)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_the_module_makes_an_input_and_logs_each_line_once_without_beams_chatter(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A handler already on the root logger (Beam adds one) prints nothing of the run:
+    the run has one handler, which keeps Beam's INFO lines out."""
+    root = logging.getLogger()
+    other = _Kept()
+    root.addHandler(other)
+    try:
+        path = tmp_path / "made.parquet"
+        assert main(["--make_input", "40", "--input", str(path)]) == 0
+        assert sum(len(t) for t in read_chapter3_trace(str(path)).values()) == 40
+    finally:
+        root.removeHandler(other)
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(" ", 2)[2] for line in err] == [f"stage input: 40 events written to {path}"]
+    assert other.lines == []
+    beam = logging.LogRecord("apache_beam.typehints", logging.INFO, "", 0, "chatter", (), None)
+    assert not quiet_beam(beam)
+    assert quiet_beam(logging.LogRecord("apache_beam.x", logging.WARNING, "", 0, "w", (), None))
+    assert quiet_beam(
+        logging.LogRecord("beam_pipelines.chapter3", logging.INFO, "", 0, "", (), None)
+    )
+
+
+def test_the_dropped_counts_read_as_one_line() -> None:
+    assert dropped_text({}) == "late elements not counted by this runner"
+    counted = {"mobile_sessions/GroupByKey": 2, "console_sessions/GroupByKey": 1_000}
+    assert dropped_text(counted) == (
+        "late elements (droppedDueToLateness) mobile_sessions 2, console_sessions 1,000, "
+        "average_session_length 0"
+    )

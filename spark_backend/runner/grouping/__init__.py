@@ -9,5 +9,7 @@
 ``keyed_columns``   the shuffle as columns: each element encoded once
 ``columns``         a partition of ``KeyedColumns`` grouped by one numpy sort, the
                     output written in Beam's bytes
+``late_data``       Beam Java's ``droppedDueToLateness`` counter per GroupByKey and
+                    Combine
 ==================  =============================================================
 """

@@ -62,7 +62,9 @@ Architecture (the batch runner's machinery, driven batch by batch)
    docs/semantics.md defines; a source that sends nothing keeps its watermark. While a stateful
    or splittable DoFn's batch runs, ``buffer:in-flight`` keeps its output watermark
    where it was. The result's ``watermarks()`` and ``why(label, at)`` read it
-   (:mod:`.result`).
+   (:mod:`.result`), shown as a table and with composite labels resolved (:mod:`.observe`);
+   ``result.metrics()`` has each GroupByKey's and Combine's ``droppedDueToLateness``
+   (:mod:`spark_backend.runner.grouping.late_data`).
 
 Divergences from BundleBasedDirectRunner, each tested: pane timestamps cross Beam's
 windowed-value coder, which keeps whole milliseconds (a pane at a window's

@@ -16,7 +16,8 @@ or clock makes due; its engine state stays in a persisted, key-partitioned RDD b
 batches (lineage cut by ``localCheckpoint``). The driver reads back only each stage's
 metrics and each partition's summary (hold, next timers, counts), sets the GroupByKey's
 ``state:pending-windows`` hold in the tracker (:mod:`.watermarks`) and hands the tasks
-the next watermarks; it never reads elements. Each batch logs one line (jobs, seconds).
+the next watermarks; it never reads elements. Each batch shows one line (jobs, seconds):
+logged at INFO, or, when logging would not show it, on stderr if that is a terminal.
 
 **Bundle finalizers are never called** (Beam makes them best effort). A task's output is
 committed only when the driver commits its batch, after the task has ended; a finalizer
@@ -39,6 +40,7 @@ import itertools
 import logging
 import pickle
 import re
+import sys
 import threading
 import time
 import zlib
@@ -61,6 +63,12 @@ from spark_backend.runner.batch.executor import (
 from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.batch.spark_errors import python_error_message
 from spark_backend.runner.errors import CheckpointError, PipelineFailedError
+from spark_backend.runner.grouping.late_data import (
+    METRICS_KEY,
+    dropped_counter,
+    expired,
+    zero_counters,
+)
 from spark_backend.runner.plan.plan import IMPULSE, LEAN, GroupSpec, Plan, StageSpec
 from spark_backend.runner.stages.bundles import METRICS, PartitionSummary
 from spark_backend.runner.stages.lean.batch import GLOBAL
@@ -105,7 +113,7 @@ from spark_backend.runner.streaming.watermarks import PipelineWatermarks
 from theory.time import MAX_TIMESTAMP
 from theory.windowing.engine import STATE_HOLD, GroupByWindowEngine
 
-__all__ = ["Batch", "StreamingDriver", "last_batch", "schedule"]
+__all__ = ["Batch", "StreamingDriver", "last_batch", "schedule", "show_progress"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -277,6 +285,7 @@ class StreamingDriver:
         drain: bool = False,
         per_instant: bool = False,
         views: dict[bytes, SideView] | None = None,
+        grouping_steps: dict[str, str] | None = None,
     ) -> None:
         self._sc = spark_context
         self._plan = plan
@@ -308,6 +317,11 @@ class StreamingDriver:
         self._held = sorted({label for st in held for label in st.labels})
         self._components = spark_context.broadcast(plan.components)
         self._infos: dict[str, list[Any]] = defaultdict(list)
+        #: each GroupByKey's step name for its droppedDueToLateness counter
+        #: (:mod:`~spark_backend.runner.grouping.late_data`)
+        steps = grouping_steps or {}
+        self._late_steps = {b: steps.get(g.label, g.label) for b, g in plan.groups.items()}
+        self._infos[METRICS_KEY] = zero_counters(self._late_steps.values())
         self.batches_run = 0
         self._jobs = 0
         self._stop = threading.Event()
@@ -482,13 +496,11 @@ class StreamingDriver:
             self._sinks.commit(batch.number)
         if self._checkpoint is not None:
             self._commit(batch)
-        _LOG.info(
-            "batch %d: %d Spark job(s) in %.2f s (processing time %d µs)",
-            batch.number,
-            self._jobs - jobs,
-            time.perf_counter() - started,
-            self.clock,
+        line = (
+            f"batch {batch.number}: {self._jobs - jobs} Spark job(s) in "
+            f"{time.perf_counter() - started:.2f} s (processing time {self.clock} µs)"
         )
+        show_progress(line)
 
     def _drop_processing_timers(self) -> None:
         """At the end of the run (every source done), release the ``state:timers`` hold
@@ -568,9 +580,7 @@ class StreamingDriver:
             run.persisted.append(output)
         run.pending.append(output.filter(is_metrics).map(functools.partial(_named, spec.name)))
         for buffer in set(spec.outputs.values()):
-            run.buffers[buffer].append(
-                output.filter(functools.partial(is_buffer, buffer)).values()
-            )
+            run.buffers[buffer].append(output.filter(functools.partial(is_buffer, buffer)).values())
 
     def _times(self, step: _StepState, run: _BatchRun) -> BatchTimes:
         """The times of a keyed step for this batch, once its upstream steps synced."""
@@ -810,6 +820,11 @@ class StreamingDriver:
             if state.step is not None:
                 state.step.unpersist(blocking=False)
             state.step = step
+            if step_id in self._late_steps:
+                late = expired(summaries[step_id])
+                if late > 0:
+                    counter = dropped_counter(self._late_steps[step_id], late)
+                    self._infos[METRICS_KEY].append(counter)
             state.summaries = summaries[step_id]
             if step_id in run.carried:
                 state.summaries.append(run.carried.pop(step_id))
@@ -843,6 +858,19 @@ class _BatchRun:
     unsynced: set[str] = field(default_factory=set)
     carried: dict[bytes, SourceSummary] = field(default_factory=dict)  # waiting residuals
     viewed: set[bytes] = field(default_factory=set)  # side buffers added to their views
+
+
+def show_progress(line: str) -> None:
+    """One micro-batch's progress line: logged at INFO when logging shows it, else on
+    stderr when stderr is a terminal (a run shows its progress by default), else
+    nowhere."""
+    if _LOG.isEnabledFor(logging.INFO):
+        _LOG.info("%s", line)
+        return
+    stream = sys.stderr
+    isatty = getattr(stream, "isatty", None)
+    if isatty is not None and isatty():
+        print(f"PySparkRunner {line}", file=stream, flush=True)
 
 
 def _ancestors(watermarks: PipelineWatermarks, label: str) -> set[str]:

@@ -89,6 +89,8 @@ class GroupSummary:
     windows: int
     dropped: dict[str, int]
     late_elements: int
+    #: (element, window) pairs dropped as expired in this batch (``droppedDueToLateness``)
+    expired_in_batch: int = 0
 
 
 def theory_strategy_of(group: GroupSpec, job_id: str, components: bytes) -> Any:
@@ -126,6 +128,7 @@ def group_batch(
     if engine is None:
         engine = GroupByWindowEngine(theory_strategy_of(group, job_id, components))
         engine.processing_time = times.clock_before
+    expired_before = engine.dropped["expired"]
     # A batch starts with its clock step (a TestStream's processing-time event comes
     # before the elements and watermarks of its instant), then its elements, then its
     # watermark: processing-time timers due by then fire before the elements are added.
@@ -145,6 +148,7 @@ def group_batch(
         engine.pending_windows(),
         dict(engine.dropped),
         engine.late_elements,
+        engine.dropped["expired"] - expired_before,
     )
     yield SUMMARY, pickle.dumps(summary)
 

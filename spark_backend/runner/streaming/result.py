@@ -5,9 +5,9 @@ Besides Beam's ``PipelineResult`` (state, ``wait_until_finish``, ``cancel``, met
 
 - :meth:`watermarks`: per transform label, the input and output watermark and each named
   hold as :class:`theory.series.StepSeries` over processing time (µs), or over the
-  batch number;
-- :meth:`why`: which hold, or which input, holds a transform's output watermark back at a
-  processing time;
+  batch number; shown as a table (:class:`~.observe.WatermarkTable`);
+- :meth:`why`: which hold, or which input, holds a transform's (or a composite's) output
+  watermark back at a processing time, with the late elements dropped on the way;
 - :attr:`stalled` and :attr:`batches`.
 
 ``cancel`` stops the run at the next batch boundary (the batch running finishes);
@@ -21,11 +21,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 from apache_beam.runners.runner import PipelineState
 
+from beam_pipelines.metrics import dropped_due_to_lateness
 from spark_backend.runner.batch.result import PySparkPipelineResult
 from spark_backend.runner.streaming.driver import StreamingDriver
-from theory.series import StepSeries
+from spark_backend.runner.streaming.observe import WatermarkTable, Why, resolve_label
+from spark_backend.runner.streaming.watermarks import OUTPUT
 
 __all__ = ["StreamingPipelineResult"]
 
@@ -33,8 +36,16 @@ __all__ = ["StreamingPipelineResult"]
 class StreamingPipelineResult(PySparkPipelineResult):
     """The result of a ``--streaming`` run of :class:`~spark_backend.runner.PySparkRunner`."""
 
-    def __init__(self, driver: StreamingDriver, job_group: str) -> None:
+    def __init__(
+        self,
+        driver: StreamingDriver,
+        job_group: str,
+        composites: Mapping[str, tuple[str, ...]] | None = None,
+        grouping_steps: Mapping[str, str] | None = None,
+    ) -> None:
         self._driver = driver
+        self._composites = dict(composites or {})
+        self._grouping_steps = dict(grouping_steps or {})
 
         def work() -> Mapping[str, list[Any]]:
             driver.run(job_group)
@@ -59,19 +70,35 @@ class StreamingPipelineResult(PySparkPipelineResult):
                 self._state = PipelineState.DRAINED
         return self.wait_until_finish()
 
-    def watermarks(self, per_batch: bool = False) -> dict[str, dict[str, StepSeries]]:
+    def watermarks(self, per_batch: bool = False) -> WatermarkTable:
         """Per transform label: ``"input"``, ``"output"`` and each named hold (µs, a hold
         is ``MAX_TIMESTAMP`` while released), as step series over processing time; with
         ``per_batch``, over the batch number (batches at one test-clock time kept
-        apart)."""
+        apart). Printed (or shown in a notebook) it is a table of the watermarks at the
+        end, in ISO-8601 UTC with ``-∞``/``+∞``; ``.at(t)`` shows them at time ``t``."""
         marks = self._driver.watermarks
-        return {label: marks.series(label, per_batch) for label in marks.graph.order}
+        return WatermarkTable(
+            {label: marks.series(label, per_batch) for label in marks.graph.order}
+        )
 
-    def why(self, label: str, at: int) -> list[tuple[str, str]]:
+    def why(self, label: str, at: int) -> Why:
         """The (transform, component) chain holding ``label``'s output watermark at
         processing time ``at`` (µs): from ``label`` upstream to the hold, or the source
-        watermark, that sets it."""
-        return self._driver.watermarks.why(label, at)
+        watermark, that sets it. A composite's label (``"Fixed/CombinePerKey(sum)"``)
+        stands for its leaf with the lowest output watermark; an unknown one raises
+        ``KeyError`` naming close labels. ``.dropped`` (and ``str()``) give the late
+        elements each grouping step on the chain dropped by the end of the run
+        (``droppedDueToLateness``)."""
+        marks = self._driver.watermarks
+        leaves = marks.graph.order
+
+        def output_at(leaf: str) -> int:
+            return int(marks.series(leaf)[OUTPUT].at(np.asarray([at], np.int64))[0])
+
+        chain = marks.why(resolve_label(label, leaves, self._composites, output_at), at)
+        counted = dropped_due_to_lateness(self)
+        steps = [self._grouping_steps[leaf] for leaf, _ in chain if leaf in self._grouping_steps]
+        return Why(chain, {step: counted.get(step, 0) for step in steps})
 
     @property
     def stalled(self) -> bool:

@@ -1,20 +1,25 @@
-"""Start a ``--streaming`` run: check, prepare the sources, plan, and drive batches."""
+"""Start a ``--streaming`` run: check, prepare the sources and plan (before any Spark
+work), then drive batches on a SparkContext."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
 
+from spark_backend.runner.grouping.late_data import grouping_steps
 from spark_backend.runner.plan.options import StreamingOptions
-from spark_backend.runner.plan.plan import plan_pipeline
-from spark_backend.runner.streaming.checkpoint import open_checkpoint
+from spark_backend.runner.plan.plan import Plan, plan_pipeline
+from spark_backend.runner.streaming.checkpoint import CheckpointStore, open_checkpoint
 from spark_backend.runner.streaming.checks import check_streaming
 from spark_backend.runner.streaming.driver import StreamingDriver
 from spark_backend.runner.streaming.elements import Stripped
 from spark_backend.runner.streaming.lifting import relabel_lifted_groups
+from spark_backend.runner.streaming.observe import composite_leaves
 from spark_backend.runner.streaming.result import StreamingPipelineResult
 from spark_backend.runner.streaming.shape import pipeline_shape
 from spark_backend.runner.streaming.side_views import side_views
@@ -22,7 +27,7 @@ from spark_backend.runner.streaming.sinks import BatchSinks
 from spark_backend.runner.streaming.sources import impulse_labels, streaming_proto
 from spark_backend.runner.streaming.watermarks import PipelineWatermarks
 
-__all__ = ["start_streaming", "task_slots"]
+__all__ = ["PreparedStream", "master_slots", "prepare_streaming", "start_streaming", "task_slots"]
 
 _LOCAL = re.compile(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?")
 
@@ -43,6 +48,107 @@ def task_slots(spark_context: Any) -> int:
     return max(1, int(slots))
 
 
+def master_slots(master: str | None) -> int | None:
+    """The task slots of a master URL known without a SparkContext: ``local[N]`` N,
+    ``local[*]`` (and no master: a new session's ``local[*]``) the CPUs, ``local`` 1;
+    None for a cluster (its default parallelism needs the context)."""
+    match = _LOCAL.fullmatch((master or "local[*]").strip())
+    if match is None:
+        return None
+    slots = match.group(1)
+    if slots is None:
+        return 1
+    if slots == "*":
+        return os.cpu_count() or 1
+    return max(1, int(slots))
+
+
+@dataclass
+class PreparedStream:
+    """A streaming run checked and planned, before any Spark work (:func:`prepare_streaming`);
+    :meth:`start` starts it on a SparkContext."""
+
+    pipeline: pb.Pipeline
+    options: StreamingOptions
+    fast_paths: bool
+    partitions: int | None
+    checkpoint: CheckpointStore | None
+    prepared: pb.Pipeline
+    sources: dict[str, Any]
+    plan: Plan
+
+    def start(self, spark_context: Any) -> StreamingPipelineResult:
+        """Start the run on ``spark_context`` in a driver thread."""
+        partitions = self.partitions or task_slots(spark_context)
+        checkpoint = self.checkpoint
+        if checkpoint is None and self.options.checkpoint_dir is not None:
+            checkpoint = _open_checkpoint(self.pipeline, self.options, partitions)
+        plan, prepared, sources = self.plan, self.prepared, self.sources
+        steps = grouping_steps(self.pipeline)
+        driver = StreamingDriver(
+            spark_context,
+            plan,
+            PipelineWatermarks(prepared),
+            sources,
+            impulse_labels(prepared) - {o for s in sources.values() for o in s.outputs},
+            partitions,
+            self.options.max_batches,
+            checkpoint=checkpoint,
+            sinks=BatchSinks(self.pipeline),
+            drain=self.options.drain,
+            per_instant=self.options.test_stream_batches == "instant",
+            views=side_views(plan, prepared),
+            grouping_steps=steps,
+        )
+        composites = composite_leaves(prepared)
+        result = StreamingPipelineResult(driver, f"beam-{plan.job_id}", composites, steps)
+        result.stage_paths = plan.stage_paths
+        return result
+
+
+def _open_checkpoint(
+    pipeline: pb.Pipeline, options: StreamingOptions, partitions: int
+) -> CheckpointStore:
+    assert options.checkpoint_dir is not None
+    return open_checkpoint(options.checkpoint_dir, pipeline_shape(pipeline), partitions)
+
+
+def prepare_streaming(
+    pipeline: pb.Pipeline,
+    options: StreamingOptions | None = None,
+    fast_paths: bool = True,
+    stripped: Stripped | None = None,
+    master: str | None = None,
+) -> PreparedStream:
+    """Check ``pipeline`` (a proto the batch checks passed with ``streaming``) for what
+    streaming runs, open its checkpoint directory if any (refusing another pipeline's),
+    read its sources and plan it: every refusal before a SparkContext is needed (the
+    checkpoint opens at :meth:`PreparedStream.start` only on a cluster ``master``
+    without ``--key_partitions``, whose slots need the context). With
+    ``--test_stream_batches instant`` a batch takes a TestStream's events of one
+    processing time (:func:`~spark_backend.runner.streaming.driver.schedule`). With
+    ``fast_paths`` the stages made of known transforms run lean and the combines that
+    keep their panes are lifted (:mod:`.lifting`); without, every stage runs on Beam's
+    bundle processor and every ``Combine.PerKey`` is opened (the reference).
+    ``stripped``: the TestStream elements the runner kept out of ``pipeline``
+    (:mod:`.elements`); ``master``: the Spark master URL (None: a running session's,
+    else ``local[*]``)."""
+    options = options or StreamingOptions()
+    check_streaming(pipeline)
+    partitions = options.key_partitions or master_slots(master)
+    checkpoint = None
+    if options.checkpoint_dir is not None and partitions is not None:
+        checkpoint = _open_checkpoint(pipeline, options, partitions)
+    prepared, sources = streaming_proto(pipeline, lift=fast_paths, stripped=stripped)
+    plan = plan_pipeline(
+        prepared, stateful_roots=True, lean=fast_paths, unbounded_sdf=True, pack_combiners=False
+    )
+    plan = relabel_lifted_groups(plan, prepared)
+    return PreparedStream(
+        pipeline, options, fast_paths, partitions, checkpoint, prepared, sources, plan
+    )
+
+
 def start_streaming(
     pipeline: pb.Pipeline,
     spark_context: Any,
@@ -50,41 +156,9 @@ def start_streaming(
     fast_paths: bool = True,
     stripped: Stripped | None = None,
 ) -> StreamingPipelineResult:
-    """Check ``pipeline`` (a proto the batch checks passed with ``streaming``) for what
-    streaming runs, and its checkpoint directory if any, then start it on
-    ``spark_context`` in a driver thread; with ``--test_stream_batches instant`` a batch
-    takes a TestStream's events of one processing time
-    (:func:`~spark_backend.runner.streaming.driver.schedule`). With ``fast_paths`` the
-    stages made of known transforms run lean and the combines that keep their panes are
-    lifted (:mod:`.lifting`); without, every stage runs on Beam's bundle processor and
-    every ``Combine.PerKey`` is opened (the reference). ``stripped``: the TestStream
-    elements the runner kept out of ``pipeline`` (:mod:`.elements`)."""
+    """:func:`prepare_streaming` then :meth:`PreparedStream.start` on ``spark_context``
+    (its master decides the default key partitions)."""
     options = options or StreamingOptions()
-    check_streaming(pipeline)
-    partitions = options.key_partitions or task_slots(spark_context)
-    checkpoint = None
-    if options.checkpoint_dir is not None:
-        checkpoint = open_checkpoint(options.checkpoint_dir, pipeline_shape(pipeline), partitions)
-    prepared, sources = streaming_proto(pipeline, lift=fast_paths, stripped=stripped)
-    plan = plan_pipeline(
-        prepared, stateful_roots=True, lean=fast_paths, unbounded_sdf=True, pack_combiners=False
-    )
-    plan = relabel_lifted_groups(plan, prepared)
-    views = side_views(plan, prepared)
-    driver = StreamingDriver(
-        spark_context,
-        plan,
-        PipelineWatermarks(prepared),
-        sources,
-        impulse_labels(prepared) - {o for s in sources.values() for o in s.outputs},
-        partitions,
-        options.max_batches,
-        checkpoint=checkpoint,
-        sinks=BatchSinks(pipeline),
-        drain=options.drain,
-        per_instant=options.test_stream_batches == "instant",
-        views=views,
-    )
-    result = StreamingPipelineResult(driver, f"beam-{plan.job_id}")
-    result.stage_paths = plan.stage_paths
-    return result
+    if options.key_partitions is None:
+        options = dataclasses.replace(options, key_partitions=task_slots(spark_context))
+    return prepare_streaming(pipeline, options, fast_paths, stripped).start(spark_context)

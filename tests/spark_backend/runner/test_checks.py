@@ -10,11 +10,18 @@ from typing import Any
 
 import apache_beam as beam
 import pytest
-from apache_beam import pvalue
+from apache_beam import coders, pvalue
+from apache_beam.coders import VarIntCoder
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.portability import common_urns
+from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.testing import test_stream
+from apache_beam.transforms import trigger, window
+from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import TimerSpec, on_timer
+from apache_beam.transforms.userstate import BagStateSpec, TimerSpec, on_timer
+from apache_beam.typehints import KV
 
 from spark_backend.runner import PySparkRunner, UnsupportedTransformError
 from spark_backend.runner import runner as runner_module
@@ -143,3 +150,223 @@ def test_without_java_the_error_says_what_to_install(tmp_path: Any) -> None:
     assert done.returncode != 0
     assert "JavaNotFoundError: Spark needs Java 17+ and no 'java' was found" in done.stderr
     assert "openjdk-17-jre-headless" in done.stderr
+
+
+# -- every other refusal, also before any Spark work -----------------------------------
+
+
+class _Requiring(beam.Pipeline):
+    """A pipeline whose proto asks for what Beam Python cannot: a requirement, or a
+    ParDo's time-sorted input (the runner is handed the proto as it is)."""
+
+    def __init__(self, change: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._change = change
+
+    def to_runner_api(self, *args: Any, **kwargs: Any) -> Any:
+        proto = super().to_runner_api(*args, **kwargs)
+        self._change(proto)
+        return proto
+
+
+def _run_proto(change: Any, *flags: str) -> None:
+    options = PipelineOptions(list(flags))
+    p = _Requiring(change, runner=PySparkRunner(), options=options)
+    p | beam.Create([("a", 1)]) | "Sorted" >> beam.ParDo(_Stateful())
+    PySparkRunner().run_pipeline(p, options)
+
+
+def test_an_unknown_requirement_is_refused(no_spark: None) -> None:
+    def change(proto: Any) -> None:
+        proto.requirements.append("beam:requirement:made_up:v1")
+
+    with pytest.raises(ValueError, match="cannot honour pipeline requirement"):
+        _run_proto(change)
+
+
+def test_time_sorted_input_is_refused(no_spark: None) -> None:
+    def change(proto: Any) -> None:
+        for t in proto.components.transforms.values():
+            if t.unique_name == "Sorted":
+                payload = beam_runner_api_pb2.ParDoPayload.FromString(t.spec.payload)
+                payload.requires_time_sorted_input = True
+                t.spec.payload = payload.SerializeToString()
+
+    with pytest.raises(UnsupportedTransformError, match=r"'Sorted'.*time-sorted input"):
+        _run_proto(change)
+
+
+class _Range(RestrictionProvider):
+    def initial_restriction(self, element: Any) -> OffsetRange:
+        return OffsetRange(0, 10)
+
+    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element: Any, restriction: OffsetRange) -> int:
+        return restriction.size()
+
+
+class _Endless(beam.DoFn):
+    @beam.DoFn.unbounded_per_element()
+    def process(self, element: Any, tracker: Any = beam.DoFn.RestrictionParam(_Range())) -> Any:
+        yield element
+
+
+def test_an_unbounded_read_in_batch_is_refused(no_spark: None) -> None:
+    def build(p: beam.Pipeline) -> None:
+        p | beam.Create([1]) | "Endless" >> beam.ParDo(_Endless()) | beam.Map(str)
+
+    with pytest.raises(UnsupportedTransformError, match=r"'Endless'.*unbounded"):
+        run(build)
+
+
+def test_streaming_options_without_streaming_are_refused(no_spark: None) -> None:
+    with pytest.raises(ValueError, match="--max_batches needs --streaming"):
+        run(small, "--max_batches", "3")
+
+
+class _Stateful(beam.DoFn):
+    STATE = BagStateSpec("seen", VarIntCoder())
+
+    def process(self, kv: Any, state: Any = beam.DoFn.StateParam(STATE)) -> Any:
+        yield kv
+
+
+class _StatefulWithSide(beam.DoFn):
+    STATE = BagStateSpec("seen", VarIntCoder())
+
+    def process(self, kv: Any, side: Any, state: Any = beam.DoFn.StateParam(STATE)) -> Any:
+        yield kv
+
+
+def test_a_side_input_on_a_stateful_dofn_is_refused(no_spark: None) -> None:
+    def build(p: beam.Pipeline) -> None:
+        main = p | "main" >> beam.Create([("a", 1)]).with_output_types(KV[str, int])
+        side = p | "side" >> beam.Create([1])
+        main | "Keep" >> beam.ParDo(_StatefulWithSide(), beam.pvalue.AsList(side))
+
+    with pytest.raises(UnsupportedTransformError, match=r"'Keep'.*side inputs on a stateful"):
+        run(build, "--streaming")
+
+
+class _Odd(window.NonMergingWindowFn):
+    """A WindowFn theory's engine does not know."""
+
+    def assign(self, context: Any) -> Any:
+        return [window.IntervalWindow(0, 10)]
+
+    def get_window_coder(self) -> Any:
+        return coders.coders.IntervalWindowCoder()
+
+
+def test_an_unknown_windowfn_in_streaming_is_refused(no_spark: None) -> None:
+    def build(p: beam.Pipeline) -> None:
+        events = p | test_stream.TestStream().add_elements([("a", 1)])
+        events | beam.WindowInto(_Odd()) | "Group" >> beam.GroupByKey()
+
+    with pytest.raises(UnsupportedTransformError, match=r"'Group'"):
+        run(build, "--streaming")
+
+
+def test_a_batch_file_sink_in_streaming_is_refused(no_spark: None, tmp_path: Any) -> None:
+    def build(p: beam.Pipeline) -> None:
+        words = p | beam.Create(["a"])
+        words | "Out" >> beam.io.WriteToText(str(tmp_path / "out"))
+
+    with pytest.raises(UnsupportedTransformError, match=r"'Out'.*WriteBatchesToText"):
+        run(build, "--streaming")
+
+
+def test_a_test_stream_service_is_refused(no_spark: None) -> None:
+    def build(p: beam.Pipeline) -> None:
+        stream = test_stream.TestStream(endpoint="localhost:1").add_elements([1])
+        p | "Remote" >> stream | beam.Map(str)
+
+    with pytest.raises(UnsupportedTransformError, match=r"'Remote'.*service endpoint"):
+        run(build, "--streaming")
+
+
+def test_a_checkpoint_dir_that_is_a_file_is_refused(no_spark: None, tmp_path: Any) -> None:
+    path = tmp_path / "file"
+    path.write_text("")
+
+    def build(p: beam.Pipeline) -> None:
+        p | test_stream.TestStream().add_elements([1]) | beam.Map(str)
+
+    with pytest.raises(ValueError, match="is a file, not a directory"):
+        run(build, "--streaming", "--checkpoint_dir", str(path), "--key_partitions", "2")
+
+
+def test_a_processing_time_trigger_in_batch_is_refused(no_spark: None) -> None:
+    def build(p: beam.Pipeline) -> None:
+        kvs = p | beam.Create([("a", 1)])
+        clocked = kvs | beam.WindowInto(
+            window.GlobalWindows(),
+            trigger=trigger.Repeatedly(trigger.AfterProcessingTime(10)),
+            accumulation_mode=trigger.AccumulationMode.DISCARDING,
+        )
+        clocked | "Every10s" >> beam.GroupByKey()
+
+    with pytest.raises(UnsupportedTransformError, match=r"'Every10s'.*fires in processing time"):
+        run(build)
+
+
+def test_the_chapter3_help_lists_every_runner_option() -> None:
+    import argparse
+
+    from beam_pipelines.chapter3.cli import RUNNER_OPTIONS
+    from spark_backend.runner import PySparkRunnerOptions
+
+    parser = argparse.ArgumentParser()
+    PySparkRunnerOptions._add_argparse_args(parser)
+    flags = {a.option_strings[0] for a in parser._actions if a.option_strings[0] != "-h"}
+    flags -= {"--spark_master_url"}  # Beam's alias of --spark_master
+    assert {listed.split()[0] for listed in RUNNER_OPTIONS} == flags
+
+
+def _par_do(proto: Any, label: str) -> tuple[Any, Any]:
+    (transform,) = [t for t in proto.components.transforms.values() if t.unique_name == label]
+    return transform, beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
+
+
+def test_map_state_in_streaming_is_refused(no_spark: None) -> None:
+    def change(proto: Any) -> None:
+        transform, payload = _par_do(proto, "Sorted")
+        payload.state_specs["seen"].CopyFrom(
+            beam_runner_api_pb2.StateSpec(map_spec=beam_runner_api_pb2.MapStateSpec())
+        )
+        transform.spec.payload = payload.SerializeToString()
+
+    with pytest.raises(UnsupportedTransformError, match=r"'Sorted'.*state 'seen' is a map_spec"):
+        _run_proto(change, "--streaming")
+
+
+def test_a_timer_in_another_time_domain_in_streaming_is_refused(no_spark: None) -> None:
+    def change(proto: Any) -> None:
+        transform, payload = _par_do(proto, "Sorted")
+        timer = payload.timer_family_specs["t"]
+        timer.time_domain = beam_runner_api_pb2.TimeDomain.UNSPECIFIED
+        transform.spec.payload = payload.SerializeToString()
+
+    with pytest.raises(UnsupportedTransformError, match=r"'Sorted'.*timer 't' is in time domain"):
+        _run_proto(change, "--streaming")
+
+
+def test_a_splittable_dofn_with_state_in_streaming_is_refused(no_spark: None) -> None:
+    def change(proto: Any) -> None:
+        transform, payload = _par_do(proto, "Sorted")
+        payload.restriction_coder_id = next(iter(proto.components.coders))
+        transform.spec.payload = payload.SerializeToString()
+
+    with pytest.raises(UnsupportedTransformError, match=r"'Sorted'.*splittable DoFn with state"):
+        _run_proto(change, "--streaming")
+
+
+def test_a_read_in_streaming_is_refused(no_spark: None) -> None:
+    def change(proto: Any) -> None:
+        transform, _ = _par_do(proto, "Sorted")
+        transform.spec.urn = common_urns.deprecated_primitives.READ.urn
+
+    with pytest.raises(UnsupportedTransformError, match=r"'Sorted'.*reads are not supported"):
+        _run_proto(change, "--streaming")

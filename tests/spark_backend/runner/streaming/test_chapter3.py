@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from beam_pipelines.chapter3.cli import run
+from beam_pipelines.chapter3.cli import dropped_text, run
 from beam_pipelines.chapter3.model import Simulated, simulate_chapter3
 from beam_pipelines.chapter3.pipeline import GROUP_LABELS, GROUP_STAGES, SOURCE_STAGES
 from beam_pipelines.chapter3.trace import (
@@ -27,6 +27,7 @@ from beam_pipelines.chapter3.trace import (
     generate_chapter3_trace,
     write_chapter3_trace,
 )
+from beam_pipelines.metrics import dropped_due_to_lateness
 from beam_pipelines.pane_files import read_panes
 from spark_backend.runner.streaming.sources import output_label
 from theory.data.trace import Trace
@@ -123,7 +124,11 @@ def test_the_module_logs_each_stage_and_shows_the_batches_run(
         "stage build",
         "stage run",
         *["stage write"] * 3,
+        "stage dropped",
     ], lines
+    counted = dropped_due_to_lateness(result)
+    assert lines[-1] == f"stage dropped: {dropped_text(counted)}"
+    assert {GROUP_LABELS[s] for s in GROUP_STAGES} <= set(counted)
     assert f"streaming pipeline built ({batches:,} micro-batches to run" in lines[1]
     shown = [line for line in bar.splitlines() if line.endswith("s)")]
     done = [int(line.split("] ")[1].split("/")[0]) for line in shown]
