@@ -2,12 +2,15 @@
 
 A runner that executes bundles in other processes (PySparkRunner's Spark tasks) cannot
 hand elements back through memory, so :class:`WritePanes` writes each bundle's panes to
-one file under ``directory/stage/``: a pickled list of :class:`PaneRow` (window and
-timestamp in µs, pane info, key and value). A file is written to a hidden temporary
-name and renamed into place, so a reader never sees half a file. Its name is the
-bundle's start (a system-wide monotonic clock, so names sort in output order) and a hash
-of its content: a retried task writes the same content again, and :func:`read_panes`
-keeps one copy of each content.
+one file under ``directory/stage/``: a header line, then one JSON line per
+:class:`PaneRow` (window and timestamp in µs, pane info, key and value). Keys and values
+are stored by :mod:`beam_pipelines.plain_json` (plain types: None, bool, int, float, str,
+bytes, tuple, list, dict); nothing read back is unpickled, so a file planted in the
+directory cannot run code. A pane of another type is recorded as a problem. A file is
+written to a hidden temporary name and renamed into place, so a reader never sees half a
+file. Its name is the bundle's start (a system-wide monotonic clock, so names sort in
+output order) and a hash of its content: a retried task writes the same content again,
+and :func:`read_panes` keeps one copy of each content.
 
 On PySparkRunner the same bundle is written twice when a Spark task is retried after its
 bundle finished, or when a restarted pipeline replays a batch its checkpoint had not
@@ -21,8 +24,8 @@ API gives a DoFn none, so that would have to come from the runner.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import pickle
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
@@ -33,12 +36,15 @@ import apache_beam as beam
 from apache_beam.transforms import window as bw
 from apache_beam.utils.windowed_value import PaneInfoTiming
 
+from beam_pipelines import plain_json
 from theory.time import MAX_TIMESTAMP, MICROS_PER_SECOND, MIN_TIMESTAMP, format_timestamp
 from theory.windowing.windows import GLOBAL_WINDOW
 
 __all__ = [
     "PaneRow",
     "WritePanes",
+    "decode_rows",
+    "encode_rows",
     "format_micros",
     "pane_row",
     "part_files",
@@ -145,7 +151,68 @@ class _WritePaneFiles(beam.DoFn):
 
     def finish_bundle(self) -> None:
         if self._rows:
-            write_part(self._directory, self._started, pickle.dumps(self._rows))
+            write_part(self._directory, self._started, encode_rows(self._rows))
+
+
+HEADER = b"dataflow-watermarks-panes/1\n"
+
+
+def encode_rows(rows: Iterable[PaneRow | str]) -> bytes:
+    """A part file's bytes: :data:`HEADER`, then a JSON line per row; a message (str) is
+    written as ``{"problem": ...}``, and so is a pane whose key or value is not of a plain
+    type (see :mod:`beam_pipelines.plain_json`)."""
+    lines = [HEADER]
+    for row in rows:
+        if isinstance(row, str):
+            record: dict[str, Any] = {"problem": row}
+        else:
+            try:
+                record = {
+                    "key": plain_json.encode(row.key),
+                    "start": row.start,
+                    "end": row.end,
+                    "timestamp": row.timestamp,
+                    "timing": row.timing,
+                    "index": row.index,
+                    "is_first": row.is_first,
+                    "is_last": row.is_last,
+                    "value": plain_json.encode(row.value),
+                }
+            except TypeError as err:
+                record = {"problem": f"pane {row.where()}: {err}"}
+        lines.append(json.dumps(record, separators=(",", ":")).encode() + b"\n")
+    return b"".join(lines)
+
+
+def decode_rows(data: bytes, where: str) -> list[PaneRow | str]:
+    """The rows of a part file written by :func:`encode_rows`; ``ValueError`` naming
+    ``where`` for anything else (never unpickled)."""
+    if not data.startswith(HEADER):
+        first = HEADER[:-1].decode()
+        raise ValueError(f"{where}: not a pane file (its first line is not {first!r})")
+    rows: list[PaneRow | str] = []
+    for number, line in enumerate(data[len(HEADER) :].splitlines(), start=2):
+        try:
+            record = json.loads(line)
+            if "problem" in record:
+                rows.append(str(record["problem"]))
+                continue
+            rows.append(
+                PaneRow(
+                    plain_json.decode(record["key"]),
+                    int(record["start"]),
+                    int(record["end"]),
+                    int(record["timestamp"]),
+                    str(record["timing"]),
+                    int(record["index"]),
+                    bool(record["is_first"]),
+                    bool(record["is_last"]),
+                    plain_json.decode(record["value"]),
+                )
+            )
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{where}, line {number}: not a pane record ({err})") from None
+    return rows
 
 
 def write_part(directory: str, started: int, data: bytes) -> None:
@@ -187,7 +254,7 @@ def part_files(directory: str | os.PathLike[str], stage: str) -> list[tuple[int,
         started, digest = path.stem.split("-", 1)
         if digest not in seen:
             seen.add(digest)
-            parts.append((int(started), pickle.loads(path.read_bytes())))
+            parts.append((int(started), decode_rows(path.read_bytes(), str(path))))
     return parts
 
 
