@@ -447,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--events", type=int, default=events, help="trace size (events)")
         p.add_argument("--seed", type=int, default=0, help="generator and simulator seed")
         p.add_argument("--out", default=out, help="output directory (replaced atomically)")
-        p.set_defaults(func=fn)
+        p.set_defaults(func=fn, inputs={"trace": "--trace"} if name == "simulate" else {})
         if name == "simulate":
             p.add_argument(
                 "--watermark",
@@ -563,11 +563,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--time-unit",
         choices=("us", "ms", "s", "ns"),
         default=None,
-        help="unit of numeric time columns (any int64 then accepted); without it they are "
+        help="unit of numeric time columns (then any value whose µs lie in Beam's "
+        "timestamp range, ±9223372036854775000, is accepted); without it they are "
         "µs, and epoch s/ms/ns read as µs is an error naming the likely unit",
     )
     _add_spark_options(p)
-    p.set_defaults(func=cmd_analyze)
+    p.set_defaults(func=cmd_analyze, inputs={"trace": "TRACE"})
     return parser
 
 

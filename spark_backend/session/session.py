@@ -4,7 +4,12 @@
 SparkContext per JVM, and a session takes ~10 s to start). The defaults suit a laptop
 and small to medium traces:
 
-- ``local[*]`` unless ``master`` (``--master``) is given;
+- ``local[*,4]`` unless ``master`` (``--master``) is given: a failed task is tried up
+  to 4 times, as on a cluster (:func:`default_master`);
+- every file of the run (Spark's ``spark-*`` / ``blockmgr-*`` directories, the JVM's
+  temporary files, the log4j2 properties) in a private directory of this process,
+  removed at its exit; no ``hsperfdata_<user>``; in local mode the driver binds and
+  advertises 127.0.0.1 (:func:`private_settings`);
 - no web UI, no console progress bar, quiet JVM logs (errors only);
 - UTC session time zone (every timestamp in the toolkit is µs since the epoch, UTC);
 - few shuffle partitions in local mode (two per core), adaptive execution on;
@@ -27,21 +32,24 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from spark_backend.session import jvm_start
+from theory.data.private import run_dir
 
 __all__ = [
     "JAVA_MIN_VERSION",
     "JavaNotFoundError",
+    "LOCAL_TASK_ATTEMPTS",
     "check_java",
     "default_conf",
+    "default_master",
     "get_session",
     "parse_conf",
+    "private_settings",
     "stop_session",
     "warm_session",
 ]
@@ -82,6 +90,12 @@ def check_java(minimum: int = JAVA_MIN_VERSION) -> int:
     Raises :class:`JavaNotFoundError`, naming what to install, when there is no Java or
     it is older than ``minimum``.
     """
+    home = os.environ.get("JAVA_HOME")
+    if home and not os.access(Path(home) / "bin" / "java", os.X_OK):
+        raise JavaNotFoundError(
+            f"JAVA_HOME={home!r} has no executable bin/java, and Spark runs that one: "
+            f"unset JAVA_HOME or point it at a Java {minimum}+ runtime"
+        )
     java = jvm_start.java_executable()
     if java is None:
         raise JavaNotFoundError(
@@ -168,13 +182,50 @@ def default_conf(master: str) -> dict[str, str]:
     return conf
 
 
-def _log4j_options() -> str:
-    path = Path(tempfile.gettempdir()) / f"watermarks-log4j2-{os.getuid()}.properties"
-    if not path.exists() or path.read_text() != _LOG4J2:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(_LOG4J2)
-        os.replace(tmp, path)
+def _log4j_options(run: Path) -> str:
+    """The Java option naming the log4j2 properties, written (``O_EXCL | O_NOFOLLOW``,
+    mode 0600) into this process's private run directory ``run``."""
+    path = run / "log4j2.properties"
+    if not path.is_file():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(_LOG4J2)
     return f"-Dlog4j2.configurationFile=file:{path}"
+
+
+#: Local mode's default master: every core, a failed task tried up to 4 times as a
+#: cluster does (Spark's ``spark.task.maxFailures`` default; plain ``local[N]`` never
+#: retries). ``WATERMARKS_LOCAL_TASK_ATTEMPTS`` sets the attempts (the test suite: 1).
+LOCAL_TASK_ATTEMPTS: Final[int] = 4
+
+
+def default_master() -> str:
+    """``local[*,A]``: A is ``WATERMARKS_LOCAL_TASK_ATTEMPTS`` or
+    :data:`LOCAL_TASK_ATTEMPTS`."""
+    text = os.environ.get("WATERMARKS_LOCAL_TASK_ATTEMPTS", "").strip()
+    if not text:
+        return f"local[*,{LOCAL_TASK_ATTEMPTS}]"
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"WATERMARKS_LOCAL_TASK_ATTEMPTS must be an integer >= 1, got {text!r}")
+    return f"local[*,{int(text)}]"
+
+
+def private_settings(master: str, settings: Mapping[str, str]) -> dict[str, str]:
+    """The settings that keep a local run's files in its private run directory
+    (:func:`theory.data.private.run_dir`) and its driver on loopback, for those of
+    ``settings`` the caller left unset: ``spark.local.dir``, the JVMs' ``java.io.tmpdir``
+    and ``-XX:-UsePerfData`` (no ``hsperfdata_<user>``), the log4j2 properties, and in
+    local mode ``spark.driver.bindAddress`` / ``spark.driver.host`` 127.0.0.1."""
+    run = run_dir()
+    out = dict(settings)
+    out.setdefault("spark.local.dir", str(run))
+    java = f"-Djava.io.tmpdir={run} -XX:-UsePerfData {_log4j_options(run)}"
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        out[key] = (out.get(key, "") + " " + java).strip()
+    if _is_local(master):
+        out.setdefault("spark.driver.bindAddress", "127.0.0.1")
+        out.setdefault("spark.driver.host", "127.0.0.1")
+    return out
 
 
 def get_session(
@@ -222,7 +273,7 @@ def get_session(
             return session
 
         check_java()
-        chosen = master or overrides.pop("spark.master", None) or "local[*]"
+        chosen = master or overrides.pop("spark.master", None) or default_master()
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         if _is_local(chosen):
@@ -237,14 +288,13 @@ def get_session(
                 str(jvm_start.java_executable()), jvm_start.spark_home()
             )
             settings["spark.driver.extraJavaOptions"] = options
-        log_opt = _log4j_options()
-        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
-            settings[key] = (settings.get(key, "") + " " + log_opt).strip()
+        settings = private_settings(chosen, settings)
         builder = SparkSession.builder.master(chosen).appName(app_name)
         for key, value in settings.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")
+        atexit.register(_stop_jvm, session.sparkContext._gateway)
         if pending is not None:
             _publish_at_exit(session, pending)
         _SESSION, _MASTER = session, chosen
@@ -263,6 +313,20 @@ def _stop_and_publish(process: Any, pending: Path) -> None:
     with contextlib.suppress(Exception):  # the context's threads end before the JVM
         stop_session()
     jvm_start.publish_archive(process, pending)
+
+
+def _stop_jvm(gateway: Any) -> None:
+    """At exit: stop the session and let its JVM exit (so its files in the run directory
+    are closed before the directory is removed)."""
+    with contextlib.suppress(Exception):
+        stop_session()
+    process = getattr(gateway, "proc", None)
+    if process is None:
+        return
+    with contextlib.suppress(Exception):
+        if process.stdin is not None:
+            process.stdin.close()  # the gateway exits on end of input
+        process.wait(timeout=30)
 
 
 def _is_stopped(session: Any) -> bool:
