@@ -14,8 +14,8 @@ earlier attempt held resources, such as Pub/Sub leases.
 process that sees the directory agrees on who claimed first. The default directory is a
 private directory of the user (mode 0700, owner checked, refused if others may write it)
 under the system's temporary directory, which all workers of one host share (the
-DirectRunner, Spark in local mode). A runner whose workers span hosts needs a directory on a shared file
-system: with a host-local one, a retry on another host looks like a clean resume.
+DirectRunner, Spark in local mode). A runner whose workers span hosts needs a directory
+on a shared file system: with a host-local one, a retry on another host looks like a clean resume.
 
 Claims older than ``max_age`` seconds are swept away now and then; ``max_age`` must
 exceed the longest time between an attempt's start and its retry's.

@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_backend.cli.atomic import Terminated, atomic_directory
+from spark_backend.cli.atomic import atomic_directory
+from spark_backend.cli.entry import Terminated, raise_terminated, stopped
 from spark_backend.cli.errors import one_line
 from spark_backend.cli.preflight import check_args, strategy_specs
 from spark_backend.cli.progress import Progress
@@ -363,7 +364,10 @@ def _add_spark_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--window", default="2m", help="fixed window size, e.g. 2m, 30s, 500ms")
     p.add_argument(
-        "--master", default=None, help="Spark master URL (None: local[*], or SPARK_REMOTE)"
+        "--master",
+        default=None,
+        help="Spark master URL (None: local[*,4], every core and 4 task attempts; or "
+        "SPARK_REMOTE)",
     )
     p.add_argument(
         "--systems",
@@ -470,7 +474,11 @@ def build_parser() -> argparse.ArgumentParser:
                 "from millions of events: large arrays are not fresh memory each time; "
                 "given back after; see theory.memory)",
             )
-            p.add_argument("--master", default=None, help="Spark master URL (None: local[*])")
+            p.add_argument(
+                "--master",
+                default=None,
+                help="Spark master URL (None: local[*,4], every core and 4 task attempts)",
+            )
             p.add_argument(
                 "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
             )
@@ -572,17 +580,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise Terminated(f"terminated by signal {signum}")
-
-
 def _interrupted(exc: BaseException) -> int:
     """Exit status and one line for a run stopped by Ctrl-C (130) or SIGTERM (143)."""
-    if isinstance(exc, Terminated):
-        print("watermarks: terminated (SIGTERM); previous output left as it was", file=sys.stderr)
-        return 143
-    print("watermarks: interrupted (Ctrl-C); previous output left as it was", file=sys.stderr)
-    return 130
+    return stopped(exc)
+
+
+def _quiet_libraries(verbose: bool) -> None:
+    """Py4J's and PySpark's own log records (connection traces, cancelled calls) stay off
+    the terminal unless ``-v``."""
+    logging.getLogger("py4j").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
+    logging.getLogger("pyspark").setLevel(logging.DEBUG if verbose else logging.ERROR)
 
 
 def _signal_behind(exc: BaseException) -> BaseException | None:
@@ -602,16 +609,19 @@ def _signal_behind(exc: BaseException) -> BaseException | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command. Exit 0 on success; 2 with one line naming the cause on any failure
     (``-v`` also prints the trace); 130 on Ctrl-C and 143 on SIGTERM, with one line. A
-    failed or interrupted run leaves a previous output as it was."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    failed or interrupted run leaves a previous output as it was. The SIGTERM handler
+    is this call's only (the previous one is restored)."""
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    previous = signal.signal(signal.SIGTERM, raise_terminated) if main_thread else None
+    verbose = False
     try:
+        args = build_parser().parse_args(argv)
+        verbose = args.verbose
+        logging.basicConfig(
+            level=logging.DEBUG if verbose else logging.INFO,
+            format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        )
+        _quiet_libraries(verbose)
         check_args(args)
         return int(args.func(args))
     except (KeyboardInterrupt, Terminated) as exc:
@@ -620,7 +630,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signalled = _signal_behind(exc)
         if signalled is not None:
             return _interrupted(signalled)
-        if args.verbose:
+        if verbose:
             traceback.print_exc()
         print(f"watermarks: error: {one_line(exc)}", file=sys.stderr)
         return 2

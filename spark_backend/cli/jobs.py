@@ -71,7 +71,7 @@ class JobResult:
 
 @dataclass(frozen=True)
 class SparkOptions:
-    """Where Spark runs: a master URL (None: ``local[*]`` or ``SPARK_REMOTE``) and
+    """Where Spark runs: a master URL (None: ``local[*,4]`` or ``SPARK_REMOTE``) and
     ``key=value`` settings."""
 
     master: str | None = None

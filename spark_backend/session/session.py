@@ -42,8 +42,8 @@ from theory.data.private import run_dir
 
 __all__ = [
     "JAVA_MIN_VERSION",
-    "JavaNotFoundError",
     "LOCAL_TASK_ATTEMPTS",
+    "JavaNotFoundError",
     "check_java",
     "default_conf",
     "default_master",

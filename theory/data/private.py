@@ -102,7 +102,9 @@ def check_private_file(path: str | os.PathLike[str]) -> Path:
 _RUN_DIRS: dict[str, Path] = {}
 
 
-def run_dir(name: str = "dataflow-watermarks", parent: str | os.PathLike[str] | None = None) -> Path:
+def run_dir(
+    name: str = "dataflow-watermarks", parent: str | os.PathLike[str] | None = None
+) -> Path:
     """This process's own directory inside :func:`private_dir` ``(name, parent)``, made
     once and removed with its contents at the process's exit (then the private directory
     too, if nothing else is left in it)."""
