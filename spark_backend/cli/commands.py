@@ -586,10 +586,13 @@ def _interrupted(exc: BaseException) -> int:
 
 
 def _quiet_libraries(verbose: bool) -> None:
-    """Py4J's and PySpark's own log records (connection traces, cancelled calls) stay off
-    the terminal unless ``-v``."""
+    """Py4J's and PySpark's own log records (connection traces, cancelled calls) and the
+    JVM's (task failures) stay off the terminal unless ``-v``."""
+    from spark_backend.session.session import set_jvm_log_level
+
     logging.getLogger("py4j").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
     logging.getLogger("pyspark").setLevel(logging.DEBUG if verbose else logging.ERROR)
+    set_jvm_log_level("error" if verbose else "off")
 
 
 def _signal_behind(exc: BaseException) -> BaseException | None:

@@ -30,10 +30,11 @@ import atexit
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -50,6 +51,7 @@ __all__ = [
     "get_session",
     "parse_conf",
     "private_settings",
+    "set_jvm_log_level",
     "stop_session",
     "warm_session",
 ]
@@ -64,7 +66,7 @@ _INSTALL_HINT: Final[str] = (
 )
 
 _LOG4J2: Final[str] = """\
-rootLogger.level = error
+rootLogger.level = {level}
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console
@@ -72,8 +74,20 @@ appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
 logger.spark.name = org.apache.spark
-logger.spark.level = error
+logger.spark.level = {level}
 """
+
+#: The JVM's log level (log4j2): ``error`` by default; the command line sets ``off``
+#: unless ``-v`` (:func:`set_jvm_log_level`), its one-line errors naming the cause.
+_JVM_LOG_LEVEL = ["error"]
+
+
+def set_jvm_log_level(level: str) -> None:
+    """The log4j2 level of JVMs started from now on in this process (``off``, ``fatal``,
+    ``error``, ``warn``, ``info``, ``debug``)."""
+    if level not in ("off", "fatal", "error", "warn", "info", "debug"):
+        raise ValueError(f"JVM log level must be off, fatal, error, warn, info or debug: {level!r}")
+    _JVM_LOG_LEVEL[0] = level
 
 _LOCK = threading.Lock()
 _SESSION: Any = None  # the shared SparkSession
@@ -185,11 +199,11 @@ def default_conf(master: str) -> dict[str, str]:
 def _log4j_options(run: Path) -> str:
     """The Java option naming the log4j2 properties, written (``O_EXCL | O_NOFOLLOW``,
     mode 0600) into this process's private run directory ``run``."""
-    path = run / "log4j2.properties"
+    path = run / f"log4j2-{_JVM_LOG_LEVEL[0]}.properties"
     if not path.is_file():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(_LOG4J2)
+            f.write(_LOG4J2.replace("{level}", _JVM_LOG_LEVEL[0]))
     return f"-Dlog4j2.configurationFile=file:{path}"
 
 
@@ -292,13 +306,30 @@ def get_session(
         builder = SparkSession.builder.master(chosen).appName(app_name)
         for key, value in settings.items():
             builder = builder.config(key, value)
-        session = builder.getOrCreate()
-        session.sparkContext.setLogLevel("ERROR")
+        with _own_sigint():
+            session = builder.getOrCreate()
+        session.sparkContext.setLogLevel(_JVM_LOG_LEVEL[0].upper())
         atexit.register(_stop_jvm, session.sparkContext._gateway)
         if pending is not None:
             _publish_at_exit(session, pending)
         _SESSION, _MASTER = session, chosen
         return session
+
+
+@contextlib.contextmanager
+def _own_sigint() -> Iterator[None]:
+    """Keep this process's SIGINT handler across the SparkContext's start. PySpark's own
+    calls the JVM from inside the handler (to cancel jobs): on the connection a call in
+    progress holds, which can leave that call waiting forever. Without it, Ctrl-C raises
+    KeyboardInterrupt as anywhere else, and stopping the session ends the jobs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
 
 
 def _publish_at_exit(session: Any, pending: Path) -> None:

@@ -9,8 +9,8 @@ with :class:`UnsafeDirectoryError` (one line naming the path, the owner and the 
 A directory of our own that others may only read is narrowed to 0700.
 
 :func:`run_dir` is a fresh directory inside it for one process (``run-<pid>-XXXXXXXX``),
-removed at the process's exit: Spark's ``spark.local.dir`` and the JVM's
-``java.io.tmpdir`` go there. :func:`check_private_file` checks a file before it is
+removed at the process's exit (those of processes killed before they could are removed
+by the next): Spark's ``spark.local.dir`` and the JVM's ``java.io.tmpdir`` go there. :func:`check_private_file` checks a file before it is
 loaded as code or configuration (the JVM's class-data archive).
 """
 
@@ -29,6 +29,7 @@ __all__ = [
     "check_private_file",
     "private_dir",
     "remove_run_dir",
+    "remove_stale_runs",
     "run_dir",
 ]
 
@@ -114,6 +115,7 @@ def run_dir(
         return found
     for _ in range(3):  # another process may remove the empty private directory meanwhile
         home = private_dir(name, parent)
+        remove_stale_runs(home)
         try:
             made = Path(tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=home))
             break
@@ -124,6 +126,28 @@ def run_dir(
     _RUN_DIRS[key] = made
     atexit.register(remove_run_dir, made, os.getpid())
     return made
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_runs(home: Path) -> list[Path]:
+    """Remove the run directories in ``home`` whose process is gone (killed before its
+    exit could remove them); returns them."""
+    gone = []
+    for entry in home.iterdir():
+        pid = entry.name.split("-")[1] if entry.name.startswith("run-") else ""
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+            gone.append(entry)
+    return gone
 
 
 def remove_run_dir(path: Path, owner: int) -> None:
