@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -585,11 +586,23 @@ def _interrupted(exc: BaseException) -> int:
     return stopped(exc)
 
 
+class _Py4JRootRecords(logging.Filter):
+    """Drops the records Py4J's modules log through the root logger."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
 def _quiet_libraries(verbose: bool) -> None:
     """Py4J's and PySpark's own log records (connection traces, cancelled calls) and the
     JVM's (task failures) stay off the terminal unless ``-v``."""
     from spark_backend.session.session import set_jvm_log_level
 
+    root = logging.getLogger()
+    for f in [f for f in root.filters if isinstance(f, _Py4JRootRecords)]:
+        root.removeFilter(f)
+    if not verbose:  # Py4J logs its send failures through the root logger
+        root.addFilter(_Py4JRootRecords())
     logging.getLogger("py4j").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
     logging.getLogger("pyspark").setLevel(logging.DEBUG if verbose else logging.ERROR)
     set_jvm_log_level("error" if verbose else "off")

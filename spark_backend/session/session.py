@@ -303,6 +303,12 @@ def get_session(
             )
             settings["spark.driver.extraJavaOptions"] = options
         settings = private_settings(chosen, settings)
+        from pyspark import SparkConf, SparkContext
+
+        spark_conf = SparkConf().setMaster(chosen).setAppName(app_name)
+        spark_conf.setAll(list(settings.items()))
+        with _own_sigint():  # PySpark's handler replaced as soon as the context exists
+            SparkContext.getOrCreate(spark_conf)
         builder = SparkSession.builder.master(chosen).appName(app_name)
         for key, value in settings.items():
             builder = builder.config(key, value)

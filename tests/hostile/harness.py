@@ -10,8 +10,9 @@ outcome is one of :data:`OUTCOMES`, checked in this order:
   other than 0, 2, 130 and 143 (a death by signal included);
 - ``data loss``: a file that existed before the run changed or vanished, other than a
   previous output that a successful run replaced;
+- ``silent``: exit 0 where the case must be refused, no output where it succeeded, or
+  an error line that does not name the cause the case expects;
 - ``debris``: anything new left beside the output or in the temporary directory;
-- ``silent``: exit 0 where the case must be refused, or no output where it succeeded;
 - ``clear error``: exit 2 (130 / 143 for a signal) with one line ``watermarks: ...``
   (argparse's usage line and its ``error:`` line count as one);
 - ``OK``: exit 0 and the output in place.
@@ -184,12 +185,12 @@ def classify(case: Case, root: Path, tmp: Path, before: dict[str, bytes | str], 
             continue
         if after.get(rel) != content:
             return "data loss"
+    if r.code == 0 and case.expect != "OK":
+        return "silent"
     new = [rel for rel in after if rel not in before and not in_output(rel)]
     if new or any(tmp.iterdir()):
         return "debris"
     if r.code == 0:
-        if case.expect != "OK":
-            return "silent"
         if case.out is not None and not (root / case.out / ".watermarks-output").is_file():
             return "silent"
         return "OK"
