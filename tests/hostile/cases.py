@@ -19,6 +19,7 @@ from tests.hostile.harness import Case
 
 MARKER = ".watermarks-output"
 S = 1_000_000  # µs
+MAX_US = 9_223_372_036_854_775_000  # Beam's MAX_TIMESTAMP (µs)
 GOOD_ROWS = [(i * S, i * S + (i % 7) * S // 3) for i in range(40)]
 
 Setup = Callable[[Path], None]
@@ -213,12 +214,12 @@ def corpus_in_process() -> list[Case]:
         for command, argv in COMMANDS.items():
             if expect == "OK" and command not in ("simulate", "simulate-trace"):
                 continue
-            want = expect
-            if hazard == "is-the-input" and command in ("simulate", "demo"):
-                needle = "existing file"  # t.csv is a file, not an output directory
+            why = needle
+            if hazard == "is-the-input":  # t.csv: the input, or else an existing file
+                why = "is the input" if command in READERS else "existing file"
             make = both(write("t.csv", GOOD), setup)
-            cases.append(Case(f"out:{hazard}:{command}", [*argv, "--out", out], want, make,
-                              out=out if want == "OK" else None, needle=needle))  # fmt: skip
+            cases.append(Case(f"out:{hazard}:{command}", [*argv, "--out", out], expect, make,
+                              out=out if expect == "OK" else None, needle=why))  # fmt: skip
     for command, extra, needle in BAD_OPTIONS:
         argv = [*COMMANDS[command], *extra, "--out", "out"]
         expect = "OK" if extra == ["--strict"] else "clear error"
@@ -236,7 +237,7 @@ def corpus_in_process() -> list[Case]:
              needle="inside the input"),
         Case("issue:time-unit-us-near-max", ["analyze", "t.csv", "--engine", "local",
              "--time-unit", "us", "--out", "out"], "clear error",
-             write("t.csv", csv_text([(1, 2), (9_223_372_036_854_775_000, 9_223_372_036_854_775_001)])),
+             write("t.csv", csv_text([(1, 2), (MAX_US, MAX_US + 1)])),
              needle="Beam's timestamp range"),
         Case("issue:time-unit-us-inside-range-ok", ["simulate", "--trace", "t.csv", "--engine",
              "local", "--time-unit", "us", "--out", "out"], "OK",

@@ -180,6 +180,9 @@ def classify(case: Case, root: Path, tmp: Path, before: dict[str, bytes | str], 
     def in_output(rel: str) -> bool:
         return any(rel == o or rel.startswith(o + os.sep) for o in outs)
 
+    def made_for_output(rel: str) -> bool:  # a missing parent of the output
+        return replaced and any(o.startswith(rel + os.sep) for o in outs)
+
     for rel, content in before.items():
         if replaced and in_output(rel):
             continue
@@ -187,7 +190,7 @@ def classify(case: Case, root: Path, tmp: Path, before: dict[str, bytes | str], 
             return "data loss"
     if r.code == 0 and case.expect != "OK":
         return "silent"
-    new = [rel for rel in after if rel not in before and not in_output(rel)]
+    new = [r_ for r_ in after if r_ not in before and not in_output(r_) and not made_for_output(r_)]
     if new or any(tmp.iterdir()):
         return "debris"
     if r.code == 0:
