@@ -108,7 +108,7 @@ def check_java(minimum: int = JAVA_MIN_VERSION) -> int:
     if home and not os.access(Path(home) / "bin" / "java", os.X_OK):
         raise JavaNotFoundError(
             f"JAVA_HOME={home!r} has no executable bin/java, and Spark runs that one: "
-            f"unset JAVA_HOME or point it at a Java {minimum}+ runtime"
+            f"unset JAVA_HOME or point it at a Java {minimum}+ runtime. {_INSTALL_HINT}."
         )
     java = jvm_start.java_executable()
     if java is None:
