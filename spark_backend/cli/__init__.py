@@ -3,6 +3,7 @@
 ==================  =============================================================
 ``entry``           the console entry point ``main`` (exported here): signal
                     handlers and the memory guard before any heavy import
+``interrupts``      Ctrl-C and SIGTERM: handlers, the one line, exit 130 / 143
 ``commands``        the parser and the ``demo``, ``analyze`` and ``simulate``
                     commands; ``main``, run in-process
 ``preflight``       the checks made before any work: arguments, outputs, traces

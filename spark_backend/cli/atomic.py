@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from spark_backend.cli.entry import Terminated
+from spark_backend.cli.interrupts import Terminated
 from theory.data.io import write_file_atomically
 
 #: The file every output directory holds, so a later run knows it may replace it.

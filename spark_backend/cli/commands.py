@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_backend.cli.atomic import atomic_directory
-from spark_backend.cli.entry import Terminated, raise_terminated, stopped
 from spark_backend.cli.errors import one_line
+from spark_backend.cli.interrupts import Terminated, raise_terminated, stopped
 from spark_backend.cli.preflight import check_args, strategy_specs
 from spark_backend.cli.progress import Progress
 

@@ -187,7 +187,9 @@ def check_args(args: argparse.Namespace) -> None:
     if command in ("simulate", "demo"):
         low = 1 if command == "simulate" else 2
         if not low <= args.events <= MAX_EVENTS:
-            raise ValueError(f"--events must be in {low}..{MAX_EVENTS:,}, got {args.events:,}")
+            raise ValueError(
+                f"--events must be >= {low} and at most {MAX_EVENTS:,}, got {args.events:,}"
+            )
     if command == "simulate":
         from theory.pipeline import chapter3
 

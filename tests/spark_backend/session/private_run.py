@@ -12,6 +12,7 @@ whether it failed once, the listening addresses, and where Spark keeps its files
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import pwd
@@ -44,12 +45,13 @@ class FailOnce(beam.DoFn):
 
 
 def _hex_address(text: str) -> str:
-    """``0100007F:1F90`` (little-endian words) as ``127.0.0.1``; IPv6 as its hex."""
+    """``0100007F:1F90`` (32-bit words in host order, little-endian) as ``127.0.0.1``;
+    IPv6 likewise, an IPv4-mapped one as its IPv4 address."""
     addr = text.split(":")[0]
-    if len(addr) == 8:
-        return ".".join(str(int(addr[i : i + 2], 16)) for i in (6, 4, 2, 0))
-    words = [addr[i : i + 8] for i in range(0, 32, 8)]
-    return ":".join(bytes.fromhex(w)[::-1].hex() for w in words)
+    raw = b"".join(bytes.fromhex(addr[i : i + 8])[::-1] for i in range(0, len(addr), 8))
+    ip = ipaddress.ip_address(raw)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return str(mapped or ip)
 
 
 def listening(pid: int) -> list[str]:

@@ -8,6 +8,7 @@ sets one attempt), so it runs on the toolkit's default master, ``local[*,4]``.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -21,7 +22,6 @@ pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).with_name("private_run.py")
 ROOT = Path(__file__).resolve().parents[3]
-LOOPBACK = {"127.0.0.1", "0000:0000:0000:0000:0000:0000:0000:0001"}
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_nothing_is_left_in_the_temporary_directory(run) -> None:
 def test_the_driver_listens_on_loopback_only(run) -> None:
     report, _ = run
     assert report["listening"], "no listening socket found: the check saw nothing"
-    assert set(report["listening"]) <= LOOPBACK, report["listening"]
+    assert all(ipaddress.ip_address(a).is_loopback for a in report["listening"]), report
 
 
 def test_a_task_that_fails_once_is_retried_by_default(run) -> None:
