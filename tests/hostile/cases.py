@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,7 +25,7 @@ GOOD_ROWS = [(i * S, i * S + (i % 7) * S // 3) for i in range(40)]
 Setup = Callable[[Path], None]
 
 
-def csv_text(rows: list[tuple[object, object]], header: str = "event_time,arrival_time") -> str:
+def csv_text(rows: Sequence[tuple[object, object]], header: str = "event_time,arrival_time") -> str:
     return header + "\n" + "".join(f"{e},{a}\n" for e, a in rows)
 
 

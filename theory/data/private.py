@@ -10,8 +10,9 @@ A directory of our own that others may only read is narrowed to 0700.
 
 :func:`run_dir` is a fresh directory inside it for one process (``run-<pid>-XXXXXXXX``),
 removed at the process's exit (those of processes killed before they could are removed
-by the next): Spark's ``spark.local.dir`` and the JVM's ``java.io.tmpdir`` go there. :func:`check_private_file` checks a file before it is
-loaded as code or configuration (the JVM's class-data archive).
+by the next): Spark's ``spark.local.dir`` and the JVM's ``java.io.tmpdir`` go there.
+:func:`check_private_file` checks a file before it is loaded as code or configuration
+(the JVM's class-data archive).
 """
 
 from __future__ import annotations
