@@ -225,20 +225,23 @@ def default_master() -> str:
 
 
 def private_settings(master: str, settings: Mapping[str, str]) -> dict[str, str]:
-    """The settings that keep a local run's files in its private run directory
-    (:func:`theory.data.private.run_dir`) and its driver on loopback, for those of
-    ``settings`` the caller left unset: ``spark.local.dir``, the JVMs' ``java.io.tmpdir``
-    and ``-XX:-UsePerfData`` (no ``hsperfdata_<user>``), the log4j2 properties, and in
-    local mode ``spark.driver.bindAddress`` / ``spark.driver.host`` 127.0.0.1."""
+    """The settings that keep a run's files in its private run directory
+    (:func:`theory.data.private.run_dir`) and a local driver on loopback: the driver
+    JVM's ``java.io.tmpdir`` and ``-XX:-UsePerfData`` (no ``hsperfdata_<user>``), the
+    log4j2 properties; in local mode also ``spark.local.dir`` and
+    ``spark.driver.bindAddress`` / ``spark.driver.host`` 127.0.0.1, unless ``settings``
+    set them."""
     run = run_dir()
     out = dict(settings)
-    out.setdefault("spark.local.dir", str(run))
-    java = f"-Djava.io.tmpdir={run} -XX:-UsePerfData {_log4j_options(run)}"
-    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
-        out[key] = (out.get(key, "") + " " + java).strip()
-    if _is_local(master):
+    log = _log4j_options(run)
+    driver = f"-Djava.io.tmpdir={run} -XX:-UsePerfData {log}"
+    options = {"spark.driver.extraJavaOptions": driver, "spark.executor.extraJavaOptions": log}
+    if _is_local(master):  # on a cluster the executors' hosts keep their own directories
+        out.setdefault("spark.local.dir", str(run))
         out.setdefault("spark.driver.bindAddress", "127.0.0.1")
         out.setdefault("spark.driver.host", "127.0.0.1")
+    for key, value in options.items():
+        out[key] = (out.get(key, "") + " " + value).strip()
     return out
 
 

@@ -43,9 +43,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]
 
 def test_nothing_is_left_in_the_temporary_directory(run) -> None:
     report, tmp = run
-    assert report["local_dir"].startswith(str(tmp / f"dataflow-watermarks-{os.geteuid()}"))
     assert sorted(p.name for p in tmp.iterdir()) == []
     assert report["hsperfdata"] is False
+    assert str(report["local_dir"]).startswith(str(tmp / f"dataflow-watermarks-{os.geteuid()}"))
 
 
 def test_the_driver_listens_on_loopback_only(run) -> None:
