@@ -248,6 +248,21 @@ def corpus_in_process() -> list[Case]:
     return cases
 
 
+def corpus_spark() -> list[Case]:
+    """Cases on Spark, in-process on the test session's SparkSession."""
+    spark = ["analyze", "t.csv", "--engine", "spark", "--systems", "none", "--out", "out"]
+    return [
+        Case("issue:ctrl-c-during-analyze-spark", spark, "clear error", both(previous("out"),
+             write("t.csv", GOOD)), signal_after=(signal.SIGINT, 1.0), needle="interrupted",
+             spark=True),
+        Case("spark:all-rows-bad-skip", [*spark, "--on-bad-rows", "skip-and-report"],
+             "clear error", write("t.csv", "event_time,arrival_time\nx,y\nz,w\n"),
+             needle="every row is bad", spark=True),
+        Case("spark:time-unit-us-beyond-range", [*spark, "--time-unit", "us"], "clear error",
+             write("t.csv", csv_text([(1, 2), (MAX_US, MAX_US + 1)])), spark=True),
+    ]  # fmt: skip
+
+
 def _console(name: str, argv: list[str], expect: str, setup: Setup = lambda root: None,
              **kw: object) -> Case:
     return Case(name, argv, expect, setup, subprocess=True, **kw)  # type: ignore[arg-type]

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,7 @@ class Case:
     prefix: Sequence[str] = ()
     signal_after: tuple[int, float] | None = None
     needle: str = ""  # text the error line must hold
+    spark: bool = False  # runs on the test session's SparkSession (in-process)
 
 
 @dataclass
@@ -103,6 +105,11 @@ def _run_in_process(case: Case) -> Result:
 
     previous = signal.signal(signal.SIGALRM, alarm)
     signal.alarm(TIME_LIMIT)
+    timer = None
+    if case.signal_after is not None:  # this process signals itself mid-run
+        sig, after = case.signal_after
+        timer = threading.Timer(after, os.kill, (os.getpid(), sig))
+        timer.start()
     escaped: BaseException | None = None
     code: int | None = None
     try:
@@ -116,6 +123,8 @@ def _run_in_process(case: Case) -> Result:
     except BaseException as exc:
         escaped = exc
     finally:
+        if timer is not None:
+            timer.cancel()
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
     return Result(code, out.getvalue(), err.getvalue(), escaped)
