@@ -31,7 +31,15 @@ from typing import TYPE_CHECKING, Any
 
 from spark_backend.cli.atomic import atomic_directory
 from spark_backend.cli.errors import one_line
-from spark_backend.cli.interrupts import Terminated, raise_terminated, stopped
+from spark_backend.cli.interrupts import (
+    Terminated,
+    forget_signal,
+    raise_interrupt,
+    raise_terminated,
+    report,
+    signal_seen,
+    stopped,
+)
 from spark_backend.cli.preflight import check_args, strategy_specs
 from spark_backend.cli.progress import Progress
 
@@ -625,10 +633,17 @@ def _signal_behind(exc: BaseException) -> BaseException | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command. Exit 0 on success; 2 with one line naming the cause on any failure
     (``-v`` also prints the trace); 130 on Ctrl-C and 143 on SIGTERM, with one line. A
-    failed or interrupted run leaves a previous output as it was. The SIGTERM handler
-    is this call's only (the previous one is restored)."""
+    failed or interrupted run leaves a previous output as it was; an error raised after
+    a signal counts as the interruption (Python may turn a KeyboardInterrupt inside a C
+    call into another error). The SIGINT and SIGTERM handlers are this call's only (the
+    previous ones are restored)."""
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, raise_terminated) if main_thread else None
+    previous = None
+    if main_thread:
+        previous = signal.signal(signal.SIGTERM, raise_terminated), signal.getsignal(signal.SIGINT)
+        if previous[1] is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, raise_interrupt)
+    forget_signal()
     verbose = False
     try:
         args = build_parser().parse_args(argv)
@@ -646,13 +661,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         signalled = _signal_behind(exc)
         if signalled is not None:
             return _interrupted(signalled)
+        seen = signal_seen()
+        if seen is not None:  # the interrupt surfaced as another error
+            return report(seen)
         if verbose:
             traceback.print_exc()
         print(f"watermarks: error: {one_line(exc)}", file=sys.stderr)
         return 2
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous[0])
+            signal.signal(signal.SIGINT, previous[1])
 
 
 if __name__ == "__main__":

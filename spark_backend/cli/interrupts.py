@@ -22,10 +22,12 @@ __all__ = [
     "TERMINATED",
     "Terminated",
     "enable_watchdog",
+    "forget_signal",
     "install_signals",
     "raise_interrupt",
     "raise_terminated",
     "report",
+    "signal_seen",
     "stopped",
 ]
 
@@ -42,13 +44,26 @@ class Terminated(BaseException):
 GRACE = 15.0
 
 _WATCHDOG = {"enabled": False, "armed": False, "reported": False}
+_SEEN: list[int] = []  # the exit status of the signal received, if any
+
+
+def signal_seen() -> int | None:
+    """130 or 143 once SIGINT or SIGTERM was received (since :func:`forget_signal`)."""
+    return _SEEN[0] if _SEEN else None
+
+
+def forget_signal() -> None:
+    """Start a run with no signal seen."""
+    _SEEN.clear()
 
 
 def _arm_watchdog(code: int) -> None:
-    """In the console entry point: end the process with ``code`` and the one line if it
-    has not exited :data:`GRACE` s after the signal (a library that swallowed the
-    KeyboardInterrupt, a call to the JVM that never returns). What it leaves behind
-    (a temporary output, the run directory) the next run removes."""
+    """Record the signal; in the console entry point also end the process with ``code``
+    and the one line if it has not exited :data:`GRACE` s after the signal (a library
+    that swallowed the KeyboardInterrupt, a call to the JVM that never returns). What it
+    leaves behind (a temporary output, the run directory) the next run removes."""
+    if not _SEEN:
+        _SEEN.append(code)
     if not _WATCHDOG["enabled"] or _WATCHDOG["armed"]:
         return
     _WATCHDOG["armed"] = True

@@ -250,7 +250,7 @@ def corpus_in_process() -> list[Case]:
 
 def corpus_spark() -> list[Case]:
     """Cases on Spark, in-process on the test session's SparkSession."""
-    spark = ["analyze", "t.csv", "--engine", "spark", "--systems", "none", "--out", "out"]
+    spark = ["analyze", "{root}/t.csv", "--engine", "spark", "--systems", "none", "--out", "out"]
     return [
         Case("issue:ctrl-c-during-analyze-spark", spark, "clear error", both(previous("out"),
              write("t.csv", GOOD)), signal_after=(signal.SIGINT, 1.0), needle="interrupted",

@@ -47,8 +47,10 @@ class Hang(BaseException):
 @dataclass(frozen=True)
 class Case:
     """One hostile case: ``argv`` after ``setup(root)`` ran in the fresh directory
-    ``root``; ``expect`` is ``"clear error"`` or ``"OK"``; ``out`` names the output
-    directory relative to ``root`` (None: the case writes none). Subprocess cases give
+    ``root`` (``{root}`` in ``argv`` names it: Spark resolves relative paths against
+    its JVM's start directory, not this process's); ``expect`` is ``"clear error"`` or
+    ``"OK"``; ``out`` names the output directory relative to ``root`` (None: the case
+    writes none). Subprocess cases give
     ``env`` additions, ``prefix`` (``prlimit ...``) and ``signal_after`` (signal,
     seconds)."""
 
@@ -95,7 +97,7 @@ def _tree(root: Path) -> dict[str, bytes | str]:
     return found
 
 
-def _run_in_process(case: Case) -> Result:
+def _run_in_process(case: Case, argv: list[str]) -> Result:
     from spark_backend.cli import commands
 
     out, err = io.StringIO(), io.StringIO()
@@ -115,7 +117,7 @@ def _run_in_process(case: Case) -> Result:
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                code = commands.main(list(case.argv))
+                code = commands.main(argv)
             except SystemExit as exc:  # argparse
                 code = exc.code if isinstance(exc.code, int) else 2
     except Hang:
@@ -227,7 +229,7 @@ def run_case(case: Case, base: Path) -> tuple[str, Result]:
         os.chdir(root)
         tempfile.tempdir = str(tmp)
         try:
-            result = _run_in_process(case)
+            result = _run_in_process(case, [a.replace("{root}", str(root)) for a in case.argv])
         finally:
             os.chdir(cwd)
             tempfile.tempdir = saved[0]
