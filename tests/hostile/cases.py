@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.hostile.harness import Case
+from tests.hostile.harness import SPARK_TIME_LIMIT, Case
 
 MARKER = ".watermarks-output"
 S = 1_000_000  # µs
@@ -252,14 +252,12 @@ def corpus_spark() -> list[Case]:
     """Cases on Spark, in-process on the test session's SparkSession."""
     spark = ["analyze", "{root}/t.csv", "--engine", "spark", "--systems", "none", "--out", "out"]
     return [
-        Case("issue:ctrl-c-during-analyze-spark", spark, "clear error", both(previous("out"),
-             write("t.csv", GOOD)), signal_after=(signal.SIGINT, 1.0), needle="interrupted",
-             spark=True),
         Case("spark:all-rows-bad-skip", [*spark, "--on-bad-rows", "skip-and-report"],
              "clear error", write("t.csv", "event_time,arrival_time\nx,y\nz,w\n"),
-             needle="every row is bad", spark=True),
+             needle="every row is bad", spark=True, time_limit=SPARK_TIME_LIMIT),
         Case("spark:time-unit-us-beyond-range", [*spark, "--time-unit", "us"], "clear error",
-             write("t.csv", csv_text([(1, 2), (MAX_US, MAX_US + 1)])), spark=True),
+             write("t.csv", csv_text([(1, 2), (MAX_US, MAX_US + 1)])), spark=True,
+             time_limit=SPARK_TIME_LIMIT),
     ]  # fmt: skip
 
 
@@ -285,6 +283,11 @@ def corpus_subprocess() -> list[Case]:
     cases.append(_console("startup:JAVA_HOME-nonexistent", ["analyze", "t.csv", "--engine",
                           "spark", "--out", "out"], "clear error", write("t.csv", GOOD),
                           env={"JAVA_HOME": "/nonexistent"}, needle="JAVA_HOME"))  # fmt: skip
+    cases.append(_console("issue:ctrl-c-during-analyze-spark", ["analyze", "t.csv", "--engine",
+                          "spark", "--systems", "none", "--out", "out"], "clear error",
+                          both(previous("out"), write("t.csv", GOOD)), signal_when="Spark session",
+                          signal_after=(signal.SIGINT, 0.5), needle="interrupted",
+                          time_limit=SPARK_TIME_LIMIT))  # fmt: skip
     small = ["simulate", "--events", "3000", "--engine", "local", "--out", "out"]
     cases.append(_console("startup:file-size-limit", small, "clear error", previous("out"),
                           prefix=("prlimit", "--fsize=2000"), needle=""))  # fmt: skip

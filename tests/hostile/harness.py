@@ -34,8 +34,10 @@ from pathlib import Path
 
 OUTCOMES = ("clear error", "OK", "data loss", "traceback", "silent", "debris", "hang")
 
-#: Seconds a case may take before it counts as a hang (in-process: SIGALRM).
+#: Seconds a case may take before it counts as a hang (in-process: SIGALRM). A case on
+#: Spark gets more: SIGALRM inside a call to the JVM would break the shared session.
 TIME_LIMIT = 60
+SPARK_TIME_LIMIT = 600
 
 CONSOLE = str(Path(sys.executable).with_name("watermarks"))
 
@@ -65,6 +67,8 @@ class Case:
     signal_after: tuple[int, float] | None = None
     needle: str = ""  # text the error line must hold
     spark: bool = False  # runs on the test session's SparkSession (in-process)
+    signal_when: str = ""  # subprocess: the signal waits for this text on stderr
+    time_limit: int = TIME_LIMIT  # seconds before the case counts as a hang
 
 
 @dataclass
@@ -106,7 +110,7 @@ def _run_in_process(case: Case, argv: list[str]) -> Result:
         raise Hang()
 
     previous = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(TIME_LIMIT)
+    signal.alarm(case.time_limit)
     timer = None
     if case.signal_after is not None:  # this process signals itself mid-run
         sig, after = case.signal_after
@@ -138,6 +142,16 @@ def _run_subprocess(case: Case, root: Path, tmp: Path) -> Result:
         [*case.prefix, CONSOLE, *case.argv],
         cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    seen = ""
+    if case.signal_when:  # read stderr up to the text (the child is killed if it hangs)
+        assert child.stderr is not None
+        watchdog = threading.Timer(case.time_limit, child.kill)
+        watchdog.start()
+        for line in child.stderr:
+            seen += line
+            if case.signal_when in line:
+                break
+        watchdog.cancel()
     if case.signal_after is not None:
         sig, after = case.signal_after
         try:
@@ -145,12 +159,12 @@ def _run_subprocess(case: Case, root: Path, tmp: Path) -> Result:
         except subprocess.TimeoutExpired:
             child.send_signal(sig)
     try:
-        out, err = child.communicate(timeout=TIME_LIMIT)
+        out, err = child.communicate(timeout=case.time_limit)
     except subprocess.TimeoutExpired:
         child.kill()
         out, err = child.communicate()
-        return Result(None, out, err)
-    return Result(child.returncode, out, err)
+        return Result(None, out, seen + err)
+    return Result(child.returncode, out, seen + err)
 
 
 def _one_clear_line(stderr: str) -> bool:
