@@ -252,9 +252,6 @@ def corpus_spark() -> list[Case]:
     """Cases on Spark, in-process on the test session's SparkSession."""
     spark = ["analyze", "{root}/t.csv", "--engine", "spark", "--systems", "none", "--out", "out"]
     return [
-        Case("spark:all-rows-bad-skip", [*spark, "--on-bad-rows", "skip-and-report"],
-             "clear error", write("t.csv", "event_time,arrival_time\nx,y\nz,w\n"),
-             needle="every row is bad", spark=True, time_limit=SPARK_TIME_LIMIT),
         Case("spark:time-unit-us-beyond-range", [*spark, "--time-unit", "us"], "clear error",
              write("t.csv", csv_text([(1, 2), (MAX_US, MAX_US + 1)])), spark=True,
              time_limit=SPARK_TIME_LIMIT),
