@@ -248,16 +248,6 @@ def corpus_in_process() -> list[Case]:
     return cases
 
 
-def corpus_spark() -> list[Case]:
-    """Cases on Spark, in-process on the test session's SparkSession."""
-    spark = ["analyze", "{root}/t.csv", "--engine", "spark", "--systems", "none", "--out", "out"]
-    return [
-        Case("spark:time-unit-us-beyond-range", [*spark, "--time-unit", "us"], "clear error",
-             write("t.csv", csv_text([(1, 2), (MAX_US, MAX_US + 1)])), spark=True,
-             time_limit=SPARK_TIME_LIMIT),
-    ]  # fmt: skip
-
-
 def _console(name: str, argv: list[str], expect: str, setup: Setup = lambda root: None,
              **kw: object) -> Case:
     return Case(name, argv, expect, setup, subprocess=True, **kw)  # type: ignore[arg-type]

@@ -34,8 +34,8 @@ from pathlib import Path
 
 OUTCOMES = ("clear error", "OK", "data loss", "traceback", "silent", "debris", "hang")
 
-#: Seconds a case may take before it counts as a hang (in-process: SIGALRM). A case on
-#: Spark gets more: SIGALRM inside a call to the JVM would break the shared session.
+#: Seconds a case may take before it counts as a hang (in-process: SIGALRM); a case that
+#: starts Spark gets more.
 TIME_LIMIT = 60
 SPARK_TIME_LIMIT = 600
 
@@ -49,8 +49,7 @@ class Hang(BaseException):
 @dataclass(frozen=True)
 class Case:
     """One hostile case: ``argv`` after ``setup(root)`` ran in the fresh directory
-    ``root`` (``{root}`` in ``argv`` names it: Spark resolves relative paths against
-    its JVM's start directory, not this process's); ``expect`` is ``"clear error"`` or
+    ``root`` (``{root}`` in ``argv`` names it); ``expect`` is ``"clear error"`` or
     ``"OK"``; ``out`` names the output directory relative to ``root`` (None: the case
     writes none). Subprocess cases give
     ``env`` additions, ``prefix`` (``prlimit ...``) and ``signal_after`` (signal,
@@ -66,7 +65,6 @@ class Case:
     prefix: Sequence[str] = ()
     signal_after: tuple[int, float] | None = None
     needle: str = ""  # text the error line must hold
-    spark: bool = False  # runs on the test session's SparkSession (in-process)
     signal_when: str = ""  # subprocess: the signal waits for this text on stderr
     time_limit: int = TIME_LIMIT  # seconds before the case counts as a hang
 

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile.cases import corpus_in_process, corpus_spark, corpus_subprocess
+from tests.hostile.cases import corpus_in_process, corpus_subprocess
 from tests.hostile.harness import OUTCOMES, Case, run_case
 
 IN_PROCESS = corpus_in_process()
 SUBPROCESS = corpus_subprocess()
-SPARK = corpus_spark()
 
 
 def _check(case: Case, base: Path) -> None:
@@ -42,19 +41,13 @@ def test_in_process(case: Case, base: Path) -> None:
     _check(case, base)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("case", SPARK, ids=[c.name for c in SPARK])
-def test_on_spark(case: Case, base: Path, spark) -> None:
-    _check(case, base)
-
-
 @pytest.mark.parametrize("case", SUBPROCESS, ids=[c.name for c in SUBPROCESS])
 def test_subprocess(case: Case, base: Path) -> None:
     _check(case, base)
 
 
 def test_the_corpus_is_large_and_holds_the_issue_cases() -> None:
-    names = [c.name for c in IN_PROCESS + SUBPROCESS + SPARK]
+    names = [c.name for c in IN_PROCESS + SUBPROCESS]
     assert len(names) >= 200 and len(set(names)) == len(names)
     for needed in (
         "issue:all-rows-bad-skip", "issue:simulate-trace-into-its-output",
