@@ -258,7 +258,7 @@ def corpus_subprocess() -> list[Case]:
     ana = ["analyze", "t.csv", "--engine", "local", "--out", "out"]
     cases = []
     for sig, code in ((signal.SIGINT, "INT"), (signal.SIGTERM, "TERM")):
-        for after in (0.5, 1.5):
+        for after in (0.0, 0.3, 1.5):  # modules still importing, then simulating
             cases.append(_console(f"signal:{code}@{after}s:simulate", sim, "clear error",
                                   previous("out"), signal_after=(sig, after),
                                   needle="previous output left"))  # fmt: skip

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +54,7 @@ class Case:
     ``"OK"``; ``out`` names the output directory relative to ``root`` (None: the case
     writes none). Subprocess cases give
     ``env`` additions, ``prefix`` (``prlimit ...``) and ``signal_after`` (signal,
-    seconds)."""
+    seconds after the entry point installed its handlers, or after ``signal_when``)."""
 
     name: str
     argv: Sequence[str]
@@ -152,6 +153,7 @@ def _run_subprocess(case: Case, root: Path, tmp: Path) -> Result:
         watchdog.cancel()
     if case.signal_after is not None:
         sig, after = case.signal_after
+        _wait_for_handlers(child)
         try:
             child.wait(timeout=after)
         except subprocess.TimeoutExpired:
@@ -163,6 +165,22 @@ def _run_subprocess(case: Case, root: Path, tmp: Path) -> Result:
         out, err = child.communicate()
         return Result(None, out, seen + err)
     return Result(child.returncode, out, seen + err)
+
+
+def _wait_for_handlers(child: subprocess.Popen[str], limit: float = 30.0) -> None:
+    """Until the child's SIGTERM handler is in place (the entry point's first act; until
+    then the interpreter itself is starting), read from ``/proc/PID/status``."""
+    deadline = time.monotonic() + limit
+    bit = 1 << (signal.SIGTERM - 1)
+    while child.poll() is None and time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{child.pid}/status", encoding="ascii") as f:
+                caught = next(line for line in f if line.startswith("SigCgt:"))
+        except (OSError, StopIteration):
+            return
+        if int(caught.split()[1], 16) & bit:
+            return
+        time.sleep(0.002)
 
 
 def _one_clear_line(stderr: str) -> bool:

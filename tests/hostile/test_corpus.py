@@ -54,7 +54,7 @@ def test_the_corpus_is_large_and_holds_the_issue_cases() -> None:
         "issue:simulate-trace-dir-out-inside", "issue:time-unit-us-near-max",
         "option:simulate:--events " + str(10**30), "option:demo:--events " + str(10**30),
         "input:fifo:analyze", "input:dev-zero-link:analyze", "out:read-only-empty:simulate",
-        "startup:JAVA_HOME-nonexistent", "signal:INT@0.5s:simulate", "signal:TERM@0.5s:simulate",
+        "startup:JAVA_HOME-nonexistent", "signal:INT@0.0s:simulate", "signal:TERM@0.3s:simulate",
         "memory:150MB:analyze", "memory:300MB:simulate", "issue:ctrl-c-during-analyze-spark",
     ):  # fmt: skip
         assert needed in names, needed
