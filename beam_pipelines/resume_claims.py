@@ -11,10 +11,11 @@ earlier attempt held resources, such as Pub/Sub leases.
 
 :class:`ResumeClaims` keeps one empty file per claimed token in a directory, created with
 ``O_CREAT | O_EXCL``. That is atomic on a local and on a POSIX shared file system, so every
-process that sees the directory agrees on who claimed first. The default directory is under
-the system's temporary directory, which all workers of one host share (the DirectRunner,
-Spark in local mode). A runner whose workers span hosts needs a directory on a shared file
-system: with a host-local one, a retry on another host looks like a clean resume.
+process that sees the directory agrees on who claimed first. The default directory is a
+private directory of the user (mode 0700, owner checked, refused if others may write it)
+under the system's temporary directory, which all workers of one host share (the
+DirectRunner, Spark in local mode). A runner whose workers span hosts needs a directory
+on a shared file system: with a host-local one, a retry on another host looks like a clean resume.
 
 Claims older than ``max_age`` seconds are swept away now and then; ``max_age`` must
 exceed the longest time between an attempt's start and its retry's.
@@ -24,15 +25,15 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import time
 
-__all__ = ["DEFAULT_CLAIMS_DIR", "ResumeClaims"]
+from theory.data.private import private_dir
 
-#: The default claims directory: one host's workers (of one user) share it.
-DEFAULT_CLAIMS_DIR = os.path.join(
-    tempfile.gettempdir(), f"dataflow-watermarks-resume-claims-{getattr(os, 'getuid', lambda: 0)()}"
-)
+__all__ = ["DEFAULT_CLAIMS_NAME", "ResumeClaims"]
+
+#: The default claims directory's name: ``<tmp>/<name>-<uid>``, one host's workers (of
+#: one user) share it; private to the user (:func:`theory.data.private.private_dir`).
+DEFAULT_CLAIMS_NAME = "dataflow-watermarks-resume-claims"
 _TOKEN = re.compile(r"[0-9A-Za-z_-]{1,128}")
 _SWEEP_EVERY = 512
 
@@ -43,7 +44,7 @@ class ResumeClaims:
     def __init__(self, directory: str | None = None, *, max_age: float = 3600.0) -> None:
         if not max_age > 0:
             raise ValueError(f"max_age must be > 0 s, got {max_age}")
-        self.directory = os.fspath(directory) if directory is not None else DEFAULT_CLAIMS_DIR
+        self.directory = os.fspath(directory) if directory is not None else None
         self.max_age = float(max_age)
         self._claims = 0
 
@@ -54,7 +55,10 @@ class ResumeClaims:
             return False
         if not _TOKEN.fullmatch(token):
             raise ValueError(f"claim token must match {_TOKEN.pattern}, got {token!r}")
-        os.makedirs(self.directory, exist_ok=True)
+        if self.directory is None:
+            self.directory = os.fspath(private_dir(DEFAULT_CLAIMS_NAME))
+        else:
+            os.makedirs(self.directory, exist_ok=True)
         self._claims += 1
         if self._claims % _SWEEP_EVERY == 0:
             self.sweep()
@@ -67,6 +71,8 @@ class ResumeClaims:
 
     def sweep(self) -> int:
         """Remove claims older than ``max_age``; returns how many."""
+        if self.directory is None:
+            return 0
         cutoff = time.time() - self.max_age
         removed = 0
         try:

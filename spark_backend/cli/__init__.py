@@ -1,8 +1,11 @@
 """The ``watermarks`` command line (``watermarks = spark_backend.cli:main``).
 
 ==================  =============================================================
+``entry``           the console entry point ``main`` (exported here): signal
+                    handlers and the memory guard before any heavy import
+``interrupts``      Ctrl-C and SIGTERM: handlers, the one line, exit 130 / 143
 ``commands``        the parser and the ``demo``, ``analyze`` and ``simulate``
-                    commands; ``main`` (exported here, resolved on first use)
+                    commands; ``main``, run in-process
 ``preflight``       the checks made before any work: arguments, outputs, traces
 ``jobs``            the demo and the analysis of a user's trace, as jobs
 ``atomic``          atomic outputs: a directory written in full, then swapped in
@@ -17,18 +20,6 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from spark_backend.cli.commands import main
+from spark_backend.cli.entry import main
 
 __all__ = ["main"]
-
-
-def __getattr__(name: str) -> Any:
-    if name != "main":
-        raise AttributeError(f"module 'spark_backend.cli' has no attribute {name!r}")
-    value = importlib.import_module("spark_backend.cli.commands").main
-    globals()[name] = value
-    return value

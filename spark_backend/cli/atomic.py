@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from spark_backend.cli.interrupts import Terminated
 from theory.data.io import write_file_atomically
 
 #: The file every output directory holds, so a later run knows it may replace it.
@@ -35,10 +36,6 @@ MARKER = ".watermarks-output"
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
-
-
-class Terminated(BaseException):
-    """SIGTERM received (raised by the CLI's handler so clean-up runs as for Ctrl-C)."""
 
 
 def umask() -> int:

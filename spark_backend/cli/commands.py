@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -28,8 +29,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_backend.cli.atomic import Terminated, atomic_directory
+from spark_backend.cli.atomic import atomic_directory
 from spark_backend.cli.errors import one_line
+from spark_backend.cli.interrupts import (
+    Terminated,
+    forget_signal,
+    raise_interrupt,
+    raise_terminated,
+    report,
+    signal_seen,
+    stopped,
+)
 from spark_backend.cli.preflight import check_args, strategy_specs
 from spark_backend.cli.progress import Progress
 
@@ -363,7 +373,10 @@ def _add_spark_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--window", default="2m", help="fixed window size, e.g. 2m, 30s, 500ms")
     p.add_argument(
-        "--master", default=None, help="Spark master URL (None: local[*], or SPARK_REMOTE)"
+        "--master",
+        default=None,
+        help="Spark master URL (None: local[*,4], every core and 4 task attempts; or "
+        "SPARK_REMOTE)",
     )
     p.add_argument(
         "--systems",
@@ -447,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--events", type=int, default=events, help="trace size (events)")
         p.add_argument("--seed", type=int, default=0, help="generator and simulator seed")
         p.add_argument("--out", default=out, help="output directory (replaced atomically)")
-        p.set_defaults(func=fn)
+        p.set_defaults(func=fn, inputs={"trace": "--trace"} if name == "simulate" else {})
         if name == "simulate":
             p.add_argument(
                 "--watermark",
@@ -470,7 +483,11 @@ def build_parser() -> argparse.ArgumentParser:
                 "from millions of events: large arrays are not fresh memory each time; "
                 "given back after; see theory.memory)",
             )
-            p.add_argument("--master", default=None, help="Spark master URL (None: local[*])")
+            p.add_argument(
+                "--master",
+                default=None,
+                help="Spark master URL (None: local[*,4], every core and 4 task attempts)",
+            )
             p.add_argument(
                 "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
             )
@@ -563,25 +580,40 @@ def build_parser() -> argparse.ArgumentParser:
         "--time-unit",
         choices=("us", "ms", "s", "ns"),
         default=None,
-        help="unit of numeric time columns (any int64 then accepted); without it they are "
+        help="unit of numeric time columns (then any value whose µs lie in Beam's "
+        "timestamp range, ±9223372036854775000, is accepted); without it they are "
         "µs, and epoch s/ms/ns read as µs is an error naming the likely unit",
     )
     _add_spark_options(p)
-    p.set_defaults(func=cmd_analyze)
+    p.set_defaults(func=cmd_analyze, inputs={"trace": "TRACE"})
     return parser
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise Terminated(f"terminated by signal {signum}")
 
 
 def _interrupted(exc: BaseException) -> int:
     """Exit status and one line for a run stopped by Ctrl-C (130) or SIGTERM (143)."""
-    if isinstance(exc, Terminated):
-        print("watermarks: terminated (SIGTERM); previous output left as it was", file=sys.stderr)
-        return 143
-    print("watermarks: interrupted (Ctrl-C); previous output left as it was", file=sys.stderr)
-    return 130
+    return stopped(exc)
+
+
+class _Py4JRootRecords(logging.Filter):
+    """Drops the records Py4J's modules log through the root logger."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
+def _quiet_libraries(verbose: bool) -> None:
+    """Py4J's and PySpark's own log records (connection traces, cancelled calls) and the
+    JVM's (task failures) stay off the terminal unless ``-v``."""
+    from spark_backend.session.session import set_jvm_log_level
+
+    root = logging.getLogger()
+    for f in [f for f in root.filters if isinstance(f, _Py4JRootRecords)]:
+        root.removeFilter(f)
+    if not verbose:  # Py4J logs its send failures through the root logger
+        root.addFilter(_Py4JRootRecords())
+    logging.getLogger("py4j").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
+    logging.getLogger("pyspark").setLevel(logging.DEBUG if verbose else logging.ERROR)
+    set_jvm_log_level("error" if verbose else "off")
 
 
 def _signal_behind(exc: BaseException) -> BaseException | None:
@@ -601,16 +633,26 @@ def _signal_behind(exc: BaseException) -> BaseException | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command. Exit 0 on success; 2 with one line naming the cause on any failure
     (``-v`` also prints the trace); 130 on Ctrl-C and 143 on SIGTERM, with one line. A
-    failed or interrupted run leaves a previous output as it was."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    failed or interrupted run leaves a previous output as it was; an error raised after
+    a signal counts as the interruption (Python may turn a KeyboardInterrupt inside a C
+    call into another error). The SIGINT and SIGTERM handlers are this call's only (the
+    previous ones are restored)."""
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    previous = None
+    if main_thread:
+        previous = signal.signal(signal.SIGTERM, raise_terminated), signal.getsignal(signal.SIGINT)
+        if previous[1] is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, raise_interrupt)
+    forget_signal()
+    verbose = False
     try:
+        args = build_parser().parse_args(argv)
+        verbose = args.verbose
+        logging.basicConfig(
+            level=logging.DEBUG if verbose else logging.INFO,
+            format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        )
+        _quiet_libraries(verbose)
         check_args(args)
         return int(args.func(args))
     except (KeyboardInterrupt, Terminated) as exc:
@@ -619,13 +661,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         signalled = _signal_behind(exc)
         if signalled is not None:
             return _interrupted(signalled)
-        if args.verbose:
+        seen = signal_seen()
+        if seen is not None:  # the interrupt surfaced as another error
+            return report(seen)
+        if verbose:
             traceback.print_exc()
         print(f"watermarks: error: {one_line(exc)}", file=sys.stderr)
         return 2
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous[0])
+            signal.signal(signal.SIGINT, previous[1])
 
 
 if __name__ == "__main__":

@@ -70,7 +70,10 @@ def _spark(exc: BaseException) -> str | None:
 
 def one_line(exc: BaseException) -> str:
     """The cause of ``exc`` in one line (at most 500 characters)."""
-    spark = _spark(exc)
+    try:
+        spark = _spark(exc)
+    except Exception:  # pyspark failed to load (no memory left, say): not a Spark error
+        spark = None
     if spark is not None:
         return _squash(spark)
     if isinstance(exc, MemoryError):

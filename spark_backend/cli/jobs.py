@@ -71,7 +71,7 @@ class JobResult:
 
 @dataclass(frozen=True)
 class SparkOptions:
-    """Where Spark runs: a master URL (None: ``local[*]`` or ``SPARK_REMOTE``) and
+    """Where Spark runs: a master URL (None: ``local[*,4]`` or ``SPARK_REMOTE``) and
     ``key=value`` settings."""
 
     master: str | None = None
@@ -594,6 +594,7 @@ def run_analyze(
     session = _start_spark(spark, bar)
     LOG.info("reading and validating %s (--on-bad-rows %s)", trace, on_bad_rows)
     df, bad = read_spark(session, trace, on_bad_rows, unit, strict, reading.null_values)
+    check_rows_left(trace, bad)
     df = df.persist()
     try:
         rows = bad.rows_kept
@@ -655,6 +656,22 @@ def _warn(
         report.text("Warning", warning)
 
 
+def check_rows_left(trace: str | os.PathLike[str], bad: BadRowReport) -> None:
+    """ValueError naming the trace and the first bad row when every row was removed."""
+    if bad.rows_kept > 0:
+        return
+    first = ""
+    for rule, examples in bad.examples.items():
+        if examples:
+            row, _, value = examples[0]
+            first = f"; e.g. row {row} ({rule}): {value!r}"
+            break
+    raise ValueError(
+        f"trace {os.fspath(trace)!r}: every row is bad ({bad.total:,} of {bad.rows_read:,} "
+        f"removed by --on-bad-rows skip-and-report), nothing left to analyze{first}"
+    )
+
+
 def _analyze_local(trace: str | os.PathLike[str], job: _Analysis, reading: _Reading) -> JobResult:
     """:func:`run_analyze` on the local engine."""
     bar = Progress(3 + _COMPARE_STEPS + bool(job.systems))
@@ -662,6 +679,7 @@ def _analyze_local(trace: str | os.PathLike[str], job: _Analysis, reading: _Read
     t, bad = read_local(
         trace, reading.on_bad_rows, reading.unit, reading.strict, reading.null_values
     )
+    check_rows_left(trace, bad)
     if bad.total:
         LOG.warning("skipped %d bad rows of %d", bad.total, bad.rows_read)
     bar.step(f"read {len(t):,} rows")
@@ -698,4 +716,4 @@ def _finish_analyze(
     return JobResult(index, comparison, None)
 
 
-__all__ = ["JobResult", "SparkOptions", "run_analyze", "run_demo"]
+__all__ = ["JobResult", "SparkOptions", "check_rows_left", "run_analyze", "run_demo"]

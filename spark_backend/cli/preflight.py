@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -71,6 +72,12 @@ def check_out(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[st
                 f"--out {text!r} is an existing file, not an output directory; "
                 "remove it or choose another --out"
             )
+        mode = stat.S_IMODE(target.stat().st_mode)
+        if not mode & stat.S_IWUSR or not os.access(target, os.W_OK):
+            raise ValueError(
+                f"--out {text!r} is a read-only directory (mode {mode:04o}); it is not "
+                "replaced: make it writable or choose another --out"
+            )
         if any(target.iterdir()) and not is_previous_output(target):
             raise ValueError(
                 f"--out {text!r} is a directory that is neither empty nor a previous output "
@@ -97,22 +104,49 @@ def _check_writable(target: Path, text: str) -> None:
 SCHEMES = ("file", "hdfs", "viewfs", "webhdfs", "s3a", "s3", "gs", "abfs", "abfss", "wasb", "wasbs")
 
 
-def check_trace_path(trace: str) -> None:
-    """A local trace must exist; a URI must use one of :data:`SCHEMES`, and one pyarrow
-    knows (``file://``, ``s3://``, ``hdfs://``, ...) must name a trace file or a
-    directory holding some (listed, not read)."""
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_trace_path(trace: str, option: str = "TRACE") -> None:
+    """A local trace must be a regular file or a directory (a FIFO, a device or a link
+    to one is refused, naming what it is); a URI must use one of :data:`SCHEMES`, and
+    one pyarrow knows (``file://``, ``s3://``, ``hdfs://``, ...) must name a trace file
+    or a directory holding some (listed, not read)."""
     from theory.data.location import list_trace_files, uri_file_system
 
     scheme, sep, _ = trace.partition("://")
     if sep and scheme.lower() not in SCHEMES:
         raise ValueError(
-            f"TRACE {trace!r}: unsupported scheme {scheme!r}:// "
+            f"{option} {trace!r}: unsupported scheme {scheme!r}:// "
             f"(a local path, or one of {', '.join(s + '://' for s in SCHEMES)})"
         )
     if sep and uri_file_system(trace) is not None:
         list_trace_files(trace)
-    elif not sep and not os.path.exists(trace):
-        raise FileNotFoundError(f"TRACE {trace!r}: no such file or directory")
+        return
+    if sep:
+        return
+    try:
+        mode = os.stat(trace).st_mode
+    except FileNotFoundError:
+        what = "a broken symbolic link" if os.path.islink(trace) else "no such file or directory"
+        raise FileNotFoundError(f"{option} {trace!r}: {what}") from None
+    except OSError as err:
+        raise ValueError(f"{option} {trace!r}: cannot be read ({err.strerror})") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        via = " (through a symbolic link)" if os.path.islink(trace) else ""
+        raise ValueError(
+            f"{option} {trace!r} is {_kind(mode)}{via}: a trace is a Parquet or CSV file "
+            "or a directory of them"
+        )
 
 
 _MASTER = re.compile(
@@ -131,6 +165,11 @@ def check_master(master: str | None) -> None:
         )
 
 
+#: The most events ``simulate`` and ``demo`` generate (the generated traces' times, µs,
+#: stay far inside int64 and Beam's timestamp range below it).
+MAX_EVENTS = 10**12
+
+
 def check_seed(seed: int) -> None:
     """A seed is a non-negative int64."""
     if not 0 <= seed < 2**63:
@@ -147,8 +186,10 @@ def check_args(args: argparse.Namespace) -> None:
         check_seed(args.seed)
     if command in ("simulate", "demo"):
         low = 1 if command == "simulate" else 2
-        if args.events < low:
-            raise ValueError(f"--events must be >= {low}, got {args.events}")
+        if not low <= args.events <= MAX_EVENTS:
+            raise ValueError(
+                f"--events must be >= {low} and at most {MAX_EVENTS:,}, got {args.events:,}"
+            )
     if command == "simulate":
         from theory.pipeline import chapter3
 
@@ -168,19 +209,35 @@ def check_args(args: argparse.Namespace) -> None:
         check_request(strategy_specs(args.strategies), parse_duration(args.window))
         parse_conf(args.conf)
         check_master(args.master)
+    check_outputs(args)
+
+
+def check_outputs(args: argparse.Namespace) -> Path:
+    """The one ``--out`` guard of every command: each input the command declares (the
+    ``inputs`` default its parser sets: its path arguments' names and how messages name
+    them) is checked as a trace path, then ``--out`` against all of them
+    (:func:`check_out`). A command that declares no ``inputs`` is a programming error
+    (RuntimeError)."""
+    declared = getattr(args, "inputs", None)
+    if declared is None:
+        raise RuntimeError(f"command {args.command!r} declares no inputs for the --out guard")
     inputs = []
-    if command == "analyze":
-        check_trace_path(args.trace)
-        inputs.append(args.trace)
-    check_out(args.out, inputs)
+    for name, label in declared.items():
+        value = getattr(args, name)
+        if value is not None:
+            check_trace_path(value, label)
+            inputs.append(value)
+    return check_out(args.out, inputs)
 
 
 __all__ = [
     "LEGACY_OUTPUTS",
+    "MAX_EVENTS",
     "SCHEMES",
     "check_args",
     "check_master",
     "check_out",
+    "check_outputs",
     "check_seed",
     "check_trace_path",
     "is_previous_output",

@@ -20,7 +20,9 @@ gateway's input, waits for the JVM to exit cleanly and only then renames the fil
 place, so a session never maps a half-written archive. The archive's name carries a digest of
 what it depends on (the Java runtime, Spark's jars, these options), so an upgrade of
 either builds a new one. It lives in ``$XDG_CACHE_HOME/dataflow-watermarks`` (default
-``~/.cache/dataflow-watermarks``; ``WATERMARKS_CACHE_DIR`` overrides).
+``~/.cache/dataflow-watermarks``; ``WATERMARKS_CACHE_DIR`` overrides), made 0700; the
+archive is published 0600, and before a JVM maps it (as code) it and its folder are
+checked to be this user's and writable by no one else (:func:`check_archive`).
 
 A ``spark.driver.extraJavaOptions`` given by the caller replaces these options whole
 (no archive either), as any ``--conf`` replaces a default.
@@ -32,16 +34,19 @@ import contextlib
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any, Final
 
 from spark_backend.cli.atomic import pid_alive
+from theory.data.private import UnsafeDirectoryError, check_private_file
 
 __all__ = [
     "FAST_START_OPTIONS",
     "archive_path",
     "cache_dir",
+    "check_archive",
     "current_archive",
     "driver_java_options",
     "java_executable",
@@ -114,16 +119,43 @@ def driver_java_options(java: str, spark_home: str | os.PathLike[str]) -> tuple[
     try:
         final = archive_path(java, spark_home)
         if final.is_file():
+            check_archive(final)
             return f"{FAST_START_OPTIONS} -XX:SharedArchiveFile={final} {_QUIET_CDS}", None
-        final.parent.mkdir(parents=True, exist_ok=True)
+        final.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _check_folder(final.parent)
         _remove_stale(final.parent)
         if not _claim(final.with_name(final.name + _BUILDING_SUFFIX)):
             return FAST_START_OPTIONS, None  # another process builds it
         pending = final.with_name(f"{final.name}.{os.getpid()}{_PENDING_SUFFIX}")
         pending.unlink(missing_ok=True)
         return f"{FAST_START_OPTIONS} -XX:ArchiveClassesAtExit={pending} {_QUIET_CDS}", pending
+    except UnsafeDirectoryError:
+        raise
     except OSError:
         return FAST_START_OPTIONS, None
+
+
+def _check_folder(folder: Path) -> None:
+    """The cache folder must be this user's and writable by no one else."""
+    st = os.stat(folder)
+    if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafeDirectoryError(
+            f"refusing the class-data cache {folder}: owned by uid {st.st_uid} with mode "
+            f"{stat.S_IMODE(st.st_mode):04o}; it must be yours and writable by you alone "
+            "(chmod 700 it, or set WATERMARKS_CACHE_DIR)"
+        )
+
+
+def check_archive(archive: Path) -> None:
+    """Before the JVM maps ``archive`` as code: it and its folder must be this user's
+    and writable by no one else (UnsafeDirectoryError, one line, otherwise)."""
+    _check_folder(archive.parent)
+    try:
+        check_private_file(archive)
+    except UnsafeDirectoryError as err:
+        raise UnsafeDirectoryError(
+            f"{err} (the JVM would load this class-data archive as code)"
+        ) from None
 
 
 def publish_archive(process: Any, pending: Path, timeout: float = 600.0) -> bool:
@@ -141,6 +173,7 @@ def publish_archive(process: Any, pending: Path, timeout: float = 600.0) -> bool
         code = None
     try:
         if code == 0 and pending.is_file() and pending.stat().st_size > 0:
+            os.chmod(pending, 0o600)
             os.replace(pending, final)
             return True
         pending.unlink(missing_ok=True)

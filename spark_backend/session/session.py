@@ -4,7 +4,12 @@
 SparkContext per JVM, and a session takes ~10 s to start). The defaults suit a laptop
 and small to medium traces:
 
-- ``local[*]`` unless ``master`` (``--master``) is given;
+- ``local[*,4]`` unless ``master`` (``--master``) is given: a failed task is tried up
+  to 4 times, as on a cluster (:func:`default_master`);
+- every file of the run (Spark's ``spark-*`` / ``blockmgr-*`` directories, the JVM's
+  temporary files, the log4j2 properties) in a private directory of this process,
+  removed at its exit; no ``hsperfdata_<user>``; in local mode the driver binds and
+  advertises 127.0.0.1 (:func:`private_settings`);
 - no web UI, no console progress bar, quiet JVM logs (errors only);
 - UTC session time zone (every timestamp in the toolkit is µs since the epoch, UTC);
 - few shuffle partitions in local mode (two per core), adaptive execution on;
@@ -25,23 +30,28 @@ import atexit
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
-import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from spark_backend.session import jvm_start
+from theory.data.private import run_dir
 
 __all__ = [
     "JAVA_MIN_VERSION",
+    "LOCAL_TASK_ATTEMPTS",
     "JavaNotFoundError",
     "check_java",
     "default_conf",
+    "default_master",
     "get_session",
     "parse_conf",
+    "private_settings",
+    "set_jvm_log_level",
     "stop_session",
     "warm_session",
 ]
@@ -56,7 +66,7 @@ _INSTALL_HINT: Final[str] = (
 )
 
 _LOG4J2: Final[str] = """\
-rootLogger.level = error
+rootLogger.level = {level}
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console
@@ -64,8 +74,20 @@ appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
 logger.spark.name = org.apache.spark
-logger.spark.level = error
+logger.spark.level = {level}
 """
+
+#: The JVM's log level (log4j2): ``error`` by default; the command line sets ``off``
+#: unless ``-v`` (:func:`set_jvm_log_level`), its one-line errors naming the cause.
+_JVM_LOG_LEVEL = ["error"]
+
+
+def set_jvm_log_level(level: str) -> None:
+    """The log4j2 level of JVMs started from now on in this process (``off``, ``fatal``,
+    ``error``, ``warn``, ``info``, ``debug``)."""
+    if level not in ("off", "fatal", "error", "warn", "info", "debug"):
+        raise ValueError(f"JVM log level must be off, fatal, error, warn, info or debug: {level!r}")
+    _JVM_LOG_LEVEL[0] = level
 
 _LOCK = threading.Lock()
 _SESSION: Any = None  # the shared SparkSession
@@ -82,6 +104,12 @@ def check_java(minimum: int = JAVA_MIN_VERSION) -> int:
     Raises :class:`JavaNotFoundError`, naming what to install, when there is no Java or
     it is older than ``minimum``.
     """
+    home = os.environ.get("JAVA_HOME")
+    if home and not os.access(Path(home) / "bin" / "java", os.X_OK):
+        raise JavaNotFoundError(
+            f"JAVA_HOME={home!r} has no executable bin/java, and Spark runs that one: "
+            f"unset JAVA_HOME or point it at a Java {minimum}+ runtime. {_INSTALL_HINT}."
+        )
     java = jvm_start.java_executable()
     if java is None:
         raise JavaNotFoundError(
@@ -168,13 +196,53 @@ def default_conf(master: str) -> dict[str, str]:
     return conf
 
 
-def _log4j_options() -> str:
-    path = Path(tempfile.gettempdir()) / f"watermarks-log4j2-{os.getuid()}.properties"
-    if not path.exists() or path.read_text() != _LOG4J2:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(_LOG4J2)
-        os.replace(tmp, path)
+def _log4j_options(run: Path) -> str:
+    """The Java option naming the log4j2 properties, written (``O_EXCL | O_NOFOLLOW``,
+    mode 0600) into this process's private run directory ``run``."""
+    path = run / f"log4j2-{_JVM_LOG_LEVEL[0]}.properties"
+    if not path.is_file():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(_LOG4J2.replace("{level}", _JVM_LOG_LEVEL[0]))
     return f"-Dlog4j2.configurationFile=file:{path}"
+
+
+#: Local mode's default master: every core, a failed task tried up to 4 times as a
+#: cluster does (Spark's ``spark.task.maxFailures`` default; plain ``local[N]`` never
+#: retries). ``WATERMARKS_LOCAL_TASK_ATTEMPTS`` sets the attempts (the test suite: 1).
+LOCAL_TASK_ATTEMPTS: Final[int] = 4
+
+
+def default_master() -> str:
+    """``local[*,A]``: A is ``WATERMARKS_LOCAL_TASK_ATTEMPTS`` or
+    :data:`LOCAL_TASK_ATTEMPTS`."""
+    text = os.environ.get("WATERMARKS_LOCAL_TASK_ATTEMPTS", "").strip()
+    if not text:
+        return f"local[*,{LOCAL_TASK_ATTEMPTS}]"
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"WATERMARKS_LOCAL_TASK_ATTEMPTS must be an integer >= 1, got {text!r}")
+    return f"local[*,{int(text)}]"
+
+
+def private_settings(master: str, settings: Mapping[str, str]) -> dict[str, str]:
+    """The settings that keep a run's files in its private run directory
+    (:func:`theory.data.private.run_dir`) and a local driver on loopback: the driver
+    JVM's ``java.io.tmpdir`` and ``-XX:-UsePerfData`` (no ``hsperfdata_<user>``), the
+    log4j2 properties; in local mode also ``spark.local.dir`` and
+    ``spark.driver.bindAddress`` / ``spark.driver.host`` 127.0.0.1, unless ``settings``
+    set them."""
+    run = run_dir()
+    out = dict(settings)
+    log = _log4j_options(run)
+    driver = f"-Djava.io.tmpdir={run} -XX:-UsePerfData {log}"
+    options = {"spark.driver.extraJavaOptions": driver, "spark.executor.extraJavaOptions": log}
+    if _is_local(master):  # on a cluster the executors' hosts keep their own directories
+        out.setdefault("spark.local.dir", str(run))
+        out.setdefault("spark.driver.bindAddress", "127.0.0.1")
+        out.setdefault("spark.driver.host", "127.0.0.1")
+    for key, value in options.items():
+        out[key] = (out.get(key, "") + " " + value).strip()
+    return out
 
 
 def get_session(
@@ -222,7 +290,7 @@ def get_session(
             return session
 
         check_java()
-        chosen = master or overrides.pop("spark.master", None) or "local[*]"
+        chosen = master or overrides.pop("spark.master", None) or default_master()
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         if _is_local(chosen):
@@ -237,18 +305,40 @@ def get_session(
                 str(jvm_start.java_executable()), jvm_start.spark_home()
             )
             settings["spark.driver.extraJavaOptions"] = options
-        log_opt = _log4j_options()
-        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
-            settings[key] = (settings.get(key, "") + " " + log_opt).strip()
+        settings = private_settings(chosen, settings)
+        from pyspark import SparkConf, SparkContext
+
+        spark_conf = SparkConf().setMaster(chosen).setAppName(app_name)
+        spark_conf.setAll(list(settings.items()))
+        with _own_sigint():  # PySpark's handler replaced as soon as the context exists
+            SparkContext.getOrCreate(spark_conf)
         builder = SparkSession.builder.master(chosen).appName(app_name)
         for key, value in settings.items():
             builder = builder.config(key, value)
-        session = builder.getOrCreate()
-        session.sparkContext.setLogLevel("ERROR")
+        with _own_sigint():
+            session = builder.getOrCreate()
+        session.sparkContext.setLogLevel(_JVM_LOG_LEVEL[0].upper())
+        atexit.register(_stop_jvm, session.sparkContext._gateway)
         if pending is not None:
             _publish_at_exit(session, pending)
         _SESSION, _MASTER = session, chosen
         return session
+
+
+@contextlib.contextmanager
+def _own_sigint() -> Iterator[None]:
+    """Keep this process's SIGINT handler across the SparkContext's start. PySpark's own
+    calls the JVM from inside the handler (to cancel jobs): on the connection a call in
+    progress holds, which can leave that call waiting forever. Without it, Ctrl-C raises
+    KeyboardInterrupt as anywhere else, and stopping the session ends the jobs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
 
 
 def _publish_at_exit(session: Any, pending: Path) -> None:
@@ -263,6 +353,20 @@ def _stop_and_publish(process: Any, pending: Path) -> None:
     with contextlib.suppress(Exception):  # the context's threads end before the JVM
         stop_session()
     jvm_start.publish_archive(process, pending)
+
+
+def _stop_jvm(gateway: Any) -> None:
+    """At exit: stop the session and let its JVM exit (so its files in the run directory
+    are closed before the directory is removed)."""
+    with contextlib.suppress(Exception):
+        stop_session()
+    process = getattr(gateway, "proc", None)
+    if process is None:
+        return
+    with contextlib.suppress(Exception):
+        if process.stdin is not None:
+            process.stdin.close()  # the gateway exits on end of input
+        process.wait(timeout=30)
 
 
 def _is_stopped(session: Any) -> bool:

@@ -1,10 +1,11 @@
 """A user's trace read by either engine, its times in µs: the ``--time-unit`` rule.
 
-Numeric time columns are in ``unit`` when one is given (any int64 accepted); without it
-they are µs, and a column whose range looks like epoch seconds, milliseconds or
-nanoseconds read as µs stops the run (:func:`theory.data.units.check_magnitude`, which
-names the likely unit and the flag). Both engines apply theory's rule: the local one on
-numpy columns, Spark as an exact bigint expression. Timestamp, date and ISO-8601
+Numeric time columns are in ``unit`` when one is given (any value whose µs lie in Beam's
+timestamp range accepted); without it they are µs, and a column whose range looks like
+epoch seconds, milliseconds or nanoseconds read as µs stops the run
+(:func:`theory.data.units.check_magnitude`, which names the likely unit and the flag).
+Both engines apply theory's rule: the local one on numpy columns, Spark as an exact
+bigint expression. Timestamp, date and ISO-8601
 columns are absolute and never scaled.
 
 :func:`read_blocks` gives :func:`read_local`'s trace as a

@@ -11,6 +11,8 @@
 ``theory.data.location``        ``TraceFile``: a trace's files, local or on any
                                 ``pyarrow.fs`` file system (``file://``, ``s3://``, ...)
 ``theory.data.io``              ``read_trace`` / ``write_trace``: Parquet, CSV, folders
+``theory.data.private``         per-user private directories (0700, owner checked) for
+                                what a run keeps on disk; a run's own, removed at exit
 ``theory.data.units``           time units of integer columns (``--time-unit``), and
                                 the magnitude check that catches epoch s/ms/ns as µs
 ``theory.data.distributions``   ``Distribution`` / ``Delay``: named scipy.stats skew

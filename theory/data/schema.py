@@ -95,7 +95,10 @@ def _int_rules(column: str, unparseable: str, out_of_range: str) -> tuple[Rule, 
     )
 
 
-_TS_RANGE = "outside [MIN_TIMESTAMP, MAX_TIMESTAMP] µs"
+_TS_RANGE = (
+    "outside [MIN_TIMESTAMP, MAX_TIMESTAMP] µs (Beam's timestamp range: "
+    "±9223372036854775000, just inside int64)"
+)
 _TS_PARSE = "not parseable as an integer (µs) or an ISO-8601 timestamp"
 
 #: Every validation rule, in priority order: under ``"fail"`` the lowest bad row raises,

@@ -35,8 +35,10 @@ __all__ = [
 #: What one micro-batch takes from a TestStream (``--test_stream_batches``).
 TEST_STREAM_BATCHES: Final[tuple[str, ...]] = ("event", "instant")
 
-#: The master used when neither --spark_master nor --spark_master_url is given.
-DEFAULT_MASTER: Final[str] = "local[*]"
+#: The master used when neither --spark_master nor --spark_master_url is given (the
+#: session's :func:`~spark_backend.session.session.default_master`: every core, a failed
+#: task tried up to 4 times).
+DEFAULT_MASTER: Final[str] = "local[*,4]"
 
 _MASTER_FORMS: Final[tuple[re.Pattern[str], ...]] = tuple(
     re.compile(p)
