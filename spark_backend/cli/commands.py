@@ -285,6 +285,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         systems=_systems(args.systems, ("beam", "flink", "spark")),
         engine=args.engine,
         firing=_firing(args),
+        include_end_of_input=args.include_end_of_input,
     )
     print(f"report: {result.index}")
     return 0
@@ -314,6 +315,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         engine=args.engine,
         time_unit=args.time_unit,
         firing=_firing(args),
+        include_end_of_input=args.include_end_of_input,
     )
     print(f"report: {result.index}")
     return 0
@@ -401,6 +403,13 @@ def _add_firing_options(p: argparse.ArgumentParser) -> None:
         default="eow",
         help="pane timestamps (and watermark holds) at the end of the window, the earliest "
         "or the latest element (book figures 3.7, 3.8): the table gains their lag",
+    )
+    p.add_argument(
+        "--include-end-of-input",
+        action="store_true",
+        help="count the windows fired by the end of input (at the last arrival, before "
+        "the watermark reached their end) in the latency percentiles; by default they "
+        "are left out and counted in end_of_input_windows",
     )
 
 

@@ -139,6 +139,7 @@ def compare_local(
     zoom: int = 30 * MINUTE,
     step: Callable[[str], None] | None = None,
     firing: Firing = FIRE_ONCE,
+    include_end_of_input: bool = False,
 ) -> Comparison:
     """:func:`spark_backend.report.comparison.compare` on a trace in memory, without Spark (see
     the module docstring). Raises ValueError for a bad strategy spec, duplicate names, a
@@ -158,7 +159,11 @@ def compare_local(
     rows = []
     for name in names:
         panes = index.panes(curves[name], firing)
-        rows.append(summary_row(name, index.elements, panes, late[name], len(trace)))
+        rows.append(
+            summary_row(
+                name, index.elements, panes, late[name], len(trace), include_end_of_input
+            )
+        )
     summary = pd.DataFrame(rows)
     done("late data, completeness and latency")
     rng = np.random.default_rng(seed)

@@ -143,10 +143,12 @@ def compare(
     zoom: int = 30 * MINUTE,
     step: Callable[[str], None] | None = None,
     firing: Firing = FIRE_ONCE,
+    include_end_of_input: bool = False,
 ) -> Comparison:
     """Compare ``strategies`` on the trace ``df`` with fixed windows of ``window_size`` µs
     fired as ``firing`` says (lateness, late firings, timestamp combiner); ``zoom`` is
-    the span (µs) of the zoomed view.
+    the span (µs) of the zoomed view. The latency percentiles leave out the windows fired
+    by the end of input unless ``include_end_of_input``.
 
     ``step(label)`` is called after each Spark stage (progress). Raises ValueError for a
     bad strategy spec, duplicate names, a bad window size or an empty trace.
@@ -163,7 +165,11 @@ def compare(
     try:
         LOG.info("late data, windows and latency for %d strategies", len(specs))
         curves = an.all_curves()  # one collect: the fire times and the exact source lag
-        summary = an.window_summary(window_size, firing=firing, curves=curves)
+        per_window = an.windows(window_size, firing=firing, curves=curves)
+        summary = an.window_summary(
+            window_size, firing=firing, curves=curves,
+            include_end_of_input=include_end_of_input, per_window=per_window,
+        )
         done("late data, completeness and latency")
         LOG.info("sampling the curves and about %d elements", sample_elements)
         lo, hi = layout.first_arrival, layout.last_arrival

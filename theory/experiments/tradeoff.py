@@ -25,6 +25,7 @@ from theory.pipeline.metrics import StrategyMetrics, as_table, eventual_counts, 
 from theory.pipeline.simulator import SimulationResult, simulate
 from theory.pipeline.stages import GroupByWindow, Pipeline, Source
 from theory.time import HOUR, MINUTE
+from theory.watermarks.spec import make_source_watermark
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
 from theory.windowing.triggers import AfterCount, AfterWatermark, DefaultTrigger
 from theory.windowing.windows import FixedWindows, window_fn_from_spec
@@ -149,8 +150,11 @@ def tradeoff(
     *,
     window_size: int = 2 * MINUTE,
     seed: int = 0,
+    include_end_of_input: bool = False,
 ) -> TradeoffResult:
-    """Run every strategy on ``trace`` and tabulate latency against completeness."""
+    """Run every strategy on ``trace`` and tabulate latency against completeness. The
+    latency percentiles leave out the windows fired by the end of input (counted in
+    ``end_of_input_windows``) unless ``include_end_of_input``, as the command line."""
     check_duration(window_size, "window_size", allow_zero=False)
     names = [s.name for s in strategies]
     if len(set(names)) != len(names):
@@ -161,11 +165,28 @@ def tradeoff(
     for s in strategies:
         result = simulate(s.pipeline(window_size), {"in": trace}, seed=seed)
         results[s.name] = result
-        rows.append(strategy_metrics(s.name, result, STAGE, eventual))
+        rows.append(
+            strategy_metrics(
+                s.name, result, STAGE, eventual,
+                end_of_input=_end_of_input(trace, s.watermark),
+                include_end_of_input=include_end_of_input,
+            )
+        )
     frontier = pareto_frontier(
         [r.window_latency_p50 for r in rows], [r.completeness_mean for r in rows]
     )
     return TradeoffResult(rows, frontier, results)
+
+
+def _end_of_input(trace: Trace, watermark: str) -> tuple[int, int] | None:
+    """(last arrival, the source watermark there as if the input went on), µs; None for
+    an empty trace."""
+    if not len(trace):
+        return None
+    t = trace.sorted_by_arrival()
+    last = int(t.arrival_time[-1])
+    curve = make_source_watermark(watermark).curve(t.event_time, t.arrival_time, t.partition)
+    return last, int(curve.at(last))
 
 
 def final_values(
