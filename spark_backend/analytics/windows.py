@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from spark_backend.analytics.layout import ArrivalLayout
     from spark_backend.analytics.strategies import Strategy
 
-__all__ = ["fire_times", "window_summary", "windows"]
+__all__ = ["fire_times", "window_rows", "window_summary", "windows"]
 
 _NEVER = np.iinfo(np.int64).max
 
@@ -319,11 +319,21 @@ def _strategy_windows(
     end = got["window_end"].to_numpy(dtype=np.int64)
     elements = got["elements"].to_numpy(dtype=np.int64)
     p = window_panes(agg, end, _column(got, f"_t{i}"), firing, by_end)
+    start = got["window_start"].to_numpy(dtype=np.int64)
+    return window_rows(name, got["key"], start, end, elements, p)
+
+
+def window_rows(
+    name: str, key: object, start: np.ndarray, end: np.ndarray, elements: np.ndarray,
+    p: WindowPanes,
+) -> pd.DataFrame:
+    """One strategy's rows of :func:`windows` from its windows' keys, bounds (µs),
+    element counts and panes (both engines build them here)."""
     return pd.DataFrame(
         {
             "strategy": name,
-            "key": got["key"],
-            "window_start": got["window_start"].to_numpy(dtype=np.int64),
+            "key": key,
+            "window_start": start,
             "window_end": end,
             "elements": elements,
             "first_pane": p.first,

@@ -27,6 +27,7 @@ from spark_backend.report.comparison import DEFAULT_STRATEGIES, Comparison, chec
 from spark_backend.report.report import Report, percent, record_columns, seconds
 from spark_backend.report.systems import bound_of, systems_section, trace_of
 from spark_backend.report.tables import with_units
+from spark_backend.report.window_table import window_table
 from spark_backend.session.session import get_session
 from spark_backend.traces.trace_input import local_files, read_local, read_spark
 from theory.data.report import BadRowReport
@@ -118,6 +119,8 @@ def strategies_section(
         del table["pane_timestamp_lag_p50"], table["pane_timestamp_lag_p99"]
     table["on_frontier"] = table.pop("on_frontier")
     shown = with_units(table, durations=[k for k in table if "latency" in k or "lag" in k])
+    if c.windows is not None:
+        report.data("windows", window_table(c.windows))
     report.table(
         "strategies",
         "Watermark strategies compared",
@@ -127,7 +130,8 @@ def strategies_section(
         + _end_of_input_note(include_end_of_input)
         + "); the source watermark's lag behind processing time (exact, weighted by time "
         "from the first to the last arrival, where the watermark is finite). "
-        + _firing_note(firing),
+        + _firing_note(firing)
+        + " Each window's results: windows.parquet.",
         _formats(shown),
     )
     report.figure(

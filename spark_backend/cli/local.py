@@ -19,6 +19,7 @@ import pandas as pd
 
 from spark_backend.analytics.holdback import holdback_of_trace
 from spark_backend.analytics.strategies import Strategy
+from spark_backend.analytics.windows import window_rows
 from spark_backend.report.comparison import (
     Comparison,
     View,
@@ -156,12 +157,18 @@ def compare_local(
     curves, late = local_curves(e, a, parsed)
     done(f"{len(trace):,} rows: curves")
     index = WindowIndex.of(e, a, trace.key, window_size)
-    rows = []
+    rows, frames = [], []
     for name in names:
         panes = index.panes(curves[name], firing)
         rows.append(
             summary_row(
                 name, index.elements, panes, late[name], len(trace), include_end_of_input
+            )
+        )
+        frames.append(
+            window_rows(
+                name, index.key, index.window_end - window_size, index.window_end,
+                index.elements, panes,
             )
         )
     summary = pd.DataFrame(rows)
@@ -181,4 +188,6 @@ def compare_local(
         done("partition skew")
     lags = [source_lags(curves[name], lo, hi) for name in names]
     table = comparison_table(summary, lags, names)
-    return Comparison(names, len(trace), table, whole, zoomed, hb)
+    return Comparison(
+        names, len(trace), table, whole, zoomed, hb, pd.concat(frames, ignore_index=True)
+    )

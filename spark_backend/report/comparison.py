@@ -98,6 +98,8 @@ class Comparison:
     whole: View
     zoom: View
     holdback: pd.DataFrame | None
+    #: Per strategy and (key, window): :func:`spark_backend.analytics.windows.windows`.
+    windows: pd.DataFrame | None = None
 
 
 def _view(an: WatermarkAnalysis, lo: int, hi: int, points: int, fraction: float, seed: int) -> View:
@@ -191,7 +193,7 @@ def compare(
         an.unpersist()
         layout.unpersist()
     table = comparison_table(summary, lags, specs)
-    return Comparison(specs, layout.rows, table, whole, zoomed, hb)
+    return Comparison(specs, layout.rows, table, whole, zoomed, hb, per_window)
 
 
 def zoom_span(arrivals: np.ndarray, lo: int, hi: int, zoom: int) -> tuple[int, int]:
