@@ -64,7 +64,8 @@ def test_local_tables_equal_spark(spark) -> None:
     # the windows fired by the end of input are flagged alike, and windows.parquet is
     # identical (docs/semantics.md, "End of input")
     eoi = on_spark.table["end_of_input_windows"]
-    assert any(n > 0 for n in eoi) and any(n < w for n, w in zip(eoi, on_spark.table["windows"]))
+    windows = on_spark.table["windows"]
+    assert any(n > 0 for n in eoi) and any(n < w for n, w in zip(eoi, windows, strict=True))
     assert on_spark.windows is not None and local.windows is not None
     assert window_table(on_spark.windows).equals(window_table(local.windows))
     assert on_spark.holdback is not None and local.holdback is not None
