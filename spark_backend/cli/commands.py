@@ -45,15 +45,16 @@ def _fmt_seconds(us: float) -> str:
 
 
 def _write_simulation(result: Any, out: Path) -> None:
-    """Write series.parquet (µs) and metrics.csv (columns named by unit, times also as
-    ISO-8601 UTC, infinities as ``inf``) for a SimulationResult (or a Spark engine's
-    KeyedSimulation) into the directory ``out``."""
+    """Write series.parquet and metrics.csv (columns named by unit: integer ``_us``, times
+    also as ISO-8601 UTC ``_utc``, infinities as ``inf``) for a SimulationResult (or a
+    Spark engine's KeyedSimulation) into the directory ``out``."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from spark_backend.report.report import write_csv
     from spark_backend.report.tables import with_units
+    from spark_backend.report.window_table import utc_strings
     from theory.pipeline.metrics import metrics_table
 
     stages, t_col, iw_col, ow_col = [], [], [], []
@@ -63,14 +64,15 @@ def _write_simulation(result: Any, out: Path) -> None:
         t_col.append(t)
         iw_col.append(iw)
         ow_col.append(ow)
-    series = pa.table(
-        {
-            "stage": pa.array(np.concatenate(stages).tolist(), pa.string()),
-            "processing_time": pa.array(np.concatenate(t_col), pa.int64()),
-            "input_watermark": pa.array(np.concatenate(iw_col), pa.int64()),
-            "output_watermark": pa.array(np.concatenate(ow_col), pa.int64()),
-        }
-    )
+    columns: dict[str, pa.Array] = {
+        "stage": pa.array(np.concatenate(stages).tolist(), pa.string())
+    }
+    for name, col in (("processing_time", t_col), ("input_watermark", iw_col),
+                      ("output_watermark", ow_col)):  # fmt: skip
+        us = np.concatenate(col).astype(np.int64)
+        columns[f"{name}_us"] = pa.array(us, pa.int64())
+        columns[f"{name}_utc"] = utc_strings(us)
+    series = pa.table(columns)
     metrics = metrics_table(result)
     metrics = with_units(
         metrics,

@@ -123,6 +123,8 @@ class Report:
 def _cell(value: object, fmt: Callable[[object], str] | None, column: str = "") -> str:
     """A table cell as text: ``fmt`` if given, else as the CSV writes it (times at the
     bounds of a ``_us`` column as ``inf``/``-inf``), numbers with thousands separators."""
+    if value is None:
+        return "–"
     if fmt is not None:
         return fmt(value)
     value = csv_value(value, column)
@@ -161,7 +163,9 @@ def write_csv(path: Path, table: Table) -> None:
 
 
 def seconds(value: object) -> str:
-    """Format µs as seconds for a table cell."""
+    """Format µs as seconds for a table cell (– for none)."""
+    if value is None:
+        return "–"
     v = float(value)  # type: ignore[arg-type]
     return "–" if math.isnan(v) else f"{v / 1e6:,.1f} s"
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from spark_backend.report.tables import time_cell
 
-__all__ = ["COLUMNS", "window_table"]
+__all__ = ["COLUMNS", "utc_strings", "window_table"]
 
 #: The columns of ``windows.parquet``, in order.
 COLUMNS = (
@@ -29,12 +29,12 @@ COLUMNS = (
 )
 
 
-def _utc(us: np.ndarray, valid: np.ndarray) -> pa.Array:
-    """ISO-8601 UTC strings of the µs times where ``valid``, null elsewhere (each
-    distinct time formatted once)."""
+def utc_strings(us: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """ISO-8601 UTC strings of the µs times (``inf``/``-inf`` at the bounds) where
+    ``valid`` (None: everywhere), null elsewhere; each distinct time formatted once."""
     uniq, inverse = np.unique(us, return_inverse=True)
     text = np.array([time_cell(int(v)) for v in uniq], dtype=object)[inverse.reshape(-1)]
-    return pa.array(text, pa.string(), mask=~valid)
+    return pa.array(text, pa.string(), mask=None if valid is None else ~valid)
 
 
 def _int(values: np.ndarray, valid: np.ndarray) -> pa.Array:
@@ -54,12 +54,12 @@ def window_table(frame: pd.DataFrame) -> pa.Table:
         "strategy": pa.array(frame["strategy"].astype(str).tolist(), pa.string()),
         "key": pa.array(frame["key"].tolist()),
         "window_start_us": _int(start, always),
-        "window_start_utc": _utc(start, always),
+        "window_start_utc": utc_strings(start),
         "window_end_us": _int(end, always),
-        "window_end_utc": _utc(end, always),
+        "window_end_utc": utc_strings(end),
         "elements": _int(frame["elements"].to_numpy(np.int64), always),
         "first_fire_time_us": _int(fire, fired),
-        "first_fire_time_utc": _utc(fire, fired),
+        "first_fire_time_utc": utc_strings(fire, fired),
         "count_at_first_firing": _int(frame["first_pane"].to_numpy(np.int64), always),
         "final_count": _int(frame["final_pane"].to_numpy(np.int64), always),
         "completeness_at_first_firing": pa.array(

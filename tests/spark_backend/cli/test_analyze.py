@@ -12,6 +12,7 @@ import pytest
 from spark_backend.cli import commands as cli
 from spark_backend.traces.collect import to_trace
 from spark_backend.traces.generate import generate_trace_df
+from tests.helpers.units import us_cell
 from theory.data.io import read_trace, write_trace
 from theory.experiments.tradeoff import Strategy, tradeoff
 from theory.time import SECOND
@@ -66,8 +67,9 @@ def test_skip_and_report_equals_theory(trace_dir: Path, tmp_path: Path, capsys):
         assert int(row["late_count"]) == w.late_count
         assert int(row["dropped"]) == w.dropped
         assert int(row["windows"]) == w.windows
-        assert float(row["window_latency_p50_us"]) == w.window_latency_p50
-        assert float(row["window_latency_p99_us"]) == w.window_latency_p99
+        # integer µs, rounded to the nearest (docs/researcher.md)
+        assert row["window_latency_p50_us"] == us_cell(w.window_latency_p50)
+        assert row["window_latency_p99_us"] == us_cell(w.window_latency_p99)
         assert int(row["end_of_input_windows"]) == w.end_of_input_windows < w.windows
         assert float(row["completeness_mean"]) == pytest.approx(w.completeness_mean, rel=1e-12)
     assert int(got[1]["late_count"]) > int(got[2]["late_count"]) > 0  # tighter bound, more late
