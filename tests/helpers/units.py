@@ -1,7 +1,7 @@
 """The command line's unit convention, checked on its output files: a column named
 ``_us`` holds integers (µs; in a CSV also blank for none and ``inf``/``-inf`` at the
 bounds), ``_utc`` ISO-8601 UTC strings, ``_s`` numbers (seconds), and no other column
-names a time or a duration."""
+of numbers names a time or a duration."""
 
 from __future__ import annotations
 
@@ -47,8 +47,9 @@ def csv_unit_errors(path: Path) -> list[str]:
         names = list(rows[0]) if rows else []
     errors = []
     for name in names:
-        errors += [f"{path.name}: {e}" for e in unit_errors_of_name(name)]
         cells = [r[name] for r in rows]
+        if any(_is_number(c) for c in cells):  # a column of names names no unit
+            errors += [f"{path.name}: {e}" for e in unit_errors_of_name(name)]
         if name.endswith("_us"):
             bad = [c for c in cells if not _INT.match(c) and c not in _BOUNDS]
         elif name.endswith("_utc"):
@@ -75,7 +76,8 @@ def parquet_unit_errors(path: Path) -> list[str]:
     schema = pq.read_schema(path)
     errors = []
     for field in schema:
-        errors += [f"{path.name}: {e}" for e in unit_errors_of_name(field.name)]
+        if pa.types.is_integer(field.type) or pa.types.is_floating(field.type):
+            errors += [f"{path.name}: {e}" for e in unit_errors_of_name(field.name)]
         if field.name.endswith("_us") and not pa.types.is_integer(field.type):
             errors.append(f"{path.name}: {field.name} is {field.type}, not an integer")
         if field.name.endswith("_utc"):
