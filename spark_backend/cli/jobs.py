@@ -514,11 +514,12 @@ def run_demo(
     the latency percentiles count the windows fired by the end of input."""
     if events < 2:
         raise ValueError(f"--events must be >= 2, got {events}")
-    check_request(strategies, window_size)
+    check_request(strategies, window_size, "local")
     if systems:  # refused before any work
         check_systems(systems)
         bound_of(strategies)
     chosen, why = choose_engine(engine, spark.master, events * BYTES_PER_ROW)
+    check_request(strategies, window_size, chosen)
     LOG.info("engine: %s (%s)", chosen, why)
     what = (
         "events from mobile and console game sessions (partition 3 idle for a while), "
@@ -607,12 +608,13 @@ def run_analyze(
     compared windows. ``include_end_of_input``: the latency percentiles count the windows
     fired by the end of input. Options, paths and bad input raise before any engine starts or
     anything is written."""
-    check_request(strategies, window_size)
+    check_request(strategies, window_size, "local")
     unit = None if time_unit is None else check_time_unit(time_unit)
     if systems:
         check_systems(systems)
         bound_of(strategies)
     chosen, why = choose_engine(engine, spark.master, estimated_bytes(local_files(trace)))
+    check_request(strategies, window_size, chosen)  # one Spark cannot run: before any work
     LOG.info("engine: %s (%s)", chosen, why)
     job = _Analysis(out, window_size, strategies, seed, systems, firing, include_end_of_input)
     reading = _Reading(on_bad_rows, unit, strict, tuple(null_values))
@@ -678,7 +680,7 @@ def _warn(
     """Log and report the rows arriving before their event time, if any, and a window
     or bound longer than the trace's (event-time, processing-time) ``spans`` (µs)."""
     early_warning = arrival_before_event_warning(early, rows)
-    parsed = check_request(job.strategies, job.window_size)
+    parsed = check_request(job.strategies, job.window_size, "local")
     warnings = [early_warning] if early_warning else []
     for warning in warnings + span_warnings(job.window_size, parsed, *spans):
         LOG.warning("%s", warning)

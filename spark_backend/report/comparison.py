@@ -126,12 +126,15 @@ def _view(an: WatermarkAnalysis, lo: int, hi: int, points: int, fraction: float,
     return View((lo, hi), grid, elements)
 
 
-def check_request(strategies: Sequence[str], window_size: int) -> tuple[Strategy, ...]:
-    """The parsed strategies (:func:`~spark_backend.analytics.strategies.parse_strategies`),
-    after checking the window size (µs): ValueError naming the window size, the bad spec,
-    or a repeated name. No Spark work."""
+def check_request(
+    strategies: Sequence[str], window_size: int, engine: str = "spark"
+) -> tuple[Strategy, ...]:
+    """The parsed strategies for ``engine`` (:func:`~spark_backend.analytics.strategies.
+    parse_strategies`), after checking the window size (µs): ValueError naming the window
+    size, the bad spec, a repeated name or a strategy the engine cannot run. No Spark
+    work."""
     check_duration(window_size, "--window", allow_zero=False)
-    return parse_strategies(strategies)
+    return parse_strategies(strategies, engine)
 
 
 def compare(

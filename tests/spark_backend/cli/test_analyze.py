@@ -50,7 +50,8 @@ def test_skip_and_report_equals_theory(trace_dir: Path, tmp_path: Path, capsys):
     assert str(out / "index.html") in capsys.readouterr().out
     names = {p.name for p in out.iterdir() if not p.name.startswith(".")}  # not the marker
     assert names == {"index.html", "strategies.csv", "watermarks.png", "frontier.png",
-                     "holdback.csv", "bad_rows.csv"}
+                     "holdback.csv", "bad_rows.csv",
+                     "windows.parquet"}  # each strategy's per-window results
     bad = _rows(out / "bad_rows.csv")
     assert sum(int(r["rows"]) for r in bad) == 2
     assert any("event_time" in r["examples"] for r in bad)
