@@ -347,13 +347,19 @@ def _all_forms() -> tuple[str, ...]:
     return tuple(form for form, _ in SPEC_MEANINGS)
 
 
-#: The specs the comparison computes (both engines).
+#: The specs the comparison computes: every spec but ingress (which re-stamps event
+#: times); Spark the first five, the local engine every one.
 _COMPARED = (
     "perfect",
     "perfect:oracle",
     "bounded:<duration>",
     "percentile:<p>",
     "percentile:<p>:hold",
+    "static",
+    "dynamic",
+    "dynamic:idle=<duration>",
+    "flink-bounded:<duration>",
+    "flink-bounded:<duration>:idle=<timeout>",
 )
 
 
@@ -363,7 +369,9 @@ def _add_spark_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--strategies",
         default=",".join(DEFAULT_STRATEGIES),
-        help="comma-separated source watermarks: " + _strategy_help(_COMPARED),
+        help="comma-separated source watermarks (--engine spark computes perfect, "
+        "perfect:oracle, bounded and percentile; the local engine every one): "
+        + _strategy_help(_COMPARED),
     )
     p.add_argument("--window", default="2m", help="fixed window size, e.g. 2m, 30s, 500ms")
     p.add_argument(
