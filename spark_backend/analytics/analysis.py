@@ -206,17 +206,23 @@ class WatermarkAnalysis:
         return windows.fire_times(self, window_size, offset, finish)
 
     def windows(self, window_size: int, offset: int = 0, finish: bool = True,
-                firing: Firing = FIRE_ONCE) -> pd.DataFrame:
+                firing: Firing = FIRE_ONCE,
+                curves: Mapping[str, StepSeries] | None = None) -> pd.DataFrame:
         """Each (key, fixed window)'s panes: :func:`spark_backend.analytics.windows.
         windows`."""
-        return windows.windows(self, window_size, offset, finish, firing)
+        return windows.windows(self, window_size, offset, finish, firing, curves)
 
     def window_summary(self, window_size: int, offset: int = 0, finish: bool = True,
                        firing: Firing = FIRE_ONCE,
-                       curves: Mapping[str, StepSeries] | None = None) -> pd.DataFrame:
+                       curves: Mapping[str, StepSeries] | None = None,
+                       include_end_of_input: bool = False,
+                       per_window: pd.DataFrame | None = None) -> pd.DataFrame:
         """One row of window metrics per strategy: :func:`spark_backend.analytics.
         windows.window_summary`."""
-        return windows.window_summary(self, window_size, offset, finish, firing, curves)
+        return windows.window_summary(
+            self, window_size, offset, finish, firing, curves, include_end_of_input,
+            per_window,
+        )
 
 
 def analyze(

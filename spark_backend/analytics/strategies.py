@@ -1,6 +1,7 @@
-"""Strategy specs Spark computes: ``perfect``, ``perfect:oracle``, ``bounded:<duration>``,
-``percentile:<p>`` and ``percentile:<p>:hold``, parsed by theory's grammar so a spec
-means the same on both paths."""
+"""Strategy specs, parsed by theory's grammar so a spec means the same on every path:
+Spark computes ``perfect``, ``perfect:oracle``, ``bounded:<duration>``, ``percentile:<p>``
+and ``percentile:<p>:hold``; the local engine every source watermark
+(:func:`parse_strategies`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from dataclasses import dataclass
 
 from theory.watermarks.spec import make_source_watermark
 
-__all__ = ["Strategy", "parse_strategies", "parse_strategy"]
+__all__ = [
+    "NOT_COMPARED", "SPARK_KINDS", "Strategy", "parse_any", "parse_strategies", "parse_strategy",
+]
 
 
 @dataclass(frozen=True)
@@ -59,12 +62,49 @@ def parse_strategy(spec: str | Strategy) -> Strategy:
     )
 
 
-def parse_strategies(specs: Sequence[str | Strategy]) -> tuple[Strategy, ...]:
-    """Every spec parsed (:func:`parse_strategy`); ``ValueError`` for none or for a
-    repeated name, since names key the results."""
+#: The kinds Spark's bucketed curves compute (:mod:`theory.watermarks.bucket_curves`).
+SPARK_KINDS = ("perfect", "oracle", "bounded", "percentile")
+
+#: The specs no comparison of a trace's event times runs, and why.
+NOT_COMPARED = {"ingress": "it re-stamps every event time with its arrival time"}
+
+
+def parse_any(spec: str | Strategy) -> Strategy:
+    """Any source-watermark spec of :func:`theory.watermarks.spec.make_source_watermark`
+    (the one grammar of ``analyze``, ``demo`` and ``simulate``) as a :class:`Strategy`:
+    the Spark kinds as :func:`parse_strategy` gives them, the others with their kind
+    (and bound). ``ValueError`` names a bad spec, or one no comparison runs."""
+    if isinstance(spec, Strategy):
+        return spec
+    if not isinstance(spec, str):
+        raise TypeError(f"spec must be a str or a Strategy, got {spec!r}")
+    parsed = make_source_watermark(spec)
+    if parsed.kind in SPARK_KINDS:
+        return parse_strategy(spec)
+    if parsed.kind in NOT_COMPARED:
+        why = NOT_COMPARED[parsed.kind]
+        raise ValueError(f"strategy {spec.strip()!r} cannot be compared: {why}")
+    return Strategy(spec.strip(), parsed.kind, bound=parsed.bound or 0)
+
+
+def parse_strategies(
+    specs: Sequence[str | Strategy], engine: str = "spark"
+) -> tuple[Strategy, ...]:
+    """Every spec parsed (:func:`parse_any`) for ``engine``: ``spark`` computes the
+    :data:`SPARK_KINDS` only (:func:`parse_strategy`), ``local`` every spec.
+    ``ValueError`` for none, for a repeated name (names key the results), or for a
+    strategy the engine cannot run (naming it and the engine that can)."""
     if isinstance(specs, str):
         raise TypeError(f"strategies must be a sequence of specs, not one string: {specs!r}")
-    parsed = tuple(parse_strategy(s) for s in specs)
+    parsed = tuple(parse_any(s) for s in specs)
+    if engine == "spark":
+        for s in parsed:
+            if s.kind not in SPARK_KINDS:
+                raise ValueError(
+                    f"strategy {s.name!r} cannot run on --engine spark, which computes "
+                    "perfect, perfect:oracle, bounded:<duration> and percentile:<p>[:hold]; "
+                    "--engine local runs every source watermark"
+                )
     if not parsed:
         raise ValueError("no strategies given")
     names = [s.name for s in parsed]

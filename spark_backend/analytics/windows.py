@@ -35,6 +35,7 @@ from theory.experiments.first_panes import (
     WindowIndex,
     WindowPanes,
     check_last_window_end,
+    finish_at,
     summary_row,
     window_panes,
 )
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from spark_backend.analytics.layout import ArrivalLayout
     from spark_backend.analytics.strategies import Strategy
 
-__all__ = ["fire_times", "window_summary", "windows"]
+__all__ = ["fire_times", "window_rows", "window_summary", "windows"]
 
 _NEVER = np.iinfo(np.int64).max
 
@@ -208,24 +209,35 @@ def windows(
     (``first_pane / elements``), ``latency`` (``fire_time - window_end`` µs, NaN for no
     pane), ``panes``, ``final_pane`` (elements in the last pane) and ``pane_timestamp``
     (the first pane's output timestamp, µs) with ``pane_timestamp_lag`` (``window_end -
-    1`` minus it). Rows by strategy, then window end, then key.
+    1`` minus it), and ``fired_by_end_of_input`` (its first pane fired at the last arrival
+    only because the input ended: :func:`~theory.experiments.first_panes.finish_at`).
+    Rows by strategy, then window end, then key.
     """
     size, off = _size_and_offset(window_size, offset)
     _check_last_end(an, size, off)
     ends = _window_ends(an, size, off)
+    last = an.layout.last_arrival if finish else None
     if curves is None:
         on_time, expiry = _fire_times_many(
-            an, ends, size, finish, [0, firing.allowed_lateness + 1]
+            an, ends, size, False, [0, firing.allowed_lateness + 1]
         )
+        for n in an.names:
+            expiry[n] = finish_at(expiry[n].to_numpy(np.int64), last)[0]
     else:  # collected already: the fire times by numpy, as the local engine, no Spark job
-        last = an.layout.last_arrival if finish else None
         on_time = pd.DataFrame({"window_end": ends})
         expiry = pd.DataFrame({"window_end": ends})
         for n in an.names:
-            on_time[n] = first_fire_times(curves[n], ends, last)
+            on_time[n] = first_fire_times(curves[n], ends)
             expiry[n] = first_fire_times(curves[n], firing.expiry_ends(ends), last)
+    by_end = {}
+    for n in an.names:
+        on_time[n], by_end[n] = finish_at(on_time[n].to_numpy(np.int64), last)
     got = _aggregates(an, on_time, expiry, size, off)
-    frames = [_strategy_windows(name, got, i, firing) for i, name in enumerate(an.names)]
+    at = np.searchsorted(ends, got["window_end"].to_numpy(np.int64))
+    frames = [
+        _strategy_windows(name, got, i, firing, by_end[name][at])
+        for i, name in enumerate(an.names)
+    ]
     return pd.concat(frames, ignore_index=True)
 
 
@@ -298,17 +310,30 @@ def _column(got: pd.DataFrame, name: str) -> np.ndarray:
     return got[name].to_numpy(dtype=np.int64)
 
 
-def _strategy_windows(name: str, got: pd.DataFrame, i: int, firing: Firing) -> pd.DataFrame:
-    """Strategy ``i``'s rows of :func:`windows` from :func:`_aggregates`."""
+def _strategy_windows(
+    name: str, got: pd.DataFrame, i: int, firing: Firing, by_end: np.ndarray
+) -> pd.DataFrame:
+    """Strategy ``i``'s rows of :func:`windows` from :func:`_aggregates`; ``by_end``:
+    per row, whether the end of input set its on-time fire time."""
     agg = WindowAggregates(*(_column(got, f"{f}_{i}") for f in WindowAggregates._fields))
     end = got["window_end"].to_numpy(dtype=np.int64)
     elements = got["elements"].to_numpy(dtype=np.int64)
-    p = window_panes(agg, end, _column(got, f"_t{i}"), firing)
+    p = window_panes(agg, end, _column(got, f"_t{i}"), firing, by_end)
+    start = got["window_start"].to_numpy(dtype=np.int64)
+    return window_rows(name, got["key"], start, end, elements, p)
+
+
+def window_rows(
+    name: str, key: object, start: np.ndarray, end: np.ndarray, elements: np.ndarray,
+    p: WindowPanes,
+) -> pd.DataFrame:
+    """One strategy's rows of :func:`windows` from its windows' keys, bounds (µs),
+    element counts and panes (both engines build them here)."""
     return pd.DataFrame(
         {
             "strategy": name,
-            "key": got["key"],
-            "window_start": got["window_start"].to_numpy(dtype=np.int64),
+            "key": key,
+            "window_start": start,
             "window_end": end,
             "elements": elements,
             "first_pane": p.first,
@@ -319,6 +344,7 @@ def _strategy_windows(name: str, got: pd.DataFrame, i: int, firing: Firing) -> p
             "final_pane": p.final,
             "pane_timestamp": p.timestamp,
             "pane_timestamp_lag": p.timestamp_lag,
+            "fired_by_end_of_input": p.end_of_input,
         }
     )
 
@@ -330,12 +356,18 @@ def window_summary(
     finish: bool = True,
     firing: Firing = FIRE_ONCE,
     curves: Mapping[str, StepSeries] | None = None,
+    include_end_of_input: bool = False,
+    per_window: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row of window metrics per strategy: the columns of
     :func:`theory.experiments.first_panes.summary_row` (the trace-determined columns of
-    :class:`theory.pipeline.metrics.StrategyMetrics`, then late panes, final completeness
-    and the pane timestamps' lag; µs)."""
-    w = windows(an, window_size, offset, finish, firing, curves)
+    :class:`theory.pipeline.metrics.StrategyMetrics`, then the windows fired by the end
+    of input, late panes, final completeness and the pane timestamps' lag; µs).
+    ``include_end_of_input``: the latency percentiles count the windows fired by the end
+    of input. ``per_window``: :func:`windows`'s frame if computed already."""
+    w = per_window
+    if w is None:
+        w = windows(an, window_size, offset, finish, firing, curves)
     late = an.late.set_index("strategy")
     rows = []
     for s in an.strategies:
@@ -343,7 +375,7 @@ def window_summary(
         panes = WindowPanes(
             *(sel[c].to_numpy() for c in (
                 "first_pane", "fire_time", "latency", "panes", "final_pane",
-                "pane_timestamp", "pane_timestamp_lag",
+                "pane_timestamp", "pane_timestamp_lag", "fired_by_end_of_input",
             ))
         )
         rows.append(
@@ -353,6 +385,7 @@ def window_summary(
                 panes,
                 int(late.loc[s.name, "late"]),
                 int(an.layout.rows),
+                include_end_of_input,
             )
         )
     return pd.DataFrame(rows)

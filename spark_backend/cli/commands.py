@@ -55,15 +55,16 @@ def _fmt_seconds(us: float) -> str:
 
 
 def _write_simulation(result: Any, out: Path) -> None:
-    """Write series.parquet (µs) and metrics.csv (columns named by unit, times also as
-    ISO-8601 UTC, infinities as ``inf``) for a SimulationResult (or a Spark engine's
-    KeyedSimulation) into the directory ``out``."""
+    """Write series.parquet and metrics.csv (columns named by unit: integer ``_us``, times
+    also as ISO-8601 UTC ``_utc``, infinities as ``inf``) for a SimulationResult (or a
+    Spark engine's KeyedSimulation) into the directory ``out``."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from spark_backend.report.report import write_csv
     from spark_backend.report.tables import with_units
+    from spark_backend.report.window_table import utc_strings
     from theory.pipeline.metrics import metrics_table
 
     stages, t_col, iw_col, ow_col = [], [], [], []
@@ -73,14 +74,15 @@ def _write_simulation(result: Any, out: Path) -> None:
         t_col.append(t)
         iw_col.append(iw)
         ow_col.append(ow)
-    series = pa.table(
-        {
-            "stage": pa.array(np.concatenate(stages).tolist(), pa.string()),
-            "processing_time": pa.array(np.concatenate(t_col), pa.int64()),
-            "input_watermark": pa.array(np.concatenate(iw_col), pa.int64()),
-            "output_watermark": pa.array(np.concatenate(ow_col), pa.int64()),
-        }
-    )
+    columns: dict[str, pa.Array] = {
+        "stage": pa.array(np.concatenate(stages).tolist(), pa.string())
+    }
+    for name, col in (("processing_time", t_col), ("input_watermark", iw_col),
+                      ("output_watermark", ow_col)):  # fmt: skip
+        us = np.concatenate(col).astype(np.int64)
+        columns[f"{name}_us"] = pa.array(us, pa.int64())
+        columns[f"{name}_utc"] = utc_strings(us)
+    series = pa.table(columns)
     metrics = metrics_table(result)
     metrics = with_units(
         metrics,
@@ -295,6 +297,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         systems=_systems(args.systems, ("beam", "flink", "spark")),
         engine=args.engine,
         firing=_firing(args),
+        include_end_of_input=args.include_end_of_input,
     )
     print(f"report: {result.index}")
     return 0
@@ -324,6 +327,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         engine=args.engine,
         time_unit=args.time_unit,
         firing=_firing(args),
+        include_end_of_input=args.include_end_of_input,
     )
     print(f"report: {result.index}")
     return 0
@@ -353,13 +357,19 @@ def _all_forms() -> tuple[str, ...]:
     return tuple(form for form, _ in SPEC_MEANINGS)
 
 
-#: The specs the comparison computes (both engines).
+#: The specs the comparison computes: every spec but ingress (which re-stamps event
+#: times); Spark the first five, the local engine every one.
 _COMPARED = (
     "perfect",
     "perfect:oracle",
     "bounded:<duration>",
     "percentile:<p>",
     "percentile:<p>:hold",
+    "static",
+    "dynamic",
+    "dynamic:idle=<duration>",
+    "flink-bounded:<duration>",
+    "flink-bounded:<duration>:idle=<timeout>",
 )
 
 
@@ -369,7 +379,9 @@ def _add_spark_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--strategies",
         default=",".join(DEFAULT_STRATEGIES),
-        help="comma-separated source watermarks: " + _strategy_help(_COMPARED),
+        help="comma-separated source watermarks (--engine spark computes perfect, "
+        "perfect:oracle, bounded and percentile; the local engine every one): "
+        + _strategy_help(_COMPARED),
     )
     p.add_argument("--window", default="2m", help="fixed window size, e.g. 2m, 30s, 500ms")
     p.add_argument(
@@ -414,6 +426,13 @@ def _add_firing_options(p: argparse.ArgumentParser) -> None:
         default="eow",
         help="pane timestamps (and watermark holds) at the end of the window, the earliest "
         "or the latest element (book figures 3.7, 3.8): the table gains their lag",
+    )
+    p.add_argument(
+        "--include-end-of-input",
+        action="store_true",
+        help="count the windows fired by the end of input (at the last arrival, before "
+        "the watermark reached their end) in the latency percentiles; by default they "
+        "are left out and counted in end_of_input_windows",
     )
 
 

@@ -27,6 +27,7 @@ from spark_backend.report.comparison import DEFAULT_STRATEGIES, Comparison, chec
 from spark_backend.report.report import Report, percent, record_columns, seconds
 from spark_backend.report.systems import bound_of, systems_section, trace_of
 from spark_backend.report.tables import with_units
+from spark_backend.report.window_table import window_table
 from spark_backend.session.session import get_session
 from spark_backend.traces.trace_input import local_files, read_local, read_spark
 from theory.data.report import BadRowReport
@@ -102,7 +103,11 @@ def _delay_text(report: Report, rows: int, what: str, q: Sequence[float], note: 
 
 
 def strategies_section(
-    report: Report, c: Comparison, seed: int, firing: Firing = FIRE_ONCE
+    report: Report,
+    c: Comparison,
+    seed: int,
+    firing: Firing = FIRE_ONCE,
+    include_end_of_input: bool = False,
 ) -> None:
     """The comparison's table, the curves with late elements, the frontier and the
     partition that holds the watermark back. The late panes and final completeness are
@@ -114,14 +119,19 @@ def strategies_section(
         del table["pane_timestamp_lag_p50"], table["pane_timestamp_lag_p99"]
     table["on_frontier"] = table.pop("on_frontier")
     shown = with_units(table, durations=[k for k in table if "latency" in k or "lag" in k])
+    if c.windows is not None:
+        report.data("windows", window_table(c.windows))
     report.table(
         "strategies",
         "Watermark strategies compared",
         shown,
         "Late data; completeness of each window's first pane; window latency (processing "
-        "time from the end of the window to its first pane; exact); the source "
-        "watermark's lag behind processing time (exact, weighted by time from the first "
-        "to the last arrival, where the watermark is finite). " + _firing_note(firing),
+        "time from the end of the window to its first pane; exact; "
+        + _end_of_input_note(include_end_of_input)
+        + "); the source watermark's lag behind processing time (exact, weighted by time "
+        "from the first to the last arrival, where the watermark is finite). "
+        + _firing_note(firing)
+        + " Each window's results: windows.parquet.",
         _formats(shown),
     )
     report.figure(
@@ -167,6 +177,18 @@ def strategies_section(
             "many runs.",
             _formats(shown),
         )
+
+
+def _end_of_input_note(included: bool) -> str:
+    """What the latency percentiles do with the windows fired by the end of input."""
+    if included:
+        return (
+            "windows fired by the end of input included, end_of_input_windows counts them"
+        )
+    return (
+        "the end_of_input_windows fired by the end of input left out, as their latency "
+        "is the last arrival minus their end; --include-end-of-input counts them"
+    )
 
 
 def _firing_note(firing: Firing) -> str:
@@ -481,20 +503,23 @@ def run_demo(
     engine: str = "spark",
     systems: Sequence[str] = ("beam", "flink", "spark"),
     firing: Firing = FIRE_ONCE,
+    include_end_of_input: bool = False,
 ) -> JobResult:
     """The main job on the embedded default: the chapter-3 game traces generated (on
     Spark, or with numpy on the local engine), the strategies compared, the chapter-3
     pipeline simulated in theory, ``systems`` compared on its traces (none if empty), the
     report written. ``engine``: spark (the default), local or auto
     (:func:`spark_backend.cli.engine.choose_engine`). ``firing``: allowed lateness, late
-    firings and timestamp combiner of the compared windows."""
+    firings and timestamp combiner of the compared windows. ``include_end_of_input``:
+    the latency percentiles count the windows fired by the end of input."""
     if events < 2:
         raise ValueError(f"--events must be >= 2, got {events}")
-    check_request(strategies, window_size)
+    check_request(strategies, window_size, "local")
     if systems:  # refused before any work
         check_systems(systems)
         bound_of(strategies)
     chosen, why = choose_engine(engine, spark.master, events * BYTES_PER_ROW)
+    check_request(strategies, window_size, chosen)
     LOG.info("engine: %s (%s)", chosen, why)
     what = (
         "events from mobile and console game sessions (partition 3 idle for a while), "
@@ -514,7 +539,8 @@ def run_demo(
         bar.step(f"generated {events:,} events")
         LOG.info("comparing %d watermark strategies (local engine)", len(strategies))
         comparison = compare_local(
-            trace, strategies, window_size, seed=seed, step=bar.step, firing=firing
+            trace, strategies, window_size, seed=seed, step=bar.step, firing=firing,
+            include_end_of_input=include_end_of_input,
         )
     else:
         bar = Progress(6 + _COMPARE_STEPS)
@@ -531,11 +557,12 @@ def run_demo(
             bar.step(f"generated {events:,} events")
             LOG.info("comparing %d watermark strategies on Spark", len(strategies))
             comparison = compare(
-                df, strategies, window_size, seed=seed, step=bar.step, firing=firing
+                df, strategies, window_size, seed=seed, step=bar.step, firing=firing,
+                include_end_of_input=include_end_of_input,
             )
         finally:
             df.unpersist()
-    strategies_section(report, comparison, seed, firing)
+    strategies_section(report, comparison, seed, firing, include_end_of_input)
     LOG.info("simulating the chapter-3 pipeline")
     simulation = chapter3_section(report, min(events, 200_000), seed)
     bar.step("chapter-3 pipeline simulated")
@@ -567,6 +594,7 @@ def run_analyze(
     strict: bool = False,
     null_values: Sequence[str] = (),
     firing: Firing = FIRE_ONCE,
+    include_end_of_input: bool = False,
 ) -> JobResult:
     """A user's trace (Parquet, CSV or a directory of them): validated, the strategies
     compared, ``systems`` compared on it (none if empty), the report written. ``engine``
@@ -577,16 +605,18 @@ def run_analyze(
     and warned about (in the log and the report); with ``strict`` the first one is an
     error naming the row. ``null_values``: the CSV fields read as null besides the empty
     one. ``firing``: allowed lateness, late firings and timestamp combiner of the
-    compared windows. Options, paths and bad input raise before any engine starts or
+    compared windows. ``include_end_of_input``: the latency percentiles count the windows
+    fired by the end of input. Options, paths and bad input raise before any engine starts or
     anything is written."""
-    check_request(strategies, window_size)
+    check_request(strategies, window_size, "local")
     unit = None if time_unit is None else check_time_unit(time_unit)
     if systems:
         check_systems(systems)
         bound_of(strategies)
     chosen, why = choose_engine(engine, spark.master, estimated_bytes(local_files(trace)))
+    check_request(strategies, window_size, chosen)  # one Spark cannot run: before any work
     LOG.info("engine: %s (%s)", chosen, why)
-    job = _Analysis(out, window_size, strategies, seed, systems, firing)
+    job = _Analysis(out, window_size, strategies, seed, systems, firing, include_end_of_input)
     reading = _Reading(on_bad_rows, unit, strict, tuple(null_values))
     if chosen == "local":
         return _analyze_local(trace, job, reading)
@@ -613,7 +643,8 @@ def run_analyze(
         bar.step("trace described")
         LOG.info("comparing %d watermark strategies on Spark", len(strategies))
         comparison = compare(
-            df, strategies, window_size, seed=seed, step=bar.step, firing=firing
+            df, strategies, window_size, seed=seed, step=bar.step, firing=firing,
+            include_end_of_input=include_end_of_input,
         )
         systems_input = trace_of(df, rows) if systems else None
     finally:
@@ -631,6 +662,7 @@ class _Analysis:
     seed: int
     systems: Sequence[str]
     firing: Firing
+    include_end_of_input: bool = False
 
 
 @dataclass(frozen=True)
@@ -649,7 +681,7 @@ def _warn(
     """Log and report the rows arriving before their event time, if any, and a window
     or bound longer than the trace's (event-time, processing-time) ``spans`` (µs)."""
     early_warning = arrival_before_event_warning(early, rows)
-    parsed = check_request(job.strategies, job.window_size)
+    parsed = check_request(job.strategies, job.window_size, "local")
     warnings = [early_warning] if early_warning else []
     for warning in warnings + span_warnings(job.window_size, parsed, *spans):
         LOG.warning("%s", warning)
@@ -690,7 +722,8 @@ def _analyze_local(trace: str | os.PathLike[str], job: _Analysis, reading: _Read
     describe_trace_local(report, t, f"rows read from {os.fspath(trace)}")
     LOG.info("comparing %d watermark strategies (local engine)", len(job.strategies))
     comparison = compare_local(
-        t, job.strategies, job.window_size, seed=job.seed, step=bar.step, firing=job.firing
+        t, job.strategies, job.window_size, seed=job.seed, step=bar.step, firing=job.firing,
+        include_end_of_input=job.include_end_of_input,
     )
     systems_input = (t, f"all {len(t):,} rows") if job.systems else None
     return _finish_analyze(report, comparison, bad, job, bar, systems_input)
@@ -704,7 +737,7 @@ def _finish_analyze(
     bar: Progress,
     systems_input: tuple[Trace, str] | None,
 ) -> JobResult:
-    strategies_section(report, comparison, job.seed, job.firing)
+    strategies_section(report, comparison, job.seed, job.firing, job.include_end_of_input)
     if systems_input is not None:
         trace_rows, note = systems_input
         bound = bound_of(job.strategies)

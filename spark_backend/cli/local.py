@@ -2,7 +2,8 @@
 
 It runs the numpy kernels Spark runs per bucket (:func:`theory.watermarks.bucket_curves.
 bucket_curves`, the holdback runs) once over the whole trace, as one bucket with no
-carries, and the window metrics of :mod:`theory.experiments.first_panes`, so its
+carries (the source watermarks Spark does not compute, from theory's generators:
+:func:`theory_curve`), and the window metrics of :mod:`theory.experiments.first_panes`, so its
 ``table`` and ``holdback`` equal :func:`spark_backend.report.comparison.compare`'s on the same
 rows (``tests/spark_backend/cli/test_engines.py``). The views' curves are exact on the same
 grids; their element samples are drawn by numpy (Spark draws its own), so the plotted
@@ -18,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from spark_backend.analytics.holdback import holdback_of_trace
-from spark_backend.analytics.strategies import Strategy
+from spark_backend.analytics.strategies import SPARK_KINDS, Strategy
+from spark_backend.analytics.windows import window_rows
 from spark_backend.report.comparison import (
     Comparison,
     View,
@@ -40,10 +42,11 @@ from theory.series import StepSeries
 from theory.time import MIN_TIMESTAMP, MINUTE
 from theory.watermarks.bucket_curves import bucket_curves
 from theory.watermarks.buckets import BucketCarry
+from theory.watermarks.spec import make_source_watermark
 
 LOG = logging.getLogger("watermarks")
 
-__all__ = ["chapter3_trace", "compare_local", "local_curves"]
+__all__ = ["chapter3_trace", "compare_local", "local_curves", "theory_curve"]
 
 
 def chapter3_trace(events: int, *, seed: int = 0) -> Trace:
@@ -94,6 +97,15 @@ def local_curves(
     return curves, late
 
 
+def theory_curve(spec: str, trace: Trace) -> tuple[StepSeries, int]:
+    """The curve (µs) of a source watermark Spark's buckets do not compute (static,
+    dynamic, flink-bounded), from theory's vectorised generator over the whole trace,
+    and its late count (``e < W(a^-)``)."""
+    t = trace.sorted_by_arrival()
+    curve = make_source_watermark(spec).curve(t.event_time, t.arrival_time, t.partition)
+    return curve, int(np.count_nonzero(t.event_time < curve.before(t.arrival_time)))
+
+
 def _grid(lo: int, hi: int, points: int) -> np.ndarray:
     """``points`` processing times from ``lo`` on, ``ceil((hi - lo) / (points - 1))``
     apart (µs), as the Spark views."""
@@ -139,12 +151,13 @@ def compare_local(
     zoom: int = 30 * MINUTE,
     step: Callable[[str], None] | None = None,
     firing: Firing = FIRE_ONCE,
+    include_end_of_input: bool = False,
 ) -> Comparison:
     """:func:`spark_backend.report.comparison.compare` on a trace in memory, without Spark (see
     the module docstring). Raises ValueError for a bad strategy spec, duplicate names, a
     bad window size or an empty trace."""
     check_duration(zoom, "zoom", allow_zero=False)
-    parsed = check_request(strategies, window_size)
+    parsed = check_request(strategies, window_size, "local")
     if not len(trace):
         raise ValueError("the trace has no rows")
     done = step or (lambda label: None)
@@ -152,13 +165,27 @@ def compare_local(
     check_last_window_end(int(e.max()), window_size)
     names = tuple(s.name for s in parsed)
     LOG.info("curves and late data for %d strategies (local engine)", len(names))
-    curves, late = local_curves(e, a, parsed)
+    bucketed = [s for s in parsed if s.kind in SPARK_KINDS]
+    curves, late = local_curves(e, a, bucketed)
+    for s in parsed:
+        if s.kind not in SPARK_KINDS:
+            curves[s.name], late[s.name] = theory_curve(s.name, trace)
     done(f"{len(trace):,} rows: curves")
     index = WindowIndex.of(e, a, trace.key, window_size)
-    rows = []
+    rows, frames = [], []
     for name in names:
         panes = index.panes(curves[name], firing)
-        rows.append(summary_row(name, index.elements, panes, late[name], len(trace)))
+        rows.append(
+            summary_row(
+                name, index.elements, panes, late[name], len(trace), include_end_of_input
+            )
+        )
+        frames.append(
+            window_rows(
+                name, index.key, index.window_end - window_size, index.window_end,
+                index.elements, panes,
+            )
+        )
     summary = pd.DataFrame(rows)
     done("late data, completeness and latency")
     rng = np.random.default_rng(seed)
@@ -176,4 +203,6 @@ def compare_local(
         done("partition skew")
     lags = [source_lags(curves[name], lo, hi) for name in names]
     table = comparison_table(summary, lags, names)
-    return Comparison(names, len(trace), table, whole, zoomed, hb)
+    return Comparison(
+        names, len(trace), table, whole, zoomed, hb, pd.concat(frames, ignore_index=True)
+    )

@@ -206,7 +206,8 @@ def check_args(args: argparse.Namespace) -> None:
         from spark_backend.report.comparison import check_request
         from theory.time import parse_duration
 
-        check_request(strategy_specs(args.strategies), parse_duration(args.window))
+        engine = "spark" if args.engine == "spark" else "local"  # auto: checked once chosen
+        check_request(strategy_specs(args.strategies), parse_duration(args.window), engine)
         parse_conf(args.conf)
         check_master(args.master)
     check_outputs(args)

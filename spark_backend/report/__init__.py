@@ -5,6 +5,7 @@
                     (CSV and HTML), written atomically
 ``plots``           the report's figures (matplotlib, Agg)
 ``tables``          output tables with their units
+``window_table``    ``windows.parquet``: the per-window results
 ``systems``         the cross-system section: one trace through the beam, flink and
                     spark profiles
 ``comparison``      the watermark strategy comparison on Spark

@@ -98,6 +98,8 @@ class Comparison:
     whole: View
     zoom: View
     holdback: pd.DataFrame | None
+    #: Per strategy and (key, window): :func:`spark_backend.analytics.windows.windows`.
+    windows: pd.DataFrame | None = None
 
 
 def _view(an: WatermarkAnalysis, lo: int, hi: int, points: int, fraction: float, seed: int) -> View:
@@ -124,12 +126,15 @@ def _view(an: WatermarkAnalysis, lo: int, hi: int, points: int, fraction: float,
     return View((lo, hi), grid, elements)
 
 
-def check_request(strategies: Sequence[str], window_size: int) -> tuple[Strategy, ...]:
-    """The parsed strategies (:func:`~spark_backend.analytics.strategies.parse_strategies`),
-    after checking the window size (µs): ValueError naming the window size, the bad spec,
-    or a repeated name. No Spark work."""
+def check_request(
+    strategies: Sequence[str], window_size: int, engine: str = "spark"
+) -> tuple[Strategy, ...]:
+    """The parsed strategies for ``engine`` (:func:`~spark_backend.analytics.strategies.
+    parse_strategies`), after checking the window size (µs): ValueError naming the window
+    size, the bad spec, a repeated name or a strategy the engine cannot run. No Spark
+    work."""
     check_duration(window_size, "--window", allow_zero=False)
-    return parse_strategies(strategies)
+    return parse_strategies(strategies, engine)
 
 
 def compare(
@@ -143,10 +148,12 @@ def compare(
     zoom: int = 30 * MINUTE,
     step: Callable[[str], None] | None = None,
     firing: Firing = FIRE_ONCE,
+    include_end_of_input: bool = False,
 ) -> Comparison:
     """Compare ``strategies`` on the trace ``df`` with fixed windows of ``window_size`` µs
     fired as ``firing`` says (lateness, late firings, timestamp combiner); ``zoom`` is
-    the span (µs) of the zoomed view.
+    the span (µs) of the zoomed view. The latency percentiles leave out the windows fired
+    by the end of input unless ``include_end_of_input``.
 
     ``step(label)`` is called after each Spark stage (progress). Raises ValueError for a
     bad strategy spec, duplicate names, a bad window size or an empty trace.
@@ -163,7 +170,11 @@ def compare(
     try:
         LOG.info("late data, windows and latency for %d strategies", len(specs))
         curves = an.all_curves()  # one collect: the fire times and the exact source lag
-        summary = an.window_summary(window_size, firing=firing, curves=curves)
+        per_window = an.windows(window_size, firing=firing, curves=curves)
+        summary = an.window_summary(
+            window_size, firing=firing, curves=curves,
+            include_end_of_input=include_end_of_input, per_window=per_window,
+        )
         done("late data, completeness and latency")
         LOG.info("sampling the curves and about %d elements", sample_elements)
         lo, hi = layout.first_arrival, layout.last_arrival
@@ -185,7 +196,7 @@ def compare(
         an.unpersist()
         layout.unpersist()
     table = comparison_table(summary, lags, specs)
-    return Comparison(specs, layout.rows, table, whole, zoomed, hb)
+    return Comparison(specs, layout.rows, table, whole, zoomed, hb, per_window)
 
 
 def zoom_span(arrivals: np.ndarray, lo: int, hi: int, zoom: int) -> tuple[int, int]:

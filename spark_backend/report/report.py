@@ -1,4 +1,5 @@
-"""The report: an ``index.html`` with figures (PNG) and tables (CSV and HTML).
+"""The report: an ``index.html`` with figures (PNG) and tables (CSV and HTML), and data
+tables beside it (Parquet).
 
 A :class:`Report` collects sections in order and is written in one go with
 :meth:`Report.write`, atomically: to a temporary directory that then replaces the target.
@@ -13,6 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from spark_backend.cli.atomic import atomic_directory
 from spark_backend.report.tables import csv_value
@@ -68,6 +72,10 @@ class Report:
             _Section("table", title, (name, table, formats or {}, show_rows), caption)
         )
 
+    def data(self, name: str, table: pa.Table) -> None:
+        """A table written as ``<name>.parquet`` beside the page (not shown in it)."""
+        self.sections.append(_Section("data", name, table))
+
     def figure(
         self, title: str, draw: Callable[[Path], Path], filename: str, caption: str = ""
     ) -> None:
@@ -80,6 +88,9 @@ class Report:
         with atomic_directory(target) as tmp:
             parts = [_HEAD.format(title=html.escape(self.title))]
             for s in self.sections:
+                if s.kind == "data":
+                    pq.write_table(s.body, tmp / f"{s.title}.parquet")
+                    continue
                 parts.append(f"<section><h2>{html.escape(s.title)}</h2>")
                 if s.kind == "text":
                     parts.append(f"<p>{html.escape(str(s.body))}</p>")
@@ -112,6 +123,8 @@ class Report:
 def _cell(value: object, fmt: Callable[[object], str] | None, column: str = "") -> str:
     """A table cell as text: ``fmt`` if given, else as the CSV writes it (times at the
     bounds of a ``_us`` column as ``inf``/``-inf``), numbers with thousands separators."""
+    if value is None:
+        return "–"
     if fmt is not None:
         return fmt(value)
     value = csv_value(value, column)
@@ -150,7 +163,9 @@ def write_csv(path: Path, table: Table) -> None:
 
 
 def seconds(value: object) -> str:
-    """Format µs as seconds for a table cell."""
+    """Format µs as seconds for a table cell (– for none)."""
+    if value is None:
+        return "–"
     v = float(value)  # type: ignore[arg-type]
     return "–" if math.isnan(v) else f"{v / 1e6:,.1f} s"
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from spark_backend.report import plots
 from spark_backend.report.report import Report, seconds
+from spark_backend.report.tables import with_units
 from theory.arrays import sorted_unique
 from theory.data.trace import Trace
 from theory.experiments.systems import Comparison, check_systems, compare_systems
@@ -152,13 +153,16 @@ def _windows_table(report: Report, c: Comparison) -> None:
         end = np.asarray(w["end"], dtype=np.int64)
         table[f"{name} latency"] = np.where(fire >= 0, fire - end, np.nan).tolist()
         table[f"{name} count"] = w[f"{name}_count"]
-        formats[f"{name} latency"] = seconds
+        formats[f"{name}_latency_us"] = seconds
+    latencies = [f"{name} latency" for name in c.outcomes]
+    table = with_units(table, durations=latencies, times=["window start"])
+    table = {k.replace(" ", "_"): v for k, v in table.items()}
     differ = w["same"].count(False)
     report.table(
         "systems_windows",
         "Which windows fire and when",
         table,
-        f"Per window (key, start in µs): how long after its end each system fires it "
+        f"Per window (key, start): how long after its end each system fires it "
         f"(– never, or no row of it was on time there) and with what count. {differ:,} of "
         f"{len(w['key']):,} windows differ between systems; they come first, and the page "
         f"shows the first {SHOWN_WINDOWS}.",
@@ -193,20 +197,23 @@ def systems_section(
     report.table(
         "systems",
         "One trace through " + ", ".join(names),
-        {
-            "system": t["system"],
-            "windows fired": t["windows_fired"],
-            "rows dropped late": t["rows_dropped"],
-            "latency p50": [v * 1e6 for v in t["latency_p50_s"]],  # type: ignore[operator]
-            "latency p90": [v * 1e6 for v in t["latency_p90_s"]],  # type: ignore[operator]
-        },
+        with_units(
+            {
+                "system": t["system"],
+                "windows_fired": t["windows_fired"],
+                "rows_dropped_late": t["rows_dropped"],
+                "latency_p50": [v * 1e6 for v in t["latency_p50_s"]],  # type: ignore[operator]
+                "latency_p90": [v * 1e6 for v in t["latency_p90_s"]],  # type: ignore[operator]
+            },
+            durations=["latency_p50", "latency_p90"],
+        ),
         f"Per-key counts in fixed {window_size / 1e6:g} s windows, fired once at the "
         f"watermark, late rows dropped; bound {bound / 1e6:g} s (Beam max seen - bound, "
         "Flink BoundedOutOfOrderness every 200 ms with withIdleness "
         f"{FLINK_IDLE_TIMEOUT / 1e6:g} s, Spark withWatermark with a 1 s trigger and "
         f"multipleWatermarkPolicy=min); {note}; {how}: each input has its own watermark "
         "and the job's is their minimum.",
-        {"latency p50": seconds, "latency p90": seconds},
+        {"latency_p50_us": seconds, "latency_p90_us": seconds},
     )
     _windows_table(report, c)
     a = c.attribution()

@@ -3,8 +3,11 @@
 Internally every time and duration is a µs number (docs/semantics.md). A table written
 for a reader says so in its column names: :func:`with_units` renames a duration column
 ``x`` to ``x_us``, and a time column ``x`` to ``x_us`` with ``x_utc`` (ISO-8601 UTC)
-beside it. :func:`csv_value` writes infinities as ``inf``/``-inf``: a float infinity, or
-a time at or beyond MAX/MIN_TIMESTAMP (a watermark at the end of time).
+beside it. An ``_us`` cell is an integer: a fractional value (an interpolated percentile,
+a time-weighted lag) is rounded to the nearest µs, halves to even; none (NaN) is blank.
+:func:`csv_value` writes infinities as ``inf``/``-inf``: a float infinity, or a time at or
+beyond MAX/MIN_TIMESTAMP (a watermark at the end of time). A column in seconds is named
+``_s``.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, format_timestamp
 
-__all__ = ["csv_value", "time_cell", "with_units"]
+__all__ = ["csv_value", "micros", "time_cell", "with_units"]
 
 Table = Mapping[str, Sequence[object]]
 
@@ -32,6 +35,21 @@ def time_cell(us: object) -> str:
     return format_timestamp(v)
 
 
+def micros(value: object) -> object:
+    """A µs value as an ``_us`` cell: an int (rounded to the nearest µs, halves to even),
+    None for none (NaN), a float infinity kept."""
+    if value is None:
+        return None
+    v = float(value)  # type: ignore[arg-type]
+    if math.isnan(v):
+        return None
+    if math.isinf(v):
+        return v
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    return round(v)
+
+
 def with_units(
     table: Table, durations: Iterable[str] = (), times: Iterable[str] = ()
 ) -> dict[str, list[object]]:
@@ -46,9 +64,9 @@ def with_units(
     for name, values in table.items():
         base = name.replace(" ", "_")
         if name in durations:
-            out[f"{base}_us"] = list(values)
+            out[f"{base}_us"] = [micros(v) for v in values]
         elif name in times:
-            out[f"{base}_us"] = list(values)
+            out[f"{base}_us"] = [micros(v) for v in values]
             out[f"{base}_utc"] = [time_cell(v) for v in values]
         else:
             out[name] = list(values)

@@ -16,6 +16,12 @@ other later elements arrive past the window and fire at once, one pane per arriv
 window is closed). The first pane's output timestamp follows the timestamp combiner:
 the window's max timestamp (``eow``), the earliest or the latest event time in it.
 
+A window is **fired by the end of input** when its on-time pane fires at the last
+arrival only because the input ended there: the watermark alone had not reached its end
+by then (docs/semantics.md, "End of input"). Its latency is ``last arrival - end`` (µs),
+negative when the window ends after the last arrival; :func:`summary_row` leaves those
+windows out of the latency percentiles unless asked, and counts them.
+
 Both engines compute the same per-window aggregates (:class:`WindowAggregates`) and
 derive the panes here (:func:`window_panes`); :func:`summary_row` is the one home of the
 summary row both report. ``spark_backend.analytics.windows`` is the Spark side.
@@ -42,6 +48,7 @@ __all__ = [
     "WindowIndex",
     "WindowPanes",
     "check_last_window_end",
+    "finish_at",
     "fire_times",
     "summary_row",
     "window_ends",
@@ -69,9 +76,18 @@ def fire_times(
         idx = np.searchsorted(curve.values, e, side="left")
         ok = idx < curve.times.size
         fire[ok] = curve.times[idx[ok]]
-    if last_arrival is not None:
-        fire = np.where(fire == NEVER, last_arrival, np.minimum(fire, last_arrival))
-    return fire
+    return finish_at(fire, last_arrival)[0]
+
+
+def finish_at(fire: np.ndarray, last_arrival: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Fire times (µs, ``NEVER`` for never) of a watermark that finishes at
+    ``last_arrival`` (None: it does not), and which of them the end of input set: those
+    the watermark alone fires after ``last_arrival`` or never."""
+    fire = np.asarray(fire, dtype=np.int64)
+    if last_arrival is None:
+        return fire, np.zeros(fire.size, dtype=bool)
+    by_end = (fire == NEVER) | (fire > last_arrival)
+    return np.where(by_end, np.int64(last_arrival), fire), by_end
 
 
 #: The output-timestamp policies (book figures 3.7, 3.8), by their command-line names.
@@ -142,9 +158,10 @@ class WindowPanes(NamedTuple):
     the first pane, µs, ``NEVER`` for none), ``latency`` (``fire_time - end``, float µs,
     NaN for none), ``panes`` (how many), ``final`` (elements in its last pane: what the
     pipeline finally said; accumulating), ``timestamp`` (the first pane's output
-    timestamp, µs; ``end - 1`` for none) and ``timestamp_lag`` (``end - 1`` minus it:
+    timestamp, µs; ``end - 1`` for none), ``timestamp_lag`` (``end - 1`` minus it:
     how far the pane's timestamp, and its hold on the watermark downstream, lies before
-    the window's max timestamp)."""
+    the window's max timestamp) and ``end_of_input`` (bool: its first pane was fired by
+    the end of input, see the module docstring)."""
 
     first: np.ndarray
     fire_time: np.ndarray
@@ -153,14 +170,21 @@ class WindowPanes(NamedTuple):
     final: np.ndarray
     timestamp: np.ndarray
     timestamp_lag: np.ndarray
+    end_of_input: np.ndarray
 
 
 def window_panes(
-    agg: WindowAggregates, window_end: np.ndarray, on_time: np.ndarray, firing: Firing
+    agg: WindowAggregates,
+    window_end: np.ndarray,
+    on_time: np.ndarray,
+    firing: Firing,
+    by_end_of_input: np.ndarray | None = None,
 ) -> WindowPanes:
-    """Each window's panes from its aggregates, its end and its on-time firing time (µs;
-    see the module docstring)."""
+    """Each window's panes from its aggregates, its end, its on-time firing time (µs)
+    and whether the end of input set that time (:func:`finish_at`; None: nowhere). See
+    the module docstring."""
     end = np.asarray(window_end, dtype=np.int64)
+    eoi = np.zeros(end.size, dtype=bool) if by_end_of_input is None else by_end_of_input
     has_on = agg.ontime_n > 0
     has_late = agg.late_batches > 0
     first = np.where(has_on, agg.ontime_n, np.where(has_late, agg.first_late_n, 0))
@@ -179,6 +203,7 @@ def window_panes(
     return WindowPanes(
         first.astype(np.int64), fire.astype(np.int64), latency, panes.astype(np.int64),
         final.astype(np.int64), stamp, end - 1 - stamp,
+        np.asarray(eoi, dtype=bool) & has_on,
     )
 
 
@@ -245,9 +270,10 @@ class WindowIndex:
         """Per window under ``curve`` and ``firing``: its :class:`WindowPanes`."""
         a = self.arrival_time
         last = int(a.max()) if a.size and finish else None
-        on_time = fire_times(curve, self.window_end, last)
+        on_time, by_end = finish_at(fire_times(curve, self.window_end), last)
         expiry = fire_times(curve, firing.expiry_ends(self.window_end), last)
-        return window_panes(self.aggregates(on_time, expiry), self.window_end, on_time, firing)
+        agg = self.aggregates(on_time, expiry)
+        return window_panes(agg, self.window_end, on_time, firing, by_end)
 
     def aggregates(self, on_time: np.ndarray, expiry: np.ndarray) -> WindowAggregates:
         """The :class:`WindowAggregates` given each window's on-time firing and expiry
@@ -286,13 +312,16 @@ def summary_row(
     panes: WindowPanes,
     late: int,
     rows: int,
+    include_end_of_input: bool = False,
 ) -> dict[str, object]:
     """One strategy's row of the comparison from its windows (one entry per window):
     the trace-determined columns of :class:`theory.pipeline.metrics.StrategyMetrics`,
     ``late_count``, ``late_fraction`` (of ``rows``), ``dropped`` (elements in no pane),
     ``windows``, ``completeness_mean``, ``complete_fraction`` and
-    ``window_latency_p50/p90/p99`` (µs, over the windows that fire; numpy's linear
-    percentiles); then ``late_panes`` (panes after each window's first),
+    ``window_latency_p50/p90/p99`` (µs, over the windows that fire, those fired by the
+    end of input left out unless ``include_end_of_input``; numpy's linear percentiles),
+    ``end_of_input_windows`` (how many windows the end of input fired, whether left out
+    or not); then ``late_panes`` (panes after each window's first),
     ``final_completeness_mean`` (elements in the last pane over all of the window's)
     and ``pane_timestamp_lag_p50/p99`` (the window's max timestamp minus its first
     pane's output timestamp, µs: 0 under eow). Both engines of the command line report
@@ -300,7 +329,8 @@ def summary_row(
     elements = np.asarray(elements, dtype=np.int64)
     lat = np.asarray(panes.latency, dtype=np.float64)
     fired = ~np.isnan(lat)
-    lat = lat[fired]
+    eoi = np.asarray(panes.end_of_input, dtype=bool)
+    lat = lat[fired & (include_end_of_input | ~eoi)]
     pcts = np.percentile(lat, [50, 90, 99]) if lat.size else [np.nan] * 3
     comp = panes.first / elements if elements.size else np.empty(0)
     final = panes.final / elements if elements.size else np.empty(0)
@@ -317,6 +347,7 @@ def summary_row(
         "window_latency_p50": float(pcts[0]),
         "window_latency_p90": float(pcts[1]),
         "window_latency_p99": float(pcts[2]),
+        "end_of_input_windows": int(np.count_nonzero(eoi)),
         "late_panes": int(panes.panes.sum() - np.count_nonzero(panes.panes)),
         "final_completeness_mean": float(final.mean()) if final.size else float("nan"),
         "pane_timestamp_lag_p50": float(ts[0]),

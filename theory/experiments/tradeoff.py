@@ -9,10 +9,14 @@ accumulating, ``allowed_lateness``) late data updates the result.
 For every strategy :func:`tradeoff` reports :class:`~theory.pipeline.metrics.StrategyMetrics` and
 whether its point (median window latency, mean first-pane completeness) is on the Pareto
 frontier: no other strategy is at least as fast and at least as complete, and better in one.
+Its ``watermark_lag_*`` are the source watermark's lag, exact and time-weighted as the
+command line's ``source_lag_*``; its latency percentiles leave out the windows fired by
+the end of input as the command line's do. :meth:`TradeoffResult.table` names the units.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,13 +28,17 @@ from theory.experiments.first_panes import Firing
 from theory.pipeline.metrics import StrategyMetrics, as_table, eventual_counts, strategy_metrics
 from theory.pipeline.simulator import SimulationResult, simulate
 from theory.pipeline.stages import GroupByWindow, Pipeline, Source
+from theory.series import lag_quantiles
 from theory.time import HOUR, MINUTE
+from theory.watermarks.spec import make_source_watermark
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
 from theory.windowing.triggers import AfterCount, AfterWatermark, DefaultTrigger
 from theory.windowing.windows import FixedWindows, window_fn_from_spec
 
 #: The name of the grouping stage in every strategy's pipeline.
 STAGE = "window"
+#: The name of its source stage.
+SOURCE = "in"
 
 
 @dataclass(frozen=True)
@@ -63,7 +71,7 @@ class Strategy:
                 allowed_lateness=self.allowed_lateness,
             )
         return Pipeline(
-            [Source("in", self.watermark), GroupByWindow(STAGE, "in", windowing, "sum")]
+            [Source(SOURCE, self.watermark), GroupByWindow(STAGE, SOURCE, windowing, "sum")]
         )
 
 
@@ -99,7 +107,7 @@ def grouping_pipeline(
         allowed_lateness=lateness,
         timestamp_combiner=combiners[timestamp_combiner],
     )
-    return Pipeline([Source("in", watermark), GroupByWindow(STAGE, "in", strategy, "sum")])
+    return Pipeline([Source(SOURCE, watermark), GroupByWindow(STAGE, SOURCE, strategy, "sum")])
 
 
 DEFAULT_STRATEGIES: tuple[Strategy, ...] = (
@@ -124,10 +132,23 @@ class TradeoffResult:
     results: dict[str, SimulationResult]
 
     def table(self) -> dict[str, list[object]]:
-        """The rows as a column table, with an ``on_frontier`` column."""
-        t = as_table(list(self.rows))
+        """The rows as a column table, with an ``on_frontier`` column; the durations
+        named by unit as the command line's tables: ``_us``, integer µs rounded to the
+        nearest (halves to even), None for none."""
+        t: dict[str, list[object]] = {}
+        for name, values in as_table(list(self.rows)).items():
+            if "latency" in name or "lag" in name:
+                t[f"{name}_us"] = [_micros(v) for v in values]
+            else:
+                t[name] = values
         t["on_frontier"] = list(self.on_frontier)
         return t
+
+
+def _micros(value: object) -> int | None:
+    """A µs duration as an integer (nearest, halves to even); None for NaN."""
+    v = float(value)  # type: ignore[arg-type]
+    return None if v != v else round(v)
 
 
 def pareto_frontier(latency: Sequence[float], completeness: Sequence[float]) -> list[bool]:
@@ -149,8 +170,11 @@ def tradeoff(
     *,
     window_size: int = 2 * MINUTE,
     seed: int = 0,
+    include_end_of_input: bool = False,
 ) -> TradeoffResult:
-    """Run every strategy on ``trace`` and tabulate latency against completeness."""
+    """Run every strategy on ``trace`` and tabulate latency against completeness. The
+    latency percentiles leave out the windows fired by the end of input (counted in
+    ``end_of_input_windows``) unless ``include_end_of_input``, as the command line."""
     check_duration(window_size, "window_size", allow_zero=False)
     names = [s.name for s in strategies]
     if len(set(names)) != len(names):
@@ -161,11 +185,41 @@ def tradeoff(
     for s in strategies:
         result = simulate(s.pipeline(window_size), {"in": trace}, seed=seed)
         results[s.name] = result
-        rows.append(strategy_metrics(s.name, result, STAGE, eventual))
+        row = strategy_metrics(
+            s.name, result, STAGE, eventual,
+            end_of_input=_end_of_input(trace, s.watermark),
+            include_end_of_input=include_end_of_input,
+        )
+        rows.append(_exact_lag(row, result, trace))
     frontier = pareto_frontier(
         [r.window_latency_p50 for r in rows], [r.completeness_mean for r in rows]
     )
     return TradeoffResult(rows, frontier, results)
+
+
+def _exact_lag(row: StrategyMetrics, result: SimulationResult, trace: Trace) -> StrategyMetrics:
+    """``row`` with the source watermark's lag at p50, p90 and p99: exact and
+    time-weighted over the first to the last arrival, as the command line's
+    ``source_lag`` (:func:`theory.series.lag_quantiles`; docs/semantics.md, "Lag")."""
+    if not len(trace):
+        return row
+    curve = result.stages[SOURCE].output_watermark
+    a = trace.arrival_time
+    p50, p90, p99 = lag_quantiles(curve, int(a.min()), int(a.max()), (0.5, 0.9, 0.99))
+    return dataclasses.replace(
+        row, watermark_lag_p50=p50, watermark_lag_p90=p90, watermark_lag_p99=p99
+    )
+
+
+def _end_of_input(trace: Trace, watermark: str) -> tuple[int, int] | None:
+    """(last arrival, the source watermark there as if the input went on), µs; None for
+    an empty trace."""
+    if not len(trace):
+        return None
+    t = trace.sorted_by_arrival()
+    last = int(t.arrival_time[-1])
+    curve = make_source_watermark(watermark).curve(t.event_time, t.arrival_time, t.partition)
+    return last, int(curve.at(last))
 
 
 def final_values(

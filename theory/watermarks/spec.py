@@ -50,6 +50,9 @@ SPEC_MEANINGS: tuple[tuple[str, str], ...] = (
     ("bounded:<duration>", "heuristic: max event time seen - duration"),
     ("flink-bounded:<duration>", "Flink's BoundedOutOfOrdernessWatermarks (max seen - "
      "duration - 1 ms in Flink's <= convention, converted)"),
+    ("flink-bounded:<duration>:idle=<timeout>", "the same per partition, emitted every "
+     "200 ms with Flink's withIdleness(timeout): a partition without rows for longer is "
+     "left out of the minimum (StatusWatermarkValve) until it emits again"),
     ("dynamic", "dynamic set of partitions: min over partitions seen of their max event time"),
     ("dynamic:idle=<duration>", "the same, ignoring partitions idle for longer than duration"),
     ("percentile:<p>", "the (1 - p) quantile of the events that happened but have not "
@@ -93,6 +96,11 @@ class SourceWatermarkSpec:
         if self.kind == "bounded":
             assert self.bound is not None
             return bounded_out_of_orderness_curve(event_time, arrival_time, bound=self.bound)
+        if self.kind == "flink-bounded" and self.idle_timeout is not None:
+            assert self.bound is not None
+            return _flink_idle_curve(
+                event_time, arrival_time, partition, self.bound, self.idle_timeout
+            )
         if self.kind == "flink-bounded":
             assert self.bound is not None
             # the flink profile is a layer above the core generators: imported on use
@@ -138,6 +146,11 @@ class SourceWatermarkSpec:
         if self.kind == "bounded":
             assert self.bound is not None
             return BoundedOutOfOrderness(self.bound)
+        if self.kind == "flink-bounded" and self.idle_timeout is not None:
+            raise ValueError(
+                f"source watermark {self.spec!r} has no incremental form: its idleness "
+                "is computed over the whole trace (curve())"
+            )
         if self.kind == "flink-bounded":
             from theory.flink.conventions import FlinkBoundedOutOfOrderness, FlinkCoreView
 
@@ -148,8 +161,8 @@ class SourceWatermarkSpec:
 
 def make_source_watermark(spec: str) -> SourceWatermarkSpec:
     """Parse a spec: ``perfect``, ``perfect:oracle`` (kind ``oracle``), ``ingress``,
-    ``static``, ``bounded:30s``,
-    ``flink-bounded:30s``, ``dynamic``, ``dynamic:idle=1m``, ``percentile:0.9`` or
+    ``static``, ``bounded:30s``, ``flink-bounded:30s``, ``flink-bounded:30s:idle=1m``,
+    ``dynamic``, ``dynamic:idle=1m``, ``percentile:0.9`` or
     ``percentile:0.9:hold`` (:mod:`~theory.watermarks.percentile_source`; ``hold``: no
     perfect fallback). A bad spec raises ValueError naming the spec; a non-string,
     TypeError."""
@@ -162,6 +175,15 @@ def make_source_watermark(spec: str) -> SourceWatermarkSpec:
             return SourceWatermarkSpec(spec, name)
         if text == "perfect:oracle":
             return SourceWatermarkSpec(spec, "oracle")
+        if name == "flink-bounded" and ":idle=" in arg:
+            bound_text, _, idle = arg.partition(":idle=")
+            bound = check_duration(
+                parse_duration(bound_text), f"the bound of {spec!r}", maximum=MAX_TIMESTAMP
+            )
+            timeout = check_duration(
+                parse_duration(idle), f"the idle timeout of {spec!r}", allow_zero=False
+            )
+            return SourceWatermarkSpec(spec, name, bound=bound, idle_timeout=timeout)
         if name in ("bounded", "flink-bounded") and arg:
             bound = check_duration(
                 parse_duration(arg), f"the bound of {spec!r}", maximum=MAX_TIMESTAMP
@@ -175,6 +197,38 @@ def make_source_watermark(spec: str) -> SourceWatermarkSpec:
     except ValueError as err:
         raise ValueError(f"bad source watermark spec {spec!r}: {err}") from None
     raise ValueError(f"bad source watermark spec {spec!r}: expected one of {_SPEC_FORMS}")
+
+
+#: Flink's default auto-watermark interval (µs): ``flink-bounded:<d>:idle=<t>`` emits
+#: every this often.
+FLINK_INTERVAL = 200_000
+
+
+def _flink_idle_curve(
+    event_time: ArrayLike,
+    arrival_time: ArrayLike,
+    partition: ArrayLike | None,
+    bound: int,
+    idle_timeout: int,
+) -> StepSeries:
+    """Flink's job watermark (core convention, µs) with each partition a periodic
+    bounded source with ``withIdleness`` (:func:`theory.experiments.idleness.
+    flink_idle_watermarks`); one input without a partition column."""
+    import numpy as np
+
+    # the flink profile is a layer above the core generators: imported on use
+    from theory.experiments.idleness import flink_idle_watermarks
+
+    e = np.asarray(event_time, dtype=np.int64)
+    a = np.asarray(arrival_time, dtype=np.int64)
+    order = np.argsort(a, kind="stable")
+    part = np.zeros(e.size, np.int64) if partition is None else np.asarray(partition)
+    codes = np.unique(part, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    times, values = flink_idle_watermarks(
+        e[order], a[order], codes[order], bound=bound, interval=FLINK_INTERVAL,
+        idle_timeout=idle_timeout,
+    )
+    return StepSeries.from_events(times, values, MIN_TIMESTAMP)  # the last at one time wins
 
 
 def _parse_percentile(arg: str) -> tuple[float, bool]:

@@ -25,7 +25,9 @@ def test_simulate_writes_series_and_metrics(tmp_path, capsys):
         "mobile_in", "console_in", "mobile_sessions", "console_sessions", "flatten",
         "average_session_length",
     }
-    for iw, ow in zip(series["input_watermark"], series["output_watermark"], strict=True):
+    # the columns name their unit (integer µs, ISO-8601 UTC beside)
+    assert series["processing_time_utc"][0].endswith("Z")
+    for iw, ow in zip(series["input_watermark_us"], series["output_watermark_us"], strict=True):
         assert ow <= iw
     metrics = pacsv.read_csv(out / "metrics.csv").to_pydict()
     assert metrics["stage"][0] == "mobile_in"

@@ -18,6 +18,7 @@ from spark_backend.report.comparison import DEFAULT_STRATEGIES
 from spark_backend.report.report import Report, record_columns
 from spark_backend.traces.collect import to_trace
 from spark_backend.traces.generate import chapter3_trace_df
+from tests.helpers.units import output_unit_errors, us_cell
 from theory.experiments.tradeoff import Strategy, tradeoff
 from theory.series import lag_quantiles
 from theory.time import MINUTE, parse_duration
@@ -72,6 +73,7 @@ def test_every_file_is_written(demo):
         "systems_attribution.csv",
         "systems_windows.csv",
         "systems.png",
+        "windows.parquet",  # each strategy's per-window results (docs/researcher.md)
     }
     for png in out.glob("*.png"):
         image = mpimg.imread(png)
@@ -81,6 +83,12 @@ def test_every_file_is_written(demo):
     for src in re.findall(r'<img src="([^"]+)"', html):
         assert (out / src).exists()
     assert [r["strategy"] for r in _rows(out / "strategies.csv")] == list(DEFAULT_STRATEGIES)
+
+
+def test_every_table_names_its_units(demo):
+    """Integer `_us`, ISO `_utc` beside times, `_s` only where named so, in every CSV
+    and Parquet file of the demo (tests/helpers/units.py)."""
+    assert output_unit_errors(demo) == []
 
 
 def test_propagation_shows_the_scenarios(demo):
@@ -147,15 +155,20 @@ def test_strategy_numbers_match_theory(demo, trace):
         assert int(row["dropped"]) == want.dropped, want.strategy
         assert int(row["windows"]) == want.windows, want.strategy
         for col in EXACT[3:]:
-            # latencies in µs say so in their names (issue 13 finding 7)
-            name = f"{col}_us" if "latency" in col else col
-            assert float(row[name]) == getattr(want, col), (want.strategy, col)
+            # latencies in µs say so in their names (issue 13 finding 7), integers rounded
+            # to the nearest µs (halves to even); blank for none
+            if "latency" in col:
+                assert row[f"{col}_us"] == us_cell(getattr(want, col)), col
+            else:
+                assert float(row[col]) == getattr(want, col), (want.strategy, col)
         assert float(row["completeness_mean"]) == pytest.approx(want.completeness_mean, rel=1e-12)
         # the source lag is exact: the simulator's source watermark gives the same floats
         curve = expected.results[want.strategy].stages["in"].output_watermark
         a = trace.arrival_time
         lags = lag_quantiles(curve, int(a.min()), int(a.max()), (0.5, 0.99))
-        assert (float(row["source_lag_p50_us"]), float(row["source_lag_p99_us"])) == lags
+        assert (int(row["source_lag_p50_us"]), int(row["source_lag_p99_us"])) == tuple(
+            round(x) for x in lags
+        )
     assert any(int(r["late_count"]) > 0 for r in got.values())  # the comparison says something
     assert int(got["perfect"]["late_count"]) == 0
 

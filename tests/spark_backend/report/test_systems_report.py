@@ -45,8 +45,10 @@ def test_section_tables_figure_and_attribution(tmp_path: Path) -> None:
     assert all(int(r["windows it explains"]) + int(r["rows it explains"]) > 0 for r in idle)
     assert (tmp_path / "r" / "systems.png").stat().st_size > 0
     windows = _rows(tmp_path / "r" / "systems_windows.csv")
-    fired = [sum(r[f"{s} latency"] != "nan" for r in windows) for s in ("beam", "flink", "spark")]
-    assert fired == [int(r["windows fired"]) for r in table]
+    # the columns name their unit: integer µs, blank for a window a system never fires
+    fired = [sum(r[f"{s}_latency_us"] != "" for r in windows) for s in ("beam", "flink", "spark")]
+    assert fired == [int(r["windows_fired"]) for r in table]
+    assert all(r["window_start_utc"].endswith("Z") for r in windows)
     html = " ".join((tmp_path / "r" / "index.html").read_text().split())
     assert "Which windows fire and when" in html
     assert "each of its 4 partitions an input" in html and "withIdleness 60 s" in html

@@ -42,7 +42,7 @@ def test_units_in_names_and_iso_times_beside_micros(tmp_path) -> None:
     r.write(tmp_path / "out")
     with (tmp_path / "out" / "x.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert [row["lag_us"] for row in rows] == ["1.0", "inf", "2.0"]
+    assert [row["lag_us"] for row in rows] == ["1", "inf", "2"]  # integer µs
     assert [row["final_us"] for row in rows] == ["0", "inf", "-inf"]
     page = (tmp_path / "out" / "index.html").read_text()
     cells = re.findall(r"<td>([^<]*)</td>", page)

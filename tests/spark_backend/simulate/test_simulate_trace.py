@@ -71,7 +71,7 @@ def test_sessions_and_the_output_timestamp_policy(trace_file, tmp_path):
     ow = {}
     for c, out in outs.items():
         t = pq.read_table(out / "series.parquet").to_pandas()
-        ow[c] = t[t["stage"] == STAGE]["output_watermark"].to_numpy()
+        ow[c] = t[t["stage"] == STAGE]["output_watermark_us"].to_numpy()  # named by unit
     assert np.all(ow["earliest"] <= ow["eow"]) and np.any(ow["earliest"] < ow["eow"])
 
 
