@@ -64,8 +64,8 @@ def test_an_environment_naming_an_absent_file_fails_naming_make(
 
 
 def test_make_test_builds_the_environment_first(tmp_path: Path) -> None:
-    """``make test`` (what CI runs on a clean clone) runs the set-up script when the
-    environment is missing; the tests themselves never do."""
+    """``make test`` (what CI runs on a clean clone) runs the set-up script, when the
+    environment is missing, before pytest."""
     root = Path(__file__).resolve().parents[3]
     env = tmp_path / "oracle.env"
     dry = subprocess.run(
@@ -73,6 +73,4 @@ def test_make_test_builds_the_environment_first(tmp_path: Path) -> None:
         capture_output=True, text=True, check=True,
     ).stdout
     setup = [ln for ln in dry.splitlines() if "scripts/flink_venv.sh" in ln]
-    assert setup and dry.index(setup[0]) < dry.index("pytest")
-    runs = [p for p in (root / "tests").rglob("*.py") if "flink_venv.sh" in p.read_text()]
-    assert runs == [], runs
+    assert setup and dry.index(setup[0]) < dry.index("-m pytest")
