@@ -155,8 +155,9 @@ class ReadWithTrackingWatermarkFn(
     """Reads :class:`PubsubReadSpec` elements; see the module docstring.
 
     While the base subscription is empty, a bundle keeps polling for ``idle_poll`` seconds
-    (of ``clock``) before it checkpoints: fewer, larger checkpoints (FnApiRunner's ``result.metrics()``
-    fails past about a thousand bundles of a stage, see :mod:`beam_pipelines.metrics`).
+    (of ``clock``) before it checkpoints: fewer, larger checkpoints (FnApiRunner's
+    ``result.metrics()`` fails past about a thousand bundles of a stage, see
+    :mod:`beam_pipelines.metrics`).
     ``estimator_params`` are :class:`~theory.dataflow.pubsub.TrackingEstimator`'s (``band``,
     ``idle_advance_after``, ``idle_lag``, ``bucket_width``, ``cap_at_idle_lag``; µs) and the
     ledger's ``acked_memory`` (µs); ``clock`` gives processing time (µs);

@@ -15,7 +15,8 @@ _FIX = "run `make flink` (`make test` runs it)"
 
 def oracle_sources() -> list[Path]:
     """What the environment is built from: the set-up script and the oracle's Java."""
-    return [ROOT / "scripts" / "flink_venv.sh", *sorted((ROOT / "tests" / "flink_oracle").glob("*.java"))]
+    java = sorted((ROOT / "tests" / "flink_oracle").glob("*.java"))
+    return [ROOT / "scripts" / "flink_venv.sh", *java]
 
 
 def flink_environment(env: Path, sources: list[Path]) -> tuple[str, str, str]:

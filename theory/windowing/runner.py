@@ -29,7 +29,6 @@ from theory.windowing.fast_path import (
     take_elements,
 )
 from theory.windowing.pane_columns import PaneColumns, key_list
-from theory.windowing.select import WindowingPath, script_path
 from theory.windowing.script import (
     ElementEvent,
     Event,
@@ -38,6 +37,7 @@ from theory.windowing.script import (
     ScriptResult,
     WatermarkEvent,
 )
+from theory.windowing.select import WindowingPath, script_path
 from theory.windowing.session_path import engine_session_elements, run_sessions_columns
 from theory.windowing.strategy import WindowingStrategy
 from theory.windowing.triggers import REAL_TIME

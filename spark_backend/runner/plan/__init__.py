@@ -1,10 +1,12 @@
 """The plan: the runner's options, the check of a pipeline, and Beam's fused stages.
 
-==================  =============================================================
-``options``         ``PySparkRunnerOptions``: the Spark cluster and its settings
-``validate``        the check of every leaf transform before any Spark work
-``plan``            Beam's own phases of FnApiRunner turned into picklable stage
-                    specs (``Plan``, ``StageSpec``, ``GroupSpec``), which path runs
-                    each stage and each GroupByKey
-==================  =============================================================
+=====================  ==========================================================
+``options``            ``PySparkRunnerOptions``: the Spark cluster and its settings
+``translation_table``  each transform URN's translation, batch and streaming (the
+                       modules that run it, or why it is refused)
+``validate``           the check of every leaf transform before any Spark work
+``plan``               Beam's own phases of FnApiRunner turned into picklable stage
+                       specs (``Plan``, ``StageSpec``, ``GroupSpec``), which path runs
+                       each stage and each GroupByKey
+=====================  ==========================================================
 """
