@@ -1,7 +1,7 @@
-"""The runner asks :mod:`theory.windowing.select` which path a strategy takes, and gets
-the answers it gave when it decided on its own: the batch GroupByKey's engine path
-(``engine_strategy``) and the streaming Combine's lifting (``liftable``), for Beam's window
-fns under every kind of trigger, output at the end of the window or at the earliest."""
+"""The runner asks :mod:`theory.windowing.select` which path a strategy takes: the batch
+GroupByKey's engine path (``engine_strategy``) and the streaming Combine's lifting
+(``liftable``) are Beam's rules' answers (recorded in BEAMS_RULES), for Beam's window fns under
+every kind of trigger, output at the end of the window or at the earliest."""
 
 from __future__ import annotations
 
@@ -51,11 +51,12 @@ TRIGGERS = {
     "each": bt.AfterEach(bt.AfterCount(1), bt.AfterCount(2)),
     "always": bt.Always(),
 }
-#: What the runner answered before it asked the selector, per trigger, for the window fns
-#: in WINDOW_FNS' order, output at the end of the window: "engine" (the batch GroupByKey
-#: runs on theory's engine), "lift" (the streaming Combine is lifted). Output at the
-#: earliest: the same engine answers, never lifted.
-BEFORE = {
+#: The answers of the rules on Beam's windowings and protos (Fixed, Sliding, Sessions
+#: under a watermark-only trigger; Beam's ``lift_combiners`` trigger rule), per trigger,
+#: for the window fns in WINDOW_FNS' order, output at the end of the window: "engine"
+#: (the batch GroupByKey runs on theory's engine), "lift" (the streaming Combine is
+#: lifted). Output at the earliest: the same engine answers, never lifted.
+BEAMS_RULES = {
     "default": ("engine lift", "engine lift", "engine", "lift", "lift"),
     "watermark": ("engine", "engine", "engine", "", ""),
     "early count 1": ("", "", "", "", ""),
@@ -90,8 +91,8 @@ def _combine_over(windowing: Windowing) -> tuple[pb.Pipeline, pb.PTransform]:
 
 @pytest.mark.parametrize("combiner", COMBINERS)
 @pytest.mark.parametrize("trigger", TRIGGERS)
-def test_the_runner_answers_as_before(trigger: str, combiner: str) -> None:
-    for (name, fn), before in zip(WINDOW_FNS.items(), BEFORE[trigger], strict=True):
+def test_the_runner_gives_beams_rules_answers(trigger: str, combiner: str) -> None:
+    for (name, fn), expected in zip(WINDOW_FNS.items(), BEAMS_RULES[trigger], strict=True):
         windowing = Windowing(
             fn,
             triggerfn=TRIGGERS[trigger],
@@ -99,6 +100,6 @@ def test_the_runner_answers_as_before(trigger: str, combiner: str) -> None:
             timestamp_combiner=COMBINERS[combiner],
         )
         engine = engine_strategy(windowing)
-        assert isinstance(engine, WindowingStrategy) == ("engine" in before.split()), (name, engine)
+        assert isinstance(engine, WindowingStrategy) == ("engine" in expected.split()), (name, engine)
         lifted = liftable(*_combine_over(windowing))
-        assert lifted == ("lift" in before.split() and combiner == "end of window"), name
+        assert lifted == ("lift" in expected.split() and combiner == "end of window"), name

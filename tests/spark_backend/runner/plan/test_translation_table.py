@@ -182,7 +182,7 @@ def test_every_leaf_of_the_supported_shapes_is_a_table_leaf(
 def test_the_checks_lists_are_the_tables() -> None:
     assert validate.SUPPORTED_LEAF_URNS is SUPPORTED_LEAF_URNS
     assert validate.STREAMING_ONLY_URNS is STREAMING_ONLY_URNS
-    # the kinds the check accepted before it derived them from the table
+    # the leaf kinds a batch run executes
     assert {
         _P.IMPULSE.urn,
         _P.PAR_DO.urn,
