@@ -100,6 +100,7 @@ def test_the_runner_gives_beams_rules_answers(trigger: str, combiner: str) -> No
             timestamp_combiner=COMBINERS[combiner],
         )
         engine = engine_strategy(windowing)
-        assert isinstance(engine, WindowingStrategy) == ("engine" in expected.split()), (name, engine)
+        on_engine = isinstance(engine, WindowingStrategy)
+        assert on_engine == ("engine" in expected.split()), (name, engine)
         lifted = liftable(*_combine_over(windowing))
         assert lifted == ("lift" in expected.split() and combiner == "end of window"), name
