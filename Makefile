@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs conformance lint bench java system clean
+.PHONY: demo test docs conformance lint bench java system flink clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@bash scripts/check_java.sh
@@ -17,12 +17,23 @@ java:
 system:
 	@bash scripts/system_deps.sh
 
+# the real-Flink oracle's environment (tests/theory/flink/test_flink_oracle.py): .venv-flink
+# with PyFlink and the oracle's jar; FLINK_ENV names the venv's python, the jar and PyFlink's
+# jar directory, one a line; rebuilt when the oracle's Java sources or the script change
+FLINK_ENV := .venv-flink/oracle.env
+$(FLINK_ENV): scripts/flink_venv.sh $(wildcard tests/flink_oracle/*.java)
+	@mkdir -p $(dir $(FLINK_ENV))
+	@bash scripts/flink_venv.sh > $(FLINK_ENV).partial
+	@mv $(FLINK_ENV).partial $(FLINK_ENV)
+
+flink: $(FLINK_ENV)
+
 demo: java $(STAMP)
 	$(VENV)/bin/watermarks demo
 
 # two pytest workers (pytest-xdist), a test file each at a time: a file's module fixtures
 # (a Spark job, a Flink run) run once, and each worker has its own SparkSession
-test: java system $(STAMP)
+test: java system $(STAMP) $(FLINK_ENV)
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile
 
 # the documentation site (Sphinx + MyST) into docs/_build/html; warnings are errors

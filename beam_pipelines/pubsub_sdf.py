@@ -155,8 +155,9 @@ class ReadWithTrackingWatermarkFn(
     """Reads :class:`PubsubReadSpec` elements; see the module docstring.
 
     While the base subscription is empty, a bundle keeps polling for ``idle_poll`` seconds
-    before it checkpoints: fewer, larger checkpoints (FnApiRunner's ``result.metrics()``
-    fails past about a thousand bundles of a stage, see :mod:`beam_pipelines.metrics`).
+    (of ``clock``) before it checkpoints: fewer, larger checkpoints (FnApiRunner's
+    ``result.metrics()`` fails past about a thousand bundles of a stage, see
+    :mod:`beam_pipelines.metrics`).
     ``estimator_params`` are :class:`~theory.dataflow.pubsub.TrackingEstimator`'s (``band``,
     ``idle_advance_after``, ``idle_lag``, ``bucket_width``, ``cap_at_idle_lag``; µs) and the
     ledger's ``acked_memory`` (µs); ``clock`` gives processing time (µs);
@@ -310,7 +311,7 @@ class ReadWithTrackingWatermarkFn(
         base.ack_owed(owed.base)
         if wm.last_record() is None:
             wm.set_last_record(self.clock())  # idle time counts from the first start
-        started = time.monotonic()
+        started = self.clock()
         pos = tracker.current_restriction().start
         end = tracker.current_restriction().stop - 1  # the read's end (see the module)
         if pos >= end:  # the end, or an empty restriction: the acks are sent, finish
@@ -387,7 +388,7 @@ class ReadWithTrackingWatermarkFn(
                     # nothing for too long: skip to the end, which the next resume claims
                     tracker.try_claim(end - 1)
                     break
-                elif time.monotonic() - started < self.idle_poll:
+                elif now - started < self.idle_poll * SECOND:
                     time.sleep(_IDLE_SLEEP_S)  # nothing yet: poll again in this bundle
                 else:
                     break  # nothing to read for a while: checkpoint and resume shortly

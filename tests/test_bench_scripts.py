@@ -99,10 +99,12 @@ def test_bench_engine_vs_beam() -> None:
     assert len(re.findall(r" 5k/500 .* the incremental path's CPU el/s", out)) == 3
 
 
-def test_bench_spark_analytics() -> None:
-    """Its own local Spark (a second JVM beside the suite's session, 2 GB)."""
-    out = run("spark_analytics.py", "--sizes", "2e4", "--repeat", "1", "--warmup", "0",
-              "--driver-memory", "2g")
+def test_bench_spark_analytics(spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """In this process, on the test session's Spark (``get_session`` returns it)."""
+    bench = _bench_module("spark_analytics")
+    master = spark.sparkContext.master
+    assert bench.main(["--sizes", "2e4", "--repeat", "1", "--warmup", "0", "--master", master]) == 0
+    out = capsys.readouterr().out
     row = re.search(r"^ +20,000 +[\d.]+ +[\d.]+ +[\d,]+ +[\d,]+ +[\d.]+ +(\w+)", out,
                     re.MULTILINE)
     assert row is not None and row.group(1) == "True"  # Spark's curves == numpy's

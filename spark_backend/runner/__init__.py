@@ -21,10 +21,11 @@ The package, plan -> stages -> execution (each sub-package's docstring maps its 
 
 Architecture (as Beam's portable Flink and Spark runners are built)
 -------------------------------------------------------------------
-1. **Check** (:mod:`.plan.options`, :mod:`.plan.validate`): options, then every leaf transform of
-   the pipeline proto, before any Spark work. An unknown kind raises
+1. **Check** (:mod:`.plan.options`, :mod:`.plan.validate`): options, then every leaf
+   transform of the pipeline proto, before any Spark work. An unknown kind raises
    :class:`UnsupportedTransformError` naming label and URN; nothing falls back or is
-   dropped.
+   dropped. Which kinds run, and by which modules, batch and streaming, is one table
+   (:mod:`.plan.translation_table`), from URN to translation.
 2. **Plan** (:mod:`.plan.plan`): Beam's own phases of FnApiRunner (combiner lifting, SDF
    expansion, GroupByKey expansion, flatten sinking, greedy fusion) turn the proto into
    fused stages, and Beam's execution context builds each stage's

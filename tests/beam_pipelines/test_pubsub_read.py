@@ -5,8 +5,7 @@ naming a missing subscription or one of another topic."""
 from __future__ import annotations
 
 import pickle
-import threading
-import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -86,32 +85,49 @@ def test_records_are_stamped_and_bad_attributes_go_to_the_dead_letter_output(
         )
 
 
+#: The readings of each :class:`_TickingClock` in this process, by the clock's key.
+_TICKS: dict[str, int] = {}
+
+
+class _TickingClock:
+    """Processing time (µs) that moves ``step`` µs at each reading, from the wall clock
+    when made. FnApiRunner runs the DoFn in this process: the copies it unpickles share
+    the readings through ``_TICKS``."""
+
+    def __init__(self, step: int) -> None:
+        self.key = uuid.uuid4().hex
+        self.step = step
+        self.start = _TICKS[self.key] = system_clock()
+
+    def __call__(self) -> int:
+        _TICKS[self.key] += self.step
+        return _TICKS[self.key]
+
+    def elapsed(self) -> int:
+        return _TICKS[self.key] - self.start
+
+
 def test_an_idle_subscription_is_read_in_few_large_bundles(pubsub_emulator: Emulator) -> None:
-    """With nothing to read for 3 s, the reader polls within a bundle for ``idle_poll``
-    (1 s) before it checkpoints: a few checkpoints, not one per empty pull (20 a second
-    before, which took FnApiRunner's metrics past its recursion limit within a minute)."""
+    """With nothing to read, the reader polls within a bundle for ``idle_poll`` (1 s of its
+    clock) before it checkpoints: a few checkpoints, not one per empty pull (20 a second
+    before, which took FnApiRunner's metrics past its recursion limit within a minute). Its
+    clock moves 100 ms at each reading: the read ends after 6 s of it without data
+    (``stop_after_idle``), with no wall time spent on the idle seconds."""
     topic, base, tracking = _topic_and_subscriptions(pubsub_emulator)
-
-    def publish_later() -> None:
-        time.sleep(3.0)
-        pubsub_emulator.publish(topic, [{"ts": "1000"}, {"ts": "2000"}])
-
-    thread = threading.Thread(target=publish_later, daemon=True)
+    clock = _TickingClock(100 * MILLISECOND)
     pipeline = beam.Pipeline(runner=FnApiRunner())
     _ = pipeline | ReadFromPubSubWithTrackingWatermark(
-        topic, base, tracking, max_records=2, idle_poll=1.0, stop_after_idle=30.0, **FAST
+        topic, base, tracking, idle_poll=1.0, stop_after_idle=6.0, clock=clock, **FAST
     )
-    t0 = time.monotonic()
-    thread.start()
     result = pipeline.run()
     result.wait_until_finish()
-    elapsed = time.monotonic() - t0
-    thread.join(timeout=10)
+    elapsed = clock.elapsed() / SECOND
     got = query_metrics(
         result, MetricsFilter().with_namespace(METRICS_NAMESPACE).with_name("checkpoints")
     )
     checkpoints = sum(c.committed for c in got["counters"])
-    assert 1 <= checkpoints <= elapsed / 1.0 + 1, (checkpoints, elapsed)
+    assert elapsed > 6.0
+    assert 2 <= checkpoints <= elapsed / 1.0 + 1, (checkpoints, elapsed)
 
 
 def test_a_missing_subscription_fails_the_pipeline_naming_it(pubsub_emulator: Emulator) -> None:

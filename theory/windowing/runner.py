@@ -13,7 +13,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import replace
 from itertools import chain
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from theory.windowing.script import (
     ScriptResult,
     WatermarkEvent,
 )
+from theory.windowing.select import WindowingPath, script_path
 from theory.windowing.session_path import engine_session_elements, run_sessions_columns
 from theory.windowing.strategy import WindowingStrategy
 from theory.windowing.triggers import REAL_TIME
@@ -56,8 +57,9 @@ def run_script(
     ``to_infinity`` ends the script with the watermark at ``MAX_TIMESTAMP`` (a TestStream
     always does; the final entry of the watermark arrays is that step).
 
-    With ``fast`` (default), scripts go through a vectorised path that gives the same
-    result as the incremental engine (tested) where one models them:
+    With ``fast`` (default), scripts go through the vectorised path
+    :func:`theory.windowing.select.script_path` selects, which gives the same result as the
+    incremental engine (tested) where it models them:
     :func:`theory.windowing.fast_path.run_fast` for non-merging windows under
     DefaultTrigger or AfterWatermark(), :func:`theory.windowing.count_path.run_count_columns`
     for non-merging windows under count-based early/late firings or
@@ -123,20 +125,22 @@ def _run_vectorised(
     build: bool = True,
     external: np.ndarray | None = None,
 ) -> ScriptResult | str:
-    """The vectorised path for the window fn (sessions or non-merging), or its refusal."""
-    merging = getattr(strategy.window_fn, "is_merging", False)
-    if merging:
-        run = run_sessions_columns
-    elif strategy.trigger.watermark_only():
-        run = run_fast_columns
-    else:
-        run = run_count_columns
+    """The vectorised path :func:`~theory.windowing.select.script_path` selects, or its
+    refusal."""
+    run = _PATHS[script_path(strategy)]
     result = run(columns, strategy, build=build, external=external)
     if isinstance(result, ScriptResult):
         return replace(result, path="vectorised")
     if result in (Refusal.LATE_SESSION_DATA, Refusal.MERGING_PARTS):
         return _run_mixed(columns, strategy, build, external, result)
     return str(result)
+
+
+_PATHS: Final = {
+    WindowingPath.WATERMARK: run_fast_columns,
+    WindowingPath.COUNT: run_count_columns,
+    WindowingPath.SESSIONS: run_sessions_columns,
+}
 
 
 def _run_mixed(

@@ -8,7 +8,8 @@ info; ``tests/theory`` checks it against Beam), and groups a whole partition in 
 call, where Beam's driver costs about a millisecond per (key, window).
 
 :func:`engine_strategy` maps a Beam ``Windowing`` onto a theory
-:class:`~theory.WindowingStrategy` when the engine models it, else says why not (the
+:class:`~theory.WindowingStrategy` when the engine models it
+(:func:`theory.windowing.select.whole_batch_path` decides), else says why not (the
 runner then keeps Beam's driver: custom WindowFns, triggers other than the default
 trigger or a bare ``AfterWatermark()``). The elements keep the windows they carry (they
 crossed a coder that rounds timestamps and windows to milliseconds, and Beam's driver
@@ -20,13 +21,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-from apache_beam.transforms import trigger as beam_trigger
 from apache_beam.transforms import window as beam_window
 from apache_beam.utils import windowed_value
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_pipelines.convert import to_theory
 from theory import MAX_TIMESTAMP, GroupByWindowEngine, Pane, WindowingStrategy
+from theory.windowing.select import WindowingPath, whole_batch_path
 
 __all__ = ["engine_panes", "engine_row_panes", "engine_strategy"]
 
@@ -38,29 +39,25 @@ _TIMINGS: Final[dict[str, Any]] = {
 def engine_strategy(windowing: Any) -> WindowingStrategy | str:
     """The theory strategy for Beam's ``windowing`` (a ``core.Windowing``), or a sentence
     saying why the engine does not model it here. The conversion is
-    :func:`beam_pipelines.convert.to_theory`'s; this path takes only Beam's Fixed, Sliding
-    and Sessions windows under the default trigger or a bare ``AfterWatermark()``."""
-    if type(windowing.windowfn) not in _ENGINE_WINDOW_FNS:
+    :func:`beam_pipelines.convert.to_theory`'s; which strategies this path takes is
+    :func:`theory.windowing.select.whole_batch_path`'s to say."""
+    if type(windowing.windowfn) not in _CONVERTIBLE_WINDOW_FNS:
         return f"window fn {type(windowing.windowfn).__name__} is not Fixed, Sliding or Sessions"
-    trigger = windowing.triggerfn
-    bare_watermark = (
-        type(trigger) is beam_trigger.AfterWatermark
-        and trigger.early is None
-        and trigger.late is None
-    )
-    if type(trigger) is not beam_trigger.DefaultTrigger and not bare_watermark:
-        return f"trigger {trigger!r} is not the default or a bare AfterWatermark()"
     try:
         # Beam checked the pipeline's triggers; batch fires everything at the end
-        return to_theory(windowing, allow_unsafe_triggers=True)
-    except ValueError as err:
+        strategy = to_theory(windowing, allow_unsafe_triggers=True)
+    except (TypeError, ValueError) as err:
         return str(err)
+    path = whole_batch_path(strategy)
+    return strategy if isinstance(path, WindowingPath) else path
 
 
-_ENGINE_WINDOW_FNS: Final = (
+#: The Beam window fns theory converts (any other is named as Beam spells it).
+_CONVERTIBLE_WINDOW_FNS: Final = (
     beam_window.FixedWindows,
     beam_window.SlidingWindows,
     beam_window.Sessions,
+    beam_window.GlobalWindows,
 )
 
 

@@ -1,8 +1,9 @@
 """The check of a whole pipeline before any Spark work.
 
 Every leaf transform (a transform without subtransforms, or a composite the runner
-executes whole) must be of a kind the runner runs with Beam's exact semantics. The
-first that is not raises :class:`UnsupportedTransformError` naming its label and kind:
+executes whole) must be of a kind the runner runs with Beam's exact semantics (the kinds
+and the reasons for refusing the others are :mod:`.translation_table`'s). The first that
+is not raises :class:`UnsupportedTransformError` naming its label and kind:
 a runner that skipped it or ran it elsewhere would return a different pipeline's output.
 """
 
@@ -12,10 +13,15 @@ from typing import Final
 
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
-from apache_beam.runners.portability.fn_api_runner import translations
 from apache_beam.utils import proto_utils
 
 from spark_backend.runner.errors import UnsupportedTransformError
+from spark_backend.runner.plan.translation_table import (
+    COMPOSITES_RUN_WHOLE,
+    STREAMING_ONLY_URNS,
+    SUPPORTED_LEAF_URNS,
+    TRANSLATIONS,
+)
 
 __all__ = [
     "STREAMING_ONLY_URNS",
@@ -25,23 +31,6 @@ __all__ = [
 ]
 
 _P = common_urns.primitives
-
-#: Leaf kinds the runner executes (Combine per key is run whole, after lifting).
-SUPPORTED_LEAF_URNS: Final[frozenset[str]] = frozenset(
-    {
-        _P.IMPULSE.urn,
-        _P.PAR_DO.urn,
-        _P.FLATTEN.urn,
-        _P.GROUP_BY_KEY.urn,
-        _P.ASSIGN_WINDOWS.urn,
-        common_urns.deprecated_primitives.READ.urn,
-        common_urns.composites.COMBINE_PER_KEY.urn,
-        *translations.PAR_DO_URNS,
-    }
-)
-
-#: Leaf kinds only a ``--streaming`` run executes.
-STREAMING_ONLY_URNS: Final[frozenset[str]] = frozenset({_P.TEST_STREAM.urn})
 
 #: Pipeline requirements the runner honours.
 SUPPORTED_REQUIREMENTS: Final[frozenset[str]] = frozenset(
@@ -53,10 +42,6 @@ SUPPORTED_REQUIREMENTS: Final[frozenset[str]] = frozenset(
 )
 
 _UNBOUNDED: Final[int] = beam_runner_api_pb2.IsBounded.UNBOUNDED
-
-_COMPOSITES_RUN_WHOLE: Final[frozenset[str]] = frozenset(
-    {common_urns.composites.COMBINE_PER_KEY.urn}
-)
 
 
 def check_pipeline(pipeline: beam_runner_api_pb2.Pipeline, streaming: bool = False) -> None:
@@ -76,7 +61,7 @@ def _check_transform(
 ) -> None:
     transform = components.transforms[transform_id]
     urn = transform.spec.urn
-    if transform.subtransforms and urn not in _COMPOSITES_RUN_WHOLE:
+    if transform.subtransforms and urn not in COMPOSITES_RUN_WHOLE:
         for sub in transform.subtransforms:
             _check_transform(components, sub, streaming)
         return
@@ -85,9 +70,7 @@ def _check_transform(
     if urn in STREAMING_ONLY_URNS:
         if streaming:
             return
-        raise UnsupportedTransformError(
-            transform.unique_name, urn, "it is streaming-only: run the pipeline with --streaming"
-        )
+        raise UnsupportedTransformError(transform.unique_name, urn, str(TRANSLATIONS[urn].batch))
     if not streaming and _starts_unbounded(components, transform):
         raise UnsupportedTransformError(
             transform.unique_name,

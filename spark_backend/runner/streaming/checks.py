@@ -21,6 +21,7 @@ from apache_beam.utils import proto_utils
 
 from beam_pipelines.convert import to_theory
 from spark_backend.runner.errors import UnsupportedTransformError
+from spark_backend.runner.plan.translation_table import TRANSLATIONS
 from spark_backend.runner.streaming.watermarks import leaf_transforms
 
 __all__ = ["check_streaming"]
@@ -47,8 +48,9 @@ def check_streaming(pipeline: pb.Pipeline) -> None:
     for transform in leaf_transforms(pipeline):
         urn = transform.spec.urn
         label = transform.unique_name
-        if urn == common_urns.deprecated_primitives.READ.urn:
-            raise UnsupportedTransformError(label, urn, "reads are not supported in streaming yet")
+        refused = TRANSLATIONS.get(urn)
+        if refused is not None and isinstance(refused.streaming, str):
+            raise UnsupportedTransformError(label, urn, refused.streaming)
         if urn == _P.PAR_DO.urn:
             _check_par_do(transform)
         elif urn == _P.GROUP_BY_KEY.urn:

@@ -14,6 +14,8 @@ alone:
 - the trigger is one Beam's ``lift_combiners`` phase lifts (no element count above 1,
   no ``AfterAll``/``AfterEach``/``OrFinally``), as that phase then decides.
 
+:func:`theory.windowing.select.lifts_combine` holds these rules; :func:`liftable` asks it.
+
 Any other ``Combine.PerKey`` is opened into its GroupByKey and combining ParDo
 (:func:`~spark_backend.runner.streaming.sources.streaming_proto`). What differs when
 lifted: the engine's late and dropped counts count accumulators, not elements.
@@ -30,8 +32,12 @@ from typing import Final
 
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
+from apache_beam.runners import pipeline_context
+from apache_beam.transforms import core
 
+from beam_pipelines.convert import theory_trigger
 from spark_backend.runner.plan.plan import Plan
+from theory.windowing.select import lifts_combine
 
 __all__ = ["liftable", "lifted_group_labels", "relabel_lifted_groups"]
 
@@ -40,37 +46,25 @@ _GROUP_SUFFIX: Final[str] = "/Group"
 
 
 def liftable(pipeline: pb.Pipeline, combine: pb.PTransform) -> bool:
-    """Whether the ``Combine.PerKey`` composite ``combine`` may be lifted in streaming
-    (see the module docstring)."""
+    """Whether the ``Combine.PerKey`` composite ``combine`` may be lifted in streaming:
+    :func:`theory.windowing.select.lifts_combine` decides (see the module docstring);
+    a trigger theory does not model is not lifted."""
     (pcoll,) = combine.inputs.values()
     components = pipeline.components
-    strategy = components.windowing_strategies[components.pcollections[pcoll].windowing_strategy_id]
-    return (
-        strategy.merge_status == pb.MergeStatus.NON_MERGING
-        and strategy.output_time == pb.OutputTime.END_OF_WINDOW
-        and _lifted_trigger(strategy.trigger)
+    proto = components.windowing_strategies[components.pcollections[pcoll].windowing_strategy_id]
+    try:
+        trigger = theory_trigger(
+            core.Windowing.from_runner_api(
+                proto, pipeline_context.PipelineContext(components)
+            ).triggerfn
+        )
+    except (TypeError, ValueError):
+        return False
+    return lifts_combine(
+        trigger,
+        merging=proto.merge_status != pb.MergeStatus.NON_MERGING,
+        end_of_window=proto.output_time == pb.OutputTime.END_OF_WINDOW,
     )
-
-
-def _lifted_trigger(trigger: pb.Trigger) -> bool:
-    """Beam's ``lift_combiners`` rule for a trigger (a function local to that phase, so
-    not importable); an unset trigger (``AfterWatermark`` without early or late firings
-    has them unset) is not lifted, as Beam decides."""
-    kind = trigger.WhichOneof("trigger")
-    if kind in ("default", "always", "never", "after_processing_time"):
-        return True
-    if kind == "after_synchronized_processing_time":
-        return True
-    if kind == "element_count":
-        return trigger.element_count.element_count == 1
-    if kind == "after_end_of_window":
-        eow = trigger.after_end_of_window
-        return _lifted_trigger(eow.early_firings) and _lifted_trigger(eow.late_firings)
-    if kind == "after_any":
-        return all(_lifted_trigger(t) for t in trigger.after_any.subtriggers)
-    if kind == "repeat":
-        return _lifted_trigger(trigger.repeat.subtrigger)
-    return False
 
 
 def lifted_group_labels(pipeline: pb.Pipeline) -> dict[str, str]:

@@ -20,6 +20,7 @@ import pytest
 
 from spark_backend.cli import commands as cli
 from spark_backend.cli.atomic import Terminated
+from tests.helpers.events import FileEvent
 
 _HARNESS = """
 import sys
@@ -117,10 +118,13 @@ def test_verbose_shows_the_trace(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_a_spark_job_in_analyze(spark, tmp_path, monkeypatch, capsys):
+def test_ctrl_c_during_a_spark_job_in_analyze(spark, tmp_path, tmp_path_factory, monkeypatch,
+                                             capsys):
     """Issue 14: Ctrl-C while a Spark job runs (``analyze --engine spark``, here in this
     process on the test session's Spark, whose SIGINT handler cancels the jobs) exits 130
-    with one line and no traceback; the previous output is intact, with no debris."""
+    with one line and no traceback; the previous output is intact, with no debris. The job
+    says when its task runs and would hold it 300 s: the Ctrl-C lands while it runs, and
+    the job ends cancelled, its task never finished."""
     from spark_backend.report import comparison
     from theory.data.generators import generate_trace
     from theory.data.io import write_trace
@@ -131,29 +135,43 @@ def test_ctrl_c_during_a_spark_job_in_analyze(spark, tmp_path, monkeypatch, caps
     args = ["analyze", str(trace), "--strategies", "perfect,bounded:1s", "--out", str(out)]
     assert cli.main([*args, "--engine", "local"]) == 0
     before = _tree(tmp_path)
+    events = tmp_path_factory.mktemp("events")
+    started, finished = FileEvent(events / "started"), FileEvent(events / "finished")
+    never = FileEvent(events / "never")
     tracker = spark.sparkContext.statusTracker()
     prepare = comparison.prepare
+    jobs: list[int] = []
 
-    def slow_job_first(df, *a, **k):
-        df.sparkSession.range(2).rdd.map(lambda x: time.sleep(300)).collect()
+    def hold(x):
+        started.set()
+        never.wait(300)
+        finished.set()
+        return x
+
+    def long_job_first(df, *a, **k):
+        df.sparkSession.range(2).rdd.map(hold).collect()
         return prepare(df, *a, **k)
 
     def interrupt_once_running() -> None:
-        deadline = time.monotonic() + 120
-        while not tracker.getActiveJobsIds() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(1)
+        started.wait(120)
+        jobs.extend(tracker.getActiveJobsIds())
         os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(comparison, "prepare", slow_job_first)
-    threading.Thread(target=interrupt_once_running, daemon=True).start()
-    started = time.monotonic()
+    monkeypatch.setattr(comparison, "prepare", long_job_first)
+    interrupter = threading.Thread(target=interrupt_once_running, daemon=True)
+    interrupter.start()
     capsys.readouterr()
     try:
         assert cli.main([*args, "--engine", "spark"]) == 130
-        assert time.monotonic() - started < 120  # the 300 s job was cancelled
     finally:
-        spark.sparkContext.cancelAllJobs()  # never leave the sleeping job to later tests
+        spark.sparkContext.cancelAllJobs()  # never leave the held job to later tests
+    interrupter.join(10)
+    assert started.is_set() and jobs, "the Ctrl-C came before the job ran"
+    assert not finished.is_set()
+    deadline = time.monotonic() + 60  # the status tracker learns of the job's end later
+    while tracker.getJobInfo(jobs[0]).status == "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert tracker.getJobInfo(jobs[0]).status == "FAILED"  # how Spark reports a cancelled job
     err = capsys.readouterr().err
     assert "Traceback" not in err
     lines = [ln for ln in err.splitlines() if ln.startswith("watermarks:")]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
@@ -16,6 +16,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from spark_backend.runner import PipelineFailedError
 from spark_backend.runner.plan.plan import LEAN
+from tests.helpers.events import FileEvent
 
 pytestmark = pytest.mark.slow
 
@@ -87,16 +88,24 @@ def test_assert_that_failure_fails_the_run(runner: Any) -> None:
             assert_that(p | beam.Create([1, 2]), equal_to([1, 3]))
 
 
-def _slowly(x: int) -> int:
-    time.sleep(5)
+def _held(x: int, started: FileEvent, release: FileEvent) -> int:
+    """Says it started, then holds its task until released (at most 120 s)."""
+    started.set()
+    if not release.wait(120):
+        raise TimeoutError("never released")
     return x
 
 
-def test_wait_with_a_duration_and_cancel(runner: Any) -> None:
+def test_wait_with_a_duration_and_cancel(runner: Any, tmp_path: Path) -> None:
+    started, release = FileEvent(tmp_path / "started"), FileEvent(tmp_path / "release")
     p = beam.Pipeline(runner=runner)
-    p | beam.Create(list(range(8))) | beam.Reshuffle() | beam.Map(_slowly)
+    p | beam.Create(list(range(8))) | beam.Reshuffle() | beam.Map(_held, started, release)
     result = p.run()
-    assert result.wait_until_finish(duration=10) is None  # still running after 10 ms
-    assert result.state == PipelineState.RUNNING
-    assert result.cancel() == PipelineState.CANCELLED
-    assert result.wait_until_finish() == PipelineState.CANCELLED
+    try:
+        assert started.wait(120), "no element reached the held Map"
+        assert result.wait_until_finish(duration=10) is None  # still running after 10 ms
+        assert result.state == PipelineState.RUNNING
+        assert result.cancel() == PipelineState.CANCELLED
+        assert result.wait_until_finish() == PipelineState.CANCELLED
+    finally:
+        release.set()

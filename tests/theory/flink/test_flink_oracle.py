@@ -1,7 +1,8 @@
 """theory.flink against real Flink (PyFlink 2.3, local MiniCluster, Java 17).
 
-The oracle runs in its own venv (``.venv-flink``, made by ``scripts/flink_venv.sh``: PyFlink
-pins apache-beam <= 2.61, which cannot share ``.venv``). The job (``tests/flink_oracle/``)
+The oracle runs in its own venv (``.venv-flink``: PyFlink pins apache-beam <= 2.61, which
+cannot share ``.venv``), built with the oracle's jar by ``make flink`` (which ``make test``
+runs; ``scripts/flink_venv.sh``), never by the tests. The job (``tests/flink_oracle/``)
 gives Flink a collection source of ``Types.ROW`` rows at parallelism 1, a per-event bounded
 out-of-orderness generator written in Java (so the watermark each element meets depends only
 on the elements before it, never on processing-time timers), and Flink's own WindowOperator
@@ -14,7 +15,8 @@ sequences in one plain JVM (``ValveReplay.java``); both of our valves must emit 
 hold the same channel states (watermark, status, aligned) after every input.
 
 Marked ``flink_oracle``: ``pytest -m "not flink_oracle"`` skips it locally; CI runs it. If the
-venv or the jar cannot be set up, the test fails (it never skips).
+environment is missing or older than the oracle's sources, the test fails naming ``make
+flink`` (it never skips).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.helpers.flink_env import FLINK_ENV, flink_environment, oracle_sources
 from theory.flink.conventions import (
     JAVA_LONG_MAX,
     JAVA_LONG_MIN,
@@ -53,7 +56,6 @@ from theory.flink.windows import (
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 ROOT = Path(__file__).resolve().parents[3]
-SETUP = ROOT / "scripts" / "flink_venv.sh"
 JOB = ROOT / "tests" / "flink_oracle" / "job.py"
 MS = 1_000  # µs per ms
 
@@ -211,16 +213,12 @@ def flink_rows(lines: list[str]) -> tuple[list[Row], list[Row]]:
 
 @pytest.fixture(scope="module")
 def flink_env() -> tuple[str, str, str]:
-    """Create .venv-flink and the oracle jar (fails loudly if that is impossible): the venv's
-    python, the jar, and PyFlink's jar directory."""
-    proc = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        pytest.fail(
-            f"scripts/flink_venv.sh failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}",
-            pytrace=False,
-        )
-    python, jar, lib = proc.stdout.strip().splitlines()[-3:]
-    return python, jar, lib
+    """The environment ``make flink`` built: the venv's python, the oracle jar, and
+    PyFlink's jar directory; the test fails (never skips) without it."""
+    try:
+        return flink_environment(FLINK_ENV, oracle_sources())
+    except RuntimeError as err:
+        pytest.fail(str(err), pytrace=False)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ Beam's own, and the scheduler runs plain functions)."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import apache_beam as beam
@@ -80,14 +79,17 @@ def test_stages_run_after_their_dependencies_and_independent_ones_overlap() -> N
 
 
 def test_after_a_failure_no_stage_starts_and_the_earliest_failure_is_raised() -> None:
+    """``b`` fails first in time, ``a`` (first in plan order) after it: ``a``'s is raised."""
     started: list[str] = []
+    b_failed = threading.Event()
 
     def run_one(spec: StageSpec) -> None:
         started.append(spec.name)
         if spec.name == "b":
-            time.sleep(0.05)
+            b_failed.set()
             raise ValueError("b failed")
         if spec.name == "a":
+            assert b_failed.wait(60)
             raise KeyError("a failed")
 
     with pytest.raises(KeyError, match="a failed"):
