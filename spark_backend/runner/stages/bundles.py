@@ -5,9 +5,12 @@ each data input are written to an in-memory data channel, Beam's ``SdkWorker`` (
 ``EmbeddedWorkerHandler`` FnApiRunner uses) processes the bundle, and the encoded
 outputs are read back per output buffer. Event-time timers the bundle sets and
 self-checkpointed SDF residuals run in further bundles in the same task until none
-remain: in batch the input watermark is already past every timer, and the stage's
-input is partitioned by key when it holds state, so a key's state and timers live in
-one task. Side inputs and user state live in the task's own ``StateServicer``.
+remain, as FnApiRunner resumes them (an unbounded read in batch runs until its
+restriction is done; a round of residuals that all asked for a resume delay starts
+once the shortest delay has passed). In batch the input watermark is already past
+every timer, and the stage's input is partitioned by key when it holds state, so a
+key's state and timers live in one task. Side inputs and user state live in the
+task's own ``StateServicer``.
 
 :func:`run_partition` yields ``(buffer_id, bytes)`` records: encoded element chunks,
 and last one ``(METRICS, summary)``, a pickled :class:`PartitionSummary` (the
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +49,7 @@ __all__ = [
     "TimerKey",
     "bundle_worker",
     "metrics_record",
+    "resume_delay",
     "run_bundle",
     "run_partition",
 ]
@@ -132,6 +137,8 @@ def run_partition(
             )
             if pending.empty():
                 break
+            if not pending.timers:
+                time.sleep(resume_delay(result.response) / 1e6)
     finally:
         worker.stop_worker()  # DoFn.teardown
     yield metrics_record(infos, sizes)
@@ -213,6 +220,18 @@ def _residuals(
         app = residual.application
         data[spec.residual_inputs[app.transform_id, app.input_id]].append(app.element)
     return dict(data)
+
+
+def resume_delay(result: beam_fn_api_pb2.ProcessBundleResponse) -> int:
+    """The shortest resume delay (µs) the bundle's residuals asked for; 0 when one asked
+    for none."""
+    delays = []
+    for residual in result.residual_roots:
+        if not residual.HasField("requested_time_delay"):
+            return 0
+        delay = residual.requested_time_delay
+        delays.append(max(0, delay.seconds * 1_000_000 + delay.nanos // 1_000))
+    return min(delays, default=0)
 
 
 def _fired_timers(
