@@ -82,6 +82,7 @@ from spark_backend.runner.stages.lean.batch import decode
 from spark_backend.runner.stages.lean.program import run_lean_partition
 from spark_backend.runner.stages.task_context import coder, coder_impl
 from spark_backend.runner.stages.text_source import TextRange, range_bytes, split_ranges
+from spark_backend.runner.stages.worker_warnings import warn_again
 
 __all__ = ["BYTES_PER_PARTITION", "StageExecutor"]
 
@@ -236,6 +237,7 @@ class StageExecutor:
         """Keep a finished stage's metrics, sizes and outputs (``held`` by the driver,
         or ``rdds`` on Spark)."""
         summaries = [pickle.loads(m) for m in metrics]
+        warn_again(w for s in summaries for w in s.warnings)
         responses = [beam_fn_api_pb2.ProcessBundleResponse.FromString(s.metrics) for s in summaries]
         infos = list(consolidate(i for r in responses for i in r.monitoring_infos))
         with self._lock:

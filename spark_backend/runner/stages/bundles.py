@@ -14,7 +14,8 @@ task's own ``StateServicer``.
 
 :func:`run_partition` yields ``(buffer_id, bytes)`` records: encoded element chunks,
 and last one ``(METRICS, summary)``, a pickled :class:`PartitionSummary` (the
-partition's metrics and bytes written per buffer).
+partition's metrics, bytes written per buffer, and in a Spark task the
+InefficientExecutionWarnings Beam's worker raised, :mod:`.worker_warnings`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from spark_backend.runner.batch.summary import METRICS, PartitionSummary
 from spark_backend.runner.plan.plan import StageSpec
 from spark_backend.runner.stages.side_inputs import load_side_inputs
 from spark_backend.runner.stages.task_context import coder_impl
+from spark_backend.runner.stages.worker_warnings import kept_warnings
 
 __all__ = [
     "METRICS",
@@ -99,10 +101,14 @@ def bundle_worker(spec: StageSpec, state: StateServicer) -> tuple[EmbeddedWorker
     return EmbeddedWorkerHandler(None, state, _PROVISION, manager), descriptor.id
 
 
-def metrics_record(infos: Iterable[Any], sizes: Mapping[bytes, int]) -> tuple[bytes, bytes]:
-    """The ``(METRICS, pickled PartitionSummary)`` record of a partition."""
+def metrics_record(
+    infos: Iterable[Any], sizes: Mapping[bytes, int], warned: Iterable[str] = ()
+) -> tuple[bytes, bytes]:
+    """The ``(METRICS, pickled PartitionSummary)`` record of a partition; ``warned``:
+    the messages of the InefficientExecutionWarnings its bundles raised."""
     metrics = beam_fn_api_pb2.ProcessBundleResponse(monitoring_infos=list(infos))
-    return METRICS, pickle.dumps(PartitionSummary(metrics.SerializeToString(), dict(sizes)))
+    summary = PartitionSummary(metrics.SerializeToString(), dict(sizes), tuple(sorted(warned)))
+    return METRICS, pickle.dumps(summary)
 
 
 def run_partition(
@@ -121,12 +127,14 @@ def run_partition(
     worker, descriptor_id = bundle_worker(spec, state)
     infos: list[Any] = []
     sizes: dict[bytes, int] = defaultdict(int)
+    warned: set[str] = set()
     try:
         pending = Round(data=by_input(spec, records))
         for number in itertools.count():
             if number >= MAX_ROUNDS:
                 raise RuntimeError(f"more than {MAX_ROUNDS} timer rounds in one partition")
-            result = run_bundle(worker, spec, descriptor_id, pending, number, finalize)
+            with kept_warnings(warned):
+                result = run_bundle(worker, spec, descriptor_id, pending, number, finalize)
             for buffer, chunk in result.outputs:
                 sizes[buffer] += len(chunk)
                 yield buffer, chunk
@@ -141,7 +149,7 @@ def run_partition(
                 time.sleep(resume_delay(result.response) / 1e6)
     finally:
         worker.stop_worker()  # DoFn.teardown
-    yield metrics_record(infos, sizes)
+    yield metrics_record(infos, sizes, warned)
 
 
 def by_input(spec: StageSpec, records: Iterable[tuple[str, bytes]]) -> dict[str, list[bytes]]:
