@@ -270,6 +270,8 @@ class StageExecutor:
             if not self._held_whole(buffer):
                 return False
             group = self._plan.groups.get(buffer)
+            if group is not None and group.state_iterable_bytes:
+                return False  # its values spill in the Spark task that reads them
             if group is not None and redistributes(group, self._plan.job_id, self._plan.components):
                 return False
         with self._lock:
@@ -401,7 +403,8 @@ class StageExecutor:
         if buffer == IMPULSE:
             return self._sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
         if buffer.startswith(b"group:"):
-            if self._held_whole(buffer):  # grouped here, no shuffle
+            spilled = self._plan.groups[buffer].state_iterable_bytes
+            if self._held_whole(buffer) and not spilled:  # grouped here, no shuffle
                 parts = self._held_parts(buffer)
                 return self._sc.parallelize(parts, len(parts)).flatMap(_identity)
             return self._grouped(self._plan.groups[buffer], buffer)

@@ -9,5 +9,7 @@
 ``keyed_columns``   the shuffle as columns: each element encoded once
 ``columns``         a partition of ``KeyedColumns`` grouped by one numpy sort, the
                     output written in Beam's bytes
+``spilled_groups``  a group's values past a size spilled to the task's disk, read
+                    back page by page for Beam's state-backed iterables
 ==================  =============================================================
 """

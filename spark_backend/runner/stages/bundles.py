@@ -38,6 +38,7 @@ from apache_beam.runners.portability.fn_api_runner.worker_handlers import (
 
 from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.batch.summary import METRICS, PartitionSummary
+from spark_backend.runner.grouping.spilled_groups import TOKEN_PREFIX, read_page, remove_spill
 from spark_backend.runner.plan.plan import StageSpec
 from spark_backend.runner.stages.side_inputs import load_side_inputs
 from spark_backend.runner.stages.task_context import coder_impl
@@ -48,6 +49,7 @@ __all__ = [
     "BundleResult",
     "PartitionSummary",
     "Round",
+    "SpilledGroupsServicer",
     "TimerKey",
     "bundle_worker",
     "metrics_record",
@@ -122,7 +124,7 @@ def run_partition(
     """Run ``spec`` over ``records`` (``(input transform id, chunk)``), one bundle
     then its timer and residual rounds; yield output chunks and the metrics record.
     ``finalize``: call each bundle's finalizers (:func:`run_bundle`)."""
-    state = StateServicer()
+    state = SpilledGroupsServicer()
     load_side_inputs(state, spec.side_inputs, side_data, job_id, components)
     worker, descriptor_id = bundle_worker(spec, state)
     infos: list[Any] = []
@@ -149,7 +151,32 @@ def run_partition(
                 time.sleep(resume_delay(result.response) / 1e6)
     finally:
         worker.stop_worker()  # DoFn.teardown
+        state.remove_read()
     yield metrics_record(infos, sizes, warned)
+
+
+class SpilledGroupsServicer(StateServicer):
+    """Beam's StateServicer that also serves the spilled groups of state-backed
+    iterables (:mod:`~spark_backend.runner.grouping.spilled_groups`), a page per
+    request; ``remove_read`` removes the spill files it read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._read: set[str] = set()
+
+    def get_raw(self, state_key: Any, continuation_token: bytes | None = None) -> Any:
+        if state_key.WhichOneof("type") == "runner" and state_key.runner.key.startswith(
+            TOKEN_PREFIX
+        ):
+            data, token, path = read_page(state_key.runner.key, continuation_token)
+            self._read.add(path)
+            return data, token
+        return super().get_raw(state_key, continuation_token)
+
+    def remove_read(self) -> None:
+        for path in self._read:
+            remove_spill(path)
+        self._read.clear()
 
 
 def by_input(spec: StageSpec, records: Iterable[tuple[str, bytes]]) -> dict[str, list[bytes]]:
