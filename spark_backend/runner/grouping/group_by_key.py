@@ -41,7 +41,7 @@ from spark_backend.runner.grouping.keyed_columns import (
     concat,
     split_by_partition,
 )
-from spark_backend.runner.grouping.spilled_groups import GroupSpill
+from spark_backend.runner.grouping.spilled_groups import GroupSpill, page_bytes
 from spark_backend.runner.plan.plan import GroupSpec
 from spark_backend.runner.stages.task_context import coder, coder_impl, windowing
 
@@ -201,7 +201,7 @@ def _state_backed_partition(
     input_coder = coder(job_id, components, group.input_coder_id)
     input_impl = input_coder.get_impl()
     key_impl = input_coder.wrapped_value_coder.key_coder().get_impl()
-    spill = GroupSpill()
+    spill = GroupSpill(page_bytes(group.state_iterable_bytes))
     context = PipelineContext(
         beam_runner_api_pb2.Components.FromString(components), iterable_state_write=spill.write
     )

@@ -6,12 +6,13 @@ rest to the coder context's ``iterable_state_write``; the SDK reads them back th
 the state API, a ``runner`` state key holding the token, page by page as the DoFn
 iterates. :class:`GroupSpill` is that writer on the grouping side: it appends the
 values to one file per partition (:func:`tempfile.mkstemp`), in pages of whole
-elements of about :data:`PAGE_BYTES`, each page prefixed by its length (4 bytes, big
-endian), and returns a token naming the file and the byte range. :func:`read_page`
-is the reading side, for :class:`~spark_backend.runner.stages.bundles` state servicer
-in the task that consumes the group (the same Spark task, on the same host): one page
-per state request, the continuation token the next page's offset. A group is never
-held whole: it is decoded, written and read one value, one page, at a time.
+elements of about the coder's threshold (:func:`page_bytes`), each page prefixed by
+its length (4 bytes, big endian), and returns a token naming the file and the byte
+range. :func:`read_page` is the reading side, for the state servicer of
+:mod:`~spark_backend.runner.stages.bundles` in the task that consumes the group (the
+same Spark task, on the same host): one page per state request, the continuation token
+the next page's offset. A group is never held whole: it is decoded, written and read
+one value, one page, at a time.
 """
 
 from __future__ import annotations
@@ -26,10 +27,19 @@ from typing import Any, Final
 
 from apache_beam.coders.coder_impl import create_OutputStream
 
-__all__ = ["PAGE_BYTES", "TOKEN_PREFIX", "GroupSpill", "read_page", "remove_spill"]
+__all__ = [
+    "MIN_PAGE_BYTES",
+    "PAGE_BYTES",
+    "TOKEN_PREFIX",
+    "GroupSpill",
+    "page_bytes",
+    "read_page",
+    "remove_spill",
+]
 
-#: The encoded values a page holds, about (a page ends at a value's end).
+#: The most and the least encoded bytes a page holds, about (a page ends at a value's end).
 PAGE_BYTES: Final[int] = 1 << 20
+MIN_PAGE_BYTES: Final[int] = 4 << 10
 
 #: Every token of a spilled group starts with these bytes.
 TOKEN_PREFIX: Final[bytes] = b"spilled-group\0"
@@ -44,6 +54,12 @@ def _remove_written() -> None:
 
 
 atexit.register(_remove_written)
+
+
+def page_bytes(threshold: int) -> int:
+    """The page size for a coder threshold of ``threshold`` bytes: the threshold, within
+    :data:`MIN_PAGE_BYTES` and :data:`PAGE_BYTES`."""
+    return min(PAGE_BYTES, max(MIN_PAGE_BYTES, threshold))
 
 
 class GroupSpill:

@@ -2,7 +2,7 @@
 DoFn through the state API, page by page from the task's spill file
 (:mod:`spark_backend.runner.grouping.spilled_groups`).
 
-One hot key of about two pages of values and a cold key under the threshold, with every
+One hot key of about nine pages of values and a cold key under the threshold, with every
 stage on Spark: the output equals a plain-Python oracle's (in the pipeline, on both
 runners) and FnApiRunner's (the differential harness), and a counter shows that the
 DoFn got the hot key's values as Beam's state-backed iterable, not a list.
@@ -18,12 +18,13 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.util import assert_that, equal_to
 
 from spark_backend.runner import PySparkRunner
-from spark_backend.runner.grouping.spilled_groups import PAGE_BYTES
+from spark_backend.runner.grouping.spilled_groups import MIN_PAGE_BYTES
 
 pytestmark = pytest.mark.slow
 
 VALUE_BYTES = 12  # "hot-0000000" and its length prefix
-KEYS = {"hot": 2 * PAGE_BYTES // VALUE_BYTES, "cold": 3}
+THRESHOLD = 1000  # bytes: pages of MIN_PAGE_BYTES
+KEYS = {"hot": 9 * MIN_PAGE_BYTES // VALUE_BYTES, "cold": 3}
 _BY_STATE = beam.metrics.Metrics.counter("test", "by_state")
 
 
@@ -49,7 +50,7 @@ def build(p: beam.Pipeline) -> Any:
 
 
 def test_a_large_group_reaches_the_dofn_by_state_pages(spark: Any, differential: Any) -> None:
-    runner = PySparkRunner(state_iterable_bytes=1000, driver_stages=False)
+    runner = PySparkRunner(state_iterable_bytes=THRESHOLD, driver_stages=False)
     result = differential(build, on=runner)
     (counter,) = result.metrics().query(MetricsFilter().with_name("by_state"))["counters"]
     assert counter.committed == 1  # the hot key only: the cold one fits under 1000 bytes
