@@ -10,7 +10,8 @@ sampled every 0.5 s) of each Spark Python worker and of the driver; fails if a
 worker's passes ``--max-worker-gib``. Load averages are printed.
 
     .venv/bin/python bench/state_iterables.py --values 1e6
-    .venv/bin/python bench/state_iterables.py --values 2e7 --max-worker-gib 1
+    .venv/bin/python bench/state_iterables.py --values 2e7 --spark-conf \
+spark.python.worker.memory=256m
 """
 
 from __future__ import annotations
@@ -124,10 +125,13 @@ def main() -> None:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--threshold", type=int, default=1 << 20, help="state_iterable_bytes")
     parser.add_argument("--max-worker-gib", type=float, default=1.0)
+    parser.add_argument(
+        "--spark-conf", action="append", default=[], help="KEY=VALUE for the session"
+    )
     args = parser.parse_args()
     from spark_backend.session.session import get_session
 
-    get_session()
+    get_session(conf=args.spark_conf)
     print(f"load averages {os.getloadavg()}")
     for n in args.values:
         expected = oracle(n, args.value_bytes)
