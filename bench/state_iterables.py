@@ -155,6 +155,8 @@ def main() -> None:
             f"output equals the oracle's; worker VmHWM max {worst / GIB:.2f} GiB over "
             f"{len(peaks.peaks)} workers; driver VmHWM {_hwm(os.getpid()) / GIB:.2f} GiB"
         )
+        each = ", ".join(f"{v / GIB:.2f}" for v in sorted(peaks.peaks.values(), reverse=True))
+        print(f"  each worker's VmHWM (GiB): {each}")
         if worst > args.max_worker_gib * GIB:
             raise SystemExit(f"a worker's VmHWM {worst / GIB:.2f} GiB > {args.max_worker_gib}")
     print(f"load averages {os.getloadavg()}")

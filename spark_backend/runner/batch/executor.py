@@ -25,7 +25,10 @@ partitioned by key (no per-key lists) and grouped by theory's engine, a whole pa
 at once; a ``columnar`` one shuffles one record of columns per (task, partition) and is
 grouped by a numpy sort
 (:func:`~spark_backend.runner.grouping.group_by_key.columns_partition`); otherwise by
-Spark's ``groupByKey`` and Beam's batch trigger driver.
+Spark's ``groupByKey`` and Beam's batch trigger driver; a GroupByKey whose values go
+by state-backed iterables (``GroupSpec.state_iterable_bytes``) by Spark's external sort
+within partitions instead (``groupByKey`` builds each key's list on the map side), so
+that a group streams from the sort into the spill.
 
 Small stages run in the driver process instead (:mod:`.driver_stages`): a stage whose
 inputs the driver holds whole and small, as it holds the impulse and any buffer whose
@@ -41,6 +44,8 @@ whose outputs pass ``driver_output_bytes`` is stopped and run as a Spark job ins
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 import pickle
 import threading
 from collections import defaultdict
@@ -431,6 +436,9 @@ class StageExecutor:
         if group.path == THEORY_ENGINE:  # the engine groups a whole partition by itself
             by_key = pairs.partitionBy(partitions, key_hash)
             return by_key.mapPartitions(functools.partial(_engine, group, job, components))
+        if group.state_iterable_bytes:  # a group streams: no per-key list on either side
+            by_key = pairs.repartitionAndSortWithinPartitions(partitions, key_hash)
+            return by_key.mapPartitions(functools.partial(_group_sorted, group, job, components))
         grouped = pairs.groupByKey(partitions, key_hash)
         return grouped.mapPartitions(functools.partial(_group, group, job, components))
 
@@ -489,6 +497,15 @@ def keyed_chunk(group: GroupSpec, job_id: str, components: Any, chunk: bytes) ->
 
 
 def _group(group: GroupSpec, job_id: str, components: Any, groups: Any) -> Any:
+    return group_partition(groups, group, job_id, components.value)
+
+
+def _group_sorted(group: GroupSpec, job_id: str, components: Any, pairs: Any) -> Any:
+    """Group a partition's ``(key, element)`` pairs sorted by key, a group at a time."""
+    groups = (
+        (key, (element for _, element in run))
+        for key, run in itertools.groupby(pairs, key=operator.itemgetter(0))
+    )
     return group_partition(groups, group, job_id, components.value)
 
 
