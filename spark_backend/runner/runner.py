@@ -7,6 +7,7 @@ then every transform) before any Spark work; see the package docstring for the d
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from apache_beam.options import pipeline_options
@@ -46,7 +47,11 @@ class PySparkRunner(PipelineRunner):
     it the stage runs on Spark instead; default ``DRIVER_OUTPUT_BYTES``, 64 MiB), and
     ``spill_bytes`` the output one lean sink of a task holds before spilling it to a
     scratch file (:mod:`spark_backend.runner.batch.spill`; default ``SPILL_BYTES``, 32 MiB).
-    Bound the Python workers' memory with ``--spark_conf
+    ``state_iterable_bytes`` > 0 hands a GroupByKey's values (default windowing) past
+    that many bytes of a group to the DoFn as Beam's state-backed iterable, read page by
+    page from the task's disk (:mod:`spark_backend.runner.grouping.spilled_groups`;
+    FnApiRunner's ``use_state_iterables``; 0, the default, as FnApiRunner's, is off):
+    a group larger than memory. Bound the Python workers' memory with ``--spark_conf
     spark.executor.pyspark.memory=1g``."""
 
     def __init__(
@@ -55,11 +60,13 @@ class PySparkRunner(PipelineRunner):
         driver_stages: bool | None = None,
         driver_output_bytes: int = DRIVER_OUTPUT_BYTES,
         spill_bytes: int = SPILL_BYTES,
+        state_iterable_bytes: int = 0,
     ) -> None:
         super().__init__()
         for name, value in (
             ("driver_output_bytes", driver_output_bytes),
             ("spill_bytes", spill_bytes),
+            ("state_iterable_bytes", state_iterable_bytes),
         ):
             if type(value) is not int or value < 0:
                 raise ValueError(f"PySparkRunner({name}=...): expected bytes >= 0, got {value!r}")
@@ -67,6 +74,7 @@ class PySparkRunner(PipelineRunner):
         self.driver_stages = fast_paths if driver_stages is None else driver_stages
         self.driver_output_bytes = driver_output_bytes
         self.spill_bytes = spill_bytes
+        self.state_iterable_bytes = state_iterable_bytes
 
     def run_pipeline(
         self, pipeline: Any, options: pipeline_options.PipelineOptions
@@ -100,7 +108,7 @@ class PySparkRunner(PipelineRunner):
             )
             return prepared.start(_spark_context(target))
         check_batch_triggers(proto)
-        plan = batch_plan(frozen_processing_time(proto), self.fast_paths)
+        plan = batch_plan(frozen_processing_time(proto), self.fast_paths, self.state_iterable_bytes)
         result = _start(plan, target, self, list(grouping_steps(proto).values()))
         result.paths = plan.paths
         result.columnar = plan.columnar
@@ -108,15 +116,17 @@ class PySparkRunner(PipelineRunner):
         return result
 
 
-def batch_plan(proto: Any, fast_paths: bool) -> Plan:
+def batch_plan(proto: Any, fast_paths: bool, state_iterable_bytes: int = 0) -> Plan:
     """The batch plan of ``proto``; with ``fast_paths``, text reads by the lean text
-    source, except those whose stage is not lean (they keep Beam's splittable read)."""
+    source, except those whose stage is not lean (they keep Beam's splittable read);
+    ``state_iterable_bytes``: see :class:`PySparkRunner`."""
+    plan_of = functools.partial(plan_pipeline, state_iterable_bytes=state_iterable_bytes)
     if not fast_paths:
-        return plan_pipeline(proto, fast_paths, lean=False)
-    plan = plan_pipeline(lean_text_reads(proto), fast_paths, lean=True)
+        return plan_of(proto, fast_paths, lean=False)
+    plan = plan_of(lean_text_reads(proto), fast_paths, lean=True)
     keep = reads_off_lean(plan)
     if keep:
-        plan = plan_pipeline(lean_text_reads(proto, keep), fast_paths, lean=True)
+        plan = plan_of(lean_text_reads(proto, keep), fast_paths, lean=True)
     return plan
 
 

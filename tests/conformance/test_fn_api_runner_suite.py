@@ -8,9 +8,9 @@ portable runners leave out are in ``sickbay.toml`` with Beam's reason; the harne
 (:mod:`tests.conformance.runners`); ``make conformance`` runs both configurations and
 Beam's own FnApiRunnerTest as the control.
 
-Known failures are marked strict ``xfail`` here, so that ``make test`` stays green and
-a fix turns them into errors until the mark goes; ``make conformance`` runs with
-``--runxfail`` and counts them as failures.
+A known failure would be marked strict ``xfail`` here, so that ``make test`` stays
+green and a fix turns it into an error until the mark goes (``make conformance`` runs
+with ``--runxfail`` and counts it as a failure); none is.
 """
 
 from __future__ import annotations
@@ -23,22 +23,8 @@ from apache_beam.runners.portability.fn_api_runner import fn_runner_test
 
 from tests.conformance.runners import configured_runner
 
-UNBOUNDED_IN_BATCH = pytest.mark.xfail(
-    strict=True,
-    reason="an unbounded read in batch is refused (UnsupportedTransformError); FnApiRunner "
-    "runs it, resuming the residuals until the restriction is done",
-)
-
 
 @pytest.mark.usefixtures("spark")
 class PySparkRunnerTest(fn_runner_test.FnApiRunnerTest):
     def create_pipeline(self, is_drain: bool = False) -> Any:
         return beam.Pipeline(runner=configured_runner())
-
-    @UNBOUNDED_IN_BATCH
-    def test_sliding_windows(self) -> None:  # PeriodicImpulse
-        super().test_sliding_windows()
-
-    @UNBOUNDED_IN_BATCH
-    def test_unbounded_source_read(self) -> None:  # Read(UnboundedSource)
-        super().test_unbounded_source_read()

@@ -25,7 +25,10 @@ partitioned by key (no per-key lists) and grouped by theory's engine, a whole pa
 at once; a ``columnar`` one shuffles one record of columns per (task, partition) and is
 grouped by a numpy sort
 (:func:`~spark_backend.runner.grouping.group_by_key.columns_partition`); otherwise by
-Spark's ``groupByKey`` and Beam's batch trigger driver.
+Spark's ``groupByKey`` and Beam's batch trigger driver; a GroupByKey whose values go
+by state-backed iterables (``GroupSpec.state_iterable_bytes``) by Spark's external sort
+within partitions instead (``groupByKey`` builds each key's list on the map side), so
+that a group streams from the sort into the spill.
 
 Small stages run in the driver process instead (:mod:`.driver_stages`): a stage whose
 inputs the driver holds whole and small, as it holds the impulse and any buffer whose
@@ -41,6 +44,8 @@ whose outputs pass ``driver_output_bytes`` is stopped and run as a Spark job ins
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 import pickle
 import threading
 from collections import defaultdict
@@ -82,6 +87,7 @@ from spark_backend.runner.stages.lean.batch import decode
 from spark_backend.runner.stages.lean.program import run_lean_partition
 from spark_backend.runner.stages.task_context import coder, coder_impl
 from spark_backend.runner.stages.text_source import TextRange, range_bytes, split_ranges
+from spark_backend.runner.stages.worker_warnings import warn_again
 
 __all__ = ["BYTES_PER_PARTITION", "StageExecutor"]
 
@@ -236,6 +242,7 @@ class StageExecutor:
         """Keep a finished stage's metrics, sizes and outputs (``held`` by the driver,
         or ``rdds`` on Spark)."""
         summaries = [pickle.loads(m) for m in metrics]
+        warn_again(w for s in summaries for w in s.warnings)
         responses = [beam_fn_api_pb2.ProcessBundleResponse.FromString(s.metrics) for s in summaries]
         infos = list(consolidate(i for r in responses for i in r.monitoring_infos))
         with self._lock:
@@ -268,6 +275,8 @@ class StageExecutor:
             if not self._held_whole(buffer):
                 return False
             group = self._plan.groups.get(buffer)
+            if group is not None and group.state_iterable_bytes:
+                return False  # its values spill in the Spark task that reads them
             if group is not None and redistributes(group, self._plan.job_id, self._plan.components):
                 return False
         with self._lock:
@@ -399,7 +408,8 @@ class StageExecutor:
         if buffer == IMPULSE:
             return self._sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
         if buffer.startswith(b"group:"):
-            if self._held_whole(buffer):  # grouped here, no shuffle
+            spilled = self._plan.groups[buffer].state_iterable_bytes
+            if self._held_whole(buffer) and not spilled:  # grouped here, no shuffle
                 parts = self._held_parts(buffer)
                 return self._sc.parallelize(parts, len(parts)).flatMap(_identity)
             return self._grouped(self._plan.groups[buffer], buffer)
@@ -426,6 +436,9 @@ class StageExecutor:
         if group.path == THEORY_ENGINE:  # the engine groups a whole partition by itself
             by_key = pairs.partitionBy(partitions, key_hash)
             return by_key.mapPartitions(functools.partial(_engine, group, job, components))
+        if group.state_iterable_bytes:  # a group streams: no per-key list on either side
+            by_key = pairs.repartitionAndSortWithinPartitions(partitions, key_hash)
+            return by_key.mapPartitions(functools.partial(_group_sorted, group, job, components))
         grouped = pairs.groupByKey(partitions, key_hash)
         return grouped.mapPartitions(functools.partial(_group, group, job, components))
 
@@ -484,6 +497,15 @@ def keyed_chunk(group: GroupSpec, job_id: str, components: Any, chunk: bytes) ->
 
 
 def _group(group: GroupSpec, job_id: str, components: Any, groups: Any) -> Any:
+    return group_partition(groups, group, job_id, components.value)
+
+
+def _group_sorted(group: GroupSpec, job_id: str, components: Any, pairs: Any) -> Any:
+    """Group a partition's ``(key, element)`` pairs sorted by key, a group at a time."""
+    groups = (
+        (key, (element for _, element in run))
+        for key, run in itertools.groupby(pairs, key=operator.itemgetter(0))
+    )
     return group_partition(groups, group, job_id, components.value)
 
 

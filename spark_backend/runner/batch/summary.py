@@ -13,7 +13,10 @@ METRICS: Final[bytes] = b"__metrics__"
 
 @dataclass(frozen=True)
 class PartitionSummary:
-    """What a partition reports besides its output: metrics and output sizes."""
+    """What a partition reports besides its output: metrics, output sizes, and the
+    messages of the InefficientExecutionWarnings Beam's worker raised in a Spark task
+    (:mod:`~spark_backend.runner.stages.worker_warnings`)."""
 
     metrics: bytes  # a serialised ProcessBundleResponse holding the monitoring infos
     sizes: dict[bytes, int]  # buffer id -> encoded bytes written
+    warnings: tuple[str, ...] = ()

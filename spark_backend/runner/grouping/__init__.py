@@ -11,5 +11,7 @@
                     output written in Beam's bytes
 ``late_data``       Beam Java's ``droppedDueToLateness`` counter per GroupByKey and
                     Combine
+``spilled_groups``  a group's values past a size spilled to the task's disk, read
+                    back page by page for Beam's state-backed iterables
 ==================  =============================================================
 """

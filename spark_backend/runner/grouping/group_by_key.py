@@ -12,6 +12,12 @@ A GroupByKey the plan marks ``columnar`` shuffles
 :class:`~spark_backend.runner.grouping.keyed_columns.KeyedColumns` instead, one record per
 (map task, partition) (:func:`split_columns`), and groups each partition with numpy
 (:func:`columns_partition`, :mod:`spark_backend.runner.grouping.columns`).
+
+A GroupByKey the plan gives ``state_iterable_bytes`` (default windowing only) writes
+its output with Beam's state-backed iterable coder: each group streams from Spark's
+grouped values into the coder, the values past that many bytes spilled to the task's
+disk and served to the consuming DoFn page by page through the state API
+(:mod:`spark_backend.runner.grouping.spilled_groups`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners.pipeline_context import PipelineContext
 from apache_beam.transforms import trigger
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils import windowed_value
@@ -33,6 +41,7 @@ from spark_backend.runner.grouping.keyed_columns import (
     concat,
     split_by_partition,
 )
+from spark_backend.runner.grouping.spilled_groups import GroupSpill, page_bytes
 from spark_backend.runner.plan.plan import GroupSpec
 from spark_backend.runner.stages.task_context import coder, coder_impl, windowing
 
@@ -84,6 +93,8 @@ def group_partition(
     components: bytes,
 ) -> Iterator[bytes]:
     """The grouped output chunks of one partition's ``(key, elements)`` groups."""
+    if group.state_iterable_bytes:
+        return _state_backed_partition(groups, group, job_id, components)
     input_coder = coder(job_id, components, group.input_coder_id)
     input_impl = input_coder.get_impl()
     key_impl = input_coder.wrapped_value_coder.key_coder().get_impl()
@@ -176,6 +187,40 @@ def _global_pane(key: Any, elements: list[Any]) -> list[Any]:
             (key, values), timestamp=GlobalWindow().max_timestamp(), pane_info=_ON_TIME_ONLY
         )
     ]
+
+
+def _state_backed_partition(
+    groups: Iterable[tuple[bytes, Iterable[bytes]]],
+    group: GroupSpec,
+    job_id: str,
+    components: bytes,
+) -> Iterator[bytes]:
+    """Default windowing, the output coder Beam's state-backed iterable: each group's
+    values decoded one at a time as the coder writes them, those past the coder's
+    threshold spilled (:mod:`.spilled_groups`), so no group is held whole."""
+    input_coder = coder(job_id, components, group.input_coder_id)
+    input_impl = input_coder.get_impl()
+    key_impl = input_coder.wrapped_value_coder.key_coder().get_impl()
+    spill = GroupSpill(page_bytes(group.state_iterable_bytes))
+    context = PipelineContext(
+        beam_runner_api_pb2.Components.FromString(components), iterable_state_write=spill.write
+    )
+    output_impl = context.coders[group.output_coder_id].get_impl()
+    panes = (
+        GlobalWindows.windowed_value(
+            (
+                key_impl.decode(encoded_key),
+                (input_impl.decode_nested(e).value[1] for e in encoded),
+            ),
+            timestamp=GlobalWindow().max_timestamp(),
+            pane_info=_ON_TIME_ONLY,
+        )
+        for encoded_key, encoded in groups
+    )
+    try:
+        yield from encode_chunks(panes, output_impl)
+    finally:
+        spill.close()
 
 
 def _trigger_panes(strategy: Any) -> Any:

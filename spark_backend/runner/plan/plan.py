@@ -142,6 +142,7 @@ class GroupSpec:
     path: str = TRIGGER_DRIVER
     reason: str = ""
     columnar: bool = False  # THEORY_ENGINE, batch: shuffles KeyedColumns, sorts with numpy
+    state_iterable_bytes: int = 0  # GLOBAL_PANE: values past this many bytes go by state
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,7 @@ def plan_pipeline(
     stateful_roots: bool = False,
     unbounded_sdf: bool = False,
     pack_combiners: bool = True,
+    state_iterable_bytes: int = 0,
 ) -> Plan:
     """Beam's fused stages of ``pipeline`` (a proto already checked), in run order;
     ``fast_paths=False`` keeps every GroupByKey on Beam's trigger driver (the reference);
@@ -197,7 +199,10 @@ def plan_pipeline(
     streaming (Dataflow packs only in batch, and FnApiRunnerTest expects no packed step
     in a streaming run). ``pipeline`` itself is left unchanged: Beam's phases rewrite the
     proto they are given (a Flatten's inputs of another coder are re-pointed to new
-    transcoding steps), and streaming builds its watermark graph from ``pipeline``."""
+    transcoding steps), and streaming builds its watermark graph from ``pipeline``.
+    ``state_iterable_bytes`` > 0: a GroupByKey in default windowing hands its consumer
+    the values past that many bytes of a group as Beam's state-backed iterable
+    (:func:`_with_state_iterables`), as FnApiRunner's ``use_state_iterables`` does."""
     validate_pipeline_graph(pipeline)
     pipeline = copy.deepcopy(pipeline)  # as FnApiRunner's create_stages copies it
     pipeline = merge_common_environments(merge_superset_dep_environments(pipeline))
@@ -237,7 +242,79 @@ def plan_pipeline(
         b: _choose_path(_group_spec(context, b), job_id, components, fast_paths)
         for b in _group_buffers(specs)
     }
+    if state_iterable_bytes:
+        specs, groups = _with_state_iterables(context, specs, groups, state_iterable_bytes)
+        job_id = uuid.uuid4().hex  # (tasks cache a job's coders by its id)
+        components = context.components.SerializeToString()
     return Plan(job_id, components, specs, groups)
+
+
+def _with_state_iterables(
+    context: translations.TransformContext,
+    specs: tuple[StageSpec, ...],
+    groups: dict[bytes, GroupSpec],
+    threshold: int,
+) -> tuple[tuple[StageSpec, ...], dict[bytes, GroupSpec]]:
+    """Each GroupByKey in default windowing (:data:`GLOBAL_PANE`) and the stages reading
+    it switched to Beam's state-backed iterable coder with ``threshold`` bytes (Beam's
+    ``TransformContext.with_state_iterables``, the coders added to ``context``)."""
+    changed: dict[bytes, str] = {}
+    for buffer, group in list(groups.items()):
+        if group.path != GLOBAL_PANE:
+            continue
+        coder_id = context.with_state_iterables(group.output_coder_id)
+        if coder_id == group.output_coder_id:
+            continue
+        _set_threshold(context.components, coder_id, threshold)
+        changed[buffer] = coder_id
+        groups[buffer] = dataclasses.replace(
+            group, output_coder_id=coder_id, state_iterable_bytes=threshold
+        )
+    if not changed:
+        return specs, groups
+    return tuple(_reading_state_iterables(s, changed, context.components) for s in specs), groups
+
+
+def _set_threshold(components: pb.Components, coder_id: str, threshold: int) -> None:
+    coder_proto = components.coders[coder_id]
+    if coder_proto.spec.urn == common_urns.coders.STATE_BACKED_ITERABLE.urn:
+        coder_proto.spec.payload = str(threshold).encode("ascii")
+    for component in coder_proto.component_coder_ids:
+        _set_threshold(components, component, threshold)
+
+
+def _reading_state_iterables(
+    spec: StageSpec, changed: dict[bytes, str], components: pb.Components
+) -> StageSpec:
+    """``spec`` with its inputs of the ``changed`` group buffers decoded with their new
+    coders (added to its descriptor with their components)."""
+    readers = {t: changed[b] for t, b in spec.inputs.items() if b in changed}
+    if not readers:
+        return spec
+    descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(spec.descriptor)
+    for transform_id, coder_id in readers.items():
+        port = beam_fn_api_pb2.RemoteGrpcPort.FromString(
+            descriptor.transforms[transform_id].spec.payload
+        )
+        port.coder_id = coder_id
+        descriptor.transforms[transform_id].spec.payload = port.SerializeToString()
+        _copy_coder(components, descriptor, coder_id)
+    return dataclasses.replace(
+        spec,
+        descriptor=descriptor.SerializeToString(),
+        input_coders={**spec.input_coders, **readers},
+        path=BUNDLE_PROCESSOR,
+        reason=spec.reason or "it reads a group by state-backed iterables",
+        text_source=None,
+    )
+
+
+def _copy_coder(
+    components: pb.Components, descriptor: beam_fn_api_pb2.ProcessBundleDescriptor, coder_id: str
+) -> None:
+    descriptor.coders[coder_id].CopyFrom(components.coders[coder_id])
+    for component in components.coders[coder_id].component_coder_ids:
+        _copy_coder(components, descriptor, component)
 
 
 def _side_input_dofns_as_roots(

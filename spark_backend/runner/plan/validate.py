@@ -41,14 +41,13 @@ SUPPORTED_REQUIREMENTS: Final[frozenset[str]] = frozenset(
     }
 )
 
-_UNBOUNDED: Final[int] = beam_runner_api_pb2.IsBounded.UNBOUNDED
-
 
 def check_pipeline(pipeline: beam_runner_api_pb2.Pipeline, streaming: bool = False) -> None:
     """Raise :class:`UnsupportedTransformError` for the first transform the runner
-    cannot run (a streaming-only one, such as TestStream or a transform making an
-    unbounded PCollection from bounded inputs, unless ``streaming``), or
-    ValueError for a requirement it cannot honour; else return."""
+    cannot run (a streaming-only one, such as TestStream, unless ``streaming``), or
+    ValueError for a requirement it cannot honour; else return. An unbounded read
+    runs in batch as FnApiRunner runs it: its residuals resume until the restriction
+    is done."""
     for requirement in pipeline.requirements:
         if requirement not in SUPPORTED_REQUIREMENTS:
             raise ValueError(f"PySparkRunner cannot honour pipeline requirement {requirement!r}")
@@ -71,31 +70,10 @@ def _check_transform(
         if streaming:
             return
         raise UnsupportedTransformError(transform.unique_name, urn, str(TRANSLATIONS[urn].batch))
-    if not streaming and _starts_unbounded(components, transform):
-        raise UnsupportedTransformError(
-            transform.unique_name,
-            urn,
-            "its output is unbounded (an unbounded read): it is streaming-only; run the "
-            "pipeline with --streaming",
-        )
     if urn not in SUPPORTED_LEAF_URNS:
         raise UnsupportedTransformError(transform.unique_name, urn or "(no URN)")
     if urn == _P.PAR_DO.urn:
         _check_par_do(transform, streaming)
-
-
-def _starts_unbounded(
-    components: beam_runner_api_pb2.Components, transform: beam_runner_api_pb2.PTransform
-) -> bool:
-    """Whether ``transform`` makes an unbounded PCollection from bounded inputs (or none):
-    the transform to name when a batch pipeline reads without end."""
-
-    def unbounded(pcollection: str) -> bool:
-        return components.pcollections[pcollection].is_bounded == _UNBOUNDED
-
-    return any(unbounded(pc) for pc in transform.outputs.values()) and not any(
-        unbounded(pc) for pc in transform.inputs.values()
-    )
 
 
 def _check_par_do(transform: beam_runner_api_pb2.PTransform, streaming: bool) -> None:

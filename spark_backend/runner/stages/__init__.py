@@ -9,5 +9,7 @@
 ``task_context``    the pipeline's coders and windowing strategies, per process
 ``text_source``     ``ReadFromText`` read by byte ranges into lean batches
 ``worker_daemon``   PySpark's Python worker daemon with Beam already imported
+``worker_warnings`` the warnings Beam's SDK worker raises in a task, kept for the
+                    driver to warn again
 ==================  =============================================================
 """

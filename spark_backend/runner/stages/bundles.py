@@ -5,19 +5,24 @@ each data input are written to an in-memory data channel, Beam's ``SdkWorker`` (
 ``EmbeddedWorkerHandler`` FnApiRunner uses) processes the bundle, and the encoded
 outputs are read back per output buffer. Event-time timers the bundle sets and
 self-checkpointed SDF residuals run in further bundles in the same task until none
-remain: in batch the input watermark is already past every timer, and the stage's
-input is partitioned by key when it holds state, so a key's state and timers live in
-one task. Side inputs and user state live in the task's own ``StateServicer``.
+remain, as FnApiRunner resumes them (an unbounded read in batch runs until its
+restriction is done; a round of residuals that all asked for a resume delay starts
+once the shortest delay has passed). In batch the input watermark is already past
+every timer, and the stage's input is partitioned by key when it holds state, so a
+key's state and timers live in one task. Side inputs and user state live in the
+task's own ``StateServicer``.
 
 :func:`run_partition` yields ``(buffer_id, bytes)`` records: encoded element chunks,
 and last one ``(METRICS, summary)``, a pickled :class:`PartitionSummary` (the
-partition's metrics and bytes written per buffer).
+partition's metrics, bytes written per buffer, and in a Spark task the
+InefficientExecutionWarnings Beam's worker raised, :mod:`.worker_warnings`).
 """
 
 from __future__ import annotations
 
 import itertools
 import pickle
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -33,18 +38,22 @@ from apache_beam.runners.portability.fn_api_runner.worker_handlers import (
 
 from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.batch.summary import METRICS, PartitionSummary
+from spark_backend.runner.grouping.spilled_groups import TOKEN_PREFIX, read_page, remove_spill
 from spark_backend.runner.plan.plan import StageSpec
 from spark_backend.runner.stages.side_inputs import load_side_inputs
 from spark_backend.runner.stages.task_context import coder_impl
+from spark_backend.runner.stages.worker_warnings import kept_warnings
 
 __all__ = [
     "METRICS",
     "BundleResult",
     "PartitionSummary",
     "Round",
+    "SpilledGroupsServicer",
     "TimerKey",
     "bundle_worker",
     "metrics_record",
+    "resume_delay",
     "run_bundle",
     "run_partition",
 ]
@@ -94,10 +103,14 @@ def bundle_worker(spec: StageSpec, state: StateServicer) -> tuple[EmbeddedWorker
     return EmbeddedWorkerHandler(None, state, _PROVISION, manager), descriptor.id
 
 
-def metrics_record(infos: Iterable[Any], sizes: Mapping[bytes, int]) -> tuple[bytes, bytes]:
-    """The ``(METRICS, pickled PartitionSummary)`` record of a partition."""
+def metrics_record(
+    infos: Iterable[Any], sizes: Mapping[bytes, int], warned: Iterable[str] = ()
+) -> tuple[bytes, bytes]:
+    """The ``(METRICS, pickled PartitionSummary)`` record of a partition; ``warned``:
+    the messages of the InefficientExecutionWarnings its bundles raised."""
     metrics = beam_fn_api_pb2.ProcessBundleResponse(monitoring_infos=list(infos))
-    return METRICS, pickle.dumps(PartitionSummary(metrics.SerializeToString(), dict(sizes)))
+    summary = PartitionSummary(metrics.SerializeToString(), dict(sizes), tuple(sorted(warned)))
+    return METRICS, pickle.dumps(summary)
 
 
 def run_partition(
@@ -111,17 +124,19 @@ def run_partition(
     """Run ``spec`` over ``records`` (``(input transform id, chunk)``), one bundle
     then its timer and residual rounds; yield output chunks and the metrics record.
     ``finalize``: call each bundle's finalizers (:func:`run_bundle`)."""
-    state = StateServicer()
+    state = SpilledGroupsServicer()
     load_side_inputs(state, spec.side_inputs, side_data, job_id, components)
     worker, descriptor_id = bundle_worker(spec, state)
     infos: list[Any] = []
     sizes: dict[bytes, int] = defaultdict(int)
+    warned: set[str] = set()
     try:
         pending = Round(data=by_input(spec, records))
         for number in itertools.count():
             if number >= MAX_ROUNDS:
                 raise RuntimeError(f"more than {MAX_ROUNDS} timer rounds in one partition")
-            result = run_bundle(worker, spec, descriptor_id, pending, number, finalize)
+            with kept_warnings(warned):
+                result = run_bundle(worker, spec, descriptor_id, pending, number, finalize)
             for buffer, chunk in result.outputs:
                 sizes[buffer] += len(chunk)
                 yield buffer, chunk
@@ -132,9 +147,36 @@ def run_partition(
             )
             if pending.empty():
                 break
+            if not pending.timers:
+                time.sleep(resume_delay(result.response) / 1e6)
     finally:
         worker.stop_worker()  # DoFn.teardown
-    yield metrics_record(infos, sizes)
+        state.remove_read()
+    yield metrics_record(infos, sizes, warned)
+
+
+class SpilledGroupsServicer(StateServicer):
+    """Beam's StateServicer that also serves the spilled groups of state-backed
+    iterables (:mod:`~spark_backend.runner.grouping.spilled_groups`), a page per
+    request; ``remove_read`` removes the spill files it read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._read: set[str] = set()
+
+    def get_raw(self, state_key: Any, continuation_token: bytes | None = None) -> Any:
+        if state_key.WhichOneof("type") == "runner" and state_key.runner.key.startswith(
+            TOKEN_PREFIX
+        ):
+            data, token, path = read_page(state_key.runner.key, continuation_token)
+            self._read.add(path)
+            return data, token
+        return super().get_raw(state_key, continuation_token)
+
+    def remove_read(self) -> None:
+        for path in self._read:
+            remove_spill(path)
+        self._read.clear()
 
 
 def by_input(spec: StageSpec, records: Iterable[tuple[str, bytes]]) -> dict[str, list[bytes]]:
@@ -213,6 +255,18 @@ def _residuals(
         app = residual.application
         data[spec.residual_inputs[app.transform_id, app.input_id]].append(app.element)
     return dict(data)
+
+
+def resume_delay(result: beam_fn_api_pb2.ProcessBundleResponse) -> int:
+    """The shortest resume delay (µs) the bundle's residuals asked for; 0 when one asked
+    for none."""
+    delays = []
+    for residual in result.residual_roots:
+        if not residual.HasField("requested_time_delay"):
+            return 0
+        delay = residual.requested_time_delay
+        delays.append(max(0, delay.seconds * 1_000_000 + delay.nanos // 1_000))
+    return min(delays, default=0)
 
 
 def _fired_timers(

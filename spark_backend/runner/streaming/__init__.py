@@ -6,7 +6,8 @@ Architecture (the batch runner's machinery, driven batch by batch)
    batch checks), then the sources, the plan and the driver; a TestStream's elements
    are taken from the pipeline object as columns (:mod:`.elements`).
 1. **Sources** (:mod:`.sources`): each ``TestStream`` is read from the proto by the driver
-   and becomes a data input of the stage Beam's fusion puts it in; a ``Combine.PerKey``
+   (or from the TestStreamService its endpoint names, :mod:`.event_service`) and
+   becomes a data input of the stage Beam's fusion puts it in; a ``Combine.PerKey``
    is lifted only where its panes stay the same (non-merging windows, END_OF_WINDOW,
    Beam's liftable triggers: :mod:`.lifting`), else opened. Then the batch runner's plan
    (Beam's own fusion) gives the fused stages, the lean ones as in batch; a lean stage

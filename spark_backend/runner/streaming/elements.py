@@ -123,8 +123,9 @@ def stripped_test_streams(pipeline: Any) -> Iterator[Stripped]:
             stream._events = events
 
 
-def decoded(encoded: Sequence[Any], coder: Any) -> Elements:
-    """The elements of a proto's ``TimestampedElement``\\ s, decoded with ``coder``."""
+def decoded(encoded: Sequence[Any], coder: Any, unit: int = MICROS_PER_MILLI) -> Elements:
+    """The elements of a proto's ``TimestampedElement``\\ s, decoded with ``coder``;
+    ``unit``: µs per unit of the proto's timestamps."""
     impl = coder.get_impl()
-    micros = np.fromiter((e.timestamp for e in encoded), np.int64, len(encoded))
-    return Elements([impl.decode(e.encoded_element) for e in encoded], micros * MICROS_PER_MILLI)
+    stamps = np.fromiter((e.timestamp for e in encoded), np.int64, len(encoded))
+    return Elements([impl.decode(e.encoded_element) for e in encoded], stamps * unit)

@@ -2,11 +2,12 @@
 
 A ``TestStream`` is read by the driver from the pipeline proto (its events; their
 elements as :class:`~.elements.Elements`, taken from the pipeline object when the runner
-stripped them from the proto, else decoded with its coder) and replaced in the proto by
-an ``Impulse`` with the same label and output, so that Beam's fusion makes it a data
-input of the stage that consumes it; each micro-batch feeds that input the batch's
-elements. An ``Impulse`` (as under
-``beam.Create``) emits once, in the first batch, and then its watermark is at infinity.
+stripped them from the proto, else decoded with its coder), or from the TestStreamService
+its endpoint names (:mod:`.event_service`, read whole before the first batch), and
+replaced in the proto by an ``Impulse`` with the same label and output, so that Beam's
+fusion makes it a data input of the stage that consumes it; each micro-batch feeds that
+input the batch's elements. An ``Impulse`` (as under ``beam.Create``) emits once, in
+the first batch, and then its watermark is at infinity.
 
 A ``Combine.PerKey`` composite is lifted by Beam's fusion phases when
 :func:`~spark_backend.runner.streaming.lifting.liftable` says its panes stay the same;
@@ -28,12 +29,14 @@ from apache_beam.utils import proto_utils
 
 from spark_backend.runner.errors import UnsupportedTransformError
 from spark_backend.runner.streaming.elements import Elements, Stripped, decoded
+from spark_backend.runner.streaming.event_service import EventServiceError, service_events
 from spark_backend.runner.streaming.lifting import liftable
 from theory.time import MAX_TIMESTAMP, MICROS_PER_MILLI, MIN_TIMESTAMP
 
 __all__ = [
     "ELEMENTS",
     "PROCESSING_TIME",
+    "SERVICE_UNIT",
     "WATERMARK",
     "TestStreamSource",
     "impulse_labels",
@@ -45,6 +48,11 @@ __all__ = [
 ELEMENTS: Final[str] = "elements"
 WATERMARK: Final[str] = "watermark"
 PROCESSING_TIME: Final[str] = "processing_time"
+
+#: µs per unit of the times in a TestStreamService's events: Beam's direct runner reads
+#: them (element timestamps, watermarks, processing-time steps; milliseconds in the
+#: proto) as microseconds, and Beam's TestStreamTest expects that of a runner.
+SERVICE_UNIT: Final[int] = 1
 
 #: One TestStream event: (kind, payload). Elements: :class:`~.elements.Elements`;
 #: watermark: µs; processing time: the advance in µs.
@@ -93,7 +101,7 @@ def streaming_proto(
         urn = transform.spec.urn
         if urn == common_urns.primitives.TEST_STREAM.urn:
             taken = (stripped or {}).get(transform.unique_name)
-            if taken is None and not context:
+            if (taken is None or _endpoint(transform)) and not context:
                 context.append(PipelineContext(proto.components))
             sources[transform.unique_name] = _test_stream(transform, taken, context)
             transform.spec.CopyFrom(pb.FunctionSpec(urn=common_urns.primitives.IMPULSE.urn))
@@ -144,21 +152,32 @@ def _split_outputs(proto: pb.Pipeline, label: str) -> None:
         transform.subtransforms.append(sub_id)
 
 
+def _endpoint(transform: pb.PTransform) -> str:
+    """The TestStreamService endpoint the TestStream ``transform`` reads, or ``""``."""
+    return proto_utils.parse_Bytes(transform.spec.payload, pb.TestStreamPayload).endpoint.url
+
+
 def _test_stream(
     transform: pb.PTransform, taken: dict[int, Elements] | None, context: list[PipelineContext]
 ) -> TestStreamSource:
-    """The TestStream ``transform``'s events; element events from ``taken`` (by event
-    index) when given, else decoded from the proto with ``context``'s coder."""
+    """The TestStream ``transform``'s events, from the proto or, when it names an
+    endpoint, from that TestStreamService (:mod:`.event_service`); element events from
+    ``taken`` (by event index) when given, else decoded with ``context``'s coder."""
     label = transform.unique_name
     tags = set(transform.outputs)
     payload = proto_utils.parse_Bytes(transform.spec.payload, pb.TestStreamPayload)
+    proto_events = list(payload.events)
+    unit = MICROS_PER_MILLI  # µs per unit of the events' times
     if payload.endpoint.url:
-        raise UnsupportedTransformError(
-            label, common_urns.primitives.TEST_STREAM.urn, "a TestStream service endpoint"
-        )
+        unit = SERVICE_UNIT
+        try:
+            proto_events = service_events(payload.endpoint.url, sorted(tags))
+        except EventServiceError as err:
+            raise EventServiceError(f"TestStream {label!r}: {err}") from None
+        taken = None  # the service sends encoded elements
     events: list[Event] = []
     targets: list[str] = []
-    for index, event in enumerate(payload.events):
+    for index, event in enumerate(proto_events):
         kind = event.WhichOneof("event")
         if kind in ("element_event", "watermark_event"):
             tag = getattr(event, kind).tag
@@ -176,12 +195,12 @@ def _test_stream(
                 elements = taken[index]
             else:
                 coder = context[0].coders.get_by_id(payload.coder_id)
-                elements = decoded(event.element_event.elements, coder)
+                elements = decoded(event.element_event.elements, coder, unit)
             events.append((ELEMENTS, elements))
         elif kind == "watermark_event":
-            events.append((WATERMARK, _watermark(event.watermark_event.new_watermark)))
+            events.append((WATERMARK, _watermark(event.watermark_event.new_watermark, unit)))
         else:
-            advance = event.processing_time_event.advance_duration * MICROS_PER_MILLI
+            advance = event.processing_time_event.advance_duration * unit
             events.append((PROCESSING_TIME, advance))
     if len(tags) == 1:
         return TestStreamSource(label, payload.coder_id, tuple(events))
@@ -189,10 +208,11 @@ def _test_stream(
     return TestStreamSource(label, payload.coder_id, tuple(events), tuple(targets), split)
 
 
-def _watermark(millis: int) -> int:
-    """A TestStream watermark (ms in the proto) in µs; the proto's truncation of
-    ``MAX_TIMESTAMP`` to whole milliseconds is read back as ``MAX_TIMESTAMP``."""
-    micros = millis * MICROS_PER_MILLI
+def _watermark(value: int, unit: int = MICROS_PER_MILLI) -> int:
+    """A TestStream watermark (``unit`` µs per unit of ``value``) in µs; the proto's
+    truncation of ``MAX_TIMESTAMP`` to whole milliseconds is read back as
+    ``MAX_TIMESTAMP``."""
+    micros = value * unit
     if micros > MAX_TIMESTAMP - MICROS_PER_MILLI:
         return MAX_TIMESTAMP
     return max(micros, MIN_TIMESTAMP)

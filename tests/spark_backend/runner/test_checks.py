@@ -12,13 +12,11 @@ import apache_beam as beam
 import pytest
 from apache_beam import coders, pvalue
 from apache_beam.coders import VarIntCoder
-from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.testing import test_stream
 from apache_beam.transforms import trigger, window
-from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, TimerSpec, on_timer
 from apache_beam.typehints import KV
@@ -194,31 +192,6 @@ def test_time_sorted_input_is_refused(no_spark: None) -> None:
 
     with pytest.raises(UnsupportedTransformError, match=r"'Sorted'.*time-sorted input"):
         _run_proto(change)
-
-
-class _Range(RestrictionProvider):
-    def initial_restriction(self, element: Any) -> OffsetRange:
-        return OffsetRange(0, 10)
-
-    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
-        return OffsetRestrictionTracker(restriction)
-
-    def restriction_size(self, element: Any, restriction: OffsetRange) -> int:
-        return restriction.size()
-
-
-class _Endless(beam.DoFn):
-    @beam.DoFn.unbounded_per_element()
-    def process(self, element: Any, tracker: Any = beam.DoFn.RestrictionParam(_Range())) -> Any:
-        yield element
-
-
-def test_an_unbounded_read_in_batch_is_refused(no_spark: None) -> None:
-    def build(p: beam.Pipeline) -> None:
-        p | beam.Create([1]) | "Endless" >> beam.ParDo(_Endless()) | beam.Map(str)
-
-    with pytest.raises(UnsupportedTransformError, match=r"'Endless'.*unbounded"):
-        run(build)
 
 
 def test_streaming_options_without_streaming_are_refused(no_spark: None) -> None:

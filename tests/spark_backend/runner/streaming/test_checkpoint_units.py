@@ -2,8 +2,6 @@
 shape and its first difference, the checks of a checkpoint
 directory, the batch sink on Beam's FnApiRunner, and what is refused before any work."""
 
-# ruff: noqa: B008
-
 from __future__ import annotations
 
 import itertools
@@ -15,7 +13,6 @@ from typing import Any
 
 import apache_beam as beam
 import pytest
-from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.test_stream import TestStream as BeamTestStream
@@ -312,33 +309,6 @@ def run_refused(build: Any, *flags: str) -> None:
     p = beam.Pipeline(runner=PySparkRunner(), options=PipelineOptions(list(flags)))
     build(p)
     p.run()
-
-
-class _Offsets(beam.transforms.core.RestrictionProvider):
-    def initial_restriction(self, element: Any) -> OffsetRange:
-        return OffsetRange(0, 10)
-
-    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
-        return OffsetRestrictionTracker(restriction)
-
-    def restriction_size(self, element: Any, restriction: OffsetRange) -> int:
-        return int(restriction.size())
-
-
-class _Ticks(beam.DoFn):
-    @beam.DoFn.unbounded_per_element()
-    def process(self, element: Any, tracker: Any = beam.DoFn.RestrictionParam(_Offsets())) -> Any:
-        yield element
-
-
-def test_an_unbounded_read_in_a_batch_pipeline_is_refused_as_streaming_only() -> None:
-    def build(p: beam.Pipeline) -> None:
-        p | beam.Create([1]) | "Ticks" >> beam.ParDo(_Ticks()) | "after" >> beam.Map(str)
-
-    with pytest.raises(
-        UnsupportedTransformError, match=r"'Ticks'.*output is unbounded.*--streaming"
-    ):
-        run_refused(build)
 
 
 @pytest.mark.parametrize(
