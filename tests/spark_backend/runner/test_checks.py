@@ -251,15 +251,6 @@ def test_a_batch_file_sink_in_streaming_is_refused(no_spark: None, tmp_path: Any
         run(build, "--streaming")
 
 
-def test_a_test_stream_service_is_refused(no_spark: None) -> None:
-    def build(p: beam.Pipeline) -> None:
-        stream = test_stream.TestStream(endpoint="localhost:1").add_elements([1])
-        p | "Remote" >> stream | beam.Map(str)
-
-    with pytest.raises(UnsupportedTransformError, match=r"'Remote'.*service endpoint"):
-        run(build, "--streaming")
-
-
 def test_a_checkpoint_dir_that_is_a_file_is_refused(no_spark: None, tmp_path: Any) -> None:
     path = tmp_path / "file"
     path.write_text("")
