@@ -496,11 +496,13 @@ class StreamingDriver:
             self._sinks.commit(batch.number)
         if self._checkpoint is not None:
             self._commit(batch)
-        line = (
-            f"batch {batch.number}: {self._jobs - jobs} Spark job(s) in "
-            f"{time.perf_counter() - started:.2f} s (processing time {self.clock} µs)"
+        show_progress(
+            "batch %d: %d Spark job(s) in %.2f s (processing time %d µs)",
+            batch.number,
+            self._jobs - jobs,
+            time.perf_counter() - started,
+            self.clock,
         )
-        show_progress(line)
 
     def _drop_processing_timers(self) -> None:
         """At the end of the run (every source done), release the ``state:timers`` hold
@@ -860,13 +862,14 @@ class _BatchRun:
     viewed: set[bytes] = field(default_factory=set)  # side buffers added to their views
 
 
-def show_progress(line: str) -> None:
-    """One micro-batch's progress line: logged at INFO when logging shows it, else on
-    stderr when stderr is a terminal (a run shows its progress by default), else
-    nowhere."""
+def show_progress(message: str, *args: Any) -> None:
+    """One micro-batch's progress line (``message % args``, kept apart in the log record
+    for whoever parses it): logged at INFO when logging shows it, else on stderr when
+    stderr is a terminal (a run shows its progress by default), else nowhere."""
     if _LOG.isEnabledFor(logging.INFO):
-        _LOG.info("%s", line)
+        _LOG.info(message, *args)
         return
+    line = message % args
     stream = sys.stderr
     isatty = getattr(stream, "isatty", None)
     if isatty is not None and isatty():

@@ -81,7 +81,7 @@ def test_sessions_and_the_output_timestamp_policy(trace_file, tmp_path):
         (["--windowing", "fixed:1m"], "apply to --trace"),
         (["--trace", "{f}", "--windowing", "hopping:1m"], "bad window spec 'hopping:1m'"),
         (["--trace", "{f}", "--late-firings"], "--late-firings needs --allowed-lateness"),
-        (["--trace", "{d}/missing.csv"], "missing.csv' does not exist"),
+        (["--trace", "{d}/missing.csv"], "missing.csv': no such file or directory"),
     ],
 )
 def test_bad_simulate_options_fail_before_reading(trace_file, tmp_path, capsys, args, message):

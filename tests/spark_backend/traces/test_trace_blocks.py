@@ -193,9 +193,10 @@ def test_spark_reads_and_simulates_a_file_as_local_does(spark, tmp_path, caplog)
 @pytest.mark.slow
 def test_cli_reads_a_trace_on_spark_and_refuses_a_bad_one_before_work(spark, tmp_path, capsys,
                                                                         caplog):  # fmt: skip
-    path = _write(tmp_path, "mixed", 3, 400, 0.0, 50)
+    (tmp_path / "trace").mkdir()
+    path = _write(tmp_path / "trace", "mixed", 3, 400, 0.0, 50)
     outs = {}
-    for engine in ("local", "spark"):
+    for engine in ("local", "spark"):  # outputs beside the trace directory, never in it
         outs[engine] = tmp_path / f"o-{engine}"
         argv = ["simulate", "--trace", str(path), "--watermark", "perfect", "--windowing",
                 "fixed:5s", "--engine", engine, "--partitions", "2", "--out", str(outs[engine])]
