@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
+import apache_beam as beam
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
 from apache_beam.runners.pipeline_context import PipelineContext
+from apache_beam.testing.test_stream import WindowedValueHolder
 from apache_beam.utils import proto_utils
 
 from spark_backend.runner.errors import UnsupportedTransformError
@@ -196,6 +198,7 @@ def _test_stream(
             else:
                 coder = context[0].coders.get_by_id(payload.coder_id)
                 elements = decoded(event.element_event.elements, coder, unit)
+            _refuse_own_windows(label, elements.values)
             events.append((ELEMENTS, elements))
         elif kind == "watermark_event":
             events.append((WATERMARK, _watermark(event.watermark_event.new_watermark, unit)))
@@ -206,6 +209,22 @@ def _test_stream(
         return TestStreamSource(label, payload.coder_id, tuple(events))
     split = tuple(output_label(label, tag) for tag in sorted(tags))
     return TestStreamSource(label, payload.coder_id, tuple(events), tuple(targets), split)
+
+
+def _refuse_own_windows(label: str, values: list[Any]) -> None:
+    """Refuse a TestStream element that carries its own window (Beam's
+    ``WindowedValueHolder``, a Row once coded): the runner puts TestStream elements in
+    the global window at their timestamp, so running it would silently re-window it.
+    Only Row-typed values are looked at (a set of types, then those values)."""
+    rows = {t for t in set(map(type, values)) if issubclass(t, beam.Row)}
+    if rows and any(isinstance(v, WindowedValueHolder) for v in values if type(v) in rows):
+        raise UnsupportedTransformError(
+            label,
+            common_urns.primitives.TEST_STREAM.urn,
+            "an element that carries its own window (WindowedValueHolder): TestStream "
+            "elements go to the global window at their timestamp; window them with "
+            "WindowInto",
+        )
 
 
 def _watermark(value: int, unit: int = MICROS_PER_MILLI) -> int:

@@ -334,3 +334,28 @@ def test_a_read_in_streaming_is_refused(no_spark: None) -> None:
 
     with pytest.raises(UnsupportedTransformError, match=r"'Sorted'.*reads are not supported"):
         _run_proto(change, "--streaming")
+
+
+def test_a_test_stream_element_with_its_own_window_is_refused(no_spark: None) -> None:
+    # Beam's TestStreamTest::test_windowed_values_interpreted_correctly: the element
+    # belongs in [5, 10) at 5; putting it in the global window at 10 would be a silent
+    # wrong result, so until it is supported it is refused before any work
+    from apache_beam.testing.test_stream import WindowedValueHolder
+    from apache_beam.utils.timestamp import Timestamp
+    from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming, WindowedValue
+
+    held = WindowedValueHolder(
+        WindowedValue(
+            "a",
+            Timestamp(5),
+            [window.IntervalWindow(5, 10)],
+            PaneInfo(True, True, PaneInfoTiming.ON_TIME, 0, 0),
+        )
+    )
+
+    def build(p: beam.Pipeline) -> None:
+        stream = test_stream.TestStream().advance_watermark_to(10).add_elements([held])
+        p | "Held" >> stream | beam.Map(str)
+
+    with pytest.raises(UnsupportedTransformError, match=r"'Held'.*own window"):
+        run(build, "--streaming")
