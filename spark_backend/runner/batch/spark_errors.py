@@ -21,6 +21,7 @@ from spark_backend.session.quiet_logs import traces_shown
 
 __all__ = [
     "ELEMENT_NOTE",
+    "REPR_CHARS",
     "cut_repr",
     "note_element",
     "python_error_message",
