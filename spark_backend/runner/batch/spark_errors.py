@@ -34,7 +34,10 @@ REPR_CHARS: Final[int] = 200
 #: The start of the note a task adds to a DoFn's exception: the element's cut repr.
 ELEMENT_NOTE: Final[str] = "while processing element: "
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*$")
-_TAGGED = re.compile(r"^(?P<error>[A-Za-z_][\w.]*(?::.*?)?) \[while running '(?P<label>.*)'\]$")
+# (a KeyError's text is its message's repr: the tag then ends inside its quotes)
+_TAGGED = re.compile(
+    r"^(?P<error>[A-Za-z_][\w.]*(?:: .*?)?) \[while running '(?P<label>.*)'\](?P<quote>[\"']?)$"
+)
 
 
 def cut_repr(value: Any, limit: int = REPR_CHARS) -> str:
@@ -81,9 +84,12 @@ def _summary(lines: list[str]) -> str:
     if not tagged:
         return ""
     last = tagged[-1]
+    error, quote = last["error"], last["quote"]
+    if quote:
+        error = error.replace(f": {quote}", ": ", 1)
     notes = [line[len(ELEMENT_NOTE) :] for line in lines if line.startswith(ELEMENT_NOTE)]
     where = f"transform {last['label']!r}" + (f" on element {notes[-1]}" if notes else "")
-    return f"{where}: {last['error']}"
+    return f"{where}: {error}"
 
 
 #: The logger of Beam's ``DoFnRunner``, which logs each error it tags and re-raises.

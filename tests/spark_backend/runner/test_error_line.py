@@ -7,6 +7,7 @@ the driver and as a Spark job; streaming)."""
 from __future__ import annotations
 
 import logging
+import traceback
 from typing import Any
 
 import apache_beam as beam
@@ -127,3 +128,26 @@ def test_cut_repr_of_a_failing_repr() -> None:
             raise RuntimeError("no repr")
 
     assert cut_repr(Broken()) == "<Broken whose repr failed: RuntimeError>"
+
+
+def test_the_line_from_a_spark_failure_text() -> None:
+    from spark_backend.runner.batch.spark_errors import note_element, python_error_message
+
+    try:
+        first_user_frame(LONG)
+    except ValueError as err:
+        tagged = KeyError("k [while running 'FailHere']")
+        note_element(tagged, LONG)
+        try:
+            raise tagged from err
+        except KeyError as exn:
+            python = "".join(traceback.format_exception(exn))
+    text = (
+        "An error occurred while calling o1.count.\n: org.apache.spark.SparkException: "
+        "Job aborted: org.apache.spark.api.python.PythonException: "
+        f"{python}\n\tat org.apache.spark.api.python.PythonRunner.read(PythonRunner.scala:1)"
+        "\n\nDriver stacktrace:\n\tat org.apache.spark.scheduler.DAGScheduler.run(x.scala:2)"
+    )
+    message = python_error_message(Exception(text))
+    assert message.splitlines()[0] == f"transform 'FailHere' on element {CUT}: KeyError: k"
+    assert "second_user_frame" in message and "org.apache" not in message
