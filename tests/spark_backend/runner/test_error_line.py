@@ -151,3 +151,22 @@ def test_the_line_from_a_spark_failure_text() -> None:
     message = python_error_message(Exception(text))
     assert message.splitlines()[0] == f"transform 'FailHere' on element {CUT}: KeyError: k"
     assert "second_user_frame" in message and "org.apache" not in message
+
+
+def test_py4j_tracebacks_dropped_unless_debug(caplog: pytest.LogCaptureFixture) -> None:
+    from spark_backend.session.quiet_logs import quiet_py4j
+
+    quiet_py4j()
+    logger = logging.getLogger("py4j.clientserver")
+    caplog.set_level(logging.INFO)
+    try:
+        raise ConnectionError("expected by the test")
+    except ConnectionError:
+        logger.exception("hidden")
+        caplog.set_level(logging.DEBUG, logger="spark_backend")
+        logger.exception("shown")
+    logger.error("a line without a trace")
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("py4j")] == [
+        "shown",
+        "a line without a trace",
+    ]
