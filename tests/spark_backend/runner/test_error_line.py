@@ -13,7 +13,7 @@ from typing import Any
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_backend.runner import PipelineFailedError, PySparkRunner
@@ -114,6 +114,7 @@ def test_spark_traces_shown_at_debug(
     assert not executor.isErrorEnabled()
 
 
+@settings(max_examples=40)
 @given(st.one_of(st.text(), st.binary(), st.lists(st.integers())), st.integers(3, 300))
 def test_cut_repr_is_one_short_line(value: Any, limit: int) -> None:
     text = cut_repr(value, limit)
