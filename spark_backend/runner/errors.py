@@ -29,7 +29,12 @@ class PipelineFailedError(RuntimeError):
     """
 
     def __init__(self, stage: str, message: str) -> None:
-        super().__init__(f"Beam stage {stage} failed on Spark: {message}")
+        head, _, rest = message.partition("\n")
+        if head.startswith("transform '"):  # the one line first, then where it ran
+            text = f"{head}\nin Beam stage {stage} on Spark\n{rest}"
+        else:
+            text = f"Beam stage {stage} failed on Spark: {message}"
+        super().__init__(text.rstrip("\n"))
         self.stage = stage
         self.message = message
 

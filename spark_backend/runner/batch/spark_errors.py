@@ -78,7 +78,7 @@ def python_error_message(error: BaseException) -> str:
 
 
 def _summary(lines: list[str]) -> str:
-    """``transform 'L' on element E: Error: message``, from the last tagged exception
+    """``transform 'L' failed on element E: Error: message``, from the last tagged exception
     line and its element note; empty when no line is tagged."""
     tagged = [m for m in map(_TAGGED.match, lines) if m]
     if not tagged:
@@ -88,8 +88,8 @@ def _summary(lines: list[str]) -> str:
     if quote:
         error = error.replace(f": {quote}", ": ", 1)
     notes = [line[len(ELEMENT_NOTE) :] for line in lines if line.startswith(ELEMENT_NOTE)]
-    where = f"transform {last['label']!r}" + (f" on element {notes[-1]}" if notes else "")
-    return f"{where}: {error}"
+    where = f" on element {notes[-1]}" if notes else ""
+    return f"transform {last['label']!r} failed{where}: {error}"
 
 
 #: The logger of Beam's ``DoFnRunner``, which logs each error it tags and re-raises.

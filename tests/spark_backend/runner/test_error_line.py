@@ -82,7 +82,7 @@ def test_one_line_then_the_user_frames_and_nothing_printed(
     capfd.readouterr()
     message = run_failing(kind, driver_stages, args)
     first = message.splitlines()[0]
-    assert f"transform 'FailHere' on element {CUT}: {ERROR}" in first, message
+    assert first == f"transform 'FailHere' failed on element {CUT}: {ERROR}", message
     assert LONG not in first
     assert "first_user_frame" in message and "second_user_frame" in message, message
     assert "\tat org.apache" not in message and "Driver stacktrace" not in message
@@ -150,7 +150,7 @@ def test_the_line_from_a_spark_failure_text() -> None:
         "\n\nDriver stacktrace:\n\tat org.apache.spark.scheduler.DAGScheduler.run(x.scala:2)"
     )
     message = python_error_message(Exception(text))
-    assert message.splitlines()[0] == f"transform 'FailHere' on element {CUT}: KeyError: k"
+    assert message.splitlines()[0] == f"transform 'FailHere' failed on element {CUT}: KeyError: k"
     assert "second_user_frame" in message and "org.apache" not in message
 
 
