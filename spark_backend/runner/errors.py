@@ -23,12 +23,18 @@ class PipelineFailedError(RuntimeError):
     """A pipeline failed while running; the message carries the user code's error.
 
     ``stage`` names the fused stage (its transforms' labels, as Beam's fusion writes
-    them) and the message the exception text of the failing DoFn, which Beam's bundle
-    processor already tags with ``[while running '<label>']``.
+    them) and ``message`` the failing DoFn's error: first one line naming the transform,
+    the element (its repr cut short) and the exception, then its Python traceback with
+    the user's own frames (:func:`~spark_backend.runner.batch.spark_errors.python_error_message`).
     """
 
     def __init__(self, stage: str, message: str) -> None:
-        super().__init__(f"Beam stage {stage} failed on Spark: {message}")
+        head, _, rest = message.partition("\n")
+        if head.startswith("transform '"):  # the one line first, then where it ran
+            text = f"{head}\nin Beam stage {stage} on Spark\n{rest}"
+        else:
+            text = f"Beam stage {stage} failed on Spark: {message}"
+        super().__init__(text.rstrip("\n"))
         self.stage = stage
         self.message = message
 

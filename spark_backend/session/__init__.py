@@ -6,6 +6,7 @@
                     parsing
 ``jvm_start``       the local driver JVM's Java options and its class-data archive
 ``memory``          this process's memory (the CLI's peak-memory statement)
+``quiet_logs``      Spark's and py4j's traces kept off the terminal unless asked
 ``__main__``        ``python -m spark_backend.session``: start a session and run a
                     job in it, so its JVM writes the class-data archive
 ==================  =============================================================

@@ -10,7 +10,9 @@ and small to medium traces:
   temporary files, the log4j2 properties) in a private directory of this process,
   removed at its exit; no ``hsperfdata_<user>``; in local mode the driver binds and
   advertises 127.0.0.1 (:func:`private_settings`);
-- no web UI, no console progress bar, quiet JVM logs (errors only);
+- no web UI, no console progress bar, no JVM logs and no py4j tracebacks unless the
+  ``spark_backend`` logger is enabled for DEBUG (then the JVM's errors), or
+  :func:`set_jvm_log_level` chose (:mod:`~spark_backend.session.quiet_logs`);
 - UTC session time zone (every timestamp in the toolkit is µs since the epoch, UTC);
 - few shuffle partitions in local mode (two per core), adaptive execution on;
 - ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` set to the running interpreter;
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from spark_backend.session import jvm_start
+from spark_backend.session.quiet_logs import default_jvm_log_level, quiet_py4j
 from theory.data.private import run_dir
 
 __all__ = [
@@ -77,17 +80,43 @@ logger.spark.name = org.apache.spark
 logger.spark.level = {level}
 """
 
-#: The JVM's log level (log4j2): ``error`` by default; the command line sets ``off``
-#: unless ``-v`` (:func:`set_jvm_log_level`), its one-line errors naming the cause.
-_JVM_LOG_LEVEL = ["error"]
+#: The JVM's log level (log4j2) chosen with :func:`set_jvm_log_level` (the command line:
+#: ``off`` unless ``-v``, its one-line errors naming the cause); None: the session's
+#: start picks :func:`~spark_backend.session.quiet_logs.default_jvm_log_level`.
+_JVM_LOG_LEVEL: list[str | None] = [None]
+
+
+#: The level last applied to the running JVM's loggers (None: none yet).
+_APPLIED_LEVEL: list[str | None] = [None]
+
+
+def _jvm_log_level() -> str:
+    return _JVM_LOG_LEVEL[0] or default_jvm_log_level()
+
+
+def _apply_jvm_log_level(session: Any) -> None:
+    """Set the running JVM's root and ``org.apache.spark`` loggers to the level wanted
+    now (the logging configuration may have changed since the session started); py4j
+    calls only when it differs from the level last applied. Classic sessions only."""
+    level = _jvm_log_level()
+    if level == _APPLIED_LEVEL[0]:
+        return
+    context = session.sparkContext
+    log4j = context._jvm.org.apache.logging.log4j
+    # (setLogLevel sets the root logger only; the properties name org.apache.spark too)
+    log4j.core.config.Configurator.setLevel("org.apache.spark", log4j.Level.toLevel(level.upper()))
+    context.setLogLevel(level.upper())
+    _APPLIED_LEVEL[0] = level
 
 
 def set_jvm_log_level(level: str) -> None:
-    """The log4j2 level of JVMs started from now on in this process (``off``, ``fatal``,
-    ``error``, ``warn``, ``info``, ``debug``)."""
+    """The log4j2 level of this process's JVM (``off``, ``fatal``, ``error``, ``warn``,
+    ``info``, ``debug``): a JVM started from now on, and a running one at the next
+    :func:`get_session`."""
     if level not in ("off", "fatal", "error", "warn", "info", "debug"):
         raise ValueError(f"JVM log level must be off, fatal, error, warn, info or debug: {level!r}")
     _JVM_LOG_LEVEL[0] = level
+
 
 _LOCK = threading.Lock()
 _SESSION: Any = None  # the shared SparkSession
@@ -199,11 +228,12 @@ def default_conf(master: str) -> dict[str, str]:
 def _log4j_options(run: Path) -> str:
     """The Java option naming the log4j2 properties, written (``O_EXCL | O_NOFOLLOW``,
     mode 0600) into this process's private run directory ``run``."""
-    path = run / f"log4j2-{_JVM_LOG_LEVEL[0]}.properties"
+    level = _jvm_log_level()
+    path = run / f"log4j2-{level}.properties"
     if not path.is_file():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(_LOG4J2.replace("{level}", _JVM_LOG_LEVEL[0]))
+            f.write(_LOG4J2.replace("{level}", level))
     return f"-Dlog4j2.configurationFile=file:{path}"
 
 
@@ -273,6 +303,8 @@ def get_session(
             for key, value in overrides.items():
                 if key.startswith("spark.sql."):
                     _SESSION.conf.set(key, value)
+            if _APPLIED_LEVEL[0] is not None:  # (a classic session; Connect has no JVM here)
+                _apply_jvm_log_level(_SESSION)
             return _SESSION
         from pyspark.sql import SparkSession
 
@@ -317,7 +349,9 @@ def get_session(
             builder = builder.config(key, value)
         with _own_sigint():
             session = builder.getOrCreate()
-        session.sparkContext.setLogLevel(_JVM_LOG_LEVEL[0].upper())
+        _APPLIED_LEVEL[0] = None
+        _apply_jvm_log_level(session)
+        quiet_py4j()
         atexit.register(_stop_jvm, session.sparkContext._gateway)
         if pending is not None:
             _publish_at_exit(session, pending)
@@ -384,6 +418,7 @@ def stop_session() -> None:
         if _SESSION is not None:
             _SESSION.stop()
         _SESSION, _MASTER = None, None
+        _APPLIED_LEVEL[0] = None
 
 
 def warm_session() -> None:

@@ -35,8 +35,11 @@ from apache_beam.runners.portability.fn_api_runner.worker_handlers import (
     EmbeddedWorkerHandler,
     StateServicer,
 )
+from apache_beam.runners.worker.data_sampler import DataSampler
+from apache_beam.utils.windowed_value import WindowedValue
 
 from spark_backend.runner.batch.metric_merge import consolidate
+from spark_backend.runner.batch.spark_errors import note_element, quiet_reraised_logs
 from spark_backend.runner.batch.summary import METRICS, PartitionSummary
 from spark_backend.runner.grouping.spilled_groups import TOKEN_PREFIX, read_page, remove_spill
 from spark_backend.runner.plan.plan import StageSpec
@@ -97,10 +100,15 @@ class BundleResult:
 
 def bundle_worker(spec: StageSpec, state: StateServicer) -> tuple[EmbeddedWorkerHandler, str]:
     """An embedded SDK worker for ``spec``'s bundles over ``state`` (side inputs, user
-    state), and the descriptor id; the caller stops it (``stop_worker``)."""
+    state), and the descriptor id; the caller stops it (``stop_worker``). Its bundles
+    keep the element a DoFn raised on (Beam's exception sampling, nothing sampled
+    otherwise), which :func:`run_bundle` notes on the error."""
     descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(spec.descriptor)
     manager: Any = _Descriptors(descriptor)  # the one attribute the handler reads
-    return EmbeddedWorkerHandler(None, state, _PROVISION, manager), descriptor.id
+    quiet_reraised_logs()
+    worker = EmbeddedWorkerHandler(None, state, _PROVISION, manager)
+    worker.bundle_processor_cache.data_sampler = DataSampler(sample_only_exceptions=True)
+    return worker, descriptor.id
 
 
 def metrics_record(
@@ -208,7 +216,13 @@ def run_bundle(
             process_bundle_descriptor_id=descriptor_id
         ),
     )
-    response = worker.push(request).get()
+    try:
+        response = worker.push(request).get()
+    except Exception as exn:
+        found = _failed_element(worker, instruction)
+        if found:
+            note_element(exn, found[0])
+        raise
     if response.error:
         raise RuntimeError(response.error)
     outputs: list[tuple[bytes, bytes]] = []
@@ -222,6 +236,19 @@ def run_bundle(
     if finalize and response.process_bundle.requires_finalization:
         _finalize(worker, instruction)
     return BundleResult(response.process_bundle, outputs, dict(written))
+
+
+def _failed_element(worker: EmbeddedWorkerHandler, instruction: str) -> tuple[Any] | None:
+    """The element a DoFn of ``instruction`` raised on, as Beam's exception sampling
+    kept it (a 1-tuple), or None."""
+    sampler = worker.bundle_processor_cache.data_sampler
+    for output in list(getattr(sampler, "_samplers", {}).values()):
+        for element, meta in list(getattr(output, "_exceptions", ())):
+            if getattr(meta, "instruction_id", None) == instruction:
+                while isinstance(element, WindowedValue):
+                    element = element.value
+                return (element,)
+    return None
 
 
 def _send(worker: EmbeddedWorkerHandler, spec: StageSpec, instruction: str, bundle: Round) -> None:

@@ -36,6 +36,7 @@ from apache_beam.utils import proto_utils
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN, PaneInfo, WindowedValue
 
+from spark_backend.runner.batch.spark_errors import note_element
 from spark_backend.runner.stages.lean.batch import GLOBAL, Batch
 
 __all__ = ["CHUNK", "ParDoOp", "augmented", "dofn_of", "pardo_op"]
@@ -219,7 +220,7 @@ class ParDoOp:
                 if type(results) in _SIZED:
                     values.extend(results)
             except Exception as exn:
-                raise augmented(exn, self.label) from exn
+                raise note_element(augmented(exn, self.label), value) from exn
             if type(results) in _SIZED:
                 added = len(results)
                 if added == 1:
@@ -297,7 +298,7 @@ class ParDoOp:
                 if type(results) is list:
                     extend(results)
             except Exception as exn:
-                raise augmented(exn, self.label) from exn
+                raise note_element(augmented(exn, self.label), value) from exn
             if type(results) is not list:
                 for _ in self._pull(results, out):
                     if len(out) >= CHUNK:
