@@ -191,7 +191,10 @@ def test_values_are_realistic_not_a_counter() -> None:
     [
         (lambda: scripts_for(SPEC, max_steps=0), "max_steps"),
         (lambda: scripts_for(SPEC, keys=()), "keys must name at least one key"),
-        (lambda: scripts_for(SPEC, values=[1, 2]),  # type: ignore[arg-type] "values must be a Hypothesis strategy"),
+        (
+            lambda: scripts_for(SPEC, values=[1, 2]),  # type: ignore[arg-type]
+            "values must be a Hypothesis strategy",
+        ),
         (lambda: scripts_for(42), "windowing must be a theory WindowingStrategy, a beam.Wi"),
     ],
 )
