@@ -283,7 +283,7 @@ def scripts_for(
     default :data:`VALUES`), each up to ``W`` ahead of the watermark, up to ``W`` behind
     it, ``W`` to ``W + L`` behind it (late, kept) or ``W + L`` to ``2W + L`` behind it
     (beyond the lateness); a watermark step of up to ``W``, or of ``W + L``; a
-    processing-time step of 1 s up to 1 s past the longest delay. With ``flush`` it ends
+    processing-time step 1 s past the longest delay, or of 1 s up to that. With ``flush`` it ends
     with the watermark past every window's lateness and a :data:`FLUSH` processing-time
     step. Times are multiples of ``gcd(W, L, 1 s)`` (whole ms, as Beam needs, when ``W``
     and ``L`` are). Bad arguments raise here, not when drawing."""
@@ -303,7 +303,7 @@ def scripts_for(
     step = st.one_of(
         st.tuples(st.just("elements"), st.lists(element, min_size=1, max_size=3)),
         st.tuples(st.just("watermark"), st.integers(0, 1), st.integers(1, max(1, w // grain))),
-        st.tuples(st.just("ptime"), st.integers(1, delay_s + 1)),
+        st.tuples(st.just("ptime"), st.just(delay_s + 1) | st.integers(1, delay_s + 1)),
     )
 
     def build(steps: list[tuple[Any, ...]]) -> Script:

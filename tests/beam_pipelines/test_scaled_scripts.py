@@ -8,7 +8,7 @@ from typing import Any
 
 import apache_beam as beam
 import pytest
-from hypothesis import HealthCheck, find, given, settings
+from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 from beam_pipelines.convert import to_beam
@@ -55,6 +55,7 @@ FIND = settings(
     deadline=None,
     max_examples=30,
     suppress_health_check=list(HealthCheck),
+    phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),  # no explain phase
 )
 
 
