@@ -26,7 +26,7 @@ from record import Recorder
 
 from beam_pipelines.convert import to_beam
 from beam_pipelines.testing import assert_panes
-from beam_pipelines.testing.strategies import scripts, scripts_for
+from beam_pipelines.testing.strategies import PROPERTY_SETTINGS, scripts, scripts_for
 from theory import (
     AfterCount,
     AfterProcessingTime,
@@ -66,9 +66,9 @@ def example_times(strategy: Any, n: int) -> list[float]:
     times: list[float] = []
 
     @settings(
+        PROPERTY_SETTINGS,
         derandomize=True,
         database=None,
-        deadline=None,
         max_examples=n,
         suppress_health_check=list(HealthCheck),
     )
@@ -88,9 +88,9 @@ def search(strategy: Any, max_examples: int) -> dict[str, Any]:
     calls: list[tuple[float, bool]] = []
 
     @settings(
+        PROPERTY_SETTINGS,
         derandomize=True,
         database=None,
-        deadline=None,
         max_examples=max_examples,
         suppress_health_check=list(HealthCheck),
         print_blob=False,

@@ -32,6 +32,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
+from hypothesis import Phase, settings
 from hypothesis import strategies as st
 
 from theory.columns import as_duration, check_count, check_fraction
@@ -45,6 +46,7 @@ from theory.windowing.windows import FixedWindows, GlobalWindows, Sessions, Slid
 __all__ = [
     "FLUSH",
     "KEYS",
+    "PROPERTY_SETTINGS",
     "VALUES",
     "scripts",
     "scripts_for",
@@ -62,6 +64,11 @@ FLUSH = 1000 * SEC
 KEYS: tuple[str, ...] = ("alice", "bob", "carol", "dave")
 #: The values :func:`scripts` and :func:`scripts_for` draw by default: counts or scores.
 VALUES: st.SearchStrategy[int] = st.integers(1, 1000)
+#: Settings for a property that runs Beam: no deadline, and no explain phase (which
+#: reruns the failing example once per choice and can take minutes on a runner).
+PROPERTY_SETTINGS = settings(
+    deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink)
+)
 #: The window scale (µs) of :func:`scripts_for` under global windows.
 GLOBAL_SCALE = 60 * SEC
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import apache_beam as beam
 import pytest
-from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
 from beam_pipelines.convert import to_beam
@@ -16,6 +16,7 @@ from beam_pipelines.testing import assert_panes
 from beam_pipelines.testing.panes import check_beam_limits
 from beam_pipelines.testing.strategies import (
     KEYS,
+    PROPERTY_SETTINGS,
     scripts,
     scripts_for,
     skewed_keys,
@@ -50,12 +51,11 @@ PLANTED = clicks("5s")
 
 # deterministic: the same examples on every run, nothing remembered between runs
 FIND = settings(
+    PROPERTY_SETTINGS,
     derandomize=True,
     database=None,
-    deadline=None,
     max_examples=30,
     suppress_health_check=list(HealthCheck),
-    phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),  # no explain phase
 )
 
 
