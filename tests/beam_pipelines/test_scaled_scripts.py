@@ -81,7 +81,7 @@ def test_the_default_property_finds_a_planted_wrong_lateness_on_beam() -> None:
 
 
 def test_the_same_property_passes_on_the_right_pipeline() -> None:
-    @settings(FIND, max_examples=4)
+    @settings(FIND, max_examples=2)
     @given(scripts_for(SPEC))
     def property_(script: Script) -> None:
         assert_panes(ClicksPerUser(SPEC), script, SPEC, combine=sum)
@@ -146,7 +146,7 @@ def test_early_firings_happen() -> None:
     find(scripts_for(SPEC), early, settings=FIND)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data(), windowing_strategies("1s"))
 def test_scripts_for_any_strategy_run_on_beam(data: st.DataObject, strategy: Any) -> None:
     """Within Beam's limits, whole grains of gcd(W, L, 1 s), watermarks never back."""
