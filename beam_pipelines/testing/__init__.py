@@ -8,7 +8,7 @@
   (theory only);
 - :class:`TestStreamBuilder`, what the ``test_stream`` fixture returns;
 - :mod:`beam_pipelines.testing.strategies`: Hypothesis strategies (traces, scripts,
-  windowing strategies).
+  scripts scaled to the windowing under test, skewed keys, windowing strategies).
 
 The fixtures (``pubsub_emulator``, ``test_stream``, and ``spark`` from spark_backend's
 plugin) come from the pytest plugins the package installs. Names load lazily, so

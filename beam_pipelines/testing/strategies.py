@@ -12,16 +12,27 @@ through :func:`beam_pipelines.convert.to_beam` and a drawn script through a Test
   ``straggler_delay`` µs;
 - :func:`scripts`: TestStream scripts (element, watermark and processing-time events,
   watermarks never moving back), ending with a processing-time step past every trigger
-  delay drawn here so nothing is left pending.
+  delay drawn here so nothing is left pending;
+- :func:`scripts_for`: TestStream scripts scaled to the windowing under test: element
+  times ahead of the watermark, behind it within the allowed lateness and beyond it,
+  watermark steps of about a window, processing-time steps across the trigger's delays,
+  skewed keys and values from a realistic range;
+- :func:`skewed_keys`: keys drawn with Zipf-like skew (the first most often).
 
-This module imports neither Beam nor Spark.
+This module imports neither Beam nor Spark (a Beam windowing given to
+:func:`scripts_for` is converted with :func:`beam_pipelines.convert.to_theory`, which
+imports Beam then).
 """
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_right
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
+from hypothesis import Phase, settings
 from hypothesis import strategies as st
 
 from theory.columns import as_duration, check_count, check_fraction
@@ -32,11 +43,34 @@ from theory.windowing.script import ElementEvent, Event, ProcessingTimeEvent, Sc
 from theory.windowing.strategy import AccumulationMode, TimestampCombiner, WindowingStrategy
 from theory.windowing.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows
 
-__all__ = ["FLUSH", "scripts", "traces", "triggers", "window_fns", "windowing_strategies"]
+__all__ = [
+    "FLUSH",
+    "KEYS",
+    "PROPERTY_SETTINGS",
+    "VALUES",
+    "scripts",
+    "scripts_for",
+    "skewed_keys",
+    "traces",
+    "triggers",
+    "window_fns",
+    "windowing_strategies",
+]
 
 SEC = MICROS_PER_SECOND
 #: The last processing-time step of every drawn script (µs): past every drawn delay.
 FLUSH = 1000 * SEC
+#: The keys :func:`scripts_for` draws by default, the first most often.
+KEYS: tuple[str, ...] = ("alice", "bob", "carol", "dave")
+#: The values :func:`scripts` and :func:`scripts_for` draw by default: counts or scores.
+VALUES: st.SearchStrategy[int] = st.integers(1, 1000)
+#: Settings for a property that runs Beam: no deadline, and no explain phase (which
+#: reruns the failing example once per choice and can take minutes on a runner).
+PROPERTY_SETTINGS = settings(
+    deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink)
+)
+#: The window scale (µs) of :func:`scripts_for` under global windows.
+GLOBAL_SCALE = 60 * SEC
 
 
 def window_fns(unit: Any = "1s", *, max_units: int = 12) -> st.SearchStrategy[object]:
@@ -166,23 +200,24 @@ def scripts(
     max_events: int = 8,
     keys: tuple[str, ...] = ("a", "b"),
     flush: bool = True,
+    values: st.SearchStrategy[Any] | None = None,
 ) -> Script:
-    """A TestStream script: element events (1-3 elements, keys from ``keys``, integer
-    values, timestamps multiples of ``unit`` near the watermark, some late), advancing
-    watermarks and whole-second processing-time steps; with ``flush`` it ends with a
-    :data:`FLUSH` processing-time step."""
+    """A TestStream script: element events (1-3 elements, keys from ``keys``, values from
+    ``values``, by default :data:`VALUES`, timestamps multiples of ``unit`` near the
+    watermark, some late), advancing watermarks and whole-second processing-time steps;
+    with ``flush`` it ends with a :data:`FLUSH` processing-time step. Lateness here is at
+    most 3 ``unit``s: to find a wrong allowed lateness, use :func:`scripts_for`."""
     u = as_duration(unit, "unit", allow_zero=False)
+    value_strategy = VALUES if values is None else values
     events: list[Event] = []
     watermark = 0
-    value = 0
     for _ in range(draw(st.integers(1, max_events))):
         kind = draw(st.sampled_from(["elements", "elements", "watermark", "ptime"]))
         if kind == "elements":
             elements = []
             for _ in range(draw(st.integers(1, 3))):
                 ts = max(0, watermark // u + draw(st.integers(-3, 8))) * u
-                elements.append((draw(st.sampled_from(keys)), value, ts))
-                value += 1
+                elements.append((draw(st.sampled_from(keys)), draw(value_strategy), ts))
             events.append(ElementEvent(elements))
         elif kind == "watermark":
             watermark += draw(st.integers(1, 6)) * u
@@ -192,3 +227,113 @@ def scripts(
     if flush:
         events.append(ProcessingTimeEvent(FLUSH))
     return Script(events)
+
+
+def skewed_keys(keys: Sequence[Hashable] = KEYS) -> st.SearchStrategy[Hashable]:
+    """One of ``keys``, the ``i``-th with weight ``1/(i+1)`` (Zipf-like: a few hot keys);
+    shrinks towards the first."""
+    pool = tuple(keys)
+    if not pool:
+        raise ValueError("keys must name at least one key")
+    scale = math.lcm(*range(1, len(pool) + 1))
+    bounds = list(np.cumsum([scale // (i + 1) for i in range(len(pool))]))
+    return st.integers(0, int(bounds[-1]) - 1).map(lambda r: pool[bisect_right(bounds, r)])
+
+
+def _trigger_delays(trigger: tt.Trigger) -> list[int]:
+    """Every ``AfterProcessingTime`` delay (µs) inside ``trigger``."""
+    if isinstance(trigger, tt.AfterProcessingTime):
+        return [trigger.delay]
+    children: list[Any] = list(getattr(trigger, "triggers", ()))
+    children += [getattr(trigger, name, None) for name in ("underlying", "early", "late")]
+    return [d for c in children if isinstance(c, tt.Trigger) for d in _trigger_delays(c)]
+
+
+def _window_scale(fn: object) -> int:
+    """The window length (µs) that element times and watermark steps are scaled to."""
+    if isinstance(fn, (FixedWindows, SlidingWindows)):
+        return int(fn.size)
+    if isinstance(fn, Sessions):
+        return int(fn.gap)
+    return GLOBAL_SCALE
+
+
+def _as_theory(windowing: Any) -> WindowingStrategy:
+    if isinstance(windowing, WindowingStrategy):
+        return windowing
+    from beam_pipelines.convert import to_theory  # imports Beam
+
+    try:
+        return to_theory(windowing, allow_unsafe_triggers=True)
+    except TypeError:
+        raise TypeError(
+            "windowing must be a theory WindowingStrategy, a beam.WindowInto or a Beam "
+            f"Windowing, got {windowing!r}"
+        ) from None
+
+
+def scripts_for(
+    windowing: Any,
+    *,
+    max_steps: int = 6,
+    keys: Sequence[Hashable] = KEYS,
+    values: st.SearchStrategy[Any] | None = None,
+    flush: bool = True,
+) -> st.SearchStrategy[Script]:
+    """TestStream scripts for a transform under ``windowing`` (a theory
+    ``WindowingStrategy``, or a ``beam.WindowInto`` / ``Windowing``), with times scaled
+    to its window length ``W`` (fixed and sliding: the size; sessions: the gap; global:
+    one minute), its allowed lateness ``L`` and its trigger's processing-time delays.
+
+    A script starts with the watermark at ``L + 2W`` and takes 1 to ``max_steps`` steps:
+    1-3 elements (keys from :func:`skewed_keys` of ``keys``, values from ``values``, by
+    default :data:`VALUES`), each up to ``W`` ahead of the watermark, up to ``W`` behind
+    it, ``W`` to ``W + L`` behind it (late, kept) or ``W + L`` to ``2W + L`` behind it
+    (beyond the lateness); a watermark step of up to ``W``, or of ``W + L``; a
+    processing-time step 1 s past the longest delay, or of 1 s up to that. With ``flush`` it ends
+    with the watermark past every window's lateness and a :data:`FLUSH` processing-time
+    step. Times are multiples of ``gcd(W, L, 1 s)`` (whole ms, as Beam needs, when ``W``
+    and ``L`` are). Bad arguments raise here, not when drawing."""
+    strategy = _as_theory(windowing)
+    n_steps = check_count(max_steps, "max_steps", minimum=1)
+    key_strategy = skewed_keys(keys)
+    value_strategy = VALUES if values is None else values
+    if not isinstance(value_strategy, st.SearchStrategy):
+        raise TypeError(f"values must be a Hypothesis strategy, got {values!r}")
+    w = _window_scale(strategy.window_fn)
+    lateness = int(strategy.allowed_lateness)
+    grain = math.gcd(w, lateness, SEC)
+    delay_s = -(-max(_trigger_delays(strategy.trigger), default=0) // SEC)
+    # [low, high] behind the watermark (µs) of each element class; negative: ahead of it
+    lags = [(-w, 0), (0, w), (w, w + lateness), (w + lateness, 2 * w + lateness)]
+    element = st.tuples(key_strategy, value_strategy, st.integers(0, 3), st.integers(0, 100))
+    step = st.one_of(
+        st.tuples(st.just("elements"), st.lists(element, min_size=1, max_size=3)),
+        st.tuples(st.just("watermark"), st.integers(0, 1), st.integers(1, max(1, w // grain))),
+        st.tuples(st.just("ptime"), st.just(delay_s + 1) | st.integers(1, delay_s + 1)),
+    )
+
+    def build(steps: list[tuple[Any, ...]]) -> Script:
+        watermark = latest = lateness + 2 * w
+        events: list[Event] = [WatermarkEvent(watermark)]
+        for kind, *args in steps:
+            if kind == "elements":
+                rows = []
+                for key, value, klass, percent in args[0]:
+                    low, high = lags[klass]
+                    ts = max(0, watermark - low - (high - low) // grain * percent // 100 * grain)
+                    latest = max(latest, ts)
+                    rows.append((key, value, ts))
+                events.append(ElementEvent(rows))
+            elif kind == "watermark":
+                jump, size = args
+                watermark += w + lateness if jump else size * grain
+                events.append(WatermarkEvent(watermark))
+            else:
+                events.append(ProcessingTimeEvent(args[0] * SEC))
+        if flush:
+            events.append(WatermarkEvent(max(watermark, latest) + 2 * w + lateness + grain))
+            events.append(ProcessingTimeEvent(FLUSH))
+        return Script(events)
+
+    return st.lists(step, min_size=1, max_size=n_steps).map(build)
