@@ -154,9 +154,15 @@ def test_the_line_from_a_spark_failure_text() -> None:
     assert "second_user_frame" in message and "org.apache" not in message
 
 
-def test_py4j_tracebacks_dropped_unless_debug(caplog: pytest.LogCaptureFixture) -> None:
+def test_py4j_tracebacks_dropped_unless_debug(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from spark_backend.session.quiet_logs import quiet_py4j
 
+    # the CLI sets py4j's level for its run (CRITICAL unless -v); start from py4j's own
+    for name in ("py4j", "py4j.clientserver"):
+        monkeypatch.setattr(logging.getLogger(name), "level", logging.NOTSET)
+        monkeypatch.setattr(logging.getLogger(name), "disabled", False)
     quiet_py4j()
     logger = logging.getLogger("py4j.clientserver")
     caplog.set_level(logging.INFO)
