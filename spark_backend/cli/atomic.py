@@ -30,6 +30,7 @@ from pathlib import Path
 
 from spark_backend.cli.interrupts import Terminated
 from theory.data.io import write_file_atomically
+from theory.data.private import pid_alive
 
 #: The file every output directory holds, so a later run knows it may replace it.
 MARKER = ".watermarks-output"
@@ -90,17 +91,6 @@ def _replace(tmp: Path, target: Path) -> None:
         os.rename(old, target)
         raise
     os.rename(old, tmp)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (one of another user counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _owner_pid(name: str) -> int | None:

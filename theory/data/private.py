@@ -28,6 +28,7 @@ from pathlib import Path
 __all__ = [
     "UnsafeDirectoryError",
     "check_private_file",
+    "pid_alive",
     "private_dir",
     "remove_run_dir",
     "remove_stale_runs",
@@ -129,7 +130,8 @@ def run_dir(
     return made
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -145,7 +147,7 @@ def remove_stale_runs(home: Path) -> list[Path]:
     gone = []
     for entry in home.iterdir():
         pid = entry.name.split("-")[1] if entry.name.startswith("run-") else ""
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             shutil.rmtree(entry, ignore_errors=True)
             gone.append(entry)
     return gone
