@@ -108,10 +108,13 @@ def strategies_section(
     seed: int,
     firing: Firing = FIRE_ONCE,
     include_end_of_input: bool = False,
+    *,
+    origin: int | None = None,
 ) -> None:
     """The comparison's table, the curves with late elements, the frontier and the
     partition that holds the watermark back. The late panes and final completeness are
-    shown with late firings, the pane timestamps' lag under a combiner other than eow."""
+    shown with late firings, the pane timestamps' lag under a combiner other than eow.
+    ``origin``: the report's time origin (µs; default the earliest element drawn)."""
     table = dict(c.table)
     if not firing.late_firings:
         del table["late_panes"], table["final_completeness_mean"]
@@ -141,6 +144,7 @@ def strategies_section(
             c.whole.plot_data(c.strategies),
             c.zoom.plot_data(c.strategies),
             seed=seed,
+            origin=origin,
         ),
         "watermarks.png",
         f"Sampled elements ({len(c.whole.elements):,} of {c.rows:,}; in the zoom "
@@ -269,7 +273,13 @@ def bad_rows_section(report: Report, bad: BadRowReport) -> None:
 
 
 def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult:
-    """Simulate the book's chapter-3 pipeline and add its tables and figures."""
+    """Simulate the book's chapter-3 pipeline and add its tables and figures (times
+    from :data:`DEMO_START`)."""
+    report.trace(
+        f"On the chapter-3 simulation's trace: the mobile and console game traces, {events:,} "
+        f"events (seed {seed}) from {format_timestamp(DEMO_START)}, through the book's "
+        "pipeline"
+    )
     traces = {
         name: dataclasses.replace(
             t, event_time=t.event_time + DEMO_START, arrival_time=t.arrival_time + DEMO_START
@@ -318,24 +328,30 @@ def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult
     )
     grid = result.times[:: max(1, result.times.size // 20_000)]
     report.figure(
-        "Input and output watermarks per stage",
-        lambda p: plots.stage_watermarks(p, grid, _watermarks_at(result, grid)),
+        "Watermark hold per stage",
+        lambda p: plots.stage_watermarks(
+            p, grid, _watermarks_at(result, grid), origin=DEMO_START
+        ),
         "stages.png",
-        "Solid: input watermark; dashed: output watermark (book figure 3.5).",
+        "Each stage's hold: its input watermark minus its output watermark, in seconds "
+        "(book figure 3.5 draws the two watermarks; at this scale they coincide, so the "
+        "gap between them is drawn). A stage that holds nothing stays at 0.",
     )
     mid = int(result.times[result.times.size // 2])
     zoom = np.linspace(mid, mid + 20 * MINUTE, 2000).astype(np.int64)
     report.figure(
-        "Input and output watermarks per stage: 20 minutes",
+        "Watermark hold per stage: 20 minutes",
         lambda p: plots.stage_watermarks(
             p,
             zoom,
             _watermarks_at(result, zoom),
-            "Input and output watermarks per stage, 20 minutes",
+            "Watermark hold per stage, 20 minutes",
+            origin=DEMO_START,
         ),
         "stages_zoom.png",
-        "The same, from the middle of the trace: session windows hold each output "
-        "watermark behind its input until their sessions close.",
+        "The same, 20 minutes from the middle of the trace (the book's zoom): session "
+        "windows hold each output watermark behind its input until their sessions close; "
+        "the fixed windows hold it for their processing time.",
     )
     sink = result.pipeline.graph.order[-1]
     lags = lag_series(result, sink)
@@ -344,6 +360,7 @@ def chapter3_section(report: Report, events: int, seed: int) -> SimulationResult
         lambda p: plots.lags(
             p, lags.times, lags.event_lag, lags.processing_lag, sink,
             np.concatenate([t.arrival_time for t in traces.values()]),
+            origin=DEMO_START,
         ),
         "lags.png",
         "Event-time lag grows alone under data delay; both grow when the system is "
@@ -416,7 +433,12 @@ def _stuck_interval(traces: Mapping[str, Trace]) -> tuple[int, int]:
 
 
 def propagation_section(report: Report, seed: int) -> None:
-    """In-band (Flink) against out-of-band (Dataflow) propagation, table and figure."""
+    """In-band (Flink) against out-of-band (Dataflow) propagation, table and figure:
+    a model's seeded runs, no trace."""
+    report.trace(
+        "On no trace: a model of in-band and out-of-band propagation (seeded simulated "
+        "runs)"
+    )
     rows = propagation(depths=(1, 5, 10, 20), parallelisms=(1, 10, 100, 1000), seed=seed).rows
     shown = with_units(
         record_columns(
@@ -460,6 +482,7 @@ def _propagation_caption(rows: Sequence[Any], parallelism: int, depth: int) -> s
         return f"{got[0] / 1e6:.1f} s" if got else "n/a"
 
     return (
+        "A model, not the trace: seeded simulated runs of watermark propagation. "
         f"Left: time from a source watermark step until the last stage sees it, median of "
         f"seeded runs, at parallelism {parallelism}, one panel per scenario; colour = "
         "design. Steady: in-band latency grows with depth (one hop per stage), "
@@ -526,6 +549,10 @@ def run_demo(
         f"from {format_timestamp(DEMO_START)}"
     )
     report = Report("Watermarks: the chapter-3 game sessions")
+    report.trace(
+        f"On the demo's trace: {events:,} generated chapter-3 game events (seed {seed}) from "
+        f"{format_timestamp(DEMO_START)}"
+    )
     if chosen == "local":
         bar = Progress(5 + _COMPARE_STEPS)
         LOG.info("generating the chapter-3 game traces (numpy): %d events, seed %d", events, seed)
@@ -562,7 +589,9 @@ def run_demo(
             )
         finally:
             df.unpersist()
-    strategies_section(report, comparison, seed, firing, include_end_of_input)
+    strategies_section(
+        report, comparison, seed, firing, include_end_of_input, origin=DEMO_START
+    )
     LOG.info("simulating the chapter-3 pipeline")
     simulation = chapter3_section(report, min(events, 200_000), seed)
     bar.step("chapter-3 pipeline simulated")
@@ -572,8 +601,19 @@ def run_demo(
     if systems:
         n = min(events, 200_000)
         trace = Trace.concat(chapter3.traces(n, seed=seed).values()).sorted_by_arrival()
+        trace = dataclasses.replace(  # the chapter-3 simulation's trace, on its dates
+            trace,
+            event_time=trace.event_time + DEMO_START,
+            arrival_time=trace.arrival_time + DEMO_START,
+        )
         note = f"the chapter-3 mobile and console traces, {n:,} events"
-        systems_section(report, trace, systems, bound_of(strategies), window_size, note)
+        report.trace(
+            f"On the systems trace: the chapter-3 simulation's mobile and console traces, "
+            f"{n:,} events (seed {seed}) from {format_timestamp(DEMO_START)}"
+        )
+        systems_section(
+            report, trace, systems, bound_of(strategies), window_size, note, origin=DEMO_START
+        )
     bar.step("systems compared")
     index = _write(report, out, bar)
     return JobResult(index, comparison, simulation)
@@ -632,6 +672,7 @@ def run_analyze(
             LOG.warning("skipped %d bad rows of %d", bad.total, bad.rows_read)
         bar.step(f"read {rows:,} rows")
         report = Report(f"Watermarks: {os.fspath(trace)}")
+        report.trace(f"On the trace read from {os.fspath(trace)}")
         e, a = F.col("event_time"), F.col("arrival_time")
         got = df.agg(
             F.count(F.when(a < e, F.lit(1))), F.min(e), F.max(e), F.min(a), F.max(a)
@@ -649,7 +690,8 @@ def run_analyze(
         systems_input = trace_of(df, rows) if systems else None
     finally:
         df.unpersist()
-    return _finish_analyze(report, comparison, bad, job, bar, systems_input)
+    origin = min(e_lo, a_lo)
+    return _finish_analyze(report, comparison, bad, job, bar, systems_input, origin)
 
 
 @dataclass(frozen=True)
@@ -716,6 +758,7 @@ def _analyze_local(trace: str | os.PathLike[str], job: _Analysis, reading: _Read
         LOG.warning("skipped %d bad rows of %d", bad.total, bad.rows_read)
     bar.step(f"read {len(t):,} rows")
     report = Report(f"Watermarks: {os.fspath(trace)}")
+    report.trace(f"On the trace read from {os.fspath(trace)}")
     e, a = t.event_time, t.arrival_time
     spans = (int(e.max() - e.min()), int(a.max() - a.min())) if len(t) else (0, 0)
     _warn(report, len(t), int(np.count_nonzero(a < e)), job, spans)
@@ -726,7 +769,8 @@ def _analyze_local(trace: str | os.PathLike[str], job: _Analysis, reading: _Read
         include_end_of_input=job.include_end_of_input,
     )
     systems_input = (t, f"all {len(t):,} rows") if job.systems else None
-    return _finish_analyze(report, comparison, bad, job, bar, systems_input)
+    origin = min(int(e.min()), int(a.min())) if len(t) else 0
+    return _finish_analyze(report, comparison, bad, job, bar, systems_input, origin)
 
 
 def _finish_analyze(
@@ -736,12 +780,19 @@ def _finish_analyze(
     job: _Analysis,
     bar: Progress,
     systems_input: tuple[Trace, str] | None,
+    origin: int | None = None,
 ) -> JobResult:
-    strategies_section(report, comparison, job.seed, job.firing, job.include_end_of_input)
+    """The report's sections after the trace's, every figure's times from ``origin``
+    (µs: the trace's earliest time), and the report written."""
+    strategies_section(
+        report, comparison, job.seed, job.firing, job.include_end_of_input, origin=origin
+    )
     if systems_input is not None:
         trace_rows, note = systems_input
         bound = bound_of(job.strategies)
-        systems_section(report, trace_rows, job.systems, bound, job.window_size, note)
+        systems_section(
+            report, trace_rows, job.systems, bound, job.window_size, note, origin=origin
+        )
         bar.step("systems compared")
     if bad.total:
         bad_rows_section(report, bad)

@@ -1,8 +1,9 @@
 """The report's figures, drawn with matplotlib (Agg) and saved as PNG.
 
-Every axis is in human units: minutes (or hours, for long traces) since the start of the
-trace; durations in seconds. Input times are µs. Each function writes one PNG and returns
-its path.
+Every axis is in human units: minutes (or hours, for long traces) since one origin,
+which each time axis names (``origin=``: the report passes one for all its figures;
+without it, the data's earliest time); durations in seconds. Input times are µs. Each
+function writes one PNG and returns its path.
 """
 
 from __future__ import annotations
@@ -49,10 +50,17 @@ class TimeAxis:
 
     @property
     def since(self) -> str:
-        """``"since 2024-01-01T00:00:00Z"``, or ``"since start"`` for relative times."""
+        """``"since 2024-01-01T00:00:00Z"``, or ``"since start (t = 0 µs)"`` for relative
+        times."""
         if self.origin >= _REAL_DATES:
             return f"since {format_timestamp(self.origin)}"
-        return "since start"
+        return f"since start (t = {self.origin:,} µs)"
+
+
+def origin_of(*times: np.ndarray) -> int:
+    """The earliest of ``times`` (µs; 0 when all are empty): a figure's default origin."""
+    lows = [int(np.min(t)) for t in times if np.size(t)]
+    return min(lows, default=0)
 
 
 def coinciding(curves: Mapping[str, np.ndarray]) -> list[list[str]]:
@@ -63,14 +71,21 @@ def coinciding(curves: Mapping[str, np.ndarray]) -> list[list[str]]:
     return [g for g in groups.values() if len(g) > 1]
 
 
-def _tail_scale(ax: Any, right: float, hi: float) -> None:
+#: The least factor by which a processing-time tail is compressed: a tail that would be
+#: compressed less stays on a linear axis (a "×1.0" compression says nothing).
+MIN_COMPRESSION = 2.0
+
+
+def _tail_scale(ax: Any, right: float, hi: float, unit: str = "") -> None:
     """A broken processing-time axis: linear up to ``right``, the tail to ``hi``
-    compressed into the last fifth of the panel, so every arrival stays visible."""
+    compressed into the last fifth of the panel, so every arrival stays visible; the
+    axis says from where and by what factor. Nothing when the factor would be below
+    :data:`MIN_COMPRESSION`."""
     if hi <= right:
         return
     width = max(right - ax.get_xlim()[0], 1e-9)
     k = 0.25 * width / (hi - right)
-    if k >= 1:  # the tail fits in a quarter of the body: a linear axis shows it all
+    if 1 / k < MIN_COMPRESSION:  # the tail fits beside the body: a linear axis shows it
         return
 
     def forward(x: np.ndarray) -> np.ndarray:
@@ -88,7 +103,7 @@ def _tail_scale(ax: Any, right: float, hi: float) -> None:
     ax.set_xticks(ticks + tail[-2:])
     ax.axvline(right, color="0.3", lw=0.8, ls=(0, (2, 2)))
     ax.text(
-        right, 0.02, f" tail compressed ×{1 / k:,.{0 if k < 0.1 else 1}f} →",
+        right, 0.02, f" past {right:,.4g} {unit}: compressed ×{1 / k:,.{0 if k < 0.1 else 1}f} →",
         transform=ax.get_xaxis_transform(),
         fontsize=7, color="0.3",
     )
@@ -103,7 +118,7 @@ def _show_all(ax: Any, ax_t: TimeAxis, arrivals: np.ndarray, lo: int, hi: int) -
     x = ax_t(np.array([lo, hi]))
     ax.set_xlim(x[0], x[1])
     if right < hi and (hi - right) > 0.05 * (right - lo):
-        _tail_scale(ax, float(ax_t(np.array([right]))[0]), float(x[1]))
+        _tail_scale(ax, float(ax_t(np.array([right]))[0]), float(x[1]), ax_t.unit)
 
 
 def _finite_steps(series: StepSeries, t_end: int) -> tuple[np.ndarray, np.ndarray]:
@@ -182,8 +197,40 @@ def _draw_elements(
     ax.set_xlabel(f"processing time ({ax_t.unit} {ax_t.since})")
     ax.set_ylabel(f"event time ({ax_t.unit} {ax_t.since})")
     if legend:
-        ax.legend(loc="upper left", fontsize=7)
+        visible = [(h, lb) for h, lb in zip(*ax.get_legend_handles_labels(), strict=True)
+                   if shows(ax, h)]
+        if visible:
+            ax.legend(*zip(*visible, strict=True), loc="upper left", fontsize=7)
     ax.grid(alpha=0.3)
+
+
+def _in_view(ax: Any, x0: np.ndarray, x1: np.ndarray, y0: np.ndarray, y1: np.ndarray) -> bool:
+    """Whether any box ``[x0, x1] x [y0, y1]`` (data units, either order) meets the
+    panel's limits."""
+    (xa, xb), (ya, yb) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+    hit = (
+        (np.minimum(x0, x1) <= xb) & (np.maximum(x0, x1) >= xa)
+        & (np.minimum(y0, y1) <= yb) & (np.maximum(y0, y1) >= ya)
+    )
+    return bool(np.any(hit))
+
+
+def shows(ax: Any, artist: Any) -> bool:
+    """Whether any part of a line (its segments; a step line's steps) or any point of a
+    scatter lies within the panel's limits: what its legend lists."""
+    if hasattr(artist, "get_offsets"):
+        pts = np.asarray(artist.get_offsets(), dtype=np.float64).reshape(-1, 2)
+        return _in_view(ax, pts[:, 0], pts[:, 0], pts[:, 1], pts[:, 1])
+    x = np.asarray(artist.get_xdata(), dtype=np.float64)
+    y = np.asarray(artist.get_ydata(), dtype=np.float64)
+    if x.size == 0:
+        return False
+    if artist.get_drawstyle() == "steps-post":  # (x_i, y_i) -> (x_i+1, y_i) -> ...
+        x, y = np.repeat(x, 2)[1:], np.repeat(y, 2)[:-1]
+    if x.size == 1:
+        return _in_view(ax, x, x, y, y)
+    ok = ~(np.isnan(x[:-1]) | np.isnan(x[1:]) | np.isnan(y[:-1]) | np.isnan(y[1:]))
+    return _in_view(ax, x[:-1][ok], x[1:][ok], y[:-1][ok], y[1:][ok])
 
 
 def _sampled(
@@ -201,13 +248,15 @@ def event_vs_processing(
     *,
     max_points: int = 20_000,
     seed: int = 0,
+    origin: int | None = None,
 ) -> Path:
     """Figure 3.1/3.10 style: elements as points (processing time vs event time), each
     strategy's watermark as a step line, and each strategy's late elements marked; the
-    whole trace, and beside it a ``zoom`` on a short span where the strategies differ."""
-    origin = (
-        int(min(whole.event_time.min(), whole.arrival_time.min())) if whole.event_time.size else 0
-    )
+    whole trace, and beside it a ``zoom`` on a short span where the strategies differ.
+    Times from ``origin`` (µs; default the earliest element time). A legend lists only
+    what is visible in its panel."""
+    if origin is None:
+        origin = origin_of(whole.event_time, whole.arrival_time)
     panels = [whole] if zoom is None else [whole, zoom]
     fig, axes = plt.subplots(1, len(panels), figsize=(9 * len(panels), 6.5), dpi=100)
     axes = np.atleast_1d(axes)
@@ -231,40 +280,48 @@ def stage_watermarks(
     path: Path,
     times: np.ndarray,
     series: Mapping[str, tuple[np.ndarray, np.ndarray]],
-    title: str = "Input and output watermarks per stage",
+    title: str = "Watermark hold per stage",
+    *,
+    origin: int | None = None,
 ) -> Path:
-    """Figure 3.5 style: per stage, input (solid) and output (dashed) watermarks over
-    processing time. ``series`` maps stage -> (input, output) sampled at ``times``. Every
-    time is shown: a straggler tail goes on a compressed part of the axis."""
-    finite = [
-        v[(v > MIN_TIMESTAMP) & (v < MAX_TIMESTAMP)] for pair in series.values() for v in pair
-    ]
-    origin = int(min([times.min()] + [f.min() for f in finite if f.size]))
-    ax_t = TimeAxis(origin, int(times.max()) - origin)
+    """Book figure 3.5's point, one panel per stage: the stage's hold, its input minus
+    its output watermark (s), over processing time from ``origin`` (µs; default the
+    earliest of ``times``). ``series`` maps stage -> (input, output) watermarks sampled
+    at ``times`` (µs); where either is infinite (before the stage's first watermark,
+    after the end) nothing is drawn. Every time is shown: a straggler tail goes on a
+    compressed part of the axis."""
+    start = origin_of(times) if origin is None else origin
+    ax_t = TimeAxis(start, int(times.max()) - start)
     fig, axes = plt.subplots(
-        len(series), 1, figsize=(10, 2.1 * len(series)), dpi=110, sharex=True, squeeze=False
+        len(series), 1, figsize=(10, 1.9 * len(series)), dpi=110, sharex=True, squeeze=False
     )
     for i, (ax, (stage, (iw, ow))) in enumerate(zip(axes[:, 0], series.items(), strict=True)):
+        held = stage_hold(iw, ow)
+        x = ax_t(times)
         color = _COLORS[i % len(_COLORS)]
-        for values, style, label in ((iw, "-", "input"), (ow, "--", "output")):
-            ok = (values > MIN_TIMESTAMP) & (values < MAX_TIMESTAMP)
-            ax.step(
-                ax_t(times[ok]),
-                ax_t(values[ok]),
-                where="post",
-                ls=style,
-                color=color,
-                lw=1.4,
-                label=f"{label} watermark",
-            )
-        ax.set_title(stage, fontsize=9, loc="left")
-        ax.set_ylabel(f"event time ({ax_t.unit})", fontsize=8)
+        ax.step(x, held, where="post", color=color, lw=1.2, label="input - output watermark")
+        ax.fill_between(x, 0, np.nan_to_num(held), step="post", color=color, alpha=0.25)
+        top = float(np.nanmax(held)) if np.isfinite(held).any() else 0.0
+        what = f"holds up to {top:,.1f} s" if top > 0 else "no hold: output = input"
+        ax.set_title(f"{stage}: {what}", fontsize=9, loc="left")
+        ax.set_ylabel("hold (s)", fontsize=8)
+        ax.set_ylim(bottom=0, top=max(top * 1.1, 1.0))
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper left", fontsize=7)
         _show_all(ax, ax_t, times, int(times.min()), int(times.max()))
     axes[-1, 0].set_xlabel(f"processing time ({ax_t.unit} {ax_t.since})")
     fig.suptitle(title)
     return save_figure(fig, path)
+
+
+def stage_hold(input_watermark: np.ndarray, output_watermark: np.ndarray) -> np.ndarray:
+    """A stage's hold (s): input minus output watermark (µs) where both are finite,
+    NaN elsewhere."""
+    iw = np.asarray(input_watermark, dtype=np.int64)
+    ow = np.asarray(output_watermark, dtype=np.int64)
+    finite = (iw > MIN_TIMESTAMP) & (iw < MAX_TIMESTAMP) & (ow > MIN_TIMESTAMP) & (
+        ow < MAX_TIMESTAMP
+    )
+    return np.where(finite, (iw - np.where(finite, ow, iw)) / 1e6, np.nan)
 
 
 def lags(
@@ -274,11 +331,15 @@ def lags(
     processing_lag: np.ndarray,
     stage: str,
     arrivals: np.ndarray | None = None,
+    *,
+    origin: int | None = None,
 ) -> Path:
-    """Figure 3.15 style: event-time lag and processing-time lag (seconds) over time.
-    The processing-time axis past the 99.9th percentile of ``arrivals`` (µs; default
-    ``times``) is compressed when that tail is long: every time is shown."""
-    ax_t = TimeAxis(int(times.min()), int(times.max() - times.min()))
+    """Figure 3.15 style: event-time lag and processing-time lag (seconds) over time
+    from ``origin`` (µs; default the earliest of ``times``). The processing-time axis
+    past the 99.9th percentile of ``arrivals`` (µs; default ``times``) is compressed
+    when that tail is long: every time is shown."""
+    start = origin_of(times) if origin is None else origin
+    ax_t = TimeAxis(start, int(times.max()) - start)
     fig, ax = plt.subplots(figsize=(10, 4), dpi=110)
     ax.plot(ax_t(times), event_lag / 1e6, lw=1.2, label="event-time lag")
     ax.plot(ax_t(times), processing_lag / 1e6, lw=1.2, label="processing-time lag")
@@ -345,12 +406,17 @@ def save_figure(fig: plt.Figure, path: Path) -> Path:
 PROPAGATION_SCENARIOS = ("steady", "idle_partition", "worker_failure")
 
 
+#: The propagation figure's title: it draws a model's runs, not the trace.
+MODEL_TITLE = "A model of watermark propagation (seeded simulation, not from the trace)"
+
+
 def propagation(path: Path, rows: Sequence[Outcome], parallelism: int, depth: int) -> Path:
-    """One latency panel per scenario of :data:`PROPAGATION_SCENARIOS` (steady, an idle
-    partition, a worker failure): propagation latency against depth (a tick per depth
-    run) at ``parallelism``, per design, on one shared log scale; a latency that never
-    ends (``inf``) is marked at the top. Last panel: watermark messages per second
-    against parallelism at ``depth`` (the same in every scenario), log-log."""
+    """A model, titled so (:data:`MODEL_TITLE`): one latency panel per scenario of
+    :data:`PROPAGATION_SCENARIOS` (steady, an idle partition, a worker failure):
+    propagation latency against depth (a tick per depth run) at ``parallelism``, per
+    design, on one shared log scale; a latency that never ends (``inf``) is marked at
+    the top. Last panel: watermark messages per second against parallelism at ``depth``
+    (the same in every scenario), log-log."""
     fig, axes = plt.subplots(
         1, len(PROPAGATION_SCENARIOS) + 1, figsize=(16, 4.4), dpi=110,
         gridspec_kw={"width_ratios": [1] * len(PROPAGATION_SCENARIOS) + [1.3]},
@@ -394,5 +460,5 @@ def propagation(path: Path, rows: Sequence[Outcome], parallelism: int, depth: in
     traffic.set_title(f"Traffic at depth {depth} (steady)")
     traffic.grid(alpha=0.3, which="both")
     traffic.legend(fontsize=8)
-    fig.tight_layout()
+    fig.suptitle(MODEL_TITLE)
     return save_figure(fig, path)

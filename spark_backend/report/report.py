@@ -3,6 +3,8 @@ tables beside it (Parquet).
 
 A :class:`Report` collects sections in order and is written in one go with
 :meth:`Report.write`, atomically: to a temporary directory that then replaces the target.
+Each section names the trace it is about (:meth:`Report.trace`), and wide tables scroll
+sideways within the page.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class _Section:
     title: str
     body: Any
     caption: str = ""
+    trace: str = ""
 
 
 @dataclass
@@ -49,10 +52,21 @@ class Report:
 
     title: str
     sections: list[_Section] = field(default_factory=list)
+    #: What the sections added next are about (:meth:`trace`).
+    about: str = ""
+
+    def trace(self, description: str) -> None:
+        """The sections added after this are about ``description``, a sentence naming
+        the trace (e.g. "On the demo's trace: ..."): each shows it under its heading."""
+        self.about = description
+
+    def _add(self, section: _Section) -> None:
+        section.trace = self.about
+        self.sections.append(section)
 
     def text(self, title: str, paragraph: str) -> None:
         """A heading and a paragraph of plain text."""
-        self.sections.append(_Section("text", title, paragraph))
+        self._add(_Section("text", title, paragraph))
 
     def table(
         self,
@@ -68,19 +82,17 @@ class Report:
         lengths = {len(v) for v in table.values()}
         if len(lengths) > 1:
             raise ValueError(f"table {name!r}: columns have different lengths {sorted(lengths)}")
-        self.sections.append(
-            _Section("table", title, (name, table, formats or {}, show_rows), caption)
-        )
+        self._add(_Section("table", title, (name, table, formats or {}, show_rows), caption))
 
     def data(self, name: str, table: pa.Table) -> None:
         """A table written as ``<name>.parquet`` beside the page (not shown in it)."""
-        self.sections.append(_Section("data", name, table))
+        self._add(_Section("data", name, table))
 
     def figure(
         self, title: str, draw: Callable[[Path], Path], filename: str, caption: str = ""
     ) -> None:
         """A figure drawn at write time by ``draw(path)`` into ``<filename>``."""
-        self.sections.append(_Section("figure", title, (filename, draw), caption))
+        self._add(_Section("figure", title, (filename, draw), caption))
 
     def write(self, out: str | Path) -> Path:
         """Write everything under ``out`` atomically; returns the path of index.html."""
@@ -92,6 +104,8 @@ class Report:
                     pq.write_table(s.body, tmp / f"{s.title}.parquet")
                     continue
                 parts.append(f"<section><h2>{html.escape(s.title)}</h2>")
+                if s.trace:
+                    parts.append(f'<p class="trace">{html.escape(s.trace)}</p>')
                 if s.kind == "text":
                     parts.append(f"<p>{html.escape(str(s.body))}</p>")
                 elif s.kind == "table":
@@ -147,7 +161,10 @@ def _html_table(table: Table, formats: Mapping[str, Callable[[object], str]]) ->
             f"<td>{html.escape(_cell(table[c][i], formats.get(c), c))}</td>" for c in cols
         )
         rows.append(f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return (
+        f'<div class="scroll"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def write_csv(path: Path, table: Table) -> None:
@@ -193,5 +210,8 @@ th, td {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; }}
 th {{ background: #f3f3f3; }} td:first-child, th:first-child {{ text-align: left; }}
 img {{ max-width: 100%; border: 1px solid #eee; }}
 .cap, figcaption {{ color: #555; font-size: 0.85em; }}
+.trace {{ color: #555; font-style: italic; margin-top: -0.5em; }}
+.scroll {{ overflow-x: auto; max-width: 100%; }}
+td {{ white-space: nowrap; }}
 </style></head><body>
 <h1>{title}</h1>"""

@@ -34,7 +34,15 @@ from theory.experiments.systems import Comparison, check_systems, compare_system
 from theory.spark.trace import MAX_INPUTS
 from theory.time import MILLISECOND, SECOND, parse_duration
 
-__all__ = ["FLINK_IDLE_TIMEOUT", "MAX_ROWS", "bound_of", "inputs_of", "systems_section", "trace_of"]
+__all__ = [
+    "FLINK_IDLE_TIMEOUT",
+    "MAX_ROWS",
+    "bound_of",
+    "fired_difference",
+    "inputs_of",
+    "systems_section",
+    "trace_of",
+]
 
 LOG = logging.getLogger("watermarks")
 
@@ -95,16 +103,32 @@ def inputs_of(trace: Trace) -> tuple[str | None, str]:
     return "partition", f"each of its {k} partitions an input"
 
 
-def _latency_figure(path: Path, c: Comparison) -> Path:
-    """Left: the distribution (ECDF) of window latency per system, in seconds; right: the
-    windows each system has fired by each processing time (hours from the first)."""
+def fired_difference(c: Comparison, at: np.ndarray) -> dict[str, np.ndarray]:
+    """Per system after the first (the reference): how many more windows it has fired
+    than the reference by each processing time of ``at`` (µs), i.e. fired at or before
+    it; negative when fewer. Zero wherever the systems fire alike."""
+    fired = {n: np.sort(o.fire_time[o.fire_time >= 0]) for n, o in c.outcomes.items()}
+    names = list(fired)
+    ref = np.searchsorted(fired[names[0]], at, side="right")
+    return {n: np.searchsorted(fired[n], at, side="right") - ref for n in names[1:]}
+
+
+def _latency_figure(path: Path, c: Comparison, origin: int | None = None) -> Path:
+    """Left: the distribution (ECDF) of window latency per system, in seconds; right:
+    where the systems differ, each system's windows fired so far minus the first
+    system's (:func:`fired_difference`) over processing time from ``origin`` (µs;
+    default the earliest fire time)."""
     fig, (ax, when) = plt.subplots(1, 2, figsize=(13, 4.5), dpi=110)
     drawn = False
     raw = {name: np.sort(np.asarray(o.latency)) for name, o in c.outcomes.items()}
     same = {n: g for g in plots.coinciding(raw) for n in g}  # identical: styled apart, named
-    fired = [np.sort(o.fire_time[o.fire_time >= 0]) for o in c.outcomes.values()]
-    t0 = min((int(f[0]) for f in fired if f.size), default=0)
-    for i, ((name, lat), f) in enumerate(zip(raw.items(), fired, strict=True)):
+    fires = np.concatenate([o.fire_time[o.fire_time >= 0] for o in c.outcomes.values()])
+    at = np.unique(fires)
+    start = plots.origin_of(at) if origin is None else origin
+    ax_t = plots.TimeAxis(start, int(at.max()) - start if at.size else 1)
+    diff = fired_difference(c, at) if at.size else {}
+    ref = next(iter(c.outcomes))
+    for i, (name, lat) in enumerate(raw.items()):
         if lat.size:
             others = [o for o in same.get(name, []) if o != name]
             style = {
@@ -113,8 +137,10 @@ def _latency_figure(path: Path, c: Comparison) -> Path:
                 "label": name + (f" (= {', '.join(others)})" if others else ""),
             }
             ax.step(lat / 1e6, np.arange(1, lat.size + 1) / lat.size, where="post", **style)
-            when.step((f - t0) / 3.6e9, np.arange(1, f.size + 1), where="post", **style)
             drawn = True
+            if name in diff:
+                when.step(ax_t(at), diff[name], where="post", **{**style, "label": name})
+    when.axhline(0, color="0.3", lw=0.8, label=f"{ref} (the reference)")
     # log-scaled above 1 s: a few stragglers' windows stretch the axis far
     ax.set_xscale("symlog", linthresh=1.0)
     labels = [
@@ -124,9 +150,9 @@ def _latency_figure(path: Path, c: Comparison) -> Path:
             "When each system fires its windows",
         ),
         (
-            "processing time (h after the first window fired)",
-            "windows fired so far",
-            "Which windows have fired, when",
+            f"processing time ({ax_t.unit} {ax_t.since})",
+            f"windows fired so far, minus {ref}'s",
+            f"Where the systems differ from {ref}",
         ),
     ]
     for axis, (x, y, title) in zip((ax, when), labels, strict=True):
@@ -178,8 +204,11 @@ def systems_section(
     bound: int,
     window_size: int,
     note: str,
+    *,
+    origin: int | None = None,
 ) -> Comparison:
-    """Compare ``systems`` on ``trace`` and add the tables and the figure."""
+    """Compare ``systems`` on ``trace`` and add the tables and the figure (its times
+    from ``origin``, µs: the report's; default the earliest fire time)."""
     names = check_systems(systems)
     inputs, how = inputs_of(trace)
     LOG.info("comparing %s on %d events, %s", ",".join(names), len(trace), how)
@@ -242,11 +271,12 @@ def systems_section(
         )
     report.figure(
         "Window latency per system",
-        lambda p: _latency_figure(p, c),
+        lambda p: _latency_figure(p, c, origin),
         "systems.png",
-        "How long after its end each window fires, per system (left), and how many "
-        "windows each system has fired by each moment (right). Where the right-hand curves "
-        "part, an input that stopped holds Beam's and Spark's watermark while Flink's "
-        "withIdleness lets it move on.",
+        "How long after its end each window fires, per system (left), and where the "
+        f"systems differ (right): how many more windows each has fired than {names[0]} by "
+        "each moment, 0 wherever they fire alike. Where a curve leaves 0, the systems' "
+        "watermarks differ: e.g. an input that stopped holds Beam's and Spark's watermark "
+        "while Flink's withIdleness lets it move on.",
     )
     return c
