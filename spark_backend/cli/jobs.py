@@ -150,9 +150,10 @@ def strategies_section(
         f"Sampled elements ({len(c.whole.elements):,} of {c.rows:,}; in the zoom "
         f"{len(c.zoom.elements):,}) by processing time of arrival against event time; "
         "each line a strategy's watermark (each its own style, so coinciding ones stay "
-        "visible); crosses mark the elements that arrive late under it. Every arrival is "
-        "shown: past the 99.9th percentile of arrivals the processing-time axis is "
-        "compressed (marked)." + _coinciding_note(c),
+        "visible); crosses mark the elements that arrive late under it; each legend lists "
+        "what its panel shows. Every arrival is shown: when the arrivals past their 99.9th "
+        "percentile stretch far, that part of the processing-time axis is compressed "
+        "(marked)." + _coinciding_note(c),
     )
     report.figure(
         "Latency vs completeness",

@@ -24,7 +24,8 @@ from theory.experiments.propagation import Outcome
 from theory.series import StepSeries
 from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP, format_timestamp
 
-_COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+#: The colour cycle: the n-th line of a figure in ``COLORS[n]``.
+COLORS = _COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 
 
 #: Epoch µs from which times are taken as real dates (1990-01-01): axes then name the start.
@@ -144,8 +145,10 @@ class Elements:
 
 
 def _draw_elements(
-    ax: Any, el: Elements, ax_t: TimeAxis, max_points: int, seed: int, legend: bool
+    ax: Any, el: Elements, ax_t: TimeAxis, max_points: int, seed: int
 ) -> None:
+    """One panel: the elements, the curves, the late marks, and a legend of what is
+    visible in it."""
     n = el.event_time.size
     rng = np.random.default_rng(seed)
     idx = np.sort(rng.choice(n, max_points, replace=False)) if n > max_points else np.arange(n)
@@ -196,11 +199,10 @@ def _draw_elements(
         ax.set_ylim(y[0] - pad, y[1] + pad)
     ax.set_xlabel(f"processing time ({ax_t.unit} {ax_t.since})")
     ax.set_ylabel(f"event time ({ax_t.unit} {ax_t.since})")
-    if legend:
-        visible = [(h, lb) for h, lb in zip(*ax.get_legend_handles_labels(), strict=True)
-                   if shows(ax, h)]
-        if visible:
-            ax.legend(*zip(*visible, strict=True), loc="upper left", fontsize=7)
+    visible = [(h, lb) for h, lb in zip(*ax.get_legend_handles_labels(), strict=True)
+               if shows(ax, h)]
+    if visible:
+        ax.legend(*zip(*visible, strict=True), loc="upper left", fontsize=7)
     ax.grid(alpha=0.3)
 
 
@@ -263,7 +265,7 @@ def event_vs_processing(
     for k, (ax, el) in enumerate(zip(axes, panels, strict=True)):
         lo, hi = el.span
         ax_t = TimeAxis(origin, max(hi - origin, 1)) if k == 0 else _zoom_axis(origin, hi - lo)
-        _draw_elements(ax, el, ax_t, max_points, seed, legend=k == len(panels) - 1)
+        _draw_elements(ax, el, ax_t, max_points, seed)
         ax.set_title("the whole trace" if k == 0 else f"zoom: {(hi - lo) / 6e7:.0f} minutes")
     fig.suptitle("Elements, watermarks and late data")
     return save_figure(fig, path)
@@ -291,7 +293,7 @@ def stage_watermarks(
     after the end) nothing is drawn. Every time is shown: a straggler tail goes on a
     compressed part of the axis."""
     start = origin_of(times) if origin is None else origin
-    ax_t = TimeAxis(start, int(times.max()) - start)
+    ax_t = TimeAxis(start, int(times.max() - times.min()))  # the unit fits the span shown
     fig, axes = plt.subplots(
         len(series), 1, figsize=(10, 1.9 * len(series)), dpi=110, sharex=True, squeeze=False
     )

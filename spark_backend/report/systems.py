@@ -38,7 +38,7 @@ __all__ = [
     "FLINK_IDLE_TIMEOUT",
     "MAX_ROWS",
     "bound_of",
-    "fired_difference",
+    "fire_time_difference",
     "inputs_of",
     "systems_section",
     "trace_of",
@@ -103,46 +103,58 @@ def inputs_of(trace: Trace) -> tuple[str | None, str]:
     return "partition", f"each of its {k} partitions an input"
 
 
-def fired_difference(c: Comparison, at: np.ndarray) -> dict[str, np.ndarray]:
-    """Per system after the first (the reference): how many more windows it has fired
-    than the reference by each processing time of ``at`` (µs), i.e. fired at or before
-    it; negative when fewer. Zero wherever the systems fire alike."""
-    fired = {n: np.sort(o.fire_time[o.fire_time >= 0]) for n, o in c.outcomes.items()}
-    names = list(fired)
-    ref = np.searchsorted(fired[names[0]], at, side="right")
-    return {n: np.searchsorted(fired[n], at, side="right") - ref for n in names[1:]}
+def fire_time_difference(c: Comparison) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per system after the first (the reference): for each window both fired, its end
+    and how much later this system fires it than the reference (µs; negative: earlier;
+    0 where they fire alike), windows in (key, start) order."""
+    w = c.windows()
+    names = list(c.outcomes)
+    order = np.lexsort((np.asarray(w["start"], np.int64), np.asarray(w["key"]).astype(str)))
+    end = np.asarray(w["end"], dtype=np.int64)[order]
+    ref = np.asarray(w[f"{names[0]}_fire_time"], dtype=np.int64)[order]
+    out = {}
+    for name in names[1:]:
+        fire = np.asarray(w[f"{name}_fire_time"], dtype=np.int64)[order]
+        both = (fire >= 0) & (ref >= 0)
+        out[name] = (end[both], fire[both] - ref[both])
+    return out
 
 
 def _latency_figure(path: Path, c: Comparison, origin: int | None = None) -> Path:
     """Left: the distribution (ECDF) of window latency per system, in seconds; right:
-    where the systems differ, each system's windows fired so far minus the first
-    system's (:func:`fired_difference`) over processing time from ``origin`` (µs;
-    default the earliest fire time)."""
-    fig, (ax, when) = plt.subplots(1, 2, figsize=(13, 4.5), dpi=110)
+    where the systems differ, per window, how much later each fires it than the first
+    system (:func:`fire_time_difference`, s) against the window's end, in event time
+    from ``origin`` (µs; default the earliest window end)."""
+    fig, (ax, where) = plt.subplots(1, 2, figsize=(13, 4.5), dpi=110)
     drawn = False
     raw = {name: np.sort(np.asarray(o.latency)) for name, o in c.outcomes.items()}
     same = {n: g for g in plots.coinciding(raw) for n in g}  # identical: styled apart, named
-    fires = np.concatenate([o.fire_time[o.fire_time >= 0] for o in c.outcomes.values()])
-    at = np.unique(fires)
-    start = plots.origin_of(at) if origin is None else origin
-    ax_t = plots.TimeAxis(start, int(at.max()) - start if at.size else 1)
-    diff = fired_difference(c, at) if at.size else {}
+    diff = fire_time_difference(c)
+    ends = np.concatenate([o.end for o in c.outcomes.values()])
+    start = plots.origin_of(ends) if origin is None else origin
+    ax_t = plots.TimeAxis(start, int(ends.max() - ends.min()) if ends.size else 1)
     ref = next(iter(c.outcomes))
     for i, (name, lat) in enumerate(raw.items()):
+        color = plots.COLORS[i % len(plots.COLORS)]
         if lat.size:
             others = [o for o in same.get(name, []) if o != name]
-            style = {
-                "ls": plots.STYLES[i % len(plots.STYLES)],
-                "lw": max(0.8, 2.4 - 0.5 * i),
-                "label": name + (f" (= {', '.join(others)})" if others else ""),
-            }
-            ax.step(lat / 1e6, np.arange(1, lat.size + 1) / lat.size, where="post", **style)
+            ax.step(
+                lat / 1e6, np.arange(1, lat.size + 1) / lat.size, where="post", color=color,
+                ls=plots.STYLES[i % len(plots.STYLES)], lw=max(0.8, 2.4 - 0.5 * i),
+                label=name + (f" (= {', '.join(others)})" if others else ""),
+            )
             drawn = True
-            if name in diff:
-                when.step(ax_t(at), diff[name], where="post", **{**style, "label": name})
-    when.axhline(0, color="0.3", lw=0.8, label=f"{ref} (the reference)")
-    # log-scaled above 1 s: a few stragglers' windows stretch the axis far
-    ax.set_xscale("symlog", linthresh=1.0)
+        if name in diff:
+            end, d = diff[name]
+            apart, far = int(np.count_nonzero(d)), int(np.count_nonzero(np.abs(d) > 1e6))
+            where.scatter(
+                ax_t(end), d / 1e6, s=4, color=color, alpha=0.6, rasterized=True,
+                label=f"{name}: {apart:,} of {d.size:,} windows at another time, "
+                f"{far:,} by over 1 s",
+            )
+    where.axhline(0, color="0.3", lw=0.8)
+    ax.set_xscale("symlog", linthresh=1.0)  # above 1 s: a few stragglers' windows are far
+    where.set_yscale("symlog", linthresh=1.0)
     labels = [
         (
             "window latency (s after the window's end, log above 1 s)",
@@ -150,12 +162,12 @@ def _latency_figure(path: Path, c: Comparison, origin: int | None = None) -> Pat
             "When each system fires its windows",
         ),
         (
-            f"processing time ({ax_t.unit} {ax_t.since})",
-            f"windows fired so far, minus {ref}'s",
-            f"Where the systems differ from {ref}",
+            f"event time of the window's end ({ax_t.unit} {ax_t.since})",
+            f"fire time minus {ref}'s (s, log above 1 s)",
+            f"Where the systems differ from {ref}, per window",
         ),
     ]
-    for axis, (x, y, title) in zip((ax, when), labels, strict=True):
+    for axis, (x, y, title) in zip((ax, where), labels, strict=True):
         axis.set(xlabel=x, ylabel=y, title=title)
         axis.grid(alpha=0.3)
         if drawn:
@@ -274,9 +286,10 @@ def systems_section(
         lambda p: _latency_figure(p, c, origin),
         "systems.png",
         "How long after its end each window fires, per system (left), and where the "
-        f"systems differ (right): how many more windows each has fired than {names[0]} by "
-        "each moment, 0 wherever they fire alike. Where a curve leaves 0, the systems' "
-        "watermarks differ: e.g. an input that stopped holds Beam's and Spark's watermark "
-        "while Flink's withIdleness lets it move on.",
+        f"systems differ (right): per window both fire, how much later each fires it than "
+        f"{names[0]}, against the window's end; 0 where they fire it alike. Sub-second "
+        "differences come from when the watermark moves (Flink's 200 ms timer, Spark's 1 s "
+        "trigger); minutes and hours from an input that stopped, which holds Beam's and "
+        "Spark's watermark while Flink's withIdleness lets it move on.",
     )
     return c
