@@ -307,7 +307,7 @@ def stage_watermarks(
         what = f"holds up to {top:,.1f} s" if top > 0 else "no hold: output = input"
         ax.set_title(f"{stage}: {what}", fontsize=9, loc="left")
         ax.set_ylabel("hold (s)", fontsize=8)
-        ax.set_ylim(bottom=0, top=max(top * 1.1, 1.0))
+        ax.set_ylim(-0.04 * max(top, 1.0), max(top * 1.1, 1.0))  # a zero line shows
         ax.grid(alpha=0.3)
         _show_all(ax, ax_t, times, int(times.min()), int(times.max()))
     axes[-1, 0].set_xlabel(f"processing time ({ax_t.unit} {ax_t.since})")

@@ -14,6 +14,7 @@ import pytest
 
 from spark_backend.cli import commands as cli
 from spark_backend.cli.jobs import run_demo
+from spark_backend.report import plots
 from spark_backend.report.comparison import DEFAULT_STRATEGIES
 from spark_backend.report.report import Report, record_columns
 from spark_backend.traces.collect import to_trace
@@ -32,12 +33,27 @@ EXACT = ("late_count", "dropped", "windows", "complete_fraction", "window_latenc
          "window_latency_p90", "window_latency_p99")
 
 
+#: Every figure the demo draws: its file name and its axes' labels (the ``demo`` fixture
+#: records them as it saves each figure).
+FIGURES: dict[str, list[str]] = {}
+
+
 @pytest.fixture(scope="module")
 def demo(spark, tmp_path_factory):
     """``watermarks demo --events 200000`` through the command line, once."""
     out = tmp_path_factory.mktemp("demo") / "report"
     argv = ["demo", "--events", str(EVENTS), "--seed", str(SEED), "--out", str(out)]
-    assert cli.main(argv) == 0
+    save = plots.save_figure
+
+    def recording(fig, path: Path) -> Path:
+        FIGURES[Path(path).name] = [
+            label for ax in fig.axes for label in (ax.get_xlabel(), ax.get_ylabel())
+        ]
+        return save(fig, path)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plots, "save_figure", recording)
+        assert cli.main(argv) == 0
     return out
 
 
@@ -89,6 +105,49 @@ def test_every_table_names_its_units(demo):
     """Integer `_us`, ISO `_utc` beside times, `_s` only where named so, in every CSV
     and Parquet file of the demo (tests/helpers/units.py)."""
     assert output_unit_errors(demo) == []
+
+
+def test_every_time_axis_names_the_one_origin(demo):
+    """Issue 33: every figure's times are from one origin, the demo's start, named on
+    each time axis (the stages figure started at 23:59, the systems figure at 0)."""
+    assert set(FIGURES) == {p.name for p in demo.glob("*.png")}
+    times = [lb for labels in FIGURES.values() for lb in labels
+             if lb.startswith(("processing time", "event time"))]
+    assert len(times) >= 8
+    assert all("since 2024-01-01T00:00:00Z" in lb for lb in times), times
+    assert {n for n, labels in FIGURES.items() if any(lb in times for lb in labels)} == {
+        "watermarks.png", "stages.png", "stages_zoom.png", "lags.png", "systems.png"
+    }
+
+
+def _sections(html: str) -> dict[str, str]:
+    """Each section's heading -> its text."""
+    return dict(re.findall(r"<section><h2>(.*?)</h2>(.*?)</section>", html, re.S))
+
+
+def test_each_section_names_its_trace_and_wide_tables_scroll(demo):
+    """Issue 33: the page mixed three traces (the demo's, the chapter-3 simulation's,
+    the systems trace) without saying which section uses which; wide tables were cut at
+    the page's edge: each sits in a box that scrolls sideways."""
+    html = (demo / "index.html").read_text()
+    sections = _sections(html)
+    assert len(sections) == html.count("<section>") >= 15
+    named = {title: re.search(r'<p class="trace">(.*?)</p>', body) for title, body in
+             sections.items()}
+    assert all(named.values()), [t for t, m in named.items() if m is None]
+    trace = {title: m.group(1) for title, m in named.items() if m}
+    for title, phrase in {
+        "Watermark strategies compared": "On the demo&#x27;s trace: 200,000 generated",
+        "Elements, watermarks and late data": "On the demo&#x27;s trace",
+        "Chapter 3 pipeline: watermarks per stage": "On the chapter-3 simulation&#x27;s trace",
+        "Watermark hold per stage": "On the chapter-3 simulation&#x27;s trace",
+        "Propagation latency and traffic": "On no trace: a model",
+        "One trace through beam, flink, spark": "On the systems trace",
+        "Window latency per system": "On the systems trace",
+    }.items():
+        assert trace[title].startswith(phrase), (title, trace[title])
+    assert html.count("<table>") == html.count('<div class="scroll"><table>') >= 8
+    assert re.search(r"\.scroll \{[^}]*overflow-x: auto", html)
 
 
 def test_propagation_shows_the_scenarios(demo):
@@ -210,12 +269,18 @@ def test_index_renders_with_images_in_chromium(demo):
     assert chromium, "chromium is installed by scripts/system_deps.sh (make test)"
     probe = out.parent / "probe.html"
     probe.write_text(
-        """<!doctype html><body><iframe id="f" src="report/index.html"></iframe><script>
+        """<!doctype html><body><iframe id="f" src="report/index.html"
+        style="width: 800px; height: 600px"></iframe><script>
         const f = document.getElementById('f');
         f.onload = () => {
-          const imgs = [...f.contentDocument.images];
+          const doc = f.contentDocument;
+          const imgs = [...doc.images];
           const ok = imgs.filter(i => i.complete && i.naturalWidth > 0).length;
-          document.title = 'loaded ' + ok + ' of ' + imgs.length;
+          const page = doc.documentElement;
+          const wide = [...doc.querySelectorAll('.scroll')]
+            .filter(d => d.scrollWidth > d.clientWidth).length;
+          document.title = 'loaded ' + ok + ' of ' + imgs.length + '; page wider: '
+            + (page.scrollWidth > page.clientWidth) + '; tables scrolling: ' + wide;
         };</script></body>"""
     )
     with tempfile.TemporaryDirectory() as profile:
@@ -244,7 +309,12 @@ def test_index_renders_with_images_in_chromium(demo):
     title = re.search(r"<title>(.*?)</title>", proc.stdout)
     assert title is not None, proc.stderr[-2000:]
     n = len(list(out.glob("*.png")))  # every figure of the report is an <img>
-    assert n >= 7 and title.group(1) == f"loaded {n} of {n}"
+    got = re.fullmatch(r"loaded (\d+) of (\d+); page wider: (\w+); tables scrolling: (\d+)",
+                       title.group(1))
+    assert got is not None, title.group(1)
+    assert n >= 7 and got.group(1) == got.group(2) == str(n)
+    # in an 800 px window the wide tables scroll in their boxes; the page stays as wide
+    assert got.group(3) == "false" and int(got.group(4)) >= 1, title.group(1)
 
 
 def test_failed_report_leaves_nothing(tmp_path):
