@@ -11,6 +11,8 @@
                             difference attributed to a convention (``compare_systems``)
 ``idleness``                Flink's ``withIdleness`` over several inputs: per-input
                             periodic watermarks through the valve
+``html``                    column tables as HTML: the results' ``_repr_html_``
+                            (a notebook shows them as tables)
 ==========================  ===========================================================
 """
 

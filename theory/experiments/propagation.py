@@ -43,6 +43,7 @@ import numpy as np
 
 from theory.columns import check_count, check_duration, check_positive
 from theory.dataflow.aggregator import CentralAggregator
+from theory.experiments.html import html_table
 from theory.flink.valve import StatusWatermarkValve, StreamStatus
 from theory.time import MILLISECOND, SECOND
 
@@ -401,6 +402,10 @@ class PropagationTable:
         """The rows as a column table."""
         names = list(Outcome.__dataclass_fields__)
         return {n: [getattr(r, n) for r in self.rows] for n in names}
+
+    def _repr_html_(self) -> str:
+        """:meth:`table` as HTML (a notebook shows it)."""
+        return html_table(self.table(), "propagation: median over trials")
 
 
 def propagation(

@@ -56,6 +56,7 @@ import numpy as np
 from theory.arrays import sorted_unique
 from theory.columns import check_duration, key_column, same_length, time_column
 from theory.data.trace import Trace
+from theory.experiments.html import html_table
 from theory.experiments.idleness import flink_idle_watermarks
 from theory.spark.conventions import check_policy
 from theory.spark.trace import batch_profile, combined_max, input_codes
@@ -367,6 +368,10 @@ class Comparison:
             t["latency_p50_s"].append(float(np.median(lat)) if lat.size else float("nan"))
             t["latency_p90_s"].append(float(np.quantile(lat, 0.9)) if lat.size else float("nan"))
         return t
+
+    def _repr_html_(self) -> str:
+        """:meth:`table` as HTML (a notebook shows it)."""
+        return html_table(self.table(), "one trace through each system's conventions")
 
     def windows(self) -> dict[str, list[object]]:
         """Which windows fire and when, per window that took a non-late row in some

@@ -25,6 +25,7 @@ import numpy as np
 from theory.columns import check_duration
 from theory.data.trace import Trace
 from theory.experiments.first_panes import Firing
+from theory.experiments.html import html_table
 from theory.pipeline.metrics import StrategyMetrics, as_table, eventual_counts, strategy_metrics
 from theory.pipeline.simulator import SimulationResult, simulate
 from theory.pipeline.stages import GroupByWindow, Pipeline, Source
@@ -143,6 +144,10 @@ class TradeoffResult:
                 t[name] = values
         t["on_frontier"] = list(self.on_frontier)
         return t
+
+    def _repr_html_(self) -> str:
+        """:meth:`table` as HTML (a notebook shows it)."""
+        return html_table(self.table(), "latency against completeness, one row per strategy")
 
 
 def _micros(value: object) -> int | None:
