@@ -98,5 +98,6 @@ def test_the_site_builds_without_warnings(tmp_path: Path) -> None:
         "semantics",
         "architecture",
         "reference/index",
+        "notebooks/researcher",
     ):
         assert (out / f"{page}.html").is_file(), page

@@ -48,7 +48,7 @@ against its own profile (``theory.simulate``, ``theory.flink.run_flink_windows``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 import numpy as np
@@ -347,9 +347,9 @@ class Step:
 class Comparison:
     """The systems' outcomes, a summary table, and the attribution steps."""
 
-    outcomes: dict[str, Outcome]
+    outcomes: dict[str, Outcome] = field(repr=False)  # arrays: not shown in a repr
     conventions: dict[str, Conventions]
-    steps: list[Step]
+    steps: list[Step] = field(repr=False)
 
     def table(self) -> dict[str, list[object]]:
         """Per system: windows fired, rows dropped, latency p50/p90 (s)."""

@@ -130,7 +130,7 @@ class TradeoffResult:
 
     rows: list[StrategyMetrics]
     on_frontier: list[bool]
-    results: dict[str, SimulationResult]
+    results: dict[str, SimulationResult] = dataclasses.field(repr=False)  # large: not shown
 
     def table(self) -> dict[str, list[object]]:
         """The rows as a column table, with an ``on_frontier`` column; the durations
