@@ -140,6 +140,15 @@ def _batch_watermarks(result: Any, stage: Stage, n: int) -> list[int]:
     return [int(v) for v in series.at(np.arange(n, dtype=np.int64))]
 
 
+def _strategy(stage: Stage) -> WindowingStrategy:
+    """The stage's windowing as theory's; ``ValueError`` naming the stage when theory has
+    no counterpart (e.g. the continuation trigger Beam gives a grouping fed by another)."""
+    try:
+        return to_theory(stage.input.windowing, allow_unsafe_triggers=True)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"assert_pipeline: stage {stage.label!r}: {err}") from None
+
+
 def assert_pipeline(
     pipeline: beam.PTransform | Callable[[Any], Any],
     source: Script | Trace | Iterable[Event],
@@ -170,9 +179,7 @@ def assert_pipeline(
     stages = grouping_stages(beam_pipeline)
     if not stages:
         raise ValueError("assert_pipeline: the pipeline has no GroupByKey or CombinePerKey")
-    strategies: list[WindowingStrategy] = [
-        to_theory(s.input.windowing, allow_unsafe_triggers=True) for s in stages
-    ]
+    strategies = [_strategy(s) for s in stages]
     n = len(script.events)
     with tempfile.TemporaryDirectory(prefix="assert-pipeline-") as directory, quiet():
         if direct:
