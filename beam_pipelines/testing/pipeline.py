@@ -39,6 +39,7 @@ from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 
 from beam_pipelines.beam_runner import _is_stall, quiet
 from beam_pipelines.convert import to_theory
+from beam_pipelines.dofn_specs import cached_dofn_specs
 from beam_pipelines.pane_files import PaneRow, read_panes
 from beam_pipelines.testing.panes import _in_process, _model_rows, pane_diff
 from beam_pipelines.testing.stages import Stage, grouping_stages, read_inputs, record, tracing_run
@@ -149,6 +150,49 @@ def _strategy(stage: Stage) -> WindowingStrategy:
         raise ValueError(f"assert_pipeline: stage {stage.label!r}: {err}") from None
 
 
+def _observe(
+    pipeline: beam.PTransform | Callable[[Any], Any], script: Script, runner: Any, timeout: float
+) -> list[tuple[Stage, WindowingStrategy, Script, list[PaneRow]]]:
+    """Build and run the pipeline with its stages recorded: per stage, its windowing, the
+    script it saw and its panes."""
+    stream = to_test_stream(script)  # checks Beam's limits: whole-ms times
+    options = PipelineOptions([])
+    options.view_as(StandardOptions).streaming = True
+    beam_pipeline = beam.Pipeline(
+        runner=BundleBasedDirectRunner() if runner is None else runner, options=options
+    )
+    events = beam_pipeline | "TestStream" >> stream
+    _ = events | pipeline if isinstance(pipeline, beam.PTransform) else pipeline(events)
+    stages = grouping_stages(beam_pipeline)
+    if not stages:
+        raise ValueError("assert_pipeline: the pipeline has no GroupByKey or CombinePerKey")
+    strategies = [_strategy(s) for s in stages]
+    n = len(script.events)
+    with tempfile.TemporaryDirectory(prefix="assert-pipeline-") as directory, quiet():
+        if _in_process(runner):
+            with (
+                trace_watermarks() as trace,
+                tracing_run(lambda: len(trace.snapshots) - trace.set_up - 1) as run_id,
+            ):
+                record(stages, directory, run_id)
+                _run(beam_pipeline, timeout)
+            marks = [_direct_watermarks(trace, s, n) for s in stages]
+        else:
+            record(stages, directory, None)
+            result = _run(beam_pipeline, timeout)
+            marks = [_batch_watermarks(result, s, n) for s in stages]
+        problems: list[str] = []
+        seen = []
+        for i, (stage, strategy) in enumerate(zip(stages, strategies, strict=True)):
+            folder = f"{directory}/{stage.folder(i)}"
+            arrivals = read_inputs(folder)
+            actual = read_panes(folder, "out", problems.append)
+            seen.append((stage, strategy, stage_script(script, arrivals, marks[i]), actual))
+    if problems:
+        raise AssertionError(f"assert_pipeline: {problems[0]}")
+    return seen
+
+
 def assert_pipeline(
     pipeline: beam.PTransform | Callable[[Any], Any],
     source: Script | Trace | Iterable[Event],
@@ -167,44 +211,12 @@ def assert_pipeline(
     if not isinstance(pipeline, beam.PTransform) and not callable(pipeline):
         raise TypeError(f"pipeline must be a PTransform or a function, got {pipeline!r}")
     script = _source(source, source_watermark)
-    stream = to_test_stream(script)  # checks Beam's limits: whole-ms times
-    options = PipelineOptions([])
-    options.view_as(StandardOptions).streaming = True
-    direct = runner is None or _in_process(runner)
-    beam_pipeline = beam.Pipeline(
-        runner=BundleBasedDirectRunner() if runner is None else runner, options=options
-    )
-    events = beam_pipeline | "TestStream" >> stream
-    _ = events | pipeline if isinstance(pipeline, beam.PTransform) else pipeline(events)
-    stages = grouping_stages(beam_pipeline)
-    if not stages:
-        raise ValueError("assert_pipeline: the pipeline has no GroupByKey or CombinePerKey")
-    strategies = [_strategy(s) for s in stages]
-    n = len(script.events)
-    with tempfile.TemporaryDirectory(prefix="assert-pipeline-") as directory, quiet():
-        if direct:
-            with trace_watermarks() as trace:
-                with tracing_run(lambda: len(trace.snapshots) - trace.set_up - 1) as run_id:
-                    record(stages, directory, run_id)
-                    _run(beam_pipeline, timeout)
-            marks = [_direct_watermarks(trace, s, n) for s in stages]
-        else:
-            record(stages, directory, None)
-            result = _run(beam_pipeline, timeout)
-            marks = [_batch_watermarks(result, s, n) for s in stages]
-        problems: list[str] = []
-        seen = []
-        for i, stage in enumerate(stages):
-            folder = f"{directory}/{stage.folder(i)}"
-            arrivals = read_inputs(folder)
-            actual = read_panes(folder, "out", problems.append)
-            seen.append((stage, stage_script(script, arrivals, marks[i]), actual))
-    if problems:
-        raise AssertionError(f"assert_pipeline: {problems[0]}")
+    with cached_dofn_specs():
+        seen = _observe(pipeline, script, runner, timeout)
     failures = []
     out: dict[str, list[PaneRow]] = {}
-    for (stage, seen_script, actual), strategy in zip(seen, strategies, strict=True):
-        model, _ = _model_rows(seen_script, strategy, stage.combine, not direct)
+    for stage, strategy, seen_script, actual in seen:
+        model, _ = _model_rows(seen_script, strategy, stage.combine, not _in_process(runner))
         lines = pane_diff(model, actual)
         if lines:
             failures.append(f"stage {stage.label!r} differs from the model:\n" + "\n".join(lines))

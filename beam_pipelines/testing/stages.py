@@ -181,7 +181,9 @@ def read_inputs(folder: str | os.PathLike[str]) -> list[tuple[int, Any, Any, int
                     if batch is None:
                         raise ValueError("no step, and not in a batch directory")
                     step = int(batch.group(1))
-                out.append((int(step), plain_json.decode(key), plain_json.decode(value), int(micros)))
+                out.append(
+                    (int(step), plain_json.decode(key), plain_json.decode(value), int(micros))
+                )
             except (ValueError, TypeError) as err:
                 raise ValueError(f"{path}, line {number}: not an input record ({err})") from None
     return out

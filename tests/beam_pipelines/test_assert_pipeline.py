@@ -72,9 +72,7 @@ def test_a_stage_theory_cannot_model_is_named() -> None:
 
 
 S = SECOND
-_events = st.lists(
-    st.sampled_from(["elements", "watermark", "ptime"]), min_size=1, max_size=8
-).map(
+_events = st.lists(st.sampled_from(["elements", "watermark", "ptime"]), min_size=1, max_size=8).map(
     lambda kinds: Script(
         [
             ElementEvent([("k", 1, 0)])

@@ -50,5 +50,9 @@ class Clicks(beam.PTransform):
             allowed_lateness=self.lateness,
         )
         counts = humans | "Minute" >> minute | "Count" >> beam.CombinePerKey(sum)
-        sessions = humans | "Session" >> beam.WindowInto(bw.Sessions(30)) | "PerSession" >> beam.GroupByKey()
+        sessions = (
+            humans
+            | "Session" >> beam.WindowInto(bw.Sessions(30))
+            | "PerSession" >> beam.GroupByKey()
+        )
         return counts, sessions

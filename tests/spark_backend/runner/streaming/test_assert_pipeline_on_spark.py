@@ -19,8 +19,17 @@ pytestmark = pytest.mark.slow
 
 def _key(rows: list[Any]) -> list[tuple[Any, ...]]:
     return sorted(
-        (repr(r.key), r.start, r.end, r.timestamp - r.timestamp % MICROS_PER_MILLI, r.timing)
-        + (r.index, r.is_first, r.is_last, repr(r.value))
+        (
+            repr(r.key),
+            r.start,
+            r.end,
+            r.timestamp - r.timestamp % MICROS_PER_MILLI,
+            r.timing,
+            r.index,
+            r.is_first,
+            r.is_last,
+            repr(r.value),
+        )
         for r in rows
     )
 
