@@ -78,7 +78,7 @@ def test_readme_examples_and_the_example_pubsub_test_pass(
     project-internal imports, pass under the plugins (their session starts its own
     emulator, on another free port)."""
     readme = _readme_tests()
-    assert set(readme) == {"test_scores", "test_pubsub_scores"}
+    assert set(readme) == {"test_clicks", "test_pubsub_scores"}
     for name, text in readme.items():
         imports = re.findall(r"^(?:from|import) ([\w.]+)", text, re.M)
         ours = [m for m in imports if m.split(".")[0] in ("beam_pipelines", "theory")]
