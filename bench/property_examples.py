@@ -9,7 +9,7 @@ property against a planted pipeline with 5 s of lateness (derandomized, up to
 and how many examples and seconds shrinking took. Strategies: ``scripts_for`` (the
 default, scaled to the windowing), ``scripts("1s")`` and ``scripts("20s")``. With
 ``--cache-rounds N`` it first times the ``scripts_for`` examples with and without
-:func:`beam_pipelines.dofn_specs.cached_dofn_specs`, in ``N`` interleaved rounds, and
+:func:`beam_pipelines.construction_cache.cached_construction`, in ``N`` interleaved rounds, and
 reports both medians. Usage::
 
     python bench/property_examples.py [--examples 20] [--max-examples 100] [--cache-rounds 3]
@@ -87,18 +87,18 @@ def example_times(strategy: Any, n: int) -> list[float]:
 
 
 def cache_comparison(n: int, rounds: int) -> tuple[float, float]:
-    """Median example time (s) of the ``scripts_for`` examples with the DoFn-spec cache
+    """Median example time (s) of the ``scripts_for`` examples with the construction cache
     and without it, in ``rounds`` interleaved rounds of ``n`` examples each."""
-    cached = panes.cached_dofn_specs
+    cached = panes.cached_construction
     with_cache: list[float] = []
     without: list[float] = []
     for _ in range(rounds):
         with_cache += example_times(STRATEGIES["scripts_for"](), n)
-        panes.cached_dofn_specs = contextlib.nullcontext  # type: ignore[assignment]
+        panes.cached_construction = contextlib.nullcontext  # type: ignore[assignment]
         try:
             without += example_times(STRATEGIES["scripts_for"](), n)
         finally:
-            panes.cached_dofn_specs = cached
+            panes.cached_construction = cached
     return statistics.median(with_cache), statistics.median(without)
 
 
@@ -155,7 +155,7 @@ def main() -> None:
         "--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES)
     )
     parser.add_argument(
-        "--cache-rounds", type=int, default=0, help="rounds timing the DoFn-spec cache"
+        "--cache-rounds", type=int, default=0, help="rounds timing the construction cache"
     )
     args = parser.parse_args()
     recorder = Recorder.from_args(__file__, args)
@@ -165,11 +165,11 @@ def main() -> None:
     if args.cache_rounds:
         cached, uncached = cache_comparison(args.examples, args.cache_rounds)
         print(
-            f"  scripts_for example median {cached:.3f} s with the DoFn-spec cache, "
+            f"  scripts_for example median {cached:.3f} s with the construction cache, "
             f"{uncached:.3f} s without ({cached / uncached:.2f}x)",
             flush=True,
         )
-        figures["example median s (DoFn-spec cache)"] = round(cached, 4)
+        figures["example median s (construction cache)"] = round(cached, 4)
         figures["example median s (no cache)"] = round(uncached, 4)
     for name in args.strategies:
         times = example_times(STRATEGIES[name](), args.examples)

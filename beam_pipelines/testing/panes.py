@@ -31,8 +31,8 @@ from apache_beam.runners.direct.direct_runner import (
 )
 
 from beam_pipelines.beam_runner import quiet, run_and_wait
+from beam_pipelines.construction_cache import cached_construction
 from beam_pipelines.convert import beam_windowing, to_theory
-from beam_pipelines.dofn_specs import cached_dofn_specs
 from beam_pipelines.pane_files import PaneRow, WritePanes, format_micros, read_panes, sorted_values
 from beam_pipelines.teststream import to_test_stream
 from theory.time import MICROS_PER_MILLI, MICROS_PER_SECOND
@@ -109,7 +109,7 @@ def _beam_rows(
     )
     problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="assert-panes-") as directory:
-        with quiet(), cached_dofn_specs():
+        with quiet(), cached_construction():
             pipeline = beam.Pipeline(runner=runner, options=options)
             _ = (
                 pipeline

@@ -38,8 +38,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 
 from beam_pipelines.beam_runner import _is_stall, quiet
+from beam_pipelines.construction_cache import cached_construction
 from beam_pipelines.convert import to_theory
-from beam_pipelines.dofn_specs import cached_dofn_specs
 from beam_pipelines.pane_files import PaneRow, read_panes
 from beam_pipelines.testing.panes import _in_process, _model_rows, pane_diff
 from beam_pipelines.testing.stages import Stage, grouping_stages, read_inputs, record, tracing_run
@@ -211,7 +211,7 @@ def assert_pipeline(
     if not isinstance(pipeline, beam.PTransform) and not callable(pipeline):
         raise TypeError(f"pipeline must be a PTransform or a function, got {pipeline!r}")
     script = _source(source, source_watermark)
-    with cached_dofn_specs():
+    with cached_construction():
         seen = _observe(pipeline, script, runner, timeout)
     failures = []
     out: dict[str, list[PaneRow]] = {}
