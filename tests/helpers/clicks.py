@@ -31,6 +31,19 @@ SCRIPT = Script(
 )
 
 
+#: The same in five events (fewer micro-batches): a bot's click, an early pane, the
+#: on-time pane, a late click within the lateness.
+SHORT_SCRIPT = Script(
+    [
+        ElementEvent([("alice", 1, 5 * S), ("bot", 9, 6 * S), ("bob", 5, 40 * S)]),
+        ProcessingTimeEvent(11 * S),
+        WatermarkEvent(90 * S),
+        ElementEvent([("alice", 4, 50 * S)]),
+        WatermarkEvent(300 * S),
+    ]
+)
+
+
 class Clicks(beam.PTransform):
     """Per-minute click counts and per-session clicks of the users that are not bots."""
 

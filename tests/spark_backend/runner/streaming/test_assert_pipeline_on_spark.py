@@ -11,7 +11,7 @@ import pytest
 
 from beam_pipelines.testing.pipeline import assert_pipeline
 from spark_backend.runner import PySparkRunner
-from tests.helpers.clicks import SCRIPT, Clicks
+from tests.helpers.clicks import SHORT_SCRIPT, Clicks
 from theory.time import MICROS_PER_MILLI
 
 pytestmark = pytest.mark.slow
@@ -35,8 +35,10 @@ def _key(rows: list[Any]) -> list[tuple[Any, ...]]:
 
 
 def test_every_grouping_stage_matches_the_model_on_spark(spark: Any) -> None:
-    on_spark = assert_pipeline(Clicks(), SCRIPT, runner=PySparkRunner())
-    direct = assert_pipeline(Clicks(), SCRIPT)
+    on_spark = assert_pipeline(Clicks(), SHORT_SCRIPT, runner=PySparkRunner())
+    direct = assert_pipeline(Clicks(), SHORT_SCRIPT)
     assert set(on_spark) == set(direct) == {"Clicks/Count", "Clicks/PerSession"}
     for label, rows in direct.items():
         assert _key(on_spark[label]) == _key(rows), label
+    timings = [p.timing for p in on_spark["Clicks/Count"] if p.key == "alice"]
+    assert timings == ["EARLY", "ON_TIME", "LATE"]
