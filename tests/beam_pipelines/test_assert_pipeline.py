@@ -112,3 +112,15 @@ def test_stage_script_keeps_every_arrival_once_and_watermarks_rising(
     assert seen == sorted(set(seen)) and all(w < MAX_TIMESTAMP - 2 for w in seen)
     clock = [ev.delta for ev in script.events if isinstance(ev, ProcessingTimeEvent)]
     assert clock == [ev.delta for ev in source.events if isinstance(ev, ProcessingTimeEvent)]
+
+
+def test_a_trace_is_replayed_under_its_source_watermark() -> None:
+    from beam_pipelines.testing.pipeline import _source
+    from beam_pipelines.teststream import trace_script
+    from theory.data.trace import Trace
+
+    trace = Trace(
+        event_time=[1 * S, 3 * S], arrival_time=[2 * S, 4 * S], key=["a", "b"], value=[1.0, 2.0]
+    )
+    assert _source(trace, "bounded:1s") == trace_script(trace, "bounded:1s")
+    assert _source(list(SCRIPT.events), "perfect") == SCRIPT
