@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 import pytest
 from apache_beam.runners.direct import transform_evaluator
 from apache_beam.transforms.core import Windowing
@@ -120,7 +121,10 @@ def test_a_trace_is_replayed_under_its_source_watermark() -> None:
     from theory.data.trace import Trace
 
     trace = Trace(
-        event_time=[1 * S, 3 * S], arrival_time=[2 * S, 4 * S], key=["a", "b"], value=[1.0, 2.0]
+        event_time=np.array([1 * S, 3 * S]),
+        arrival_time=np.array([2 * S, 4 * S]),
+        key=np.array(["a", "b"], dtype=object),
+        value=np.array([1.0, 2.0]),
     )
     assert _source(trace, "bounded:1s") == trace_script(trace, "bounded:1s")
     assert _source(list(SCRIPT.events), "perfect") == SCRIPT
