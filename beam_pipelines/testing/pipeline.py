@@ -130,6 +130,14 @@ def _direct_watermarks(trace: WatermarkTrace, stage: Stage, n: int) -> list[int]
 
 
 def _batch_watermarks(result: Any, stage: Stage, n: int) -> list[int]:
+    """The stage's input watermark after each batch: batch ``u`` is TestStream event
+    ``u``, and one last batch ends the stream (``RuntimeError`` for another count)."""
+    batches = getattr(result, "batches", n + 1)
+    if batches != n + 1:
+        raise RuntimeError(
+            f"assert_pipeline: the run took {batches} micro-batches for {n} TestStream "
+            "events; it reads one batch per event and one to end the stream"
+        )
     table = result.watermarks(per_batch=True)
     label = next(
         (name for name in table if name == stage.label or name.startswith(stage.label + "/")),
