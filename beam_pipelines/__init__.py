@@ -21,7 +21,9 @@ google-cloud-pubsub; the pytest plugin relies on it):
 =========================================  ===============================================
 
 The test kit is :mod:`beam_pipelines.testing` (assertions, Hypothesis strategies) and the
-pytest plugin :mod:`beam_pipelines.pytest_plugin` (fixtures).
+pytest plugin :mod:`beam_pipelines.pytest_plugin` (fixtures); while the kit builds and
+runs a pipeline, Beam's repeated DoFn and option introspection is answered once
+(:mod:`beam_pipelines.construction_cache`).
 """
 
 from __future__ import annotations

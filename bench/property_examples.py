@@ -7,13 +7,17 @@ time of one example on the right pipeline (``--examples`` drawn examples), then 
 property against a planted pipeline with 5 s of lateness (derandomized, up to
 ``--max-examples``) and reports whether it fails, after how many examples and seconds,
 and how many examples and seconds shrinking took. Strategies: ``scripts_for`` (the
-default, scaled to the windowing), ``scripts("1s")`` and ``scripts("20s")``. Usage::
+default, scaled to the windowing), ``scripts("1s")`` and ``scripts("20s")``. With
+``--cache-rounds N`` it first times the ``scripts_for`` examples with and without
+:func:`beam_pipelines.construction_cache.cached_construction`, in ``N`` interleaved rounds, and
+reports both medians. Usage::
 
-    python bench/property_examples.py [--examples 20] [--max-examples 100]
+    python bench/property_examples.py [--examples 20] [--max-examples 100] [--cache-rounds 3]
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -25,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from record import Recorder
 
 from beam_pipelines.convert import to_beam
-from beam_pipelines.testing import assert_panes
+from beam_pipelines.testing import assert_panes, panes
 from beam_pipelines.testing.strategies import PROPERTY_SETTINGS, scripts, scripts_for
 from theory import (
     AfterCount,
@@ -82,6 +86,22 @@ def example_times(strategy: Any, n: int) -> list[float]:
     return times
 
 
+def cache_comparison(n: int, rounds: int) -> tuple[float, float]:
+    """Median example time (s) of the ``scripts_for`` examples with the construction cache
+    and without it, in ``rounds`` interleaved rounds of ``n`` examples each."""
+    cached = panes.cached_construction
+    with_cache: list[float] = []
+    without: list[float] = []
+    for _ in range(rounds):
+        with_cache += example_times(STRATEGIES["scripts_for"](), n)
+        panes.cached_construction = contextlib.nullcontext  # type: ignore[assignment]
+        try:
+            without += example_times(STRATEGIES["scripts_for"](), n)
+        finally:
+            panes.cached_construction = cached
+    return statistics.median(with_cache), statistics.median(without)
+
+
 def search(strategy: Any, max_examples: int) -> dict[str, Any]:
     """Run the property against the planted pipeline: found, examples and seconds to the
     first failure, examples and seconds after it (shrinking)."""
@@ -134,11 +154,23 @@ def main() -> None:
     parser.add_argument(
         "--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES)
     )
+    parser.add_argument(
+        "--cache-rounds", type=int, default=0, help="rounds timing the construction cache"
+    )
     args = parser.parse_args()
     recorder = Recorder.from_args(__file__, args)
     figures: dict[str, float | str] = {}
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     example_times(STRATEGIES["scripts_for"](), 2)  # warm Beam's imports and caches
+    if args.cache_rounds:
+        cached, uncached = cache_comparison(args.examples, args.cache_rounds)
+        print(
+            f"  scripts_for example median {cached:.3f} s with the construction cache, "
+            f"{uncached:.3f} s without ({cached / uncached:.2f}x)",
+            flush=True,
+        )
+        figures["example median s (construction cache)"] = round(cached, 4)
+        figures["example median s (no cache)"] = round(uncached, 4)
     for name in args.strategies:
         times = example_times(STRATEGIES[name](), args.examples)
         median = statistics.median(times)

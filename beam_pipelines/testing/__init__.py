@@ -2,6 +2,9 @@
 
 - :func:`assert_panes` runs your PTransform on a TestStream and compares each pane with
   theory's engine (imports Beam on first use);
+- :func:`assert_pipeline` runs your whole pipeline on a TestStream and checks every
+  GroupByKey and CombinePerKey in it against the engine fed that stage's recorded input
+  and input watermark (:mod:`.pipeline`; the stages and their records: :mod:`.stages`);
 - :func:`expect_panes`: the panes a grouped PCollection must hold, written as read
   (times as ``"1m"``, timings by name), checked when the pipeline runs (:mod:`.expect`);
 - :func:`assert_watermark_monotonic`, :func:`assert_no_late_data`, :func:`assert_fires_at`
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
     from beam_pipelines.testing.builder import TestStreamBuilder
     from beam_pipelines.testing.expect import expect_panes
     from beam_pipelines.testing.panes import PaneRow, assert_panes
+    from beam_pipelines.testing.pipeline import assert_pipeline
     from beam_pipelines.testing.watermarks import (
         assert_fires_at,
         assert_no_late_data,
@@ -37,6 +41,7 @@ __all__ = [
     "assert_fires_at",
     "assert_no_late_data",
     "assert_panes",
+    "assert_pipeline",
     "assert_watermark_monotonic",
     "expect_panes",
 ]
@@ -44,6 +49,7 @@ __all__ = [
 _EXPORTS = {
     "PaneRow": "beam_pipelines.testing.panes",
     "assert_panes": "beam_pipelines.testing.panes",
+    "assert_pipeline": "beam_pipelines.testing.pipeline",
     "TestStreamBuilder": "beam_pipelines.testing.builder",
     "expect_panes": "beam_pipelines.testing.expect",
     "assert_fires_at": "beam_pipelines.testing.watermarks",

@@ -31,6 +31,7 @@ from apache_beam.runners.direct.direct_runner import (
 )
 
 from beam_pipelines.beam_runner import quiet, run_and_wait
+from beam_pipelines.construction_cache import cached_construction
 from beam_pipelines.convert import beam_windowing, to_theory
 from beam_pipelines.pane_files import PaneRow, WritePanes, format_micros, read_panes, sorted_values
 from beam_pipelines.teststream import to_test_stream
@@ -39,7 +40,7 @@ from theory.windowing.runner import run_script
 from theory.windowing.script import Event, ProcessingTimeEvent, Script
 from theory.windowing.strategy import TimestampCombiner, WindowingStrategy
 
-__all__ = ["PaneRow", "assert_panes", "check_beam_limits"]
+__all__ = ["PaneRow", "assert_panes", "check_beam_limits", "pane_diff"]
 
 
 def check_beam_limits(script: Script, strategy: WindowingStrategy) -> None:
@@ -108,7 +109,7 @@ def _beam_rows(
     )
     problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="assert-panes-") as directory:
-        with quiet():
+        with quiet(), cached_construction():
             pipeline = beam.Pipeline(runner=runner, options=options)
             _ = (
                 pipeline
@@ -144,6 +145,36 @@ def _order(rows: list[PaneRow]) -> dict[tuple[str, int, int], list[int]]:
     return out
 
 
+def pane_diff(model: list[PaneRow], actual: list[PaneRow]) -> list[str]:
+    """The lines telling ``model``'s panes from ``actual``'s, pane by pane (``- model``,
+    ``+ beam``, matched panes indented), or how the panes of a window come in another
+    order; empty when they agree."""
+    only_model, only_beam = _diff(model, actual)
+    lines: list[str] = []
+    if only_model or only_beam:
+        lines.append(
+            f"{len(only_model)} model pane(s) not produced and {len(only_beam)} Beam pane(s) "
+            f"not predicted (of {len(model)} predicted, {len(actual)} produced):"
+        )
+        matched = [r for r in model if r not in only_model]
+        ordered = sorted(
+            [(0, "  ", r) for r in matched]
+            + [(1, "- model ", r) for r in only_model]
+            + [(2, "+ beam  ", r) for r in only_beam],
+            key=lambda x: (x[2].where(), x[2].index, x[0]),
+        )
+        lines += [f"  {mark}{row.line()}" for _, mark, row in ordered]
+    else:
+        a, b = _order(model), _order(actual)
+        wrong = [w for w in a if a[w] != b.get(w)]
+        for w in wrong[:3]:
+            lines.append(
+                f"panes of key={w[0]} window=[{format_micros(w[1])}, {format_micros(w[2])}) "
+                f"come in another order: model indexes {a[w]}, beam {b.get(w)}"
+            )
+    return lines
+
+
 def assert_panes(
     transform: beam.PTransform,
     script: Script | Iterable[Event],
@@ -174,29 +205,7 @@ def assert_panes(
     check_beam_limits(script, strategy)
     model, model_stalled = _model_rows(script, strategy, combine, not _in_process(runner))
     actual, beam_stalled = _beam_rows(transform, script, strategy, runner, combine is None, timeout)
-    only_model, only_beam = _diff(model, actual)
-    lines = []
-    if only_model or only_beam:
-        lines.append(
-            f"{len(only_model)} model pane(s) not produced and {len(only_beam)} Beam pane(s) "
-            f"not predicted (of {len(model)} predicted, {len(actual)} produced):"
-        )
-        matched = [r for r in model if r not in only_model]
-        ordered = sorted(
-            [(0, "  ", r) for r in matched]
-            + [(1, "- model ", r) for r in only_model]
-            + [(2, "+ beam  ", r) for r in only_beam],
-            key=lambda x: (x[2].where(), x[2].index, x[0]),
-        )
-        lines += [f"  {mark}{row.line()}" for _, mark, row in ordered]
-    else:
-        a, b = _order(model), _order(actual)
-        wrong = [w for w in a if a[w] != b.get(w)]
-        for w in wrong[:3]:
-            lines.append(
-                f"panes of key={w[0]} window=[{format_micros(w[1])}, {format_micros(w[2])}) "
-                f"come in another order: model indexes {a[w]}, beam {b.get(w)}"
-            )
+    lines = pane_diff(model, actual)
     if model_stalled != beam_stalled:
         lines.append(
             f"pipeline stall: model {model_stalled}, beam {beam_stalled} (an output "
