@@ -11,18 +11,24 @@
                             difference attributed to a convention (``compare_systems``)
 ``idleness``                Flink's ``withIdleness`` over several inputs: per-input
                             periodic watermarks through the valve
+``uncertainty``             means and t intervals over seeds (``over_seeds``), bootstrap
+                            intervals over windows (``bootstrap_windows``)
 ==========================  ===========================================================
 """
 
 from theory.experiments.systems import Comparison, Conventions, compare_systems
 from theory.experiments.tradeoff import DEFAULT_STRATEGIES, Strategy, TradeoffResult, tradeoff
+from theory.experiments.uncertainty import IntervalTable, bootstrap_windows, over_seeds
 
 __all__ = [
     "DEFAULT_STRATEGIES",
     "Comparison",
     "Conventions",
+    "IntervalTable",
     "Strategy",
     "TradeoffResult",
+    "bootstrap_windows",
     "compare_systems",
+    "over_seeds",
     "tradeoff",
 ]
