@@ -141,7 +141,7 @@ def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple
     ``t`` Student's ``(1 + confidence) / 2`` quantile on ``N - 1`` degrees of freedom and
     ``s`` the sample standard deviation (``ddof=1``). One value: ``(value, nan, nan)``;
     a value that is not finite (none, NaN, inf): all three NaN."""
-    from scipy import stats
+    from scipy.special import stdtrit  # Student's t quantile
 
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
@@ -151,7 +151,8 @@ def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple
     mean = float(x.mean())
     if x.size == 1:
         return (mean, math.nan, math.nan)
-    half = float(stats.t.ppf((1 + confidence) / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    t = float(stdtrit(x.size - 1, (1 + confidence) / 2))
+    half = t * float(x.std(ddof=1)) / math.sqrt(x.size)
     return (mean, mean - half, mean + half)
 
 
