@@ -338,15 +338,16 @@ def bootstrap_windows(
             out[f"{base}{suffix}{unit}"] = []
     for name in names:
         rows = np.flatnonzero(strategy == name)
+        counted = fired & (include_end_of_input | ~eoi)
+        # the estimates in the table's row order (the strategies table's sums)
+        point = _estimates(
+            comp[rows], lat[rows][counted[rows]], None if final is None else final[rows]
+        )
         order = sorted(range(rows.size), key=lambda i: (str(key[rows[i]]), int(start[rows[i]])))
         rows = rows[np.asarray(order, dtype=np.int64)]
         stats = _draws(
-            comp[rows], lat[rows], fired[rows] & (include_end_of_input | ~eoi[rows]),
-            None if final is None else final[rows], resamples, seed,
-        )
-        point = _draws(
-            comp[rows], lat[rows], fired[rows] & (include_end_of_input | ~eoi[rows]),
-            None if final is None else final[rows], 0, seed,
+            comp[rows], lat[rows], counted[rows], None if final is None else final[rows],
+            resamples, seed,
         )
         out["windows"].append(int(rows.size))
         out["resamples"].append(resamples)
@@ -355,7 +356,7 @@ def bootstrap_windows(
             v = stats[m]
             v = v[~np.isnan(v)]
             low, high = (np.percentile(v, [lo_q, hi_q]) if v.size else (math.nan, math.nan))
-            out[f"{base}{unit}"].append(_cell(float(point[m][0]), bool(unit)))
+            out[f"{base}{unit}"].append(_cell(point[m], bool(unit)))
             out[f"{base}_ci_low{unit}"].append(_cell(float(low), bool(unit)))
             out[f"{base}_ci_high{unit}"].append(_cell(float(high), bool(unit)))
     return IntervalTable(
@@ -363,6 +364,23 @@ def bootstrap_windows(
         f"({resamples} resamples, seed {seed})",
         out,
     )
+
+
+def _estimates(comp: np.ndarray, lat: np.ndarray, final: np.ndarray | None) -> dict[str, float]:
+    """Each metric on the windows as they are, as the strategies table computes it
+    (:func:`theory.experiments.first_panes.summary_row`); ``lat``: the counted
+    latencies (µs)."""
+    pcts = np.percentile(lat.astype(np.float64), [50, 90, 99]) if lat.size else [math.nan] * 3
+    return {
+        "completeness_mean": float(comp.mean()) if comp.size else math.nan,
+        "complete_fraction": float(np.mean(comp >= 1.0)) if comp.size else math.nan,
+        "window_latency_p50_us": float(pcts[0]),
+        "window_latency_p90_us": float(pcts[1]),
+        "window_latency_p99_us": float(pcts[2]),
+        "final_completeness_mean": (
+            float(final.mean()) if final is not None and final.size else math.nan
+        ),
+    }
 
 
 #: Cells of the count matrix drawn at once (rows of resamples x windows).
@@ -377,8 +395,8 @@ def _draws(
     resamples: int,
     seed: int,
 ) -> dict[str, np.ndarray]:
-    """Each metric over ``resamples`` draws with replacement of the windows (0: over the
-    windows as they are, one value each). ``counted``: windows whose latency counts."""
+    """Each metric over ``resamples`` draws with replacement of the windows.
+    ``counted``: the windows whose latency counts."""
     n = comp.size
     order = np.argsort(lat[counted], kind="stable")
     lat_sorted = lat[counted][order].astype(np.float64)
@@ -386,17 +404,14 @@ def _draws(
     complete = (comp >= 1.0).astype(np.float64)
     rng = np.random.default_rng(seed)
     parts: dict[str, list[np.ndarray]] = {m: [] for m in BOOTSTRAP_METRICS}
-    todo = resamples if resamples else 1
+    todo = resamples
     step = max(1, _CHUNK_CELLS // max(n, 1))
     while todo > 0:
         c = min(step, todo)
         todo -= c
-        if resamples:
-            idx = rng.integers(0, n, size=(c, n)) if n else np.zeros((c, 0), np.int64)
-            offsets = (np.arange(c, dtype=np.int64) * n)[:, None]
-            counts = np.bincount((idx + offsets).ravel(), minlength=c * n).reshape(c, n)
-        else:
-            counts = np.ones((1, n), dtype=np.int64)
+        idx = rng.integers(0, n, size=(c, n)) if n else np.zeros((c, 0), np.int64)
+        offsets = (np.arange(c, dtype=np.int64) * n)[:, None]
+        counts = np.bincount((idx + offsets).ravel(), minlength=c * n).reshape(c, n)
         total = max(n, 1)
         parts["completeness_mean"].append(counts @ comp / total if n else np.full(c, np.nan))
         parts["complete_fraction"].append(counts @ complete / total if n else np.full(c, np.nan))
