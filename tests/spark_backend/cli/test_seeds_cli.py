@@ -171,3 +171,4 @@ def test_save_trace_refuses_what_it_could_lose(tmp_path) -> None:
                          (tmp_path / "t.csv", "name a .parquet file")):
         with pytest.raises(ValueError, match=needle):
             check_save_trace(path, out, [tmp_path / "in"])
+
