@@ -226,7 +226,7 @@ def _simulate_seeds(
     from spark_backend.report.report import write_csv
     from theory.pipeline.simulator import simulate
 
-    sweep = sweep_engine(args.engine)
+    sweep = sweep_engine(args)
 
     def run(seed: int) -> dict[str, list[object]]:
         if seed == args.seed and sweep == engine:
@@ -349,7 +349,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         firing=_firing(args),
         include_end_of_input=args.include_end_of_input,
         seeds=args.seeds,
-        sweep=sweep_engine(args.engine if getattr(args, "engine_given", False) else None),
+        sweep=sweep_engine(args),
         save_trace=None if args.save_trace is None else Path(args.save_trace),
     )
     print(f"report: {result.index}")
@@ -554,6 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--seeds",
             type=int,
             default=1,
+            metavar="N",
             help="run the generation and the "
             + ("simulation" if name == "simulate" else "strategy comparison")
             + " on N seeds (--seed, then seeds derived from it) and write each metric's "

@@ -9,6 +9,7 @@ the sweep's engine.
 
 from __future__ import annotations
 
+import argparse
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
@@ -28,9 +29,11 @@ def check_seeds(n: int) -> None:
         raise ValueError(f"--seeds must be >= 1, got {n}")
 
 
-def sweep_engine(given: str | None) -> str:
-    """The sweep's engine: ``spark`` when ``--engine spark`` was given, else ``local``."""
-    return "spark" if given == "spark" else "local"
+def sweep_engine(args: argparse.Namespace) -> str:
+    """The sweep's engine: ``spark`` when ``--engine spark`` was given (the demo's
+    default Spark is not asked for: its parser notes ``engine_given``), else ``local``."""
+    given = args.command == "simulate" or getattr(args, "engine_given", False)
+    return "spark" if given and args.engine == "spark" else "local"
 
 
 def run_seeds(

@@ -172,3 +172,16 @@ def test_save_trace_refuses_what_it_could_lose(tmp_path) -> None:
         with pytest.raises(ValueError, match=needle):
             check_save_trace(path, out, [tmp_path / "in"])
 
+
+
+@pytest.mark.parametrize(("argv", "engine"), [
+    (["demo"], "local"),  # the demo's default engine is Spark; its sweep is local
+    (["demo", "--engine", "auto"], "local"),
+    (["demo", "--engine", "spark"], "spark"),
+    (["simulate"], "local"),
+    (["simulate", "--engine", "spark"], "spark"),
+])
+def test_seeds_run_locally_unless_spark_is_asked(argv, engine) -> None:
+    from spark_backend.cli.seeds import sweep_engine
+
+    assert sweep_engine(cli.build_parser().parse_args(argv)) == engine
