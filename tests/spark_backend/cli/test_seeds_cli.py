@@ -17,7 +17,7 @@ from spark_backend.cli.jobs import demo_trace, strategy_table
 from spark_backend.cli.local import compare_local
 from spark_backend.cli.saved_trace import UNIT_KEY, check_save_trace, write_saved_trace
 from tests.helpers.units import output_unit_errors, unit_errors_of_name
-from theory.experiments.uncertainty import sweep_seeds, t_interval
+from theory.experiments.uncertainty import sweep_seeds
 from theory.time import MINUTE
 
 EVENTS, SEED, SEEDS = 1500, 5, 3
@@ -95,6 +95,8 @@ def test_the_saved_trace_reads_back_to_the_demos_tables(demo, reanalyzed) -> Non
     assert (reanalyzed / "strategies.csv").read_text() == (demo[0] / "strategies.csv").read_text()
     assert pq.read_table(reanalyzed / "windows.parquet").equals(
         pq.read_table(demo[0] / "windows.parquet"))
+    # the partitions too: which one holds the watermark back
+    assert (reanalyzed / "holdback.csv").read_text() == (demo[0] / "holdback.csv").read_text()
 
 
 def test_bootstrap_intervals_surround_the_strategies_estimates(reanalyzed) -> None:
@@ -147,8 +149,11 @@ def test_simulate_seeds_are_the_seeds_simulations(tmp_path) -> None:
     ]
     rows = _rows(out / "seeds.csv")
     for i, row in enumerate(rows):
-        # over each seed's metrics.csv, whose µs are integers
-        mean, low, high = t_interval([round(x[i]) for x in late])
+        # over each seed's metrics.csv, whose µs are integers; t(0.975, 1) = 12.7062047
+        values = [round(x[i]) for x in late]
+        mean = float(np.mean(values))
+        half = 12.706204736174694 * float(np.std(values, ddof=1)) / math.sqrt(2)
+        low, high = mean - half, mean + half
         assert row["watermark_lag_p50_mean_us"] == str(round(mean))
         assert row["watermark_lag_p50_ci_low_us"] == str(round(low))
         assert row["watermark_lag_p50_ci_high_us"] == str(round(high))

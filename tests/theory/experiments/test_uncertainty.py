@@ -185,6 +185,21 @@ def test_identical_windows_give_a_point_interval_and_end_of_input_counts_on_requ
     assert bootstrap_windows(w, 50, include_end_of_input=True)["window_latency_p99_us"][0] > 10
 
 
+def test_the_bootstrap_interval_of_a_mean_is_about_the_normal_one() -> None:
+    """For a mean over many windows the 2.5th-97.5th percentile interval of the
+    resampled means approaches mean ± 1.96·σ/√n (the central limit theorem)."""
+    n = 2000
+    rng = np.random.default_rng(11)
+    comp = rng.random(n)
+    w = {"strategy": ["a"] * n, "key": [0] * n, "window_start_us": list(range(n)),
+         "completeness_at_first_firing": comp.tolist(), "latency_us": [1] * n,
+         "fired_by_end_of_input": [False] * n, "elements": [1] * n, "final_count": [1] * n}
+    t = bootstrap_windows(w, 2000, seed=2)
+    half = 1.959963984540054 * comp.std() / math.sqrt(n)
+    assert t["completeness_mean_ci_low"][0] == pytest.approx(comp.mean() - half, abs=0.1 * half)
+    assert t["completeness_mean_ci_high"][0] == pytest.approx(comp.mean() + half, abs=0.1 * half)
+
+
 @pytest.mark.parametrize("bad", [0, -3, True])
 def test_no_resamples_is_refused(bad) -> None:
     with pytest.raises(ValueError, match="resamples must be an integer >= 1"):
