@@ -23,7 +23,7 @@ from spark_backend.cli.engine import BYTES_PER_ROW, choose_engine, estimated_byt
 from spark_backend.cli.local import chapter3_trace, compare_local
 from spark_backend.cli.plausible import span_warnings
 from spark_backend.cli.progress import Progress
-from spark_backend.cli.saved_trace import TRACE_COLUMNS, write_saved_trace
+from spark_backend.cli.saved_trace import TRACE_COLUMNS, check_save_trace, write_saved_trace
 from spark_backend.cli.seeds import check_seeds, run_seeds
 from spark_backend.report import plots
 from spark_backend.report.comparison import DEFAULT_STRATEGIES, Comparison, check_request, compare
@@ -534,6 +534,8 @@ def run_demo(
     if events < 2:
         raise ValueError(f"--events must be >= 2, got {events}")
     check_seeds(seeds)
+    if save_trace is not None:
+        check_save_trace(save_trace, Path(os.path.realpath(out)))
     check_request(strategies, window_size, "local")
     if systems:  # refused before any work
         check_systems(systems)
