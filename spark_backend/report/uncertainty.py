@@ -47,7 +47,8 @@ def seeds_section(report: Report, table: IntervalTable, how: str) -> None:
         f"The comparison run on {n} seeded traces ({how}); each metric's mean over the "
         "seeds and its 95 % Student-t interval, mean ± t(0.975, N−1)·s/√N with s the "
         "sample standard deviation over the N seeds (blank with one seed, or where a "
-        f"seed has no value). {table.title}. The page shows the headline metrics; "
+        "seed has no value; not clipped to the metric's range, so a bound past 100 % or "
+        f"below 0 s says N is too small). {table.title}. The page shows the headline metrics; "
         "seeds.csv every one.",
         _formats(table.columns),
         show_columns=_shown(table.columns, ("strategy", "seeds")),
