@@ -33,7 +33,8 @@ package, one idea a folder:
                             whole-trace profile
 ``theory.dataflow``         the dataflow profile: central aggregator, Pub/Sub estimator
                             and its simulation
-``theory.experiments``      trade-off, propagation
+``theory.experiments``      trade-off, propagation; intervals over seeds and bootstrap
+                            intervals over windows
 ``theory.progress``         ``Progress``: a text progress bar for long work (every CLI)
 ``theory.memory``           opt-in: glibc keeps freed memory in a block (large runs)
 ==========================  ===========================================================
@@ -128,6 +129,9 @@ _EXPORTS: dict[str, str] = {
     "compare_systems": "theory.experiments.systems",
     "grouping_pipeline": "theory.experiments.tradeoff",
     "Firing": "theory.experiments.first_panes",
+    **dict.fromkeys(
+        ("IntervalTable", "over_seeds", "bootstrap_windows"), "theory.experiments.uncertainty"
+    ),
     "TrackingEstimator": "theory.dataflow.pubsub",
     "CentralAggregator": "theory.dataflow.aggregator",
 }
@@ -158,6 +162,7 @@ __all__ = [
     "GlobalWindows",
     "GroupByWindow",
     "GroupByWindowEngine",
+    "IntervalTable",
     "IntervalWindow",
     "MicroBatch",
     "Never",
@@ -184,12 +189,14 @@ __all__ = [
     "WatermarkEvent",
     "WindowOverflowError",
     "WindowingStrategy",
+    "bootstrap_windows",
     "chapter3",
     "compare_systems",
     "diagnose",
     "generate_trace",
     "grouping_pipeline",
     "make_source_watermark",
+    "over_seeds",
     "parse_duration",
     "perfect_curve",
     "perfect_oracle_curve",
@@ -241,6 +248,7 @@ if TYPE_CHECKING:  # static checkers see the eager imports; runtime stays lazy
     from theory.experiments.first_panes import Firing
     from theory.experiments.systems import compare_systems
     from theory.experiments.tradeoff import grouping_pipeline
+    from theory.experiments.uncertainty import IntervalTable, bootstrap_windows, over_seeds
     from theory.flink.valve import StatusWatermarkValve, StreamStatus
     from theory.pipeline import chapter3
     from theory.pipeline.diagnosis import diagnose

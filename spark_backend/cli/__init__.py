@@ -14,6 +14,9 @@
 ``engine``          which engine runs a job: ``local`` or ``spark``
 ``local``           the strategy comparison without Spark (the ``local`` engine)
 ``plausible``       plausibility warnings on a trace read for ``analyze``
+``seeds``           ``--seeds N``: the seed sweep of ``demo`` and ``simulate``
+``saved_trace``     ``demo --save-trace``: the generated trace as Parquet, checked
+                    with the ``--out`` guard and written atomically
 ``__main__``        ``python -m spark_backend.cli``
 ==================  =============================================================
 """

@@ -63,9 +63,7 @@ def _write_simulation(result: Any, out: Path) -> None:
     import pyarrow.parquet as pq
 
     from spark_backend.report.report import write_csv
-    from spark_backend.report.tables import with_units
     from spark_backend.report.window_table import utc_strings
-    from theory.pipeline.metrics import metrics_table
 
     stages, t_col, iw_col, ow_col = [], [], [], []
     for name in result.pipeline.graph.order:
@@ -83,14 +81,21 @@ def _write_simulation(result: Any, out: Path) -> None:
         columns[f"{name}_us"] = pa.array(us, pa.int64())
         columns[f"{name}_utc"] = utc_strings(us)
     series = pa.table(columns)
+    pq.write_table(series, out / "series.parquet")
+    write_csv(out / "metrics.csv", _metrics(result))
+
+
+def _metrics(result: Any) -> dict[str, list[object]]:
+    """``metrics.csv``'s table: the per-stage metrics with their units."""
+    from spark_backend.report.tables import with_units
+    from theory.pipeline.metrics import metrics_table
+
     metrics = metrics_table(result)
-    metrics = with_units(
+    return with_units(
         metrics,
         durations=[k for k in metrics if "lag" in k or "latency" in k],
         times=["final_input_watermark", "final_output_watermark"],
     )
-    pq.write_table(series, out / "series.parquet")
-    write_csv(out / "metrics.csv", metrics)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -130,17 +135,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         session = get_session(args.master, args.conf)
         bar.step("Spark session")
     if args.trace is None and args.blocks is not None:
-        # made block by block: on Spark by the tasks, here as whole traces
-        blocked = chapter3.block_traces(args.events, seed=args.seed, blocks=args.blocks)
-        inputs: dict[str, Any] = (
-            dict(blocked) if engine == "spark" else {n: t.whole() for n, t in blocked.items()}
-        )
+        inputs: dict[str, Any] = _generated(args, args.seed, engine)
         n_events = args.events
         bar.step(f"{args.blocks} blocks a source" if engine == "spark" else "generated")
     elif args.trace is None:
-        makers = chapter3.trace_makers(args.events, seed=args.seed)
-        # the local engine takes the traces made; Spark makes each when its source runs
-        inputs = makers if engine == "spark" else {n: make() for n, make in makers.items()}
+        inputs = _generated(args, args.seed, engine)
         n_events = args.events
         bar.step(f"generated {args.events:,} events" if engine == "local" else "generators")
     elif engine == "spark" and _summarised(pipe):
@@ -189,6 +188,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         peak = peak_rss()
         _print_stages(stage_metrics(result))
         _write_simulation(result, tmp)
+        if args.seeds > 1:
+            _simulate_seeds(args, pipe, engine, result, tmp, session if engine == "spark" else None)
+            written += ", seeds.csv"
     print(f"\n{what} simulated in {elapsed:.1f}s ({engine} engine); {written} in {out}/")
     print(
         f"peak memory of this process {peak / 2**20:,.0f} MiB; the simulation added "
@@ -196,6 +198,53 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "resident set above the set before it)"
     )
     return 0
+
+
+def _generated(args: argparse.Namespace, seed: int, engine: str) -> dict[str, Any]:
+    """The chapter-3 inputs of ``seed`` for ``engine``: with ``--blocks`` made block by
+    block (on Spark by the tasks, here as whole traces); else the local engine takes the
+    traces made, Spark makes each when its source runs."""
+    from theory.pipeline import chapter3
+
+    if args.blocks is not None:
+        blocked = chapter3.block_traces(args.events, seed=seed, blocks=args.blocks)
+        return dict(blocked) if engine == "spark" else {n: t.whole() for n, t in blocked.items()}
+    makers = chapter3.trace_makers(args.events, seed=seed)
+    return dict(makers) if engine == "spark" else {n: make() for n, make in makers.items()}
+
+
+def _simulate_seeds(
+    args: argparse.Namespace, pipe: Pipeline, engine: str, base: Any, out: Path, session: Any
+) -> None:
+    """``simulate --seeds N``: the simulation of every seed's events on the sweep's
+    engine (:mod:`spark_backend.cli.seeds`), each stage metric's mean and interval
+    written to ``out/seeds.csv``."""
+    import shutil
+    import tempfile
+
+    from spark_backend.cli.seeds import run_seeds, sweep_engine
+    from spark_backend.report.report import write_csv
+    from theory.pipeline.simulator import simulate
+
+    sweep = sweep_engine(args)
+
+    def run(seed: int) -> dict[str, list[object]]:
+        if seed == args.seed and sweep == engine:
+            return _metrics(base)
+        inputs = _generated(args, seed, sweep)
+        if sweep == "local":
+            return _metrics(simulate(pipe, inputs, seed=seed))
+        from spark_backend.simulate.simulation import simulate_keyed
+
+        scratch = Path(tempfile.mkdtemp(prefix="seed-", dir=out))
+        try:
+            keyed = simulate_keyed(session, pipe, inputs, scratch, partitions=args.partitions)
+            return _metrics(keyed)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    table = run_seeds(run, args.seeds, args.seed, "stage", "pipeline simulated")
+    write_csv(out / "seeds.csv", table.columns)
 
 
 #: Bytes per event the simulator needs at its peak (driver side), for ``--engine auto``:
@@ -285,6 +334,7 @@ def _systems(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on the embedded default: strategies compared on Spark, report written."""
     from spark_backend.cli.jobs import run_demo
+    from spark_backend.cli.seeds import sweep_engine
     from theory.time import parse_duration
 
     result = run_demo(
@@ -298,8 +348,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         engine=args.engine,
         firing=_firing(args),
         include_end_of_input=args.include_end_of_input,
+        seeds=args.seeds,
+        sweep=sweep_engine(args),
+        save_trace=None if args.save_trace is None else Path(args.save_trace),
     )
     print(f"report: {result.index}")
+    if args.save_trace is not None:
+        print(f"trace: {args.save_trace} (Parquet; event_time, arrival_time in µs)")
     return 0
 
 
@@ -328,9 +383,24 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         time_unit=args.time_unit,
         firing=_firing(args),
         include_end_of_input=args.include_end_of_input,
+        bootstrap=args.bootstrap,
     )
     print(f"report: {result.index}")
     return 0
+
+
+class _Given(argparse.Action):
+    """Stores the option's value and notes that it was given (``<dest>_given``)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
 
 
 def _add_engine_option(p: argparse.ArgumentParser, default: str) -> None:
@@ -338,6 +408,7 @@ def _add_engine_option(p: argparse.ArgumentParser, default: str) -> None:
         "--engine",
         choices=("auto", "local", "spark"),
         default=default,
+        action=_Given,
         help="local: numpy in this process, no JVM; spark: Spark; auto: local when the "
         "trace needs at most a quarter of the available memory and no --master or "
         "SPARK_REMOTE is given (the tables are the same)",
@@ -479,7 +550,26 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--events", type=int, default=events, help="trace size (events)")
         p.add_argument("--seed", type=int, default=0, help="generator and simulator seed")
         p.add_argument("--out", default=out, help="output directory (replaced atomically)")
+        p.add_argument(
+            "--seeds",
+            type=int,
+            default=1,
+            metavar="N",
+            help="run the generation and the "
+            + ("simulation" if name == "simulate" else "strategy comparison")
+            + " on N seeds (--seed, then seeds derived from it) and write each metric's "
+            "mean and 95%% t interval over them (seeds.csv); on the local engine unless "
+            "--engine spark is given",
+        )
         p.set_defaults(func=fn, inputs={"trace": "--trace"} if name == "simulate" else {})
+        if name == "demo":
+            p.add_argument(
+                "--save-trace",
+                default=None,
+                metavar="PATH",
+                help="also write the generated trace to PATH (.parquet; event_time and "
+                "arrival_time in µs), which analyze reads back to the same tables",
+            )
         if name == "simulate":
             p.add_argument(
                 "--watermark",
@@ -575,7 +665,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("trace", help="a Parquet or CSV file, or a directory of them")
     p.add_argument("--out", default="out/analyze", help="output directory (replaced atomically)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the plotted element sample")
+    p.add_argument(
+        "--seed", type=int, default=0,
+        help="seed of the plotted element sample and of the bootstrap's resamples",
+    )
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=None,
+        metavar="N",
+        help="resample the windows N times for 95%% bootstrap percentile intervals of the "
+        "per-window metrics (bootstrap.csv)",
+    )
     p.add_argument(
         "--on-bad-rows",
         choices=("fail", "skip-and-report"),

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -22,11 +23,14 @@ from spark_backend.cli.engine import BYTES_PER_ROW, choose_engine, estimated_byt
 from spark_backend.cli.local import chapter3_trace, compare_local
 from spark_backend.cli.plausible import span_warnings
 from spark_backend.cli.progress import Progress
+from spark_backend.cli.saved_trace import TRACE_COLUMNS, check_save_trace, write_saved_trace
+from spark_backend.cli.seeds import check_seeds, run_seeds
 from spark_backend.report import plots
 from spark_backend.report.comparison import DEFAULT_STRATEGIES, Comparison, check_request, compare
 from spark_backend.report.report import Report, percent, record_columns, seconds
 from spark_backend.report.systems import bound_of, systems_section, trace_of
 from spark_backend.report.tables import with_units
+from spark_backend.report.uncertainty import bootstrap_section, seeds_section
 from spark_backend.report.window_table import window_table
 from spark_backend.session.session import get_session
 from spark_backend.traces.trace_input import local_files, read_local, read_spark
@@ -37,6 +41,7 @@ from theory.data.units import check_time_unit
 from theory.experiments.first_panes import FIRE_ONCE, Firing
 from theory.experiments.propagation import propagation
 from theory.experiments.systems import check_systems
+from theory.experiments.uncertainty import bootstrap_windows
 from theory.pipeline import chapter3
 from theory.pipeline.diagnosis import diagnose, lag_series
 from theory.pipeline.metrics import stage_metrics
@@ -102,6 +107,19 @@ def _delay_text(report: Report, rows: int, what: str, q: Sequence[float], note: 
     )
 
 
+def strategy_table(c: Comparison, firing: Firing = FIRE_ONCE) -> dict[str, list[object]]:
+    """The strategies table as written (``strategies.csv``): the comparison's columns
+    with their units; the late panes and final completeness with late firings only, the
+    pane timestamps' lag under a combiner other than eow only."""
+    table = dict(c.table)
+    if not firing.late_firings:
+        del table["late_panes"], table["final_completeness_mean"]
+    if firing.timestamp_combiner == "eow":
+        del table["pane_timestamp_lag_p50"], table["pane_timestamp_lag_p99"]
+    table["on_frontier"] = table.pop("on_frontier")
+    return with_units(table, durations=[k for k in table if "latency" in k or "lag" in k])
+
+
 def strategies_section(
     report: Report,
     c: Comparison,
@@ -115,13 +133,7 @@ def strategies_section(
     partition that holds the watermark back. The late panes and final completeness are
     shown with late firings, the pane timestamps' lag under a combiner other than eow.
     ``origin``: the report's time origin (µs; default the earliest element drawn)."""
-    table = dict(c.table)
-    if not firing.late_firings:
-        del table["late_panes"], table["final_completeness_mean"]
-    if firing.timestamp_combiner == "eow":
-        del table["pane_timestamp_lag_p50"], table["pane_timestamp_lag_p99"]
-    table["on_frontier"] = table.pop("on_frontier")
-    shown = with_units(table, durations=[k for k in table if "latency" in k or "lag" in k])
+    shown = strategy_table(c, firing)
     if c.windows is not None:
         report.data("windows", window_table(c.windows))
     report.table(
@@ -528,6 +540,9 @@ def run_demo(
     systems: Sequence[str] = ("beam", "flink", "spark"),
     firing: Firing = FIRE_ONCE,
     include_end_of_input: bool = False,
+    seeds: int = 1,
+    sweep: str = "local",
+    save_trace: Path | None = None,
 ) -> JobResult:
     """The main job on the embedded default: the chapter-3 game traces generated (on
     Spark, or with numpy on the local engine), the strategies compared, the chapter-3
@@ -535,9 +550,16 @@ def run_demo(
     report written. ``engine``: spark (the default), local or auto
     (:func:`spark_backend.cli.engine.choose_engine`). ``firing``: allowed lateness, late
     firings and timestamp combiner of the compared windows. ``include_end_of_input``:
-    the latency percentiles count the windows fired by the end of input."""
+    the latency percentiles count the windows fired by the end of input. ``seeds`` > 1:
+    the comparison also runs on that many seeds (:mod:`spark_backend.cli.seeds`) on the
+    ``sweep`` engine (local or spark), and the report gains the ``seeds`` table.
+    ``save_trace``: the compared trace is also written there (Parquet, µs;
+    :mod:`spark_backend.cli.saved_trace`), after the report."""
     if events < 2:
         raise ValueError(f"--events must be >= 2, got {events}")
+    check_seeds(seeds)
+    if save_trace is not None:
+        check_save_trace(save_trace, Path(os.path.realpath(out)))
     check_request(strategies, window_size, "local")
     if systems:  # refused before any work
         check_systems(systems)
@@ -554,15 +576,13 @@ def run_demo(
         f"On the demo's trace: {events:,} generated chapter-3 game events (seed {seed}) from "
         f"{format_timestamp(DEMO_START)}"
     )
+    saved: pa.Table | None = None
+    session = None
     if chosen == "local":
         bar = Progress(5 + _COMPARE_STEPS)
         LOG.info("generating the chapter-3 game traces (numpy): %d events, seed %d", events, seed)
-        trace = chapter3_trace(events, seed=seed)
-        trace = dataclasses.replace(
-            trace,
-            event_time=trace.event_time + DEMO_START,
-            arrival_time=trace.arrival_time + DEMO_START,
-        )
+        trace = demo_trace(events, seed)
+        saved = trace.to_arrow() if save_trace is not None else None
         describe_trace_local(report, trace, what)
         bar.step(f"generated {events:,} events")
         LOG.info("comparing %d watermark strategies (local engine)", len(strategies))
@@ -574,13 +594,10 @@ def run_demo(
         bar = Progress(6 + _COMPARE_STEPS)
         session = _start_spark(spark, bar)
         LOG.info("generating the chapter-3 game traces on Spark: %d events, seed %d", events, seed)
-        from spark_backend.traces.generate import chapter3_trace_df  # scipy: demo only
-
-        df = chapter3_trace_df(session, events, seed=seed)
-        df = df.withColumns(
-            {c: F.col(c) + F.lit(DEMO_START) for c in ("event_time", "arrival_time")}
-        ).persist()
+        df = demo_df(session, events, seed).persist()
         try:
+            if save_trace is not None:
+                saved = df.select(*(c for c in TRACE_COLUMNS if c in df.columns)).toArrow()
             describe_trace(report, df, events, what)
             bar.step(f"generated {events:,} events")
             LOG.info("comparing %d watermark strategies on Spark", len(strategies))
@@ -593,6 +610,24 @@ def run_demo(
     strategies_section(
         report, comparison, seed, firing, include_end_of_input, origin=DEMO_START
     )
+    if seeds > 1:
+        base = strategy_table(comparison, firing) if sweep == chosen else None
+
+        def run(s: int) -> dict[str, list[object]]:
+            if s == seed and base is not None:
+                return base
+            c = _demo_comparison(events, s, strategies, window_size, sweep, session, spark,
+                                 firing, include_end_of_input)
+            return strategy_table(c, firing)
+
+        table = run_seeds(run, seeds, seed, "strategy", "strategies compared")
+        how = (f"the {sweep} engine's generator" + (", its rows not those of the Spark "
+               "trace above" if sweep != chosen else ""))
+        report.trace(
+            f"On {seeds} seeded traces: {events:,} generated chapter-3 game events each "
+            f"(seeds from {seed}), made by {how}"
+        )
+        seeds_section(report, table, how)
     LOG.info("simulating the chapter-3 pipeline")
     simulation = chapter3_section(report, min(events, 200_000), seed)
     bar.step("chapter-3 pipeline simulated")
@@ -617,7 +652,60 @@ def run_demo(
         )
     bar.step("systems compared")
     index = _write(report, out, bar)
+    if saved is not None and save_trace is not None:
+        LOG.info("writing the trace to %s", save_trace)
+        write_saved_trace(saved, save_trace)
     return JobResult(index, comparison, simulation)
+
+
+def demo_trace(events: int, seed: int) -> Trace:
+    """The demo's trace on the local engine (numpy): :func:`chapter3_trace` from
+    :data:`DEMO_START` (µs)."""
+    trace = chapter3_trace(events, seed=seed)
+    return dataclasses.replace(
+        trace,
+        event_time=trace.event_time + DEMO_START,
+        arrival_time=trace.arrival_time + DEMO_START,
+    )
+
+
+def demo_df(session: Any, events: int, seed: int) -> DataFrame:
+    """The demo's trace on Spark: :func:`spark_backend.traces.generate.chapter3_trace_df`
+    from :data:`DEMO_START` (µs)."""
+    from spark_backend.traces.generate import chapter3_trace_df  # scipy: demo only
+
+    df = chapter3_trace_df(session, events, seed=seed)
+    return df.withColumns({c: F.col(c) + F.lit(DEMO_START) for c in ("event_time", "arrival_time")})
+
+
+def _demo_comparison(
+    events: int,
+    seed: int,
+    strategies: Sequence[str],
+    window_size: int,
+    engine: str,
+    session: Any,
+    spark: SparkOptions,
+    firing: Firing,
+    include_end_of_input: bool,
+) -> Comparison:
+    """The demo's comparison on the trace of ``seed``, on ``engine`` (a seed sweep's run:
+    the views' samples and grids kept small)."""
+    if engine == "local":
+        return compare_local(
+            demo_trace(events, seed), strategies, window_size, seed=seed, firing=firing,
+            include_end_of_input=include_end_of_input, grid_points=2, sample_elements=1,
+        )
+    if session is None:
+        session = get_session(spark.master, spark.conf)
+    df = demo_df(session, events, seed).persist()
+    try:
+        return compare(
+            df, strategies, window_size, seed=seed, firing=firing,
+            include_end_of_input=include_end_of_input, grid_points=2, sample_elements=1,
+        )
+    finally:
+        df.unpersist()
 
 
 def run_analyze(
@@ -636,6 +724,7 @@ def run_analyze(
     null_values: Sequence[str] = (),
     firing: Firing = FIRE_ONCE,
     include_end_of_input: bool = False,
+    bootstrap: int | None = None,
 ) -> JobResult:
     """A user's trace (Parquet, CSV or a directory of them): validated, the strategies
     compared, ``systems`` compared on it (none if empty), the report written. ``engine``
@@ -647,9 +736,13 @@ def run_analyze(
     error naming the row. ``null_values``: the CSV fields read as null besides the empty
     one. ``firing``: allowed lateness, late firings and timestamp combiner of the
     compared windows. ``include_end_of_input``: the latency percentiles count the windows
-    fired by the end of input. Options, paths and bad input raise before any engine starts or
-    anything is written."""
+    fired by the end of input. ``bootstrap``: that many resamples of the windows give
+    the per-window metrics' intervals (seeded by ``seed``; :func:`theory.experiments.
+    uncertainty.bootstrap_windows`), the ``bootstrap`` table. Options, paths and bad
+    input raise before any engine starts or anything is written."""
     check_request(strategies, window_size, "local")
+    if bootstrap is not None and bootstrap < 1:
+        raise ValueError(f"--bootstrap must be >= 1, got {bootstrap}")
     unit = None if time_unit is None else check_time_unit(time_unit)
     if systems:
         check_systems(systems)
@@ -657,11 +750,13 @@ def run_analyze(
     chosen, why = choose_engine(engine, spark.master, estimated_bytes(local_files(trace)))
     check_request(strategies, window_size, chosen)  # one Spark cannot run: before any work
     LOG.info("engine: %s (%s)", chosen, why)
-    job = _Analysis(out, window_size, strategies, seed, systems, firing, include_end_of_input)
+    job = _Analysis(
+        out, window_size, strategies, seed, systems, firing, include_end_of_input, bootstrap
+    )
     reading = _Reading(on_bad_rows, unit, strict, tuple(null_values))
     if chosen == "local":
         return _analyze_local(trace, job, reading)
-    bar = Progress(4 + _COMPARE_STEPS + bool(systems))
+    bar = Progress(4 + _COMPARE_STEPS + bool(systems) + bool(bootstrap))
     session = _start_spark(spark, bar)
     LOG.info("reading and validating %s (--on-bad-rows %s)", trace, on_bad_rows)
     df, bad = read_spark(session, trace, on_bad_rows, unit, strict, reading.null_values)
@@ -706,6 +801,7 @@ class _Analysis:
     systems: Sequence[str]
     firing: Firing
     include_end_of_input: bool = False
+    bootstrap: int | None = None
 
 
 @dataclass(frozen=True)
@@ -749,7 +845,7 @@ def check_rows_left(trace: str | os.PathLike[str], bad: BadRowReport) -> None:
 
 def _analyze_local(trace: str | os.PathLike[str], job: _Analysis, reading: _Reading) -> JobResult:
     """:func:`run_analyze` on the local engine."""
-    bar = Progress(3 + _COMPARE_STEPS + bool(job.systems))
+    bar = Progress(3 + _COMPARE_STEPS + bool(job.systems) + bool(job.bootstrap))
     LOG.info("reading and validating %s (--on-bad-rows %s)", trace, reading.on_bad_rows)
     t, bad = read_local(
         trace, reading.on_bad_rows, reading.unit, reading.strict, reading.null_values
@@ -788,6 +884,15 @@ def _finish_analyze(
     strategies_section(
         report, comparison, job.seed, job.firing, job.include_end_of_input, origin=origin
     )
+    if job.bootstrap and comparison.windows is not None:
+        LOG.info("bootstrap: %d resamples of the windows (seed %d)", job.bootstrap, job.seed)
+        intervals = bootstrap_windows(
+            window_table(comparison.windows), job.bootstrap, job.seed,
+            include_end_of_input=job.include_end_of_input,
+            late_firings=job.firing.late_firings,
+        )
+        bootstrap_section(report, intervals)
+        bar.step(f"bootstrap: {job.bootstrap} resamples")
     if systems_input is not None:
         trace_rows, note = systems_input
         bound = bound_of(job.strategies)

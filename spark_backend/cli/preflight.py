@@ -190,6 +190,9 @@ def check_args(args: argparse.Namespace) -> None:
             raise ValueError(
                 f"--events must be >= {low} and at most {MAX_EVENTS:,}, got {args.events:,}"
             )
+        from spark_backend.cli.seeds import check_seeds
+
+        check_seeds(args.seeds)
     if command == "simulate":
         from theory.pipeline import chapter3
 
@@ -202,6 +205,8 @@ def check_args(args: argparse.Namespace) -> None:
             raise ValueError(f"--blocks must be in 1..{chapter3.USERS}, got {args.blocks}")
         if args.blocks is not None and args.trace is not None:
             raise ValueError("--blocks applies to generated events, not to --trace")
+        if args.seeds > 1 and args.trace is not None:
+            raise ValueError("--seeds applies to generated events, not to --trace")
     if command in ("demo", "analyze"):
         from spark_backend.report.comparison import check_request
         from theory.time import parse_duration
@@ -210,6 +215,8 @@ def check_args(args: argparse.Namespace) -> None:
         check_request(strategy_specs(args.strategies), parse_duration(args.window), engine)
         parse_conf(args.conf)
         check_master(args.master)
+    if getattr(args, "bootstrap", None) is not None and args.bootstrap < 1:
+        raise ValueError(f"--bootstrap must be >= 1, got {args.bootstrap}")
     check_outputs(args)
 
 
@@ -217,8 +224,9 @@ def check_outputs(args: argparse.Namespace) -> Path:
     """The one ``--out`` guard of every command: each input the command declares (the
     ``inputs`` default its parser sets: its path arguments' names and how messages name
     them) is checked as a trace path, then ``--out`` against all of them
-    (:func:`check_out`). A command that declares no ``inputs`` is a programming error
-    (RuntimeError)."""
+    (:func:`check_out`), and ``--save-trace`` (where the command has it) against both
+    (:func:`spark_backend.cli.saved_trace.check_save_trace`). A command that declares
+    no ``inputs`` is a programming error (RuntimeError)."""
     declared = getattr(args, "inputs", None)
     if declared is None:
         raise RuntimeError(f"command {args.command!r} declares no inputs for the --out guard")
@@ -228,7 +236,12 @@ def check_outputs(args: argparse.Namespace) -> Path:
         if value is not None:
             check_trace_path(value, label)
             inputs.append(value)
-    return check_out(args.out, inputs)
+    target = check_out(args.out, inputs)
+    if getattr(args, "save_trace", None) is not None:
+        from spark_backend.cli.saved_trace import check_save_trace
+
+        check_save_trace(args.save_trace, target, inputs)
+    return target
 
 
 __all__ = [

@@ -9,5 +9,6 @@
 ``systems``         the cross-system section: one trace through the beam, flink and
                     spark profiles
 ``comparison``      the watermark strategy comparison on Spark
+``uncertainty``     the intervals over seeds and the bootstrap intervals over windows
 ==================  =============================================================
 """

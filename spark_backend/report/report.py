@@ -76,13 +76,17 @@ class Report:
         caption: str = "",
         formats: Mapping[str, Callable[[object], str]] | None = None,
         show_rows: int | None = None,
+        show_columns: Sequence[str] | None = None,
     ) -> None:
-        """A table, shown in the page (its first ``show_rows`` rows when given) and
-        written whole as ``<name>.csv``."""
+        """A table, shown in the page (its first ``show_rows`` rows and its
+        ``show_columns`` when given) and written whole as ``<name>.csv``."""
         lengths = {len(v) for v in table.values()}
         if len(lengths) > 1:
             raise ValueError(f"table {name!r}: columns have different lengths {sorted(lengths)}")
-        self._add(_Section("table", title, (name, table, formats or {}, show_rows), caption))
+        shown = table if show_columns is None else {c: table[c] for c in show_columns}
+        self._add(
+            _Section("table", title, (name, table, formats or {}, show_rows, shown), caption)
+        )
 
     def data(self, name: str, table: pa.Table) -> None:
         """A table written as ``<name>.parquet`` beside the page (not shown in it)."""
@@ -109,12 +113,12 @@ class Report:
                 if s.kind == "text":
                     parts.append(f"<p>{html.escape(str(s.body))}</p>")
                 elif s.kind == "table":
-                    name, table, formats, show_rows = s.body
+                    name, table, formats, show_rows, shown = s.body
                     write_csv(tmp / f"{name}.csv", table)
                     head = (
-                        table
+                        shown
                         if show_rows is None
-                        else {c: list(v)[:show_rows] for c, v in table.items()}
+                        else {c: list(v)[:show_rows] for c, v in shown.items()}
                     )
                     parts.append(_html_table(head, formats))
                     parts.append(

@@ -30,11 +30,17 @@ def _tokens(name: str) -> list[str]:
     return re.split(r"[_ :]+", name.lower())
 
 
+#: Statistics of a metric (its mean and interval bounds over seeds or resamples): the
+#: column has the metric's unit.
+_STATISTIC = re.compile(r"_(mean|ci_low|ci_high)$")
+
+
 def unit_errors_of_name(name: str) -> list[str]:
-    """A column without a unit suffix that names a time or a duration."""
+    """A column without a unit suffix that names a time or a duration (a statistic of
+    a metric, ``x_mean`` or ``x_ci_low``, judged by its metric ``x``)."""
     if name.endswith(("_us", "_utc", "_s")):
         return []
-    tokens = _tokens(name)
+    tokens = _tokens(_STATISTIC.sub("", name) or name)
     if tokens[-1] in _COUNTS or tokens[0] in _FLAGS or not _TIME_WORDS & set(tokens):
         return []
     return [f"{name}: a time or duration without _us, _utc or _s"]

@@ -188,6 +188,12 @@ BAD_OPTIONS: list[tuple[str, list[str], str]] = [
     ("analyze", ["--systems", "storm"], ""),
     ("analyze", ["--allowed-lateness", "-5s"], ""),
     ("analyze", ["--strict"], ""),  # t.csv has rows arriving at their event time: OK below
+    *[(c, ["--seeds", v], "--seeds") for c in ("simulate", "demo") for v in ("0", "-2")],
+    ("simulate-trace", ["--seeds", "2"], "--seeds"),
+    *[("analyze", ["--bootstrap", v], "--bootstrap") for v in ("0", "-1")],
+    ("demo", ["--save-trace", "out/t.parquet"], "inside --out"),
+    ("demo", ["--save-trace", "t.csv"], ".parquet"),
+    ("demo", ["--save-trace", "t.csv/x.parquet"], "--save-trace"),
 ]
 
 

@@ -13,18 +13,24 @@
                             periodic watermarks through the valve
 ``html``                    column tables as HTML: the results' ``_repr_html_``
                             (a notebook shows them as tables)
+``uncertainty``             means and t intervals over seeds (``over_seeds``), bootstrap
+                            intervals over windows (``bootstrap_windows``)
 ==========================  ===========================================================
 """
 
 from theory.experiments.systems import Comparison, Conventions, compare_systems
 from theory.experiments.tradeoff import DEFAULT_STRATEGIES, Strategy, TradeoffResult, tradeoff
+from theory.experiments.uncertainty import IntervalTable, bootstrap_windows, over_seeds
 
 __all__ = [
     "DEFAULT_STRATEGIES",
     "Comparison",
     "Conventions",
+    "IntervalTable",
     "Strategy",
     "TradeoffResult",
+    "bootstrap_windows",
     "compare_systems",
+    "over_seeds",
     "tradeoff",
 ]

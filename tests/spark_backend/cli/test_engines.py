@@ -22,6 +22,7 @@ from spark_backend.traces.generate import generate_trace_df
 from theory.data.generators import generate_trace
 from theory.data.io import write_trace
 from theory.experiments.first_panes import Firing
+from theory.experiments.uncertainty import bootstrap_windows
 
 SPECS = ["perfect", "perfect:oracle", "bounded:1s", "percentile:0.9", "percentile:0.75:hold"]
 
@@ -68,6 +69,9 @@ def test_local_tables_equal_spark(spark) -> None:
     assert any(n > 0 for n in eoi) and any(n < w for n, w in zip(eoi, windows, strict=True))
     assert on_spark.windows is not None and local.windows is not None
     assert window_table(on_spark.windows).equals(window_table(local.windows))
+    # so analyze --bootstrap, which resamples those rows on the driver, gives one table
+    assert bootstrap_windows(window_table(on_spark.windows), 50, 3, late_firings=True).columns \
+        == bootstrap_windows(window_table(local.windows), 50, 3, late_firings=True).columns
     assert on_spark.holdback is not None and local.holdback is not None
     pd.testing.assert_frame_equal(on_spark.holdback, local.holdback)
     pd.testing.assert_frame_equal(on_spark.whole.grid, local.whole.grid)
