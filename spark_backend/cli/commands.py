@@ -357,8 +357,8 @@ def _all_forms() -> tuple[str, ...]:
     return tuple(form for form, _ in SPEC_MEANINGS)
 
 
-#: The specs the comparison computes: every spec but ingress (which re-stamps event
-#: times); Spark the first five, the local engine every one.
+#: The specs the comparison computes, on both engines: every spec but ingress (which
+#: re-stamps event times).
 _COMPARED = (
     "perfect",
     "perfect:oracle",
@@ -379,8 +379,7 @@ def _add_spark_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--strategies",
         default=",".join(DEFAULT_STRATEGIES),
-        help="comma-separated source watermarks (--engine spark computes perfect, "
-        "perfect:oracle, bounded and percentile; the local engine every one): "
+        help="comma-separated source watermarks (both engines run every one): "
         + _strategy_help(_COMPARED),
     )
     p.add_argument("--window", default="2m", help="fixed window size, e.g. 2m, 30s, 500ms")
