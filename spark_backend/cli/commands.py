@@ -357,6 +357,16 @@ def _all_forms() -> tuple[str, ...]:
     return tuple(form for form, _ in SPEC_MEANINGS)
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults shown; lines wrapped at spaces only, so a spec such as
+    ``flink-bounded:<d>`` is never cut at its hyphen."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 #: The specs the comparison computes, on both engines: every spec but ingress (which
 #: re-stamps event times).
 _COMPARED = (
@@ -473,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
             name,
             help=(fn.__doc__ or "").strip(),
             description=(fn.__doc__ or "").strip(),
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            formatter_class=_HelpFormatter,
         )
         p.add_argument("--events", type=int, default=events, help="trace size (events)")
         p.add_argument("--seed", type=int, default=0, help="generator and simulator seed")
@@ -570,7 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
         "analyze",
         help=(cmd_analyze.__doc__ or "").strip(),
         description=_ANALYZE_DESCRIPTION,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     p.add_argument("trace", help="a Parquet or CSV file, or a directory of them")
     p.add_argument("--out", default="out/analyze", help="output directory (replaced atomically)")
