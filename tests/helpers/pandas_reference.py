@@ -131,6 +131,105 @@ def percentile(e: np.ndarray, a: np.ndarray, p: float, hold: bool) -> Curve:
     return _latched(times, values)
 
 
+def _partition_outputs(
+    e: np.ndarray, a: np.ndarray, d: int, idle: int, until: int
+) -> list[tuple[int, str, int]]:
+    """"Flink's idleness", one partition: at each timer ``k * 200 ms`` (rows arriving at
+    or before it read first), ``("IDLE", 0)``, ``("ACTIVE", 0)`` or ``("WM", w)`` (Flink's
+    convention) in order, as ``(time, kind, value)``."""
+    out: list[tuple[int, str, int]] = []
+    seen: int | None = None
+    current = MIN_TS  # the last watermark emitted
+    out_idle = idle_now = False
+    read_since = False
+    inactive_since: int | None = None
+    i = 0
+    for t in range(FLINK_INTERVAL, until + 1, FLINK_INTERVAL):
+        while i < a.size and a[i] <= t:
+            seen = int(e[i]) if seen is None else max(seen, int(e[i]))
+            read_since, idle_now = True, False
+            i += 1
+        if read_since:
+            read_since, inactive_since, now_idle = False, None, False
+        elif inactive_since is None:
+            inactive_since, now_idle = t, False
+        else:
+            now_idle = t - inactive_since > idle
+        if now_idle:
+            if not idle_now:
+                idle_now = True
+                if not out_idle:
+                    out_idle = True
+                    out.append((t, "IDLE", 0))
+            continue
+        w = MIN_TS if seen is None else max(MIN_TS, seen - d - 1)
+        if w > current:
+            current = w
+            if out_idle:
+                out_idle = False
+                out.append((t, "ACTIVE", 0))
+            out.append((t, "WM", w))
+    return out
+
+
+def flink_idle(e: np.ndarray, a: np.ndarray, p: np.ndarray, d: int, idle: int) -> Curve:
+    """"Flink's idleness": each partition's outputs through the valve, in order of time
+    then partition; the valve's watermarks plus one (the core convention), the last at a
+    time kept."""
+    until = max(FLINK_INTERVAL, -(-int(a.max()) // FLINK_INTERVAL) * FLINK_INTERVAL)
+    parts = np.unique(p)
+    events = []
+    for c, q in enumerate(parts.tolist()):
+        mine = np.flatnonzero(p == q)
+        order = mine[np.argsort(a[mine], kind="stable")]
+        for n, (t, kind, v) in enumerate(_partition_outputs(e[order], a[order], d, idle, until)):
+            events.append((t, c, n, kind, v))
+    events.sort()
+    wm = [MIN_TS] * parts.size
+    active = [True] * parts.size
+    aligned = set(range(parts.size))
+    last, valve_idle, top = MIN_TS, False, MIN_TS
+    emitted: dict[int, int] = {}
+
+    def emit(t: int, w: int) -> None:
+        emitted[t] = w if w <= MIN_TS else min(w, MAX_TS - 1) + 1
+
+    for t, c, _, kind, v in events:
+        if kind == "WM":
+            if valve_idle or not active[c] or v <= wm[c]:
+                continue
+            wm[c] = v
+            top = max(top, v)
+            if c not in aligned and v >= last:
+                aligned.add(c)
+            low = min((wm[x] for x in aligned), default=None)
+            if low is not None and low > last:
+                last = low
+                emit(t, low)
+        elif kind == "IDLE" and active[c]:
+            active[c] = False
+            aligned.discard(c)
+            held = wm[c] == last
+            if not any(active):
+                if held and top > last:
+                    last = top
+                    emit(t, top)
+                valve_idle = True
+            elif held:
+                low = min((wm[x] for x in aligned), default=None)
+                if low is not None and low > last:
+                    last = low
+                    emit(t, low)
+        elif kind == "ACTIVE" and not active[c]:
+            active[c] = True
+            if wm[c] >= last:
+                aligned.add(c)
+            valve_idle = False
+    times = sorted(emitted)
+    return Curve(np.asarray(times, dtype=np.int64),
+                 np.asarray([emitted[x] for x in times], dtype=np.int64))
+
+
 def curve_of(spec: str, e: np.ndarray, a: np.ndarray, p: np.ndarray) -> Curve:
     """The source watermark a spec names (the table of "Source watermarks")."""
     name, _, arg = spec.partition(":")
@@ -144,6 +243,9 @@ def curve_of(spec: str, e: np.ndarray, a: np.ndarray, p: np.ndarray) -> Curve:
         return bounded(e, a, _duration(arg))
     if name == "flink-bounded" and ":idle=" not in arg:
         return bounded(e, a, _duration(arg), flink=True)
+    if name == "flink-bounded":
+        bound, _, idle = arg.partition(":idle=")
+        return flink_idle(e, a, p, _duration(bound), _duration(idle))
     if spec == "dynamic":
         return dynamic(e, a, p, None)
     if name == "dynamic":

@@ -26,7 +26,8 @@ from theory.experiments.first_panes import FIRE_ONCE, Firing
 #: Every kind of source watermark a comparison runs.
 SPECS = [
     "perfect", "perfect:oracle", "static", "bounded:20ms", "flink-bounded:20ms", "dynamic",
-    "dynamic:idle=60ms", "percentile:0.9", "percentile:0.5:hold",
+    "dynamic:idle=60ms", "flink-bounded:20ms:idle=100ms", "percentile:0.9",
+    "percentile:0.5:hold",
 ]
 WINDOW = 50_000  # µs
 
