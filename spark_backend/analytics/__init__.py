@@ -28,6 +28,9 @@ with a step per unique arrival time ``t``, the value after every element arrivin
   arrival_time}``, or the perfect watermark where it is empty, latched; its curve also
   steps at event times. ``percentile:<p>:hold`` has no fallback. Exact, no sketch: per
   bucket a wavelet-matrix order-statistics scan (:mod:`theory.wavelet`).
+- ``static`` (= ``perfect``) and ``flink-bounded:<d>`` (Flink's bounded watermark
+  converted) per bucket too; ``dynamic[:idle=<d>]`` and ``flink-bounded:<d>:idle=<t>``
+  in one pass over the whole trace (``sequential``).
 
 An element is *late* under a strategy when ``event_time < W.before(arrival_time)``, the
 watermark just before it arrived (:meth:`theory.series.StepSeries.before`).
@@ -38,9 +41,10 @@ Small results come back as pandas DataFrames (µs, counts); curves as Spark Data
 The package, one idea a module (import the public names from here):
 
 ==============  ===================================================================
-``strategies``  ``Strategy``, ``parse_strategy``: the specs Spark computes
+``strategies``  ``Strategy``, ``parse_strategy``: the specs, and how Spark computes each
 ``layout``      ``prepare``, ``ArrivalLayout``: bucket planning, the one shuffle, carries
 ``passes``      the Python pass over the buckets and the table it yields
+``sequential``  the strategies computed in one pass over the whole trace
 ``analysis``    ``analyze``, ``WatermarkAnalysis``: late counts, curves, values at times
 ``windows``     fixed windows fired by each watermark: completeness, latency
 ``holdback``    ``holdback``: which partition or key holds the perfect watermark back

@@ -31,8 +31,10 @@ from spark_backend.analytics.passes import (
     KIND_LATE,
     KIND_MAX,
     KIND_PCT,
+    KIND_SEQ,
     run_pass,
 )
+from spark_backend.analytics.sequential import run_sequential
 from spark_backend.analytics.strategies import Strategy, parse_strategies
 from theory.columns import as_int, int_column
 from theory.experiments.first_panes import FIRE_ONCE, Firing
@@ -86,8 +88,9 @@ class WatermarkAnalysis:
         """The curves: ``processing_time`` (µs) and one column per strategy, named by its
         spec, holding the watermark there (µs). Perfect and bounded strategies have a
         value at every unique arrival time; a percentile strategy has its own rows, at
-        the times where it may change (every change is among them), and is null in the
-        other rows. Names hold ``:`` and ``.``: select them with backticks
+        the times where it may change (every change is among them), and so has one
+        computed in one pass (:mod:`spark_backend.analytics.sequential`), at its steps;
+        each is null in the other rows. Names hold ``:`` and ``.``: select them with backticks
         (``F.col("`percentile:0.9`")``). Rows come in no particular order."""
         if self._persisted is not None:
             return self._persisted
@@ -101,7 +104,7 @@ class WatermarkAnalysis:
                 )
                 v = F.when(v.isNotNull(), F.greatest(v, carry))
             cols.append(v.alias(s.name))
-        return self.table.where(F.col("kind").isin(KIND_CURVE, KIND_PCT)).select(*cols)
+        return self.table.where(F.col("kind").isin(KIND_CURVE, KIND_PCT, KIND_SEQ)).select(*cols)
 
     def curve(self, name: str) -> StepSeries:
         """One strategy's curve collected (Arrow) into a :class:`StepSeries`: a step per
@@ -251,7 +254,11 @@ def analyze(
     if need_rep and layout.buckets > 1 and not layout.backlog:
         raise ValueError("percentile strategies need a layout prepared with backlog=True")
     carries = layout.carries()
-    table = run_pass(layout, parsed, carries).persist(storage)
+    table = run_pass(layout, parsed, carries)
+    whole = run_sequential(layout.source, parsed)  # the strategies computed in one pass
+    if whole is not None:
+        table = table.unionByName(whole)
+    table = table.persist(storage)
     small = to_pandas(table.where(F.col("kind").isin(KIND_LATE, KIND_MAX, KIND_CAND)))
     late = _combine(small, parsed, carries)
     table_late = pd.DataFrame(

@@ -8,7 +8,7 @@ is one table of rows ``(kind, bucket, t, v0..)`` (``v<i>`` for strategy ``i``), 
 
 0. :data:`KIND_CURVE`, a curve step of the perfect and bounded strategies: an arrival
    time ``t`` and ``v<i>``, the watermark of strategy i there (final: their carries are
-   known before the pass); percentile columns are null;
+   known before the pass); percentile and sequential columns are null;
 1. :data:`KIND_LATE`, per bucket: ``v<i>`` the elements late under strategy i
    (percentile: within the bucket);
 2. :data:`KIND_MAX`, per bucket: ``v<i>`` the bucket's largest percentile value (for the
@@ -17,7 +17,12 @@ is one table of rows ``(kind, bucket, t, v0..)`` (``v<i>`` for strategy ``i``), 
    value just before its arrival within the bucket (it is late iff
    ``t < max(v<i>, carry)``);
 5. :data:`KIND_PCT`, a change of a percentile curve latched within the bucket: ``t`` and
-   ``v<i>`` (the final curve is ``max(v<i>, carry)``; every change of it is among these).
+   ``v<i>`` (the final curve is ``max(v<i>, carry)``; every change of it is among these);
+6. :data:`KIND_SEQ`, a step of a strategy computed over the whole trace in one task
+   (:mod:`spark_backend.analytics.sequential`): ``t`` and ``v<i>``, final.
+
+The strategies computed in one pass (:func:`~spark_backend.analytics.strategies.
+is_sequential`) have no rows here but zero late counts and MIN_TIMESTAMP maxima.
 """
 
 from __future__ import annotations
@@ -34,18 +39,22 @@ from pyspark.sql import types as T
 
 from spark_backend.analytics.frames import concat_batches
 from spark_backend.analytics.layout import ArrivalLayout
-from spark_backend.analytics.strategies import Strategy
+from spark_backend.analytics.strategies import Strategy, bucket_spec, is_sequential
 from theory.time import MIN_TIMESTAMP
 from theory.watermarks.bucket_curves import BucketCurves, bucket_curves
 from theory.watermarks.buckets import BucketCarry
 
-__all__ = ["KIND_CAND", "KIND_CURVE", "KIND_LATE", "KIND_MAX", "KIND_PCT", "run_pass"]
+__all__ = [
+    "KIND_CAND", "KIND_CURVE", "KIND_LATE", "KIND_MAX", "KIND_PCT", "KIND_SEQ", "run_pass",
+    "table_schema",
+]
 
 KIND_CURVE: Final[int] = 0
 KIND_LATE: Final[int] = 1
 KIND_MAX: Final[int] = 2
 KIND_CAND: Final[int] = 3
 KIND_PCT: Final[int] = 5
+KIND_SEQ: Final[int] = 6
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -60,7 +69,10 @@ def run_pass(
     analyze` runs it once and keeps it): the table of the module docstring."""
     strategies = list(strategies)
     pct = [i for i, s in enumerate(strategies) if s.kind == "percentile"]
+    here = [i for i, s in enumerate(strategies) if not is_sequential(s)]
+    kernel = [bucket_spec(strategies[i]) for i in here]
     names = ["kind", "bucket", "t"] + [f"v{i}" for i in range(len(strategies))]
+    null = [i for i in range(len(strategies)) if i in pct or i not in here]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         t = concat_batches(batches)
@@ -68,15 +80,41 @@ def run_pass(
             return
         j = _partition_id()
         a, e, ra, re_ = _bucket_rows(t, j, carries[j], with_replicas=bool(pct))
-        r = bucket_curves(a, e, ra, re_, strategies, carries[j])
-        if len(pct) < len(strategies):  # the final perfect and bounded curves
-            yield _curve_batch(j, r, pct, names)
+        carry = carries[j]
+        own = BucketCarry(
+            carry.perfect_after, carry.max_before, carry.lo, carry.hi,
+            {here.index(i): v for i, v in carry.latched.items() if i in here},
+        )
+        r = _spread(bucket_curves(a, e, ra, re_, kernel, own), here, len(strategies))
+        if len(null) < len(strategies):  # the final perfect and bounded curves
+            yield _curve_batch(j, r, null, names)
         yield _rows_batch(j, _summary_blocks(r, pct), names)
 
     src = layout.df
     if not pct:
         src = src.where(~F.col("replica"))
-    return src.select("arrival_time", "event_time").mapInArrow(run, _table_schema(names))
+    return src.select("arrival_time", "event_time").mapInArrow(run, table_schema(names))
+
+
+def _spread(r: BucketCurves, here: list[int], n: int) -> BucketCurves:
+    """The kernel's results for strategies ``here`` placed at their indices among ``n``;
+    the others (computed in one pass) with no curve, no late element and no maximum."""
+    out = BucketCurves(r.times, extra=r.extra)
+    for i in range(n):
+        if i in here:
+            k = here.index(i)
+            out.values.append(r.values[k])
+            out.late.append(r.late[k])
+            out.local_max.append(r.local_max[k])
+            if k in r.extra_values:
+                out.extra_values[i] = r.extra_values[k]
+            if k in r.candidates:
+                out.candidates[i] = r.candidates[k]
+        else:
+            out.values.append(_EMPTY)
+            out.late.append(0)
+            out.local_max.append(MIN_TIMESTAMP)
+    return out
 
 
 def _partition_id() -> int:
@@ -111,14 +149,15 @@ def _bucket_rows(
     return a, e, a_all[rep], e_all[rep]
 
 
-def _curve_batch(j: int, r: BucketCurves, pct: list[int], names: list[str]) -> pa.RecordBatch:
-    """The ``KIND_CURVE`` rows: every perfect and bounded curve at every arrival time."""
+def _curve_batch(j: int, r: BucketCurves, null: list[int], names: list[str]) -> pa.RecordBatch:
+    """The ``KIND_CURVE`` rows: every perfect and bounded curve at every arrival time
+    (the strategies ``null`` null)."""
     g = r.times.size
     arrays = [
         pa.array(np.full(g, KIND_CURVE, dtype=np.int32)),
         pa.array(np.full(g, j, dtype=np.int32)),
         pa.array(r.times),
-    ] + [pa.nulls(g, pa.int64()) if i in pct else pa.array(v) for i, v in enumerate(r.values)]
+    ] + [pa.nulls(g, pa.int64()) if i in null else pa.array(v) for i, v in enumerate(r.values)]
     return pa.record_batch(arrays, names=names)
 
 
@@ -177,7 +216,8 @@ def _rows_batch(bucket: int, blocks: Sequence[_Block], names: list[str]) -> pa.R
     return pa.record_batch(arrays, names=names)
 
 
-def _table_schema(names: list[str]) -> T.StructType:
+def table_schema(names: list[str]) -> T.StructType:
+    """The pass table's schema: ``kind``, ``bucket``, ``t`` and the nullable ``v<i>``."""
     fields = [
         T.StructField("kind", T.IntegerType(), False),
         T.StructField("bucket", T.IntegerType(), False),

@@ -1,7 +1,12 @@
 """Strategy specs, parsed by theory's grammar so a spec means the same on every path:
-Spark computes ``perfect``, ``perfect:oracle``, ``bounded:<duration>``, ``percentile:<p>``
-and ``percentile:<p>:hold``; the local engine every source watermark
-(:func:`parse_strategies`)."""
+both engines run every source watermark a comparison can run (:func:`parse_strategies`).
+
+On Spark, :func:`bucket_spec` says how: ``perfect``, ``perfect:oracle``, ``static`` (equal
+to ``perfect``), ``bounded:<d>``, ``flink-bounded:<d>`` and ``percentile:<p>[:hold]`` in
+the parallel scan over arrival-time buckets; ``dynamic[:idle=<d>]`` and
+``flink-bounded:<d>:idle=<t>`` (:func:`is_sequential`: each partition's state meets the
+others' at every step, and idleness depends on the whole past) in one pass over the
+whole trace in one task (:mod:`spark_backend.analytics.sequential`)."""
 
 from __future__ import annotations
 
@@ -11,16 +16,20 @@ from dataclasses import dataclass
 from theory.watermarks.spec import make_source_watermark
 
 __all__ = [
-    "NOT_COMPARED", "SPARK_KINDS", "Strategy", "parse_any", "parse_strategies", "parse_strategy",
+    "NOT_COMPARED", "SPARK_KINDS", "Strategy", "bucket_spec", "is_sequential", "parse_any",
+    "parse_strategies", "parse_strategy",
 ]
 
 
 @dataclass(frozen=True)
 class Strategy:
-    """A parsed strategy spec: ``kind`` is perfect, oracle, bounded or percentile.
+    """A parsed strategy spec: ``kind`` is a kind of
+    :class:`theory.watermarks.spec.SourceWatermarkSpec` (perfect, oracle, static,
+    bounded, flink-bounded, dynamic, percentile).
 
-    ``bound`` is µs (bounded); ``p`` and ``fallback`` (``"perfect"`` or ``"hold"``) are
-    the percentile's. It is a :class:`theory.watermarks.bucket_curves.CurveSpec`.
+    ``bound`` is µs (bounded, flink-bounded); ``idle_timeout`` µs or None (flink-bounded,
+    dynamic); ``p`` and ``fallback`` (``"perfect"`` or ``"hold"``) are the percentile's.
+    :func:`bucket_spec` of it is a :class:`theory.watermarks.bucket_curves.CurveSpec`.
     """
 
     name: str
@@ -28,6 +37,7 @@ class Strategy:
     bound: int = 0
     p: float = 1.0
     fallback: str = "perfect"
+    idle_timeout: int | None = None
 
     @property
     def hold(self) -> bool:
@@ -62,7 +72,8 @@ def parse_strategy(spec: str | Strategy) -> Strategy:
     )
 
 
-#: The kinds Spark's bucketed curves compute (:mod:`theory.watermarks.bucket_curves`).
+#: The kinds the local engine computes with the bucket kernel on one bucket
+#: (:mod:`theory.watermarks.bucket_curves`); the others with theory's generators.
 SPARK_KINDS = ("perfect", "oracle", "bounded", "percentile")
 
 #: The specs no comparison of a trace's event times runs, and why.
@@ -84,27 +95,37 @@ def parse_any(spec: str | Strategy) -> Strategy:
     if parsed.kind in NOT_COMPARED:
         why = NOT_COMPARED[parsed.kind]
         raise ValueError(f"strategy {spec.strip()!r} cannot be compared: {why}")
-    return Strategy(spec.strip(), parsed.kind, bound=parsed.bound or 0)
+    return Strategy(
+        spec.strip(), parsed.kind, bound=parsed.bound or 0, idle_timeout=parsed.idle_timeout
+    )
+
+
+def is_sequential(s: Strategy) -> bool:
+    """Whether Spark computes ``s`` in one pass over the whole trace (``dynamic``,
+    ``dynamic:idle=<d>``, ``flink-bounded:<d>:idle=<t>``) rather than per bucket."""
+    return s.kind == "dynamic" or (s.kind == "flink-bounded" and s.idle_timeout is not None)
+
+
+def bucket_spec(s: Strategy) -> Strategy:
+    """What the bucket kernel computes for ``s`` (not :func:`is_sequential`): ``static``
+    as ``perfect`` (docs/semantics.md: the least unread event time over a static set of
+    partitions is the perfect watermark), the others as they are."""
+    if is_sequential(s):
+        raise ValueError(f"strategy {s.name!r} is computed in one pass, not per bucket")
+    return Strategy(s.name, "perfect") if s.kind == "static" else s
 
 
 def parse_strategies(
     specs: Sequence[str | Strategy], engine: str = "spark"
 ) -> tuple[Strategy, ...]:
-    """Every spec parsed (:func:`parse_any`) for ``engine``: ``spark`` computes the
-    :data:`SPARK_KINDS` only (:func:`parse_strategy`), ``local`` every spec.
-    ``ValueError`` for none, for a repeated name (names key the results), or for a
-    strategy the engine cannot run (naming it and the engine that can)."""
+    """Every spec parsed (:func:`parse_any`); both engines (``spark``, ``local``) run
+    every one. ``ValueError`` for none, for a repeated name (names key the results), or
+    a bad engine."""
     if isinstance(specs, str):
         raise TypeError(f"strategies must be a sequence of specs, not one string: {specs!r}")
+    if engine not in ("spark", "local"):
+        raise ValueError(f"engine must be 'spark' or 'local', got {engine!r}")
     parsed = tuple(parse_any(s) for s in specs)
-    if engine == "spark":
-        for s in parsed:
-            if s.kind not in SPARK_KINDS:
-                raise ValueError(
-                    f"strategy {s.name!r} cannot run on --engine spark, which computes "
-                    "perfect, perfect:oracle, bounded:<duration> and percentile:<p>[:hold]; "
-                    "--engine local runs every source watermark"
-                )
     if not parsed:
         raise ValueError("no strategies given")
     names = [s.name for s in parsed]

@@ -428,8 +428,18 @@ def _all_forms() -> tuple[str, ...]:
     return tuple(form for form, _ in SPEC_MEANINGS)
 
 
-#: The specs the comparison computes: every spec but ingress (which re-stamps event
-#: times); Spark the first five, the local engine every one.
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults shown; lines wrapped at spaces only, so a spec such as
+    ``flink-bounded:<d>`` is never cut at its hyphen."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+#: The specs the comparison computes, on both engines: every spec but ingress (which
+#: re-stamps event times).
 _COMPARED = (
     "perfect",
     "perfect:oracle",
@@ -450,8 +460,7 @@ def _add_spark_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--strategies",
         default=",".join(DEFAULT_STRATEGIES),
-        help="comma-separated source watermarks (--engine spark computes perfect, "
-        "perfect:oracle, bounded and percentile; the local engine every one): "
+        help="comma-separated source watermarks (both engines run every one): "
         + _strategy_help(_COMPARED),
     )
     p.add_argument("--window", default="2m", help="fixed window size, e.g. 2m, 30s, 500ms")
@@ -545,7 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
             name,
             help=(fn.__doc__ or "").strip(),
             description=(fn.__doc__ or "").strip(),
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            formatter_class=_HelpFormatter,
         )
         p.add_argument("--events", type=int, default=events, help="trace size (events)")
         p.add_argument("--seed", type=int, default=0, help="generator and simulator seed")
@@ -661,7 +670,7 @@ def build_parser() -> argparse.ArgumentParser:
         "analyze",
         help=(cmd_analyze.__doc__ or "").strip(),
         description=_ANALYZE_DESCRIPTION,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     p.add_argument("trace", help="a Parquet or CSV file, or a directory of them")
     p.add_argument("--out", default="out/analyze", help="output directory (replaced atomically)")

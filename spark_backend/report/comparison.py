@@ -149,11 +149,13 @@ def compare(
     step: Callable[[str], None] | None = None,
     firing: Firing = FIRE_ONCE,
     include_end_of_input: bool = False,
+    views: bool = True,
 ) -> Comparison:
     """Compare ``strategies`` on the trace ``df`` with fixed windows of ``window_size`` µs
     fired as ``firing`` says (lateness, late firings, timestamp combiner); ``zoom`` is
     the span (µs) of the zoomed view. The latency percentiles leave out the windows fired
-    by the end of input unless ``include_end_of_input``.
+    by the end of input unless ``include_end_of_input``. Without ``views`` only the
+    tables are computed: the views are empty and there is no holdback.
 
     ``step(label)`` is called after each Spark stage (progress). Raises ValueError for a
     bad strategy spec, duplicate names, a bad window size or an empty trace.
@@ -176,19 +178,24 @@ def compare(
             include_end_of_input=include_end_of_input, per_window=per_window,
         )
         done("late data, completeness and latency")
-        LOG.info("sampling the curves and about %d elements", sample_elements)
         lo, hi = layout.first_arrival, layout.last_arrival
-        frac = sample_elements / layout.rows
-        whole = _view(an, lo, hi, grid_points, frac, seed)
-        arrivals = whole.elements["arrival_time"].to_numpy()
-        z_lo, z_hi = zoom_span(arrivals, lo, hi, zoom)
-        expected = np.count_nonzero((arrivals >= z_lo) & (arrivals <= z_hi)) / max(frac, 1e-12)
-        zoomed = _view(an, z_lo, z_hi, grid_points, sample_elements / max(expected, 1.0), seed)
-        done("curves and element samples")
+        if views:
+            LOG.info("sampling the curves and about %d elements", sample_elements)
+            frac = sample_elements / layout.rows
+            whole = _view(an, lo, hi, grid_points, frac, seed)
+            arrivals = whole.elements["arrival_time"].to_numpy()
+            z_lo, z_hi = zoom_span(arrivals, lo, hi, zoom)
+            expected = np.count_nonzero((arrivals >= z_lo) & (arrivals <= z_hi)) / max(
+                frac, 1e-12)
+            zoomed = _view(
+                an, z_lo, z_hi, grid_points, sample_elements / max(expected, 1.0), seed)
+            done("curves and element samples")
+        else:
+            whole = zoomed = View((lo, hi), pd.DataFrame(), pd.DataFrame())
         LOG.info("the source lag of %d strategies (exact)", len(specs))
         lags = [source_lags(curves[s], lo, hi) for s in specs]
         hb = None
-        if holder is not None:
+        if holder is not None and views:
             LOG.info("which partition holds the watermark back")
             hb = holdback(layout, holder)
             done("partition skew")

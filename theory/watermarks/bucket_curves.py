@@ -9,7 +9,8 @@ of :mod:`theory.watermarks` do on the same rows:
 - ``perfect``: the minimum event time arriving after ``t``, capped at ``t``
   (:func:`perfect_curve`); ``oracle``: uncapped (:func:`perfect_oracle_curve`);
 - ``bounded``: the maximum event time seen minus ``bound``, at least MIN_TIMESTAMP
-  (:func:`bounded_out_of_orderness_curve`);
+  (:func:`bounded_out_of_orderness_curve`); ``flink-bounded``: Flink's ``max - bound - 1``
+  converted to the core convention (MIN_TIMESTAMP where Flink's is at or below it);
 - ``percentile``: :func:`percentile_source_curve`, evaluated also at the activation
   (event) times inside the bucket (:class:`~theory.watermarks.backlog.SourceBacklog`)
   and latched. Its latch needs the value before the bucket, known only once every
@@ -44,7 +45,8 @@ _EMPTY = np.empty(0, dtype=np.int64)
 
 class CurveSpec(Protocol):
     """A strategy :func:`bucket_curves` computes: ``kind`` ``perfect``, ``oracle``, ``bounded``
-    (``bound`` µs) or ``percentile`` (``p``; ``hold``: no perfect fallback), as
+    or ``flink-bounded`` (``bound`` µs) or ``percentile`` (``p``; ``hold``: no perfect
+    fallback), as
     :class:`theory.watermarks.spec.SourceWatermarkSpec` has them."""
 
     @property
@@ -131,7 +133,8 @@ def bucket_curves(
             if s.kind == "perfect":
                 at_end = np.minimum(at_end, bucket.times)
         else:
-            at_end, at_start = _bounded(bucket, s.bound, carry.max_before)
+            flink = s.kind == "flink-bounded"
+            at_end, at_start = _bounded(bucket, s.bound, carry.max_before, flink)
         out.values.append(at_end)
         out.late.append(_late(bucket.event_time, bucket.before_each_row(at_start)))
         out.local_max.append(MIN_TIMESTAMP)
@@ -142,13 +145,13 @@ def _checked(s: CurveSpec, i: int) -> _Spec:
     """A strategy's fields, checked (``ValueError`` names strategy ``i``)."""
     if s.kind in ("perfect", "oracle"):
         return _Spec(s.kind, 0, 1.0, False)
-    if s.kind == "bounded" and s.bound is not None:
-        return _Spec("bounded", check_duration(s.bound, f"strategies[{i}].bound"), 1.0, False)
+    if s.kind in ("bounded", "flink-bounded") and s.bound is not None:
+        return _Spec(s.kind, check_duration(s.bound, f"strategies[{i}].bound"), 1.0, False)
     if s.kind == "percentile" and s.p is not None:
         return _Spec("percentile", 0, check_p(s.p), bool(s.hold))
     raise ValueError(
-        f"strategies[{i}] must be perfect, oracle, bounded (with a bound) or percentile "
-        "(with a p), "
+        f"strategies[{i}] must be perfect, oracle, bounded or flink-bounded (with a bound) "
+        "or percentile (with a p), "
         f"got kind {s.kind!r}"
     )
 
@@ -158,15 +161,26 @@ def _late(e: np.ndarray, before: np.ndarray) -> int:
     return int(np.count_nonzero(e < before))
 
 
-def _bounded(bucket: SortedBucket, bound: int, max_before: int) -> tuple[np.ndarray, np.ndarray]:
+def _bounded(
+    bucket: SortedBucket, bound: int, max_before: int, flink: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """The bounded curve after and before each arrival time: the running maximum event
-    time (from the earlier buckets' ``max_before``) minus ``bound``."""
+    time (from the earlier buckets' ``max_before``) minus ``bound``; with ``flink``,
+    Flink's ``max - bound - 1`` converted (``+ 1``, MIN_TIMESTAMP at or below it)."""
     e = bucket.event_time
     seen = np.empty(e.size + 1, dtype=np.int64)  # max event time of the first i rows
     seen[0] = max_before
     if e.size:
         np.maximum.accumulate(np.maximum(e, max_before), out=seen[1:])
-    return minus_clamped(seen[bucket.ends], bound), minus_clamped(seen[bucket.starts], bound)
+    if not flink:
+        return minus_clamped(seen[bucket.ends], bound), minus_clamped(seen[bucket.starts], bound)
+    return _flink_core(seen[bucket.ends], bound), _flink_core(seen[bucket.starts], bound)
+
+
+def _flink_core(seen: np.ndarray, bound: int) -> np.ndarray:
+    """Flink's bounded watermark ``seen - bound - 1`` (clamped) in the core convention."""
+    w = minus_clamped(seen, bound + 1)
+    return np.where(w <= MIN_TIMESTAMP, MIN_TIMESTAMP, w + 1)
 
 
 def _add_percentile(

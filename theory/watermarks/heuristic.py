@@ -1,5 +1,5 @@
 """Heuristic source watermarks (µs): bounded out-of-orderness and a dynamic set of
-time-ordered partitions (docs/semantics.md, "Source watermarks").
+partitions (docs/semantics.md, "Source watermarks").
 
 A heuristic watermark is an estimate: data can arrive below it, and is then late. Each
 has a vectorised ``*_curve`` and an incremental generator (:class:`LatchedWatermark`)
@@ -150,11 +150,13 @@ def dynamic_partitions_curve(
     *,
     idle_timeout: int | None = None,
 ) -> StepSeries:
-    """Heuristic over a dynamic set of time-ordered logs (all µs).
+    """Heuristic over a dynamic set of partitions (all µs).
 
-    Computed after each element: the minimum, over the partitions seen so far, of the
-    event time of the latest element read from each. A partition that appears later with
-    older data is not covered by the watermark, so its data is late.
+    Computed after each arrival time: the minimum, over the partitions seen so far, of
+    the largest event time read from each (on a time-ordered log, its latest element's;
+    the largest does not depend on the order of rows arriving together). A partition
+    that appears later with older data is not covered by the watermark, so its data is
+    late.
 
     With ``idle_timeout``: a partition whose latest element arrived at ``a`` is idle at
     processing times ``t > a + idle_timeout`` (from ``a + idle_timeout + 1``) and left out
@@ -183,11 +185,25 @@ def dynamic_partitions_curve(
         slot_t, lo, hi = _slots_without_expiry(a_s, po, same)
     else:
         slot_t, lo, hi = _slots_with_expiry(a_s, po, same, timeout)
-    computed = cover_min(lo, hi, e_s[po], slot_t.size)
+    computed = cover_min(lo, hi, _running_max_by_group(e_s[po], same), slot_t.size)
     computed[computed == COVER_EMPTY] = MIN_TIMESTAMP  # all idle: stays put
-    latched = np.maximum.accumulate(computed)
-    last = group_last(slot_t)
-    return StepSeries(slot_t[last], latched[last], MIN_TIMESTAMP)
+    last = group_last(slot_t)  # computed after every row of a time, then latched
+    return StepSeries(slot_t[last], np.maximum.accumulate(computed[last]), MIN_TIMESTAMP)
+
+
+def _running_max_by_group(values: np.ndarray, same: np.ndarray) -> np.ndarray:
+    """The running maximum of ``values`` within each run of a grouped array (``same[j]``:
+    entry ``j + 1`` is in entry ``j``'s group). Exact on int64: the maximum is taken over
+    dense ranks offset by the group number, so groups never mix."""
+    n = values.size
+    if n == 0:
+        return values.copy()
+    distinct, rank = np.unique(values, return_inverse=True)
+    group = np.zeros(n, dtype=np.int64)
+    group[1:] = np.cumsum(~same[:-1])
+    key = group * n + rank.reshape(-1)
+    np.maximum.accumulate(key, out=key)
+    return distinct[key - group * n]
 
 
 def _slots_without_expiry(
@@ -238,8 +254,11 @@ def _slots_with_expiry(
 class DynamicPartitionsWatermark(LatchedWatermark):
     """Incremental :func:`dynamic_partitions_curve` (``idle_timeout`` in µs, >= 0, or None).
 
-    Each active partition holds a :class:`~theory.structures.Frontier` at the event time
-    of its latest element; the watermark is the frontier. Partitions may appear at any
+    Each active partition holds a :class:`~theory.structures.Frontier` at the largest
+    event time read from it; the watermark is the frontier, latched once per arrival
+    time: while rows of one arrival time are read, :meth:`current` is the latch of the
+    value before that time with the frontier so far (it may fall back within the time),
+    and after its last row it is the curve's value there. Partitions may appear at any
     time. ``advance_to(t)`` applies the idle expiries up to ``t``, recomputing at each
     expiry instant (the vectorised curve steps there too).
     """
@@ -250,27 +269,34 @@ class DynamicPartitionsWatermark(LatchedWatermark):
             None if idle_timeout is None else check_duration(idle_timeout, "idle_timeout")
         )
         self._holds = Frontier()
-        self._latest: dict[int, int] = {}  # active partition -> its hold (latest event time)
+        self._latest: dict[int, int] = {}  # active partition -> its hold (largest event time)
+        self._largest: dict[int, int] = {}  # partition -> largest event time read from it
         self._arrived: dict[int, int] = {}  # partition -> its latest arrival
         self._expiries: list[tuple[int, int]] = []  # (instant, partition); stale ones skipped
         self._now: int | None = None  # latest processing time already computed at
+        self._base: tuple[int, int, int] | None = None  # (time, value, regressions) before it
 
     def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
         e = check_timestamp(event_time, "event_time")
         a = self._check_arrival(arrival_time)
         part = int(partition)
         self._expire(a - 1, evaluate=True)  # idle instants before ``a`` come first
+        if self._base is None or self._base[0] != a:
+            self._base = (a, self._value, self.regressions)
         old = self._latest.get(part)
+        hold = max(e, self._largest.get(part, e))
+        self._largest[part] = hold
         if old is None:
-            self._holds.add(e)
+            self._holds.add(hold)
         else:
-            self._holds.move(old, e)
-        self._latest[part] = e
+            self._holds.move(old, hold)
+        self._latest[part] = hold
         self._arrived[part] = a
         if self.idle_timeout is not None and a + self.idle_timeout + 1 <= MAX_TIMESTAMP:
             heapq.heappush(self._expiries, (a + self.idle_timeout + 1, part))
         self._expire(a, evaluate=False)  # idle from ``a`` on: out of the value at ``a``
         self._now = a
+        _, self._value, self.regressions = self._base  # latched once per arrival time
         self._latch(self._holds.min())  # ``part`` holds: never empty
 
     def _on_advance(self, t: int) -> None:

@@ -1,5 +1,5 @@
 """Perfect source watermarks (µs): ingress timestamping, the perfect watermark of a
-finite trace (and its uncapped oracle), and a static set of time-ordered partitions.
+finite trace (and its uncapped oracle), and a static set of partitions.
 
 A perfect watermark is never passed by data: no element arrives with an event time
 below the watermark at its arrival (docs/semantics.md, "Source watermarks"). It knows every
@@ -208,83 +208,64 @@ class PerfectWatermark(LatchedWatermark):
 
 
 def _partition_logs(e_s: np.ndarray, p_s: np.ndarray) -> dict[int, np.ndarray]:
-    """Per-partition event times in arrival order; raise if one is not time-ordered."""
+    """Per-partition event times in arrival order (the partitions' logs)."""
     if p_s.size == 0:
         return {}
     po = stable_argsort_int(p_s)
     pe, pp = e_s[po], p_s[po]
-    bad = np.flatnonzero((pp[1:] == pp[:-1]) & (pe[1:] < pe[:-1]))
     starts = np.concatenate(([0], np.flatnonzero(pp[1:] != pp[:-1]) + 1))
-    if bad.size:
-        j = int(bad[0]) + 1
-        part = int(pp[j])
-        idx = j - int(starts[np.searchsorted(starts, j, side="right") - 1])
-        _raise_unordered(part, idx, int(pe[j]), int(pe[j - 1]))
     ends = np.append(starts[1:], pp.size)
     return {int(pp[s]): pe[s:t] for s, t in zip(starts.tolist(), ends.tolist(), strict=True)}
-
-
-def _raise_unordered(part: int, idx: int, value: int, previous: int) -> None:
-    raise ValueError(
-        f"partition {part} is not time-ordered: index {idx} has event time {value} µs, "
-        f"below index {idx - 1} ({previous} µs)"
-    )
-
-
-def _logs_of_trace(
-    event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None
-) -> tuple[dict[int, np.ndarray], np.ndarray, np.ndarray]:
-    """The checked partition logs of a trace, and its event and arrival columns."""
-    e, a, p = source_columns(event_time, arrival_time, partition)
-    e_s, _, p_s = by_arrival(e, a, p)
-    return _partition_logs(e_s, partitions_or_zero(p_s, e.size)), e, a
 
 
 def static_partitions_curve(
     event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None = None
 ) -> StepSeries:
-    """Static set of time-ordered partitions: ``W = min over partitions of the next unread
-    event time`` (µs; an exhausted partition counts as MAX_TIMESTAMP).
+    """Static set of partitions known in full to the source: ``W(t) = min(t, min over
+    partitions of the least event time not yet read from it)`` (µs; an exhausted
+    partition counts as MAX_TIMESTAMP).
 
-    Each partition's log is its elements in arrival order; a log that is not
-    non-decreasing raises ValueError naming the partition and index. Capped at the clock
-    like :func:`perfect_curve`, which it equals on ordered logs (the next unread of a
-    sorted log is its minimum unread).
+    Each partition's log is its elements in arrival order, in any event-time order: the
+    source knows the whole static set, so it knows each log's least unread event time
+    (on a time-ordered log, the next unread one). The minimum over partitions of their
+    least unread event times is the least unread event time of the whole set, so the
+    curve equals :func:`perfect_curve` whatever the partitioning
+    (docs/semantics.md, "Static partitions").
     """
-    _, e, a = _logs_of_trace(event_time, arrival_time, partition)
-    return perfect_curve(e, a)
+    e, a, p = source_columns(event_time, arrival_time, partition)
+    return perfect_curve(e, a, p)
 
 
 class StaticPartitionsWatermark(LatchedWatermark):
     """Incremental :func:`static_partitions_curve` over known logs.
 
-    ``partition_logs`` maps partition id to its event times in log order (µs); each must
-    be non-decreasing. ``observe(e, a, p)`` must read the next unread element of ``p``.
-    The next unread event times are the holds of a :class:`~theory.structures.Frontier`;
-    the value is their minimum capped at the arrival time (it never passes the clock).
+    ``partition_logs`` maps partition id to its event times in log order (µs), in any
+    event-time order. ``observe(e, a, p)`` must read the next unread element of ``p``.
+    Each partition holds a :class:`~theory.structures.Frontier` at the least event time
+    of its unread suffix (a suffix minimum of its log); the value is their minimum capped
+    at the arrival time (it never passes the clock).
     """
 
     def __init__(self, partition_logs: Mapping[int, ArrayLike]) -> None:
         super().__init__()
         self._logs: dict[int, np.ndarray] = {}
+        self._least: dict[int, np.ndarray] = {}  # least event time of log[c:], per c
         for part, log in partition_logs.items():
             arr = time_column(log, f"partition_logs[{part}]")
-            bad = np.flatnonzero(arr[1:] < arr[:-1])
-            if bad.size:
-                j = int(bad[0]) + 1
-                _raise_unordered(int(part), j, int(arr[j]), int(arr[j - 1]))
             self._logs[int(part)] = arr
+            self._least[int(part)] = _suffix_min(arr)
         self._cursor = dict.fromkeys(self._logs, 0)
-        # each partition holds at its next unread event time until it is exhausted
-        self._heads = Frontier(int(log[0]) for log in self._logs.values() if log.size)
+        # each partition holds at its least unread event time until it is exhausted
+        self._heads = Frontier(int(self._least[p][0]) for p, log in self._logs.items() if log.size)
 
     @classmethod
     def from_trace(
         cls, event_time: ArrayLike, arrival_time: ArrayLike, partition: ArrayLike | None = None
     ) -> StaticPartitionsWatermark:
         """Logs built from a trace: each partition's elements in (stable) arrival order."""
-        logs, _, _ = _logs_of_trace(event_time, arrival_time, partition)
-        return cls(logs)
+        e, a, p = source_columns(event_time, arrival_time, partition)
+        e_s, _, p_s = by_arrival(e, a, p)
+        return cls(_partition_logs(e_s, partitions_or_zero(p_s, e.size)))
 
     def observe(self, event_time: int, arrival_time: int, partition: int = 0) -> None:
         e = check_timestamp(event_time, "event_time")
@@ -301,8 +282,9 @@ class StaticPartitionsWatermark(LatchedWatermark):
             )
         a = self._check_arrival(arrival_time)
         self._cursor[part] = c + 1
+        least = self._least[part]
         if c + 1 < log.size:
-            self._heads.move(e, int(log[c + 1]))
+            self._heads.move(int(least[c]), int(least[c + 1]))
         else:
-            self._heads.retract(e)
+            self._heads.retract(int(least[c]))
         self._latch(min(self._heads.min(MAX_TIMESTAMP), a))

@@ -45,15 +45,16 @@ SPEC_MEANINGS: tuple[tuple[str, str], ...] = (
     ("perfect:oracle", "the least event time still to arrive, uncapped: knows future events "
      "too and can run ahead of processing time (research only)"),
     ("ingress", "ingress timestamping: event time := arrival time, watermark now + 1 µs"),
-    ("static", "static set of time-ordered partitions: min over partitions of the next "
-     "unread event time, capped at now (needs a partition column)"),
+    ("static", "static set of partitions known in full: min over partitions of the least "
+     "unread event time, capped at now (equals perfect whatever the partitioning)"),
     ("bounded:<duration>", "heuristic: max event time seen - duration"),
     ("flink-bounded:<duration>", "Flink's BoundedOutOfOrdernessWatermarks (max seen - "
      "duration - 1 ms in Flink's <= convention, converted)"),
     ("flink-bounded:<duration>:idle=<timeout>", "the same per partition, emitted every "
      "200 ms with Flink's withIdleness(timeout): a partition without rows for longer is "
      "left out of the minimum (StatusWatermarkValve) until it emits again"),
-    ("dynamic", "dynamic set of partitions: min over partitions seen of their max event time"),
+    ("dynamic", "dynamic set of partitions: min over partitions seen of their largest event "
+     "time seen"),
     ("dynamic:idle=<duration>", "the same, ignoring partitions idle for longer than duration"),
     ("percentile:<p>", "the (1 - p) quantile of the events that happened but have not "
      "arrived (p in (0, 1]; 1 = perfect); perfect where there are none"),

@@ -24,7 +24,9 @@ from theory.data.io import write_trace
 from theory.experiments.first_panes import Firing
 from theory.experiments.uncertainty import bootstrap_windows
 
-SPECS = ["perfect", "perfect:oracle", "bounded:1s", "percentile:0.9", "percentile:0.75:hold"]
+SPECS = ["perfect", "perfect:oracle", "bounded:1s", "percentile:0.9", "percentile:0.75:hold",
+         "static", "flink-bounded:1s", "dynamic", "dynamic:idle=20ms",
+         "flink-bounded:5ms:idle=20ms"]
 
 
 def _tied(tr):
@@ -59,6 +61,9 @@ def test_local_tables_equal_spark(spark) -> None:
         np.testing.assert_array_equal(np.asarray(values), np.asarray(local.table[col]), col)
     b = SPECS.index("bounded:1s")
     assert on_spark.table["late_count"][b] > 0  # not all zeros
+    # every kind runs on Spark, the ones computed in one pass with late data of their own
+    for spec in ("dynamic", "dynamic:idle=20ms", "flink-bounded:5ms:idle=20ms"):
+        assert on_spark.table["late_count"][SPECS.index(spec)] > 0, spec
     assert on_spark.table["late_panes"][b] > 0 and on_spark.table["dropped"][b] > 0
     assert on_spark.table["final_completeness_mean"][b] > on_spark.table["completeness_mean"][b]
     assert on_spark.table["pane_timestamp_lag_p50"][b] > 0

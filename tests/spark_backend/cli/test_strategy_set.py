@@ -1,7 +1,8 @@
 """One set of source watermarks (theory's grammar, tests/theory/watermarks): `analyze`'s
-local engine runs the ones Spark's buckets do not compute, with theory's curves, and
-`simulate` takes them too; a strategy an engine cannot run fails in one line, exit 2,
-nothing written."""
+local engine runs the ones Spark's buckets do not compute, with theory's curves (both
+engines run every one: tests/spark_backend/cli/test_engines.py), and `simulate` takes
+them too, `static` on the built-in events included; a strategy no comparison can run
+fails in one line, exit 2, nothing written."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import csv
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from spark_backend.cli import commands as cli
@@ -58,8 +60,7 @@ def _no_spark(*args, **kwargs):
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["--engine", "spark", "--strategies", "perfect,dynamic:idle=1m"],
-         "'dynamic:idle=1m' cannot run on --engine spark"),
+        (["--engine", "spark", "--strategies", "perfect,ingress"], "'ingress' cannot be compared"),
         (["--engine", "local", "--strategies", "ingress"], "'ingress' cannot be compared"),
         (["--engine", "local", "--strategies", "flink-bounded:1s:idle=0s"], "idle timeout"),
     ],
@@ -81,3 +82,43 @@ def test_simulate_takes_flink_idleness(tmp_path, capsys):
             "flink-bounded:10s:idle=1m", "--out", str(out)]
     assert cli.main(argv) == 0, capsys.readouterr().err
     assert (out / "metrics.csv").exists()
+
+
+def test_static_runs_on_the_built_in_events(tmp_path, capsys):
+    """The generators put key % partitions in each partition, so no partition is
+    time-ordered: `static` (the least unread event time per partition) runs on them and
+    equals `perfect` (docs/semantics.md, "Static partitions"), through the CLI and the
+    API."""
+    from theory.pipeline import chapter3
+    from theory.pipeline.metrics import stage_metrics
+    from theory.pipeline.simulator import simulate
+
+    traces = chapter3.traces(300, seed=1)
+    assert any(
+        np.any(np.diff(t.sorted_by_arrival().event_time[t.sorted_by_arrival().partition == q])
+               < 0)
+        for t in traces.values() for q in np.unique(t.partition)
+    )  # not time-ordered
+    got = {
+        spec: stage_metrics(simulate(chapter3.pipeline(watermark=spec), traces))
+        for spec in ("static", "perfect")
+    }
+    assert pd.DataFrame(got["static"]).equals(pd.DataFrame(got["perfect"]))  # NaNs alike
+    metrics = {}
+    for spec in ("static", "perfect"):
+        out = tmp_path / spec
+        argv = ["simulate", "--events", "300", "--seed", "1", "--engine", "local",
+                "--watermark", spec, "--out", str(out)]
+        assert cli.main(argv) == 0, capsys.readouterr().err
+        metrics[spec] = (out / "metrics.csv").read_text()
+    assert metrics["static"] == metrics["perfect"]
+
+
+def test_analyze_runs_static_on_generated_events(trace_file, tmp_path, capsys):
+    out = tmp_path / "o"
+    argv = ["analyze", str(trace_file), "--engine", "local", "--window", "20ms",
+            "--strategies", "static,perfect", "--out", str(out)]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    with (out / "strategies.csv").open() as f:
+        rows = {r.pop("strategy"): r for r in csv.DictReader(f)}
+    assert rows["static"] == rows["perfect"]

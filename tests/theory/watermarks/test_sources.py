@@ -62,16 +62,15 @@ def traces(draw: st.DrawFn, max_size: int = 40, ordered: bool = False,
 
 
 def feed(obj: SourceWatermark, e: np.ndarray, a: np.ndarray, p: np.ndarray) -> StepSeries:
-    """Observe in stable arrival order; sample after the last element of each arrival time."""
+    """Observe in stable arrival order; sample after the last element of each arrival time
+    (the value is monotone there; the dynamic watermark latches once per arrival time)."""
     order = np.argsort(a, kind="stable")
     times: list[int] = []
     values: list[int] = []
-    prev = obj.current()
     for k, i in enumerate(order):
         obj.observe(int(e[i]), int(a[i]), int(p[i]))
-        assert obj.current() >= prev
-        prev = obj.current()
         if k == order.size - 1 or a[order[k + 1]] != a[i]:
+            assert not values or obj.current() >= values[-1]
             times.append(int(a[i]))
             values.append(obj.current())
     return StepSeries(np.array(times, dtype=I64), np.array(values, dtype=I64))
@@ -129,7 +128,7 @@ def dynamic_reference(e: np.ndarray, a: np.ndarray, p: np.ndarray,
             s = int(a[i]) + timeout + 1
             if s <= MAX_TIMESTAMP and not np.any((p == p[i]) & (a > a[i]) & (a < s)):
                 instants.add(s)  # instants past MAX_TIMESTAMP never happen
-    latest: dict[int, int] = {}
+    latest: dict[int, int] = {}  # the largest event time read from each partition
     arrived: dict[int, int] = {}
 
     def compute(now: int) -> int | None:
@@ -141,13 +140,13 @@ def dynamic_reference(e: np.ndarray, a: np.ndarray, p: np.ndarray,
     times = sorted(arrivals | instants)
     out = []
     for t in times:
-        if t in arrivals:
+        if t in arrivals:  # every row of t read, then computed and latched
             for i in order[a[order] == t]:
-                latest[int(p[i])] = int(e[i])
+                latest[int(p[i])] = max(int(e[i]), latest.get(int(p[i]), int(e[i])))
                 arrived[int(p[i])] = t
-                c = compute(t)
-                assert c is not None
-                w = max(w, c)
+            c = compute(t)
+            assert c is not None
+            w = max(w, c)
         else:
             c = compute(t)
             if c is not None:
@@ -262,14 +261,27 @@ def test_static_partitions_equal_perfect_on_ordered_logs(tr: Trace) -> None:
     assert_series_equal(feed(StaticPartitionsWatermark.from_trace(e, a, p), e, a, p), curve)
 
 
-def test_static_partitions_reject_unordered_logs() -> None:
-    with pytest.raises(ValueError, match=r"partition 7 .*index 2"):
-        StaticPartitionsWatermark({3: np.array([1, 2]), 7: np.array([1, 5, 4])})
-    e, a, p = np.array([1, 9, 2, 3]), np.array([0, 1, 2, 3]), np.array([0, 1, 1, 0])
-    with pytest.raises(ValueError, match=r"partition 1 .*index 1"):
-        static_partitions_curve(e, a, p)
-    with pytest.raises(ValueError, match=r"partition 1 .*index 1"):
-        StaticPartitionsWatermark.from_trace(e, a, p)
+@given(traces())
+def test_static_partitions_equal_perfect_on_any_logs(tr: Trace) -> None:
+    """The source knows the whole static set: each partition's least unread event time,
+    whatever its order, so the minimum over partitions is the perfect watermark."""
+    e, a, p = tr
+    curve = static_partitions_curve(e, a, p)
+    assert_series_equal(curve, perfect_curve(e, a))
+    assert_series_equal(feed(StaticPartitionsWatermark.from_trace(e, a, p), e, a, p), curve)
+
+
+def test_static_partitions_hold_at_the_least_unread_of_an_unordered_log() -> None:
+    w = StaticPartitionsWatermark({3: np.array([1, 2]), 7: np.array([1, 5, 4])})
+    w.observe(1, 10, 7)
+    assert w.current() == 1  # partition 3 still holds at 1
+    w.observe(1, 11, 3)
+    w.observe(2, 12, 3)
+    assert w.current() == 4  # partition 7's unread are 5 then 4: its least is 4, not 5
+    w.observe(5, 13, 7)
+    assert w.current() == 4
+    w.observe(4, 14, 7)
+    assert w.current() == 14  # every log exhausted: the clock
 
 
 def test_static_partitions_next_unread_and_mismatch() -> None:
@@ -767,3 +779,17 @@ def test_vectorised_on_a_large_trace() -> None:
         dynamic_partitions_curve(e, a, p, idle_timeout=10**4),
     ):
         assert curve.is_monotonic() and len(curve) >= np.unique(a).size
+
+
+def test_dynamic_holds_each_partition_at_its_largest_event_time() -> None:
+    """A partition read out of order holds at the largest event time read from it, not
+    at its latest row's: the value does not depend on the order of rows arriving
+    together."""
+    e, a, p = np.array([10, 3, 5, 20]), np.array([1, 1, 2, 3]), np.array([0, 1, 0, 1])
+    for perm in ([0, 1, 2, 3], [1, 0, 2, 3]):
+        curve = dynamic_partitions_curve(e[perm], a[perm], p[perm])
+        np.testing.assert_array_equal(curve.values, [3, 3, 10])  # latest would end at 5
+        assert_series_equal(feed(DynamicPartitionsWatermark(), e[perm], a[perm], p[perm]), curve)
+    ties = dynamic_partitions_curve(np.array([10, 5, 7]), np.array([1, 1, 1]),
+                                    np.array([0, 0, 1]))
+    np.testing.assert_array_equal(ties.values, [7])
