@@ -18,6 +18,7 @@ from apache_beam.transforms import environments
 
 from spark_backend.runner.batch.driver_stages import DRIVER_OUTPUT_BYTES
 from spark_backend.runner.batch.executor import StageExecutor
+from spark_backend.runner.batch.lazy_context import LazyContext
 from spark_backend.runner.batch.result import PySparkPipelineResult
 from spark_backend.runner.batch.spill import SPILL_BYTES
 from spark_backend.runner.grouping.late_data import METRICS_KEY, grouping_steps, zero_counters
@@ -174,12 +175,11 @@ def _spark_context(target: SparkTarget) -> Any:
 def _start(
     plan: Plan, target: SparkTarget, runner: PySparkRunner, steps: list[str]
 ) -> PySparkPipelineResult:
-    spark_context = _spark_context(target)
-    parallelism = spark_context.defaultParallelism
+    _check_running_conf(target.conf)  # (a refusal comes before any stage runs)
+    context = LazyContext(functools.partial(_spark_context, target), target.master, target.conf)
     executor = StageExecutor(
-        spark_context,
+        context,
         plan,
-        parallelism,
         job_group=f"beam-{plan.job_id}",
         local_bytes=None if runner.driver_stages else 0,
         driver_output_bytes=runner.driver_output_bytes,
@@ -194,4 +194,5 @@ def _start(
     result = PySparkPipelineResult(work, executor.cancel)
     result.driver_stages = executor.driver_stages
     result.moved_stages = executor.moved_stages
+    result._spark_started = lambda: executor.spark_started
     return result
