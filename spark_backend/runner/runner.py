@@ -29,7 +29,7 @@ from spark_backend.runner.plan.validate import check_pipeline
 from spark_backend.runner.stages.text_source import lean_text_reads
 from spark_backend.runner.streaming.elements import stripped_test_streams
 from spark_backend.runner.streaming.run import prepare_streaming
-from spark_backend.session.session import get_session
+from spark_backend.session.session import find_java, get_session
 
 __all__ = ["PySparkRunner"]
 
@@ -157,6 +157,12 @@ def _check_running_conf(conf: dict[str, str]) -> None:
             )
 
 
+def _running_context() -> Any:
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context
+
+
 def _master(target: SparkTarget) -> str | None:
     """The master a run will use: the one asked for, else a running SparkContext's."""
     from pyspark import SparkContext
@@ -175,7 +181,9 @@ def _spark_context(target: SparkTarget) -> Any:
 def _start(
     plan: Plan, target: SparkTarget, runner: PySparkRunner, steps: list[str]
 ) -> PySparkPipelineResult:
-    _check_running_conf(target.conf)  # (a refusal comes before any stage runs)
+    _check_running_conf(target.conf)  # (refusals come before any stage runs)
+    if _running_context() is None:
+        find_java()  # (its version is read when a stage first needs Spark)
     context = LazyContext(functools.partial(_spark_context, target), target.master, target.conf)
     executor = StageExecutor(
         context,
