@@ -93,17 +93,24 @@ def test_the_context_is_obtained_when_a_stage_outgrows_the_driver(
     """With a 2 KiB cap ``_generating``'s generating stage, begun in the driver, moves
     to Spark: the context is asked for then, once, and the outputs equal FnApiRunner's."""
     from spark_backend.runner import PySparkRunner, runner
+    from spark_backend.runner.batch import executor
 
-    started: list[int] = []
-    real = runner._spark_context
+    events: list[str] = []
+    real_start, real_driver = runner._spark_context, executor.run_on_driver
 
     def counted(target: Any) -> Any:
-        started.append(1)
-        return real(target)
+        events.append("start")
+        return real_start(target)
+
+    def on_driver(*args: Any, **kwargs: Any) -> Any:
+        events.append("driver")
+        return real_driver(*args, **kwargs)
 
     monkeypatch.setattr(runner, "_spark_context", counted)
+    monkeypatch.setattr(executor, "run_on_driver", on_driver)
     result = on_spark(_generating, reference(_generating), PySparkRunner(driver_output_bytes=2048))
-    assert result.moved_stages and started == [1] and result.spark_started
+    assert result.moved_stages and result.spark_started
+    assert events[0] == "driver" and events.count("start") == 1, events
 
 
 @settings(max_examples=30, deadline=None)
