@@ -3,8 +3,8 @@
 
 - a fresh process runs a pipeline whose stages all run in the driver with FnApiRunner's
   output and never launches a JVM;
-- a run whose driver stage outgrows its cap obtains the context then, once, with the
-  same output; a run of driver stages only never asks for it;
+- (a run whose driver stage outgrows its cap obtains the context then, once, with the
+  same output: test_driver_stages);
 - parallelism and task attempts come from the master and settings without a context,
   except a cluster's parallelism; cancelling before any Spark work starts none.
 """
@@ -28,8 +28,6 @@ from spark_backend.runner.batch import lazy_context
 from spark_backend.runner.batch.executor import StageExecutor
 from spark_backend.runner.batch.lazy_context import LazyContext
 from spark_backend.runner.plan.plan import plan_pipeline
-from tests.spark_backend.runner.batch.test_driver_stages import _generating
-from tests.spark_backend.runner.conftest import on_spark, reference
 from tests.spark_backend.runner.stages.test_lean import proto_of
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -85,32 +83,6 @@ def test_a_pipeline_of_driver_stages_launches_no_jvm() -> None:
     lines = done.stdout.splitlines()
     assert "started False None None" in lines, done.stdout
     assert any(line.startswith("children [] stages ") for line in lines), done.stdout
-
-
-def test_the_context_is_obtained_when_a_stage_outgrows_the_driver(
-    spark: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With a 2 KiB cap ``_generating``'s generating stage, begun in the driver, moves
-    to Spark: the context is asked for then, once, and the outputs equal FnApiRunner's."""
-    from spark_backend.runner import PySparkRunner, runner
-    from spark_backend.runner.batch import executor
-
-    events: list[str] = []
-    real_start, real_driver = runner._spark_context, executor.run_on_driver
-
-    def counted(target: Any) -> Any:
-        events.append("start")
-        return real_start(target)
-
-    def on_driver(*args: Any, **kwargs: Any) -> Any:
-        events.append("driver")
-        return real_driver(*args, **kwargs)
-
-    monkeypatch.setattr(runner, "_spark_context", counted)
-    monkeypatch.setattr(executor, "run_on_driver", on_driver)
-    result = on_spark(_generating, reference(_generating), PySparkRunner(driver_output_bytes=2048))
-    assert result.moved_stages and result.spark_started
-    assert events[0] == "driver" and events.count("start") == 1, events
 
 
 @settings(max_examples=30, deadline=None)
