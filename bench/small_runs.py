@@ -68,11 +68,13 @@ def build(p: Any, reshuffle: bool) -> None:
     for k, v, t in rows:
         expected_sums[(k, t // 60)] = expected_sums.get((k, t // 60), 0) + v
         expected_sizes[(k, t // 60)] = expected_sizes.get((k, t // 60), 0) + 1
-    grand = sum(v for _, v, _ in rows)
+    totals: dict[int, int] = {}  # the side input, per window
+    for (_, w), v in expected_sums.items():
+        totals[w] = totals.get(w, 0) + v
     assert_that(sums, equal_to([(k, s) for (k, _), s in expected_sums.items()]))
     assert_that(
         shares,
-        equal_to([(k, n, grand) for (k, _), n in expected_sizes.items()]),
+        equal_to([(k, n, totals[w]) for (k, w), n in expected_sizes.items()]),
         label="shares",
     )
 
