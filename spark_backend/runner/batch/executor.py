@@ -38,7 +38,8 @@ is split into one byte range per task slot (:func:`~.driver_stages.task_slots`),
 small file is read in one wave of tasks. A GroupByKey whose input the driver holds is
 grouped there, and a Spark stage reads its groups without a shuffle. A driver stage
 whose outputs pass ``driver_output_bytes`` is stopped and run as a Spark job instead
-(``moved_stages``).
+(``moved_stages``). The SparkContext is obtained when a stage first needs Spark
+(:mod:`.lazy_context`): a run of driver stages only starts no JVM.
 """
 
 from __future__ import annotations
