@@ -153,8 +153,11 @@ class StageExecutor:
 
     def _spark(self) -> Any:
         """The SparkContext, started on first need; the calling thread's Spark jobs
-        carry the run's job group."""
+        carry the run's job group; refused once the run is cancelled (a cancel while
+        the context started cancelled no job of it)."""
         context = self._context.get()
+        if self._cancelled.is_set():
+            raise RuntimeError("the pipeline was cancelled")
         if not getattr(self._thread_state, "grouped", False):
             context.setJobGroup(self._job_group, "Beam pipeline on PySparkRunner", True)
             self._thread_state.grouped = True
@@ -202,7 +205,7 @@ class StageExecutor:
 
     def _in_job_group(self) -> None:
         self._thread_state.grouped = False
-        if self._context.started:
+        if self._context.started and not self._cancelled.is_set():
             self._spark()
 
     def _broadcast(self, value: Any) -> Any:

@@ -51,9 +51,8 @@ class LazyContext:
 
     @property
     def started(self) -> bool:
-        """Whether the SparkContext has been obtained."""
-        with self._lock:
-            return self._context is not None
+        """Whether the SparkContext has been obtained (never waits for a start)."""
+        return self._context is not None
 
     def get(self) -> Any:
         """The SparkContext, started on the first call."""
