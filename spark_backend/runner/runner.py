@@ -18,6 +18,7 @@ from apache_beam.transforms import environments
 
 from spark_backend.runner.batch.driver_stages import DRIVER_OUTPUT_BYTES
 from spark_backend.runner.batch.executor import StageExecutor
+from spark_backend.runner.batch.lazy_context import LazyContext
 from spark_backend.runner.batch.result import PySparkPipelineResult
 from spark_backend.runner.batch.spill import SPILL_BYTES
 from spark_backend.runner.grouping.late_data import METRICS_KEY, grouping_steps, zero_counters
@@ -28,7 +29,7 @@ from spark_backend.runner.plan.validate import check_pipeline
 from spark_backend.runner.stages.text_source import lean_text_reads
 from spark_backend.runner.streaming.elements import stripped_test_streams
 from spark_backend.runner.streaming.run import prepare_streaming
-from spark_backend.session.session import get_session
+from spark_backend.session.session import find_java, get_session
 
 __all__ = ["PySparkRunner"]
 
@@ -156,6 +157,12 @@ def _check_running_conf(conf: dict[str, str]) -> None:
             )
 
 
+def _running_context() -> Any:
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context
+
+
 def _master(target: SparkTarget) -> str | None:
     """The master a run will use: the one asked for, else a running SparkContext's."""
     from pyspark import SparkContext
@@ -174,12 +181,13 @@ def _spark_context(target: SparkTarget) -> Any:
 def _start(
     plan: Plan, target: SparkTarget, runner: PySparkRunner, steps: list[str]
 ) -> PySparkPipelineResult:
-    spark_context = _spark_context(target)
-    parallelism = spark_context.defaultParallelism
+    _check_running_conf(target.conf)  # (refusals come before any stage runs)
+    if _running_context() is None:
+        find_java()  # (its version is read when a stage first needs Spark)
+    context = LazyContext(functools.partial(_spark_context, target), target.master, target.conf)
     executor = StageExecutor(
-        spark_context,
+        context,
         plan,
-        parallelism,
         job_group=f"beam-{plan.job_id}",
         local_bytes=None if runner.driver_stages else 0,
         driver_output_bytes=runner.driver_output_bytes,
@@ -194,4 +202,5 @@ def _start(
     result = PySparkPipelineResult(work, executor.cancel)
     result.driver_stages = executor.driver_stages
     result.moved_stages = executor.moved_stages
+    result._spark_started = lambda: executor.spark_started
     return result

@@ -51,6 +51,7 @@ __all__ = [
     "check_java",
     "default_conf",
     "default_master",
+    "find_java",
     "get_session",
     "parse_conf",
     "private_settings",
@@ -127,12 +128,9 @@ class JavaNotFoundError(RuntimeError):
     """No usable Java runtime (Spark needs Java 17 or newer)."""
 
 
-def check_java(minimum: int = JAVA_MIN_VERSION) -> int:
-    """The major version of the Java runtime Spark will use (``JAVA_HOME``, else PATH).
-
-    Raises :class:`JavaNotFoundError`, naming what to install, when there is no Java or
-    it is older than ``minimum``.
-    """
+def find_java(minimum: int = JAVA_MIN_VERSION) -> str:
+    """The Java executable Spark will run (``JAVA_HOME``, else PATH), found without
+    running it; :class:`JavaNotFoundError`, naming what to install, when there is none."""
     home = os.environ.get("JAVA_HOME")
     if home and not os.access(Path(home) / "bin" / "java", os.X_OK):
         raise JavaNotFoundError(
@@ -145,6 +143,16 @@ def check_java(minimum: int = JAVA_MIN_VERSION) -> int:
             f"Spark needs Java {minimum}+ and no 'java' was found (JAVA_HOME unset or "
             f"invalid, nothing on PATH). {_INSTALL_HINT}."
         )
+    return str(java)
+
+
+def check_java(minimum: int = JAVA_MIN_VERSION) -> int:
+    """The major version of the Java runtime Spark will use (``JAVA_HOME``, else PATH).
+
+    Raises :class:`JavaNotFoundError`, naming what to install, when there is no Java or
+    it is older than ``minimum``.
+    """
+    java = find_java(minimum)
     try:
         out = subprocess.run(
             [java, "-version"], capture_output=True, text=True, timeout=60, check=False

@@ -3,6 +3,7 @@
 ==================  =============================================================
 ``executor``        one Spark job per fused stage, in Beam's order
 ``driver_stages``   small stages run in the driver process, without a Spark job
+``lazy_context``    the SparkContext started when a stage first needs Spark
 ``schedule``        which stages wait for which; independent stages at once
 ``spill``           a stage's output chunks held in order, spilled past a byte cap
 ``reported``        a stage's metrics and small outputs sent to the driver

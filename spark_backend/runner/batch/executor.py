@@ -38,7 +38,8 @@ is split into one byte range per task slot (:func:`~.driver_stages.task_slots`),
 small file is read in one wave of tasks. A GroupByKey whose input the driver holds is
 grouped there, and a Spark stage reads its groups without a shuffle. A driver stage
 whose outputs pass ``driver_output_bytes`` is stopped and run as a Spark job instead
-(``moved_stages``).
+(``moved_stages``). The SparkContext is obtained when a stage first needs Spark
+(:mod:`.lazy_context`): a run of driver stages only starts no JVM.
 """
 
 from __future__ import annotations
@@ -63,9 +64,9 @@ from spark_backend.runner.batch.driver_stages import (
     group_locally,
     redistributes,
     run_on_driver,
-    task_attempts,
     task_slots,
 )
+from spark_backend.runner.batch.lazy_context import LazyContext
 from spark_backend.runner.batch.metric_merge import consolidate
 from spark_backend.runner.batch.reported import PartitionReports, Report, reported_outputs
 from spark_backend.runner.batch.schedule import run_stages
@@ -96,23 +97,29 @@ BYTES_PER_PARTITION: Final[int] = 4 << 20
 
 
 class StageExecutor:
-    """Runs a plan's stages on ``spark_context``, each once the stages it reads from are
-    done, independent ones at the same time (:mod:`.schedule`; their Spark jobs carry
-    the job group ``job_group``); collects their metrics."""
+    """Runs a plan's stages on ``spark_context`` (a SparkContext, or a
+    :class:`~.lazy_context.LazyContext` started when a stage first needs Spark), each
+    once the stages it reads from are done, independent ones at the same time
+    (:mod:`.schedule`; their Spark jobs carry the job group ``job_group``); collects
+    their metrics. ``partitions``: the default parallelism (None: the context's)."""
 
     def __init__(
         self,
         spark_context: Any,
         plan: Plan,
-        partitions: int,
+        partitions: int | None = None,
         job_group: str | None = None,
         local_bytes: int | None = None,
         driver_output_bytes: int = DRIVER_OUTPUT_BYTES,
         spill_bytes: int = SPILL_BYTES,
     ) -> None:
-        self._sc = spark_context
+        # a SparkContext, or a LazyContext started when a stage first needs Spark
+        lazy = spark_context if isinstance(spark_context, LazyContext) else None
+        self._context = lazy or LazyContext.of(spark_context)
+        self._thread_state = threading.local()  # whether this thread set the job group
         self._plan = plan
-        self._partitions = max(1, partitions)
+        self._partitions_given = partitions
+        self._partitions_known: int | None = None
         self._job_group = job_group or f"beam-{plan.job_id}"
         self._cancelled = threading.Event()
         self._lock = threading.Lock()  # guards the bookkeeping below across stage threads
@@ -127,17 +134,47 @@ class StageExecutor:
         self._local_bytes = LOCAL_BYTES if local_bytes is None else local_bytes
         self._driver_output_bytes = driver_output_bytes
         self._spill_bytes = spill_bytes
-        master = spark_context.master
-        # one setting read from the running context's conf (getConf() copies all of it)
-        failures = spark_context._conf.get("spark.task.maxFailures", "4")
-        self._attempts = task_attempts(master, {"spark.task.maxFailures": failures})
-        self._slots = task_slots(master, self._partitions)
+        self._attempts = self._context.attempts()
         #: The names of the stages run on the driver, in the order they finished.
         self.driver_stages: list[str] = []
         #: The stages begun on the driver whose outputs passed ``driver_output_bytes``:
         #: stopped there and run on Spark, in the order they were moved.
         self.moved_stages: list[str] = []
         self.monitoring_infos: dict[str, list[Any]] = {}
+
+    @property
+    def spark_started(self) -> bool:
+        """Whether this run has obtained a SparkContext (a run of driver stages only has not)."""
+        return self._context.started
+
+    @property
+    def _sc(self) -> Any:
+        return self._spark()
+
+    def _spark(self) -> Any:
+        """The SparkContext, started on first need; the calling thread's Spark jobs
+        carry the run's job group; refused once the run is cancelled (a cancel while
+        the context started cancelled no job of it)."""
+        context = self._context.get()
+        if self._cancelled.is_set():
+            raise RuntimeError("the pipeline was cancelled")
+        if not getattr(self._thread_state, "grouped", False):
+            context.setJobGroup(self._job_group, "Beam pipeline on PySparkRunner", True)
+            self._thread_state.grouped = True
+        return context
+
+    @property
+    def _partitions(self) -> int:
+        """The default parallelism (given, else the context's, known from the master
+        without starting it except on a cluster)."""
+        with self._lock:
+            known = self._partitions_known
+        if known is None:
+            given = self._partitions_given
+            known = max(1, given if given is not None else self._context.parallelism())
+            with self._lock:
+                self._partitions_known = known
+        return known
 
     def run(self) -> None:
         """Run every stage; raise PipelineFailedError naming the stage that failed."""
@@ -149,7 +186,8 @@ class StageExecutor:
     def cancel(self) -> None:
         """Cancel the running Spark jobs; no further stage starts."""
         self._cancelled.set()
-        self._sc.cancelJobGroup(self._job_group)
+        if self._context.started:
+            self._context.get().cancelJobGroup(self._job_group)
 
     @property
     def _components(self) -> Any:
@@ -166,7 +204,9 @@ class StageExecutor:
         return handle
 
     def _in_job_group(self) -> None:
-        self._sc.setJobGroup(self._job_group, "Beam pipeline on PySparkRunner", True)
+        self._thread_state.grouped = False
+        if self._context.started and not self._cancelled.is_set():
+            self._spark()
 
     def _broadcast(self, value: Any) -> Any:
         handle = self._sc.broadcast(value)
@@ -363,7 +403,8 @@ class StageExecutor:
         with self._lock:
             if spec.name not in self._ranges:
                 try:
-                    self._ranges[spec.name] = split_ranges(spec.text_source, self._slots)
+                    slots = task_slots(self._context.master, self._partitions)
+                    self._ranges[spec.name] = split_ranges(spec.text_source, slots)
                 except OSError as err:
                     raise PipelineFailedError(spec.label, str(err)) from None
             return self._ranges[spec.name]

@@ -41,6 +41,7 @@ class PySparkPipelineResult(PipelineResult):
         #: The stages begun on the driver whose outputs passed the runner's
         #: ``driver_output_bytes``: stopped there and run as Spark jobs.
         self.moved_stages: list[str] = []
+        self._spark_started: Callable[[], bool] = lambda: True
         self._thread = threading.Thread(target=self._run, name="PySparkRunner", daemon=True)
         self._thread.start()
 
@@ -57,6 +58,12 @@ class PySparkPipelineResult(PipelineResult):
             self._infos = infos
             if self._state != PipelineState.CANCELLED:
                 self._state = PipelineState.DONE
+
+    @property
+    def spark_started(self) -> bool:
+        """Whether the run has used a SparkContext so far (one whose stages all ran in
+        the driver has not, and started no JVM)."""
+        return self._spark_started()
 
     @property
     def state(self) -> Any:

@@ -260,14 +260,33 @@ def _generating(p: beam.Pipeline) -> dict[str, Any]:
     return {"grouped": grouped, "sums": sums}
 
 
-def test_a_driver_stage_past_its_output_cap_runs_on_spark(spark: Any) -> None:
+def test_a_driver_stage_past_its_output_cap_runs_on_spark(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With the cap at 2 KiB the generating stage is stopped on the driver and run on
     Spark (its sinks spilling every chunk: ``spill_bytes=0``); the outputs equal
-    FnApiRunner's and ``result`` says where each stage ran."""
+    FnApiRunner's and ``result`` says where each stage ran. The SparkContext is asked
+    for then, once, after the first stage ran in the driver."""
     from spark_backend.runner import PySparkRunner
+    from spark_backend.runner import runner as runner_module
+    from spark_backend.runner.batch import executor
 
+    events: list[str] = []
+    real_start, real_driver = runner_module._spark_context, executor.run_on_driver
+
+    def start(target: Any) -> Any:
+        events.append("start")
+        return real_start(target)
+
+    def on_driver(*args: Any, **kwargs: Any) -> Any:
+        events.append("driver")
+        return real_driver(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "_spark_context", start)
+    monkeypatch.setattr(executor, "run_on_driver", on_driver)
     runner = PySparkRunner(driver_output_bytes=2048, spill_bytes=0)
     result = on_spark(_generating, reference(_generating), runner)
+    assert events[0] == "driver" and events.count("start") == 1 and result.spark_started, events
     moved = [name for name in result.moved_stages if "Generate" in name]
     assert moved and not set(moved) & set(result.driver_stages), result.moved_stages
     assert "ByKey" in result.columnar
