@@ -25,7 +25,7 @@ from theory.time import MINUTE, parse_duration
 from theory.watermarks.heuristic import bounded_out_of_orderness_curve
 from theory.watermarks.perfect import perfect_curve
 
-EVENTS = 200_000
+EVENTS = 50_000
 SEED = 4
 #: The comparison's columns that equal theory's tradeoff exactly.
 EXACT = ("late_count", "dropped", "windows", "complete_fraction", "window_latency_p50",
@@ -34,7 +34,7 @@ EXACT = ("late_count", "dropped", "windows", "complete_fraction", "window_latenc
 
 @pytest.fixture(scope="module")
 def demo(spark, tmp_path_factory):
-    """``watermarks demo --events 200000`` through the command line, once."""
+    """``watermarks demo --events 50000`` through the command line, once."""
     out = tmp_path_factory.mktemp("demo") / "report"
     argv = ["demo", "--events", str(EVENTS), "--seed", str(SEED), "--out", str(out)]
     assert cli.main(argv) == 0
