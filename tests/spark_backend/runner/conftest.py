@@ -92,14 +92,15 @@ def on_spark(build: Build, expected: dict[str, list[Any]], runner: Any) -> Any:
     observation is tagged with its output's name and one ``assert_that`` compares them
     all (one grouping for the comparison, however many outputs)."""
     p = beam.Pipeline(runner=runner)
+    outputs = _outputs(build(p))
     tagged = [
         pcoll
         | f"Observe {name}" >> beam.ParDo(Observe())
         | f"Tag {name}" >> beam.Map(lambda seen, name=name: (name, *seen))
         | f"Global {name}" >> beam.WindowInto(GlobalWindows())  # Observe kept the window
-        for name, pcoll in _outputs(build(p)).items()
+        for name, pcoll in outputs.items()
     ]
-    want = [(name, *seen) for name, observed in expected.items() for seen in observed]
+    want = [(name, *seen) for name in outputs for seen in expected[name]]
     everything = tuple(tagged) | "Every output" >> beam.Flatten()
     assert_that(everything, equal_to(want), label="Equal outputs")
     result = p.run()
