@@ -18,6 +18,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms.window import GlobalWindows
 
 _LOCK = threading.Lock()
 _CAPTURED: dict[str, list[Any]] = {}
@@ -87,11 +88,21 @@ def reference(build: Build) -> dict[str, list[Any]]:
 
 
 def on_spark(build: Build, expected: dict[str, list[Any]], runner: Any) -> Any:
-    """Run ``build`` on ``runner``, asserting each output equals ``expected``."""
+    """Run ``build`` on ``runner``, asserting each output equals ``expected``: every
+    observation is tagged with its output's name and one ``assert_that`` compares them
+    all (one grouping for the comparison, however many outputs)."""
     p = beam.Pipeline(runner=runner)
-    for name, pcoll in _outputs(build(p)).items():
-        observed = pcoll | f"Observe {name}" >> beam.ParDo(Observe())
-        assert_that(observed, equal_to(expected[name]), label=f"Equal {name}")
+    outputs = _outputs(build(p))
+    tagged = [
+        pcoll
+        | f"Observe {name}" >> beam.ParDo(Observe())
+        | f"Tag {name}" >> beam.Map(lambda seen, name=name: (name, *seen))
+        | f"Global {name}" >> beam.WindowInto(GlobalWindows())  # Observe kept the window
+        for name, pcoll in outputs.items()
+    ]
+    want = [(name, *seen) for name in outputs for seen in expected[name]]
+    everything = tuple(tagged) | "Every output" >> beam.Flatten()
+    assert_that(everything, equal_to(want), label="Equal outputs")
     result = p.run()
     result.wait_until_finish()
     return result
