@@ -21,6 +21,7 @@ InefficientExecutionWarnings Beam's worker raised, :mod:`.worker_warnings`).
 from __future__ import annotations
 
 import itertools
+import os
 import pickle
 import time
 from collections import defaultdict
@@ -69,6 +70,11 @@ _PROVISION = ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(retrieva
 
 TimerKey = tuple[str, str]
 
+#: Environment variable: ``0`` turns off the exception sampling of :func:`bundle_worker`
+#: (a failing DoFn's line then names no element); ``bench/exception_sampling.py`` sets
+#: it to measure what the sampling costs.
+SAMPLING_ENV: Final = "WATERMARKS_EXCEPTION_SAMPLING"
+
 
 class _Descriptors:
     """What EmbeddedWorkerHandler reads from a WorkerHandlerManager: the descriptors."""
@@ -107,7 +113,8 @@ def bundle_worker(spec: StageSpec, state: StateServicer) -> tuple[EmbeddedWorker
     manager: Any = _Descriptors(descriptor)  # the one attribute the handler reads
     quiet_reraised_logs()
     worker = EmbeddedWorkerHandler(None, state, _PROVISION, manager)
-    worker.bundle_processor_cache.data_sampler = DataSampler(sample_only_exceptions=True)
+    if os.environ.get(SAMPLING_ENV) != "0":
+        worker.bundle_processor_cache.data_sampler = DataSampler(sample_only_exceptions=True)
     return worker, descriptor.id
 
 
