@@ -19,9 +19,7 @@ is one line naming the limit, exit 2.
 from __future__ import annotations
 
 import os
-import resource
 import sys
-from collections.abc import Sequence
 
 from spark_backend.cli.interrupts import (
     Terminated,
@@ -29,6 +27,10 @@ from spark_backend.cli.interrupts import (
     install_signals,
     stopped,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["MIN_ADDRESS_SPACE", "main", "memory_limit", "no_memory_line"]
 
@@ -42,6 +44,8 @@ _THREAD_POOLS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 def memory_limit() -> int | None:
     """The address-space limit (bytes) of this process, None when unlimited."""
+    import resource
+
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     return None if soft == resource.RLIM_INFINITY else int(soft)
 

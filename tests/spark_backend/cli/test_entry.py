@@ -4,6 +4,7 @@ handlers are in place while numpy, pyarrow and Spark's modules import."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -26,3 +27,29 @@ def test_the_entry_point_loads_nothing_heavy_before_its_handlers() -> None:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert done.stdout.split() == ["[]", "True"], done.stdout + done.stderr
+
+
+#: What the console script's path to the handlers may load beyond what the interpreter
+#: and the script itself (``import re, sys``) already hold: the packages on the way and
+#: the ``signal`` module.
+ON_THE_WAY = {
+    "spark_backend", "spark_backend.cli", "spark_backend.cli.entry",
+    "spark_backend.cli.interrupts", "signal",
+}  # fmt: skip
+
+_CONSOLE_PATH = """
+import json, re, sys
+before = set(sys.modules)
+from spark_backend.cli import main
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_the_console_path_to_the_handlers_loads_only_the_modules_on_the_way() -> None:
+    """Every module loaded before the handlers widens the start-up window in which a
+    signal ends the process with the interpreter's trace or none of our line."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CONSOLE_PATH], capture_output=True, text=True, check=True
+    )
+    loaded = set(json.loads(done.stdout))
+    assert loaded <= ON_THE_WAY, sorted(loaded - ON_THE_WAY)
