@@ -65,9 +65,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The ``watermarks`` command (see :func:`spark_backend.cli.commands.main`), with
     its signal handlers and memory guard in place before any heavy import. The handlers
     stay for the rest of the process (its exit stops Spark): this is a program's entry
-    point; in-process callers use :func:`spark_backend.cli.commands.main`."""
-    enable_watchdog()
-    install_signals()
+    point; in-process callers use :func:`spark_backend.cli.commands.main`. A signal at
+    any moment from its first instruction on, the handlers' installation included,
+    ends the run with one line."""
+    try:
+        enable_watchdog()
+        install_signals()
+        return _guarded(argv)
+    except (KeyboardInterrupt, Terminated) as exc:
+        return stopped(exc)
+
+
+def _guarded(argv: Sequence[str] | None) -> int:
+    """The memory guard, then the commands."""
     limit = memory_limit()
     if limit is not None and limit < MIN_ADDRESS_SPACE:
         print(
@@ -82,8 +92,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from spark_backend.cli.commands import main as run
 
         return run(argv)
-    except (KeyboardInterrupt, Terminated) as exc:
-        return stopped(exc)
     except (MemoryError, ImportError, OSError) as exc:
         if limit is None and not isinstance(exc, MemoryError):
             raise

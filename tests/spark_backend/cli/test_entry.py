@@ -8,6 +8,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+from spark_backend.cli import entry
+from spark_backend.cli.interrupts import Terminated
+
 HEAVY = ("numpy", "pyarrow", "pandas", "pyspark", "py4j", "apache_beam", "scipy", "matplotlib")
 
 _PROBE = """
@@ -53,3 +58,27 @@ def test_the_console_path_to_the_handlers_loads_only_the_modules_on_the_way() ->
     )
     loaded = set(json.loads(done.stdout))
     assert loaded <= ON_THE_WAY, sorted(loaded - ON_THE_WAY)
+
+
+@pytest.mark.parametrize("moment", ["install_signals", "memory_limit"])
+@pytest.mark.parametrize(("signalled", "code"), [(KeyboardInterrupt, 130), (Terminated, 143)])
+def test_a_signal_while_the_entry_point_starts_ends_the_run_with_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    moment: str,
+    signalled: type[BaseException],
+    code: int,
+) -> None:
+    """A signal raised at ``moment`` (the handlers half installed, the memory guard):
+    the handlers are not installed in this process, the signal is raised in their
+    place."""
+
+    def arrives(*args: object) -> None:
+        raise signalled()
+
+    monkeypatch.setattr(entry, "enable_watchdog", lambda: None)
+    monkeypatch.setattr(entry, "install_signals", lambda: None)
+    monkeypatch.setattr(entry, moment, arrives)
+    assert entry.main(["simulate", "--events", "10", "--out", "never"]) == code
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("watermarks: "), lines
