@@ -199,13 +199,15 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     try:
         killer.start()
         env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1"}
-        done = subprocess.run(
-            [sys.executable, str(SCRIPT), str(work), RETRYING_LOCAL, cluster.url],
-            capture_output=True, text=True, timeout=900, env=env, check=False,
-        )  # fmt: skip
+        with (base / "driver.log").open("w") as log:
+            done = subprocess.run(
+                [sys.executable, str(SCRIPT), str(work), RETRYING_LOCAL, cluster.url],
+                stdout=subprocess.PIPE, stderr=log, text=True, timeout=900, env=env,
+                check=False,
+            )  # fmt: skip
         killer.join(timeout=60)
         assert not errors, errors
-        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.returncode == 0, (base / "driver.log").read_text()[-3000:]
         found = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
         yield {
             "runs": {(r["run"], r.get("master")): r for r in found},
