@@ -1,13 +1,13 @@
 """Benchmark: what Beam's exception sampling costs PySparkRunner's bundles.
 
 The bundle processor keeps the element a DoFn raised on, so a failing DoFn's line names
-it (:func:`spark_backend.runner.stages.bundles.bundle_worker`); the sampling touches
-every element. This script runs :mod:`runner`'s workloads on one Spark session with the
-sampling on and off in turn (``WATERMARKS_EXCEPTION_SAMPLING=0`` in the driver and in
-the Python workers, which Spark starts afresh for a new environment), ``--rounds``
-times each, and prints the median wall seconds of each and their ratio (off / on: above
-1, the sampling costs that much), with the load average. Both settings must give the
-same digest.
+it (:func:`spark_backend.runner.stages.bundles.bundle_worker`). This script runs
+:mod:`runner`'s workloads on one Spark session with the sampling on and off in turn
+(``WATERMARKS_EXCEPTION_SAMPLING=0`` in the driver and in the Python workers, which
+Spark starts afresh for a new environment), ``--rounds`` times each, and prints the
+median wall and CPU (the process tree's) seconds of each and their ratios on / off
+(above 1, the sampling costs that much), with the load average. Both settings must give
+the same digest.
 
     .venv/bin/python bench/exception_sampling.py --sizes 1e6 --rounds 5
 """
@@ -72,15 +72,19 @@ def main(argv: list[str] | None = None) -> None:
                 raise SystemExit(f"{name} n={n}: the digests differ: {sorted(digests)}")
             on = statistics.median(r.wall for r in runs[True])
             off = statistics.median(r.wall for r in runs[False])
+            cpu_on = statistics.median(r.cpu for r in runs[True])
+            cpu_off = statistics.median(r.cpu for r in runs[False])
             line = (
-                f"{name:17s} n={n:,}: sampling on {on:.2f} s, off {off:.2f} s, "
-                f"on/off {on / off:.3f} (medians of {args.rounds}, interleaved; load "
+                f"{name:17s} n={n:,}: sampling on {on:.2f} s (CPU {cpu_on:.2f} s), off "
+                f"{off:.2f} s (CPU {cpu_off:.2f} s), on/off {on / off:.3f} (CPU "
+                f"{cpu_on / cpu_off:.3f}) (medians of {args.rounds}, interleaved; load "
                 f"{min(loads):.1f}-{max(loads):.1f})"
             )
             print(line, flush=True)
             figures[f"{name} n={n} on s"] = round(on, 3)
             figures[f"{name} n={n} off s"] = round(off, 3)
             figures[f"{name} n={n} on/off"] = round(on / off, 4)
+            figures[f"{name} n={n} CPU on/off"] = round(cpu_on / cpu_off, 4)
             figures[f"{name} n={n} load"] = [round(min(loads), 1), round(max(loads), 1)]
     _set_sampling(spark, True)
     recorder.save(figures)

@@ -104,6 +104,22 @@ class BundleResult:
     written: dict[TimerKey, list[bytes]]
 
 
+class _ExceptionSampler(DataSampler):
+    """Beam's exception sampling and nothing else: the DoFn that raises hands its element
+    to the sampler, so the outputs keep no per-element sample (Beam stores one per
+    element for its periodic sampling, which is off here)."""
+
+    def __init__(self) -> None:
+        super().__init__(sample_only_exceptions=True)
+
+    def initialize_samplers(self, *args: Any, **kwargs: Any) -> list[Any]:
+        samplers = super().initialize_samplers(*args, **kwargs)
+        for sampler in samplers:
+            # read by the operations as they are built: None, no per-element sample
+            sampler.element_sampler = None  # type: ignore[assignment]
+        return samplers
+
+
 def bundle_worker(spec: StageSpec, state: StateServicer) -> tuple[EmbeddedWorkerHandler, str]:
     """An embedded SDK worker for ``spec``'s bundles over ``state`` (side inputs, user
     state), and the descriptor id; the caller stops it (``stop_worker``). Its bundles
@@ -114,7 +130,7 @@ def bundle_worker(spec: StageSpec, state: StateServicer) -> tuple[EmbeddedWorker
     quiet_reraised_logs()
     worker = EmbeddedWorkerHandler(None, state, _PROVISION, manager)
     if os.environ.get(SAMPLING_ENV) != "0":
-        worker.bundle_processor_cache.data_sampler = DataSampler(sample_only_exceptions=True)
+        worker.bundle_processor_cache.data_sampler = _ExceptionSampler()
     return worker, descriptor.id
 
 
