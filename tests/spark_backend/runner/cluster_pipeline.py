@@ -44,7 +44,7 @@ WORDS = ["a", "b", "fail", "c", "b", "a"] * 10
 EXPECTED = [("a", 20), ("b", 20), ("c", 10), ("fail", 10)]
 TRACE_EVENTS = 4000  # rows of the trace analyze reads; simulate's events too
 WORKERS = 2
-WAIT_S = 300.0
+WAIT_S = 900.0
 
 
 class FailOnce(beam.DoFn):
@@ -87,6 +87,7 @@ def commands(master: str, work: Path, prefix: str) -> list[list[str]]:
     spark = ["--engine", "spark", "--master", master]
     return [
         ["analyze", str(work / "t.csv"), *spark, "--systems", "none",
+         "--strategies", "perfect,bounded:10s,percentile:0.9",
          "--out", str(work / f"{prefix}-analyze")],
         ["simulate", "--events", str(TRACE_EVENTS), *spark,
          "--out", str(work / f"{prefix}-simulate")],

@@ -167,18 +167,30 @@ def _wait_for_port(port: int, seconds: float) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {seconds} s")
 
 
-def _faults(cluster: Cluster, work: Path, errors: list[BaseException]) -> None:
+def _until(event: FileEvent, ended: threading.Event) -> bool:
+    """Wait for ``event`` while the driver runs: whether it was set."""
+    while not event.wait(1.0):
+        if ended.is_set():
+            return False
+    return True
+
+
+def _faults(
+    cluster: Cluster, work: Path, ended: threading.Event, errors: list[BaseException]
+) -> None:
     """For each fault case: arm, let it start, kill the worker its first task holds,
-    start that worker again for the next case."""
+    start that worker again for the next case. Ends when the driver has."""
     try:
         _wait_for_port(cluster.port, WAIT_S)
         for name in ("w1", "w2"):
             cluster.start_worker(name)
         for number, case in enumerate(FAULT_CASES):
-            if not FileEvent(work / f"ready-{case}").wait(WAIT_S):
-                raise TimeoutError(f"case {case} never got ready")
+            if not _until(FileEvent(work / f"ready-{case}"), ended):
+                return
             cluster.arm()
             FileEvent(work / f"go-{case}").set()
+            if not _until(FileEvent(cluster.events / "victim"), ended):
+                return
             victim = cluster.victim()
             cluster.kill_worker(victim)
             if number + 1 < len(FAULT_CASES):
@@ -195,16 +207,18 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     work.mkdir()
     cluster = Cluster(base)
     errors: list[BaseException] = []
-    killer = threading.Thread(target=_faults, args=(cluster, work, errors), daemon=True)
+    ended = threading.Event()
+    killer = threading.Thread(target=_faults, args=(cluster, work, ended, errors), daemon=True)
     try:
         killer.start()
         env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1"}
         with (base / "driver.log").open("w") as log:
             done = subprocess.run(
                 [sys.executable, str(SCRIPT), str(work), RETRYING_LOCAL, cluster.url],
-                stdout=subprocess.PIPE, stderr=log, text=True, timeout=900, env=env,
+                stdout=subprocess.PIPE, stderr=log, text=True, timeout=1800, env=env,
                 check=False,
             )  # fmt: skip
+        ended.set()
         killer.join(timeout=60)
         assert not errors, errors
         assert done.returncode == 0, (base / "driver.log").read_text()[-3000:]
