@@ -82,3 +82,28 @@ def test_a_signal_while_the_entry_point_starts_ends_the_run_with_one_line(
     assert entry.main(["simulate", "--events", "10", "--out", "never"]) == code
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("watermarks: "), lines
+
+
+_SWALLOWED = """
+import os, signal, time
+from spark_backend.cli import interrupts
+interrupts.GRACE = 0.2
+interrupts.enable_watchdog()
+interrupts.install_signals()
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+except interrupts.Terminated:
+    pass  # a library that swallows the exception
+time.sleep(30)
+"""
+
+
+def test_the_watchdog_ends_a_run_that_swallowed_the_signal() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _SWALLOWED], capture_output=True, text=True, timeout=20
+    )
+    assert done.returncode == 143, done.stderr
+    assert done.stderr.splitlines() == [
+        "watermarks: terminated (SIGTERM); previous output left as it was"
+    ]
