@@ -263,13 +263,14 @@ def test_a_pipeline_that_loses_a_worker_completes_and_counts_once(
 
 
 def _files(folder: Path) -> dict[str, Any]:
-    """Every output file: tables by content, the rest by bytes (the report's page and
-    figures left out: they hold the master's URL and timings)."""
+    """Every output file by its path in ``folder``: tables by content, the rest by bytes
+    (the report's page and figures left out: they hold the master's URL and timings)."""
     found: dict[str, Any] = {}
-    for path in sorted(folder.iterdir()):
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         if path.suffix in (".html", ".png"):
             continue
-        found[path.name] = pq.read_table(path) if path.suffix == ".parquet" else path.read_bytes()
+        name = str(path.relative_to(folder))
+        found[name] = pq.read_table(path) if path.suffix == ".parquet" else path.read_bytes()
     return found
 
 
