@@ -264,7 +264,7 @@ def test_a_pipeline_that_loses_a_worker_completes_and_counts_once(
 
 def _files(folder: Path) -> dict[str, Any]:
     """Every output file by its path in ``folder``: tables by content, the rest by bytes
-    (the report's page and figures left out: they hold the master's URL and timings)."""
+    (the report's page and figures, drawn from these tables, left out)."""
     found: dict[str, Any] = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         if path.suffix in (".html", ".png"):
