@@ -25,10 +25,12 @@ a folder (each sub-package's docstring maps its modules):
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
+# Nothing is imported here: the console entry point (``spark_backend.cli:main``) passes
+# through this module before its signal handlers are in place.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from spark_backend.runner import PySparkRunner, PySparkRunnerOptions
 
 __all__ = ["PySparkRunner", "PySparkRunnerOptions"]
@@ -40,6 +42,8 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'spark_backend' has no attribute {name!r}")
+    import importlib
+
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -19,9 +19,7 @@ is one line naming the limit, exit 2.
 from __future__ import annotations
 
 import os
-import resource
 import sys
-from collections.abc import Sequence
 
 from spark_backend.cli.interrupts import (
     Terminated,
@@ -29,6 +27,10 @@ from spark_backend.cli.interrupts import (
     install_signals,
     stopped,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["MIN_ADDRESS_SPACE", "main", "memory_limit", "no_memory_line"]
 
@@ -42,6 +44,8 @@ _THREAD_POOLS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 def memory_limit() -> int | None:
     """The address-space limit (bytes) of this process, None when unlimited."""
+    import resource
+
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     return None if soft == resource.RLIM_INFINITY else int(soft)
 
@@ -61,9 +65,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The ``watermarks`` command (see :func:`spark_backend.cli.commands.main`), with
     its signal handlers and memory guard in place before any heavy import. The handlers
     stay for the rest of the process (its exit stops Spark): this is a program's entry
-    point; in-process callers use :func:`spark_backend.cli.commands.main`."""
-    enable_watchdog()
-    install_signals()
+    point; in-process callers use :func:`spark_backend.cli.commands.main`. A signal at
+    any moment from its first instruction on, the handlers' installation included,
+    ends the run with one line."""
+    try:
+        enable_watchdog()
+        install_signals()
+        return _guarded(argv)
+    except (KeyboardInterrupt, Terminated) as exc:
+        return stopped(exc)
+
+
+def _guarded(argv: Sequence[str] | None) -> int:
+    """The memory guard, then the commands."""
     limit = memory_limit()
     if limit is not None and limit < MIN_ADDRESS_SPACE:
         print(
@@ -78,8 +92,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from spark_backend.cli.commands import main as run
 
         return run(argv)
-    except (KeyboardInterrupt, Terminated) as exc:
-        return stopped(exc)
     except (MemoryError, ImportError, OSError) as exc:
         if limit is None and not isinstance(exc, MemoryError):
             raise

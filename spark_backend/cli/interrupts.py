@@ -10,10 +10,10 @@ next run removes.
 
 from __future__ import annotations
 
+import _thread  # not threading: this module loads before the handlers are in place
 import os
 import signal
 import sys
-import threading
 import time
 
 __all__ = [
@@ -75,7 +75,7 @@ def _arm_watchdog(code: int) -> None:
         sys.stderr.flush()
         os._exit(code)
 
-    threading.Thread(target=watch, name="watermarks-signal-watchdog", daemon=True).start()
+    _thread.start_new_thread(watch, ())  # as a daemon thread: no wait for it at exit
 
 
 def raise_terminated(signum: int, frame: object) -> None:

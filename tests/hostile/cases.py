@@ -264,7 +264,9 @@ def corpus_subprocess() -> list[Case]:
     ana = ["analyze", "t.csv", "--engine", "local", "--out", "out"]
     cases = []
     for sig, code in ((signal.SIGINT, "INT"), (signal.SIGTERM, "TERM")):
-        for after in (0.0, 0.3, 1.5):  # modules still importing, then simulating
+        # from the handlers' first moment (the interpreter and the packages on the way
+        # are all that ran before them) through the imports, then simulating
+        for after in (0.0, 0.005, 0.02, 0.05, 0.1, 0.3, 1.5):
             cases.append(_console(f"signal:{code}@{after}s:simulate", sim, "clear error",
                                   previous("out"), signal_after=(sig, after),
                                   needle="previous output left"))  # fmt: skip

@@ -21,6 +21,7 @@ InefficientExecutionWarnings Beam's worker raised, :mod:`.worker_warnings`).
 from __future__ import annotations
 
 import itertools
+import os
 import pickle
 import time
 from collections import defaultdict
@@ -69,6 +70,11 @@ _PROVISION = ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(retrieva
 
 TimerKey = tuple[str, str]
 
+#: Environment variable: ``0`` turns off the exception sampling of :func:`bundle_worker`
+#: (a failing DoFn's line then names no element); ``bench/exception_sampling.py`` sets
+#: it to measure what the sampling costs.
+SAMPLING_ENV: Final = "WATERMARKS_EXCEPTION_SAMPLING"
+
 
 class _Descriptors:
     """What EmbeddedWorkerHandler reads from a WorkerHandlerManager: the descriptors."""
@@ -98,6 +104,22 @@ class BundleResult:
     written: dict[TimerKey, list[bytes]]
 
 
+class _ExceptionSampler(DataSampler):
+    """Beam's exception sampling and nothing else: the DoFn that raises hands its element
+    to the sampler, so the outputs keep no per-element sample (Beam stores one per
+    element for its periodic sampling, which is off here)."""
+
+    def __init__(self) -> None:
+        super().__init__(sample_only_exceptions=True)
+
+    def initialize_samplers(self, *args: Any, **kwargs: Any) -> list[Any]:
+        samplers = super().initialize_samplers(*args, **kwargs)
+        for sampler in samplers:
+            # read by the operations as they are built: None, no per-element sample
+            sampler.element_sampler = None  # type: ignore[assignment]
+        return samplers
+
+
 def bundle_worker(spec: StageSpec, state: StateServicer) -> tuple[EmbeddedWorkerHandler, str]:
     """An embedded SDK worker for ``spec``'s bundles over ``state`` (side inputs, user
     state), and the descriptor id; the caller stops it (``stop_worker``). Its bundles
@@ -107,7 +129,8 @@ def bundle_worker(spec: StageSpec, state: StateServicer) -> tuple[EmbeddedWorker
     manager: Any = _Descriptors(descriptor)  # the one attribute the handler reads
     quiet_reraised_logs()
     worker = EmbeddedWorkerHandler(None, state, _PROVISION, manager)
-    worker.bundle_processor_cache.data_sampler = DataSampler(sample_only_exceptions=True)
+    if os.environ.get(SAMPLING_ENV) != "0":
+        worker.bundle_processor_cache.data_sampler = _ExceptionSampler()
     return worker, descriptor.id
 
 
