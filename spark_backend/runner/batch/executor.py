@@ -400,10 +400,11 @@ class StageExecutor:
 
     def _text_ranges(self, spec: StageSpec) -> list[TextRange]:
         """A text-reading stage's byte ranges (split once per run)."""
+        partitions = self._partitions  # outside the lock: it takes the lock itself
         with self._lock:
             if spec.name not in self._ranges:
                 try:
-                    slots = task_slots(self._context.master, self._partitions)
+                    slots = task_slots(self._context.master, partitions)
                     self._ranges[spec.name] = split_ranges(spec.text_source, slots)
                 except OSError as err:
                     raise PipelineFailedError(spec.label, str(err)) from None
@@ -440,10 +441,11 @@ class StageExecutor:
         """The elements of ``chunks`` one per record, over as many partitions as there
         are elements (at most the default parallelism)."""
         _, pcoll = buffer.decode().split(":", 1)
+        partitions = self._partitions  # outside the lock: it takes the lock itself
         with self._lock:
-            elements = self._elements.get(pcoll, self._partitions)
+            elements = self._elements.get(pcoll, partitions)
         one_each = functools.partial(_each_element, coder_id, self._plan.job_id, self._components)
-        return chunks.flatMap(one_each).repartition(max(1, min(self._partitions, elements)))
+        return chunks.flatMap(one_each).repartition(max(1, min(partitions, elements)))
 
     def _source(self, buffer: bytes) -> Any:
         if buffer == IMPULSE:
