@@ -65,6 +65,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from spark_backend.session.job_count import JobCount, JobTally
 from spark_backend.simulate.parts import (
     NO_STEPS,
     ElementStats,
@@ -161,6 +162,8 @@ class KeyedSimulation(SimulationResult):
     files) and the grid of all watermark changes (µs)."""
 
     partitions: int = 1
+    #: The Spark jobs, stages and shuffles the simulation ran.
+    spark_jobs: JobTally | None = None
 
     def window_latencies(self, stage: str) -> np.ndarray:
         """Fire time minus window end (µs) of each window's first pane at ``stage``."""
@@ -211,43 +214,48 @@ def simulate_keyed(
                     "partitions", minimum=1)  # fmt: skip
     check_count(max_rounds, "max_rounds", minimum=1)
     out = Path(out)
-    run = _Run(sc, n, out, fast, max_rounds)
-    streams: dict[str, tuple[Any, StepSeries]] = {}
-    stages: dict[str, KeyedStage] = {}
-    try:
-        for name in pipeline.graph.order:
-            spec = pipeline.stage(name)
-            if isinstance(spec, Source):
-                parts, iw = run.source(spec, traces[name])
-            else:
-                ups = [streams[u] for u in spec.inputs]
-                glob = isinstance(spec, GroupByWindow) and spec.rekey == "global"
-                parts = run.gather([p for p, _ in ups], glob, name)
-                iw = pointwise_min([wm for _, wm in ups])
-            if isinstance(spec, GroupByWindow):
-                parts, stages[name] = run.group(spec, parts, _latched(iw))
-            else:
-                parts, stages[name] = run.elementwise(spec, parts, iw)
-            streams[name] = (parts, stages[name].output_watermark)
-            if on_stage is not None:
-                on_stage(name)
-    finally:
-        run.close()
-        shutil.rmtree(out / "_sources", ignore_errors=True)
+    with JobCount(sc, "simulate") as jobs:
+        run = _Run(sc, n, out, fast, max_rounds, jobs)
+        streams: dict[str, tuple[Any, StepSeries]] = {}
+        stages: dict[str, KeyedStage] = {}
+        try:
+            for name in pipeline.graph.order:
+                spec = pipeline.stage(name)
+                if isinstance(spec, Source):
+                    parts, iw = run.source(spec, traces[name])
+                else:
+                    ups = [streams[u] for u in spec.inputs]
+                    glob = isinstance(spec, GroupByWindow) and spec.rekey == "global"
+                    parts = run.gather([p for p, _ in ups], glob, name)
+                    iw = pointwise_min([wm for _, wm in ups])
+                if isinstance(spec, GroupByWindow):
+                    parts, stages[name] = run.group(spec, parts, _latched(iw))
+                else:
+                    parts, stages[name] = run.elementwise(spec, parts, iw)
+                streams[name] = (parts, stages[name].output_watermark)
+                if on_stage is not None:
+                    on_stage(name)
+        finally:
+            run.close()
+            shutil.rmtree(out / "_sources", ignore_errors=True)
+        tally = jobs.log()
     times = union_times(
         [s.input_watermark for s in stages.values()] + [s.output_watermark for s in stages.values()]
     )
     # (KeyedStage has StageResult's series and counts, which is what a result's readers use)
-    return KeyedSimulation(pipeline, stages, times, n)  # type: ignore[arg-type]
+    return KeyedSimulation(pipeline, stages, times, n, tally)  # type: ignore[arg-type]
 
 
 class _Run:
     """One simulation's Spark side: the RDDs it persisted (unpersisted at the end)."""
 
-    def __init__(self, sc: Any, n: int, out: Path, fast: bool, max_rounds: int) -> None:
+    def __init__(
+        self, sc: Any, n: int, out: Path, fast: bool, max_rounds: int, jobs: JobCount
+    ) -> None:
         from pyspark import StorageLevel
 
         self.sc, self.n, self.out, self.fast, self.max_rounds = sc, n, out, fast, max_rounds
+        self.jobs = jobs
         self.level = StorageLevel.DISK_ONLY
         self.kept: list[Any] = []
 
@@ -279,9 +287,11 @@ class _Run:
                          .map(lambda i: block_rows(trace, i, n, kind)))  # fmt: skip
         summaries = self.keep(made.map(lambda x: x[0]))
         # every block made at once, on every core (the iterator below runs a job a block)
-        summaries.count()
+        with self.jobs.purpose(f"source {spec.name}: make the blocks"):
+            summaries.count()
         # (one block's summary at a time: the driver never holds them all pickled)
-        iw = source_watermark(spec, summaries.toLocalIterator())
+        with self.jobs.purpose(f"source {spec.name}: the blocks' summaries"):
+            iw = source_watermark(spec, summaries.toLocalIterator())
         pieces = made.flatMap(lambda x: [(p, (0, part)) for p, part in x[1]])
         parts = pieces.groupByKey(n, partitionFunc=int).map(
             lambda pp: (pp[0], bounded(merge(list(pp[1]), 1), pp[0], spec.name)),
@@ -344,7 +354,8 @@ class _Run:
             return p, (bounded(out, p, spec.name), stats)
 
         done = self.keep(parts.map(task))
-        stats = done.map(lambda x: x[1][1]).collect()
+        with self.jobs.purpose(f"stage {spec.name}: element-wise"):
+            stats = done.map(lambda x: x[1][1]).collect()
         held.unpersist()
         buffer = _min_series([s.buffer for s in stats])
         latched = _latched(iw)
@@ -360,7 +371,9 @@ class _Run:
         parts = self.keep(parts)
         glob = spec.rekey == "global"
         firsts: dict[Hashable, tuple[int, ...]] = {}
-        for got in parts.map(lambda pp: first_places(pp[1], glob)).collect():
+        with self.jobs.purpose(f"stage {spec.name}: the keys' first places"):
+            got_places = parts.map(lambda pp: first_places(pp[1], glob)).collect()
+        for got in got_places:
             for k, place in got.items():
                 if k not in firsts or place < firsts[k]:
                     firsts[k] = place
@@ -379,7 +392,8 @@ class _Run:
             return p, (bounded(out, p, spec.name), stats)
 
         emitted = self.keep(parts.zip(done).map(outputs))
-        stats = emitted.map(lambda x: x[1][1]).collect()
+        with self.jobs.purpose(f"stage {spec.name}: outputs"):
+            stats = emitted.map(lambda x: x[1][1]).collect()
         done.unpersist()
         shared.unpersist()
         state = _min_series(list(holds.values()))
@@ -414,6 +428,7 @@ class _Run:
         broadcast as one :class:`OthersMin` table, from which each task takes the
         minimum of the others'."""
         fast, level = self.fast, self.level
+        count = iter(range(1, self.max_rounds + 1))
 
         def run_round(others: OthersMin | None) -> tuple[dict, Any]:
             ext = self.sc.broadcast(others)
@@ -428,7 +443,8 @@ class _Run:
                 return pp[0], (held, instants, res._replace(state_hold=NO_STEPS.times))
 
             done = parts.map(task).persist(level)
-            new = dict(done.map(lambda x: (x[0], x[1][0])).collect())
+            with self.jobs.purpose(f"stage {spec.name}: round {next(count)}"):
+                new = dict(done.map(lambda x: (x[0], x[1][0])).collect())
             ext.unpersist()
             return new, done
 
