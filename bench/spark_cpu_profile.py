@@ -12,9 +12,10 @@ the Spark stages active at either end of it (``statusTracker``; shared evenly wh
 were), or to "no stage"
 (driver-side work between jobs). A table per run: stage (id, job description or name),
 wall s, CPU s of the JVM, the workers and the driver, and Spark's own ``executorCpuTime``
-(JVM task threads only). Then the local engine on the same input (CPU of this process),
-and per kind the totals, the fixed part (intercept of the 1M..10M line) and the part per
-event (the largest size less the smallest), Spark against local. Results are checked
+(JVM task threads only), and the run's Spark jobs, stages and shuffles. Then the local
+engine on the same input (CPU of this process), and per kind the totals, the fixed part
+(intercept of the 1M..10M line) and the part per event (the largest size less the
+smallest), Spark against local. Results are checked
 equal to the local engine's (exit 1 if not). Usage::
 
     python bench/spark_cpu_profile.py --events 1e6,1e7 --runs analyze,simulate [--record]
@@ -255,6 +256,7 @@ def main() -> None:
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     recorder = Recorder.from_args(__file__, args)
+    from spark_backend.session.job_count import JobCount
     from spark_backend.session.session import get_session, stop_session
 
     conf = dict(c.split("=", 1) for c in args.conf)
@@ -274,10 +276,15 @@ def main() -> None:
             for n in args.events:
                 work.prepare(n)
                 load = os.getloadavg()[0]
-                with Sampler(sc, args.interval) as sampler:
+                with JobCount(sc, kind) as jobs, Sampler(sc, args.interval) as sampler:
                     got = work.spark_run()
+                tally = jobs.tally()
                 p = sampler.profile
                 print_profile(f"{kind} --engine spark, {n:,} events (load {load:.1f})", p)
+                print(f"  {tally}")
+                figures[f"{kind} {n} spark jobs"] = tally.jobs
+                figures[f"{kind} {n} spark stages"] = tally.stages
+                figures[f"{kind} {n} spark shuffles"] = tally.shuffles
                 t = p.totals()
                 lw, lc, local = local_cpu(work.local_run)
                 ok = work.same(got, local)

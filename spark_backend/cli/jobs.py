@@ -623,7 +623,7 @@ def run_analyze(
         return _analyze_local(trace, job, reading)
     bar = Progress(4 + _COMPARE_STEPS + bool(systems))
     session = _start_spark(spark, bar)
-    with JobCount(session.sparkContext, "analyze") as jobs:
+    with JobCount(session, "analyze") as jobs:
         jobs.name("read and validate the trace")
         LOG.info("reading and validating %s (--on-bad-rows %s)", trace, on_bad_rows)
         df, bad = read_spark(session, trace, on_bad_rows, unit, strict, reading.null_values)

@@ -5,8 +5,8 @@ A :class:`JobCount` puts the run's jobs in a job group of their own; :meth:`JobC
 from then on (Spark's job description, shown in its UI and event log), and a debug line
 is logged per job (what it was for, its stages run and its shuffles); the
 :meth:`JobCount.tally` comes from Spark's ``statusTracker``. A stage Spark skipped (its
-shuffle output already there) is not counted; a shuffle is a stage run that is not its
-job's last (its result) stage: a shuffle map stage.
+shuffle output already there) is not counted; a shuffle is a stage run that wrote
+shuffle output (a shuffle map stage, as its own job too under adaptive execution).
 """
 
 from __future__ import annotations
@@ -66,25 +66,36 @@ class JobTally(NamedTuple):
 
 class JobCount:
     """A run's Spark jobs (in job group ``<what>-<pid>-<n>``, set for this thread while
-    the count is open: use it as a context manager)."""
+    the count is open: use it as a context manager); a count opened inside another on
+    the same SparkContext has its own group, and its jobs count in both."""
 
-    def __init__(self, sc: Any, what: str) -> None:
-        self.sc, self.what = sc, what
+    def __init__(self, spark: Any, what: str) -> None:
+        """``spark``: a SparkContext, session or DataFrame (on Spark Connect, which has no
+        SparkContext, the count does nothing and counts nothing)."""
+        self.sc, self.what = _context(spark), what
         self.group = f"{what}-{os.getpid()}-{next(_GROUPS)}"
         self._saved: tuple[Any, Any] = (None, None)
         self._current: str | None = None
         self._before: set[int] = set()
+        self._inner: list[JobCount] = []  # counts opened inside this one: theirs are its
 
     def __enter__(self) -> JobCount:
+        if self.sc is None:
+            return self
         self._saved = (
             self.sc.getLocalProperty("spark.jobGroup.id"),
             self.sc.getLocalProperty("spark.job.description"),
         )
+        outer = [c for c in getattr(_open, "counts", []) if c.sc is self.sc]
+        if outer:
+            outer[-1]._inner.append(self)
         self.sc.setJobGroup(self.group, self.what)
         _open.counts = [*getattr(_open, "counts", []), self]
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.sc is None:
+            return
         self._close()
         _open.counts = [c for c in getattr(_open, "counts", []) if c is not self]
         group, description = self._saved
@@ -92,10 +103,15 @@ class JobCount:
         self.sc.setLocalProperty("spark.job.description", description)
 
     def _jobs(self) -> list[int]:
-        return sorted(self.sc.statusTracker().getJobIdsForGroup(self.group))
+        if self.sc is None:
+            return []
+        own = set(self.sc.statusTracker().getJobIdsForGroup(self.group))
+        return sorted(own.union(*(c._jobs() for c in self._inner)))
 
     def name(self, text: str) -> None:
         """The jobs started from now on are for ``text`` (described ``<what>: <text>``)."""
+        if self.sc is None:
+            return
         self._close()
         self._current, self._before = text, set(self._jobs())
         self.sc.setJobDescription(f"{self.what}: {text}")
@@ -107,8 +123,9 @@ class JobCount:
         try:
             yield
         finally:
-            self._close()
-            self.sc.setJobDescription(self.what)
+            if self.sc is not None:
+                self._close()
+                self.sc.setJobDescription(self.what)
 
     def _close(self) -> None:
         """A debug line for each job started since :meth:`name`."""
@@ -121,8 +138,7 @@ class JobCount:
         self._current = None
 
     def _stages(self, job: int) -> tuple[set[int], set[int]]:
-        """The stages of ``job`` that ran, and those of them that were shuffle map stages
-        (not the job's last: its result stage has the highest id)."""
+        """The stages of ``job`` that ran, and those of them that wrote shuffle output."""
         tracker = self.sc.statusTracker()
         info = tracker.getJobInfo(job)
         if info is None:
@@ -135,7 +151,16 @@ class JobCount:
                                       or stage.numFailedTasks):  # fmt: skip
                 ran.add(sid)
         last = max(ids, default=None)
-        return ran, {s for s in ran if s != last}
+        return ran, {s for s in ran if self._shuffled(s, s != last)}
+
+    def _shuffled(self, stage: int, guess: bool) -> bool:
+        """Whether ``stage`` wrote shuffle output (Spark's status store; ``guess`` where
+        the store has no longer the stage: whether it was not its job's last stage)."""
+        try:
+            data = self.sc._jsc.sc().statusStore().lastStageAttempt(stage)
+            return bool(data.shuffleWriteRecords() > 0 or data.shuffleWriteBytes() > 0)
+        except Exception:  # (py4j's error: a stage the store dropped)
+            return guess
 
     def tally(self) -> JobTally:
         """The jobs of the run so far, the stages they ran and the shuffles among those
