@@ -7,10 +7,10 @@ runs it (trace persisted and counted before the clock), ``simulate`` the chapter
 pipeline as ``bench/simulate_spark.py`` runs it. A sampler thread reads ``/proc/<pid>/stat``
 of the whole process tree every ``--interval`` s and splits the CPU into the driver (this
 process, less the sampler's own thread), the JVM (``java``) and the Python workers (the
-JVM's descendants, with the CPU of the workers they reaped). Each interval's CPU goes to
-the Spark stages active at either end of it (``statusTracker``; shared evenly when several
-were), or to "no stage"
-(driver-side work between jobs). A table per run: stage (id, job description or name),
+JVM's descendants), process by process (a worker's CPU after its last sample is missed).
+Each interval's CPU goes to the Spark stages active at either end of it
+(``statusTracker``; shared evenly when several were), or to "no stage" (driver-side work
+between jobs). A table per run: stage (id, job description or name),
 wall s, CPU s of the JVM, the workers and the driver, and Spark's own ``executorCpuTime``
 (JVM task threads only), and the run's Spark jobs, stages and shuffles. Then the local
 engine on the same input (CPU of this process), and per kind the totals, the fixed part
@@ -23,6 +23,7 @@ equal to the local engine's (exit 1 if not). Usage::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -45,11 +46,10 @@ TICK = os.sysconf("SC_CLK_TCK")
 KINDS = ("jvm", "workers", "driver")
 
 
-def tree_ticks(root: int) -> dict[str, int]:
-    """CPU ticks of ``root``'s process tree by kind: the driver (``root``: utime + stime),
-    the JVM (``java``: utime + stime) and the workers (the JVM's descendants, and the
-    children any of them or the JVM reaped: utime + stime + cutime + cstime)."""
-    stats: dict[int, tuple[int, str, list[int]]] = {}
+def tree_ticks(root: int) -> dict[int, tuple[str, int]]:
+    """The kind (driver: ``root``; jvm: ``java``; workers: the JVM's descendants) and the
+    CPU ticks (utime + stime) of each process of ``root``'s tree."""
+    stats: dict[int, tuple[int, str, int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -58,27 +58,32 @@ def tree_ticks(root: int) -> dict[str, int]:
                 continue
             head, tail = text.rsplit(")", 1)
             fields = tail.split()
-            stats[int(entry)] = (
-                int(fields[1]),
-                head.split("(", 1)[1],
-                [int(f) for f in fields[11:15]],
-            )
+            stats[int(entry)] = (int(fields[1]), head.split("(", 1)[1],
+                                 int(fields[11]) + int(fields[12]))  # fmt: skip
     children: dict[int, list[int]] = defaultdict(list)
     for pid, (parent, _, _) in stats.items():
         children[parent].append(pid)
-    out = {k: 0 for k in KINDS}
-    out["driver"] = sum(stats[root][2][:2]) if root in stats else 0
-    frontier = [(p, False) for p in children.get(root, ())]
+    out = {root: ("driver", stats[root][2])} if root in stats else {}
+    frontier = [(p, "driver") for p in children.get(root, ())]
     while frontier:
-        pid, under_jvm = frontier.pop()
-        _, name, t = stats[pid]
-        if not under_jvm and name == "java":
-            out["jvm"] += t[0] + t[1]
-            out["workers"] += t[2] + t[3]
-            frontier.extend((c, True) for c in children.get(pid, ()))
-        else:
-            out["workers" if under_jvm else "driver"] += sum(t) if under_jvm else t[0] + t[1]
-            frontier.extend((c, under_jvm) for c in children.get(pid, ()))
+        pid, kind = frontier.pop()
+        _, name, ticks = stats[pid]
+        if kind == "driver" and name == "java":
+            kind = "jvm"
+        out[pid] = (kind, ticks)
+        below = "workers" if kind != "driver" else "driver"
+        frontier.extend((c, below) for c in children.get(pid, ()))
+    return out
+
+
+def cpu_delta(
+    before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]]
+) -> dict[str, float]:
+    """CPU s by kind between two :func:`tree_ticks` (per process: a process that ended
+    between them counts nothing more, one that began counts all its CPU)."""
+    out = {k: 0.0 for k in KINDS}
+    for pid, (kind, ticks) in after.items():
+        out[kind] += (ticks - before.get(pid, (kind, 0))[1]) / TICK
     return out
 
 
@@ -125,10 +130,11 @@ class Sampler:
             own = time.thread_time()
             active = sorted(set(prev_s) | set(s)) or [-1]  # -1: no stage
             share = 1 / len(active)  # stages running together split the interval
+            delta = cpu_delta(prev_c, c)
             for stage in active:
                 row = self.profile.cpu.setdefault(stage, {k: 0.0 for k in KINDS})
                 for k in KINDS:
-                    row[k] += share * (c[k] - prev_c[k]) / TICK
+                    row[k] += share * delta[k]
                 row["driver"] -= share * (own - own0)  # the sampler's CPU is not the run's
                 self.profile.wall[stage] = self.profile.wall.get(stage, 0.0) + share * (t - prev_t)
             prev_t, prev_c, prev_s, own0 = t, c, s, time.thread_time()
@@ -256,8 +262,12 @@ def main() -> None:
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     recorder = Recorder.from_args(__file__, args)
-    from spark_backend.session.job_count import JobCount
     from spark_backend.session.session import get_session, stop_session
+
+    try:
+        from spark_backend.session.job_count import JobCount
+    except ImportError:  # (a revision without it: no counts)
+        JobCount = None  # type: ignore[assignment,misc]
 
     conf = dict(c.split("=", 1) for c in args.conf)
     conf.setdefault("spark.driver.memory", "2g")
@@ -276,15 +286,18 @@ def main() -> None:
             for n in args.events:
                 work.prepare(n)
                 load = os.getloadavg()[0]
-                with JobCount(sc, kind) as jobs, Sampler(sc, args.interval) as sampler:
+                with contextlib.ExitStack() as stack:
+                    jobs = stack.enter_context(JobCount(sc, kind)) if JobCount else None
+                    sampler = stack.enter_context(Sampler(sc, args.interval))
                     got = work.spark_run()
-                tally = jobs.tally()
                 p = sampler.profile
                 print_profile(f"{kind} --engine spark, {n:,} events (load {load:.1f})", p)
-                print(f"  {tally}")
-                figures[f"{kind} {n} spark jobs"] = tally.jobs
-                figures[f"{kind} {n} spark stages"] = tally.stages
-                figures[f"{kind} {n} spark shuffles"] = tally.shuffles
+                if jobs is not None:
+                    tally = jobs.tally()
+                    print(f"  {tally}")
+                    figures[f"{kind} {n} spark jobs"] = tally.jobs
+                    figures[f"{kind} {n} spark stages"] = tally.stages
+                    figures[f"{kind} {n} spark shuffles"] = tally.shuffles
                 t = p.totals()
                 lw, lc, local = local_cpu(work.local_run)
                 ok = work.same(got, local)
