@@ -254,12 +254,18 @@ class _Run:
     """One simulation's Spark side: the RDDs it persisted (unpersisted at the end)."""
 
     def __init__(
-        self, sc: Any, n: int, out: Path, fast: bool, max_rounds: int, jobs: JobCount
+        self,
+        sc: Any,
+        n: int,
+        out: Path,
+        fast: bool,
+        max_rounds: int,
+        jobs: JobCount | None = None,
     ) -> None:
         from pyspark import StorageLevel
 
         self.sc, self.n, self.out, self.fast, self.max_rounds = sc, n, out, fast, max_rounds
-        self.jobs = jobs
+        self.jobs = jobs if jobs is not None else JobCount(sc, "simulate")  # (names jobs)
         self.level = StorageLevel.DISK_ONLY
         self.kept: list[Any] = []
         self.views: list[Any] = []  # a kept RDD's records less their stats: not kept again
