@@ -196,12 +196,18 @@ def main() -> None:
                 f"{n:>11,} spark: {wall:8.1f} s wall, {cpu:7.1f} s CPU (process tree), "
                 f"{n / wall:9,.0f} ev/s wall, {n / cpu:9,.0f} ev/s CPU, peak {peak / 2**20:,.0f} "
                 f"MiB = {peak / n:,.0f} B/event (tree PSS; peaks by kind: {per_kind(kinds, n)}), "
-                f"{keyed.partitions} partitions, rounds {rounds}",
+                f"{keyed.partitions} partitions, rounds {rounds}; "
+                f"{getattr(keyed, 'spark_jobs', None) or 'jobs not counted'}",
                 flush=True,
             )
             figures[f"{n} spark wall s"] = round(wall, 2)
             figures[f"{n} spark cpu s"] = round(cpu, 2)
             figures[f"{n} spark peak MiB"] = round(peak / 2**20)
+            tally = getattr(keyed, "spark_jobs", None)
+            if tally is not None:
+                figures[f"{n} spark jobs"] = tally.jobs
+                figures[f"{n} spark stages"] = tally.stages
+                figures[f"{n} spark shuffles"] = tally.shuffles
             if args.no_local:
                 continue
             if args.limit:

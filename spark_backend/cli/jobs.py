@@ -32,6 +32,7 @@ from spark_backend.report.systems import bound_of, systems_section, trace_of
 from spark_backend.report.tables import with_units
 from spark_backend.report.uncertainty import bootstrap_section, seeds_section
 from spark_backend.report.window_table import window_table
+from spark_backend.session.job_count import JobCount
 from spark_backend.session.session import get_session
 from spark_backend.traces.trace_input import local_files, read_local, read_spark
 from theory.data.report import BadRowReport
@@ -758,34 +759,39 @@ def run_analyze(
         return _analyze_local(trace, job, reading)
     bar = Progress(4 + _COMPARE_STEPS + bool(systems) + bool(bootstrap))
     session = _start_spark(spark, bar)
-    LOG.info("reading and validating %s (--on-bad-rows %s)", trace, on_bad_rows)
-    df, bad = read_spark(session, trace, on_bad_rows, unit, strict, reading.null_values)
-    check_rows_left(trace, bad)
-    df = df.persist()
-    try:
-        rows = bad.rows_kept
-        if bad.total:
-            LOG.warning("skipped %d bad rows of %d", bad.total, bad.rows_read)
-        bar.step(f"read {rows:,} rows")
-        report = Report(f"Watermarks: {os.fspath(trace)}")
-        report.trace(f"On the trace read from {os.fspath(trace)}")
-        e, a = F.col("event_time"), F.col("arrival_time")
-        got = df.agg(
-            F.count(F.when(a < e, F.lit(1))), F.min(e), F.max(e), F.min(a), F.max(a)
-        ).first()
-        assert got is not None
-        early, e_lo, e_hi, a_lo, a_hi = (int(x or 0) for x in got)
-        _warn(report, rows, early, job, (e_hi - e_lo, a_hi - a_lo))
-        describe_trace(report, df, rows, f"rows read from {os.fspath(trace)}")
-        bar.step("trace described")
-        LOG.info("comparing %d watermark strategies on Spark", len(strategies))
-        comparison = compare(
-            df, strategies, window_size, seed=seed, step=bar.step, firing=firing,
-            include_end_of_input=include_end_of_input,
-        )
-        systems_input = trace_of(df, rows) if systems else None
-    finally:
-        df.unpersist()
+    with JobCount(session, "analyze") as jobs:
+        jobs.name("read and validate the trace")
+        LOG.info("reading and validating %s (--on-bad-rows %s)", trace, on_bad_rows)
+        df, bad = read_spark(session, trace, on_bad_rows, unit, strict, reading.null_values)
+        check_rows_left(trace, bad)
+        df = df.persist()
+        try:
+            rows = bad.rows_kept
+            if bad.total:
+                LOG.warning("skipped %d bad rows of %d", bad.total, bad.rows_read)
+            bar.step(f"read {rows:,} rows")
+            report = Report(f"Watermarks: {os.fspath(trace)}")
+            report.trace(f"On the trace read from {os.fspath(trace)}")
+            jobs.name("describe the trace")
+            e, a = F.col("event_time"), F.col("arrival_time")
+            got = df.agg(
+                F.count(F.when(a < e, F.lit(1))), F.min(e), F.max(e), F.min(a), F.max(a)
+            ).first()
+            assert got is not None
+            early, e_lo, e_hi, a_lo, a_hi = (int(x or 0) for x in got)
+            _warn(report, rows, early, job, (e_hi - e_lo, a_hi - a_lo))
+            describe_trace(report, df, rows, f"rows read from {os.fspath(trace)}")
+            bar.step("trace described")
+            LOG.info("comparing %d watermark strategies on Spark", len(strategies))
+            comparison = compare(
+                df, strategies, window_size, seed=seed, step=bar.step, firing=firing,
+                include_end_of_input=include_end_of_input,
+            )
+            jobs.name("the systems' input")
+            systems_input = trace_of(df, rows) if systems else None
+        finally:
+            df.unpersist()
+        jobs.log()
     origin = min(e_lo, a_lo)
     return _finish_analyze(report, comparison, bad, job, bar, systems_input, origin)
 

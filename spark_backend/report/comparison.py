@@ -43,6 +43,7 @@ from spark_backend.analytics import (
 )
 from spark_backend.analytics.strategies import parse_strategies
 from spark_backend.report import plots
+from spark_backend.session.job_count import name_jobs
 from theory.columns import check_duration
 from theory.experiments.first_panes import FIRE_ONCE, Firing
 from theory.experiments.tradeoff import pareto_frontier
@@ -166,11 +167,13 @@ def compare(
     done = step or (lambda label: None)
     holder = "partition" if "partition" in df.columns else None
     LOG.info("cutting the trace into arrival-time buckets")
+    name_jobs(df, "cut the trace into arrival-time buckets")
     layout = prepare(df, backlog=any(s.kind == "percentile" for s in parsed), holder=holder)
     done(f"{layout.rows:,} rows in {layout.buckets} buckets")
     an = analyze(layout, specs)
     try:
         LOG.info("late data, windows and latency for %d strategies", len(specs))
+        name_jobs(df, "late data, windows and latency")
         curves = an.all_curves()  # one collect: the fire times and the exact source lag
         per_window = an.windows(window_size, firing=firing, curves=curves)
         summary = an.window_summary(
@@ -181,6 +184,7 @@ def compare(
         lo, hi = layout.first_arrival, layout.last_arrival
         if views:
             LOG.info("sampling the curves and about %d elements", sample_elements)
+            name_jobs(df, "sample the curves and elements")
             frac = sample_elements / layout.rows
             whole = _view(an, lo, hi, grid_points, frac, seed)
             arrivals = whole.elements["arrival_time"].to_numpy()
@@ -193,10 +197,12 @@ def compare(
         else:
             whole = zoomed = View((lo, hi), pd.DataFrame(), pd.DataFrame())
         LOG.info("the source lag of %d strategies (exact)", len(specs))
+        name_jobs(df, "the source lag")
         lags = [source_lags(curves[s], lo, hi) for s in specs]
         hb = None
         if holder is not None and views:
             LOG.info("which partition holds the watermark back")
+            name_jobs(df, "partition skew")
             hb = holdback(layout, holder)
             done("partition skew")
     finally:

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from spark_backend.session.job_count import JobCount, JobTally
 from spark_backend.simulate.parts import (
     NO_STEPS,
     ElementStats,
@@ -107,6 +108,10 @@ __all__ = [
 ]
 
 LOG = logging.getLogger("watermarks")
+
+#: A blocked source's summaries come to the driver in this many jobs at most, each
+#: making its share of the blocks on every core.
+SUMMARY_JOBS = 4
 
 #: A source's trace, or how to make it (called once, when the source's stage runs), or
 #: a trace made block by block on the executors.
@@ -161,6 +166,8 @@ class KeyedSimulation(SimulationResult):
     files) and the grid of all watermark changes (µs)."""
 
     partitions: int = 1
+    #: The Spark jobs, stages and shuffles the simulation ran.
+    spark_jobs: JobTally | None = None
 
     def window_latencies(self, stage: str) -> np.ndarray:
         """Fire time minus window end (µs) of each window's first pane at ``stage``."""
@@ -211,48 +218,66 @@ def simulate_keyed(
                     "partitions", minimum=1)  # fmt: skip
     check_count(max_rounds, "max_rounds", minimum=1)
     out = Path(out)
-    run = _Run(sc, n, out, fast, max_rounds)
-    streams: dict[str, tuple[Any, StepSeries]] = {}
-    stages: dict[str, KeyedStage] = {}
-    try:
-        for name in pipeline.graph.order:
-            spec = pipeline.stage(name)
-            if isinstance(spec, Source):
-                parts, iw = run.source(spec, traces[name])
-            else:
-                ups = [streams[u] for u in spec.inputs]
-                glob = isinstance(spec, GroupByWindow) and spec.rekey == "global"
-                parts = run.gather([p for p, _ in ups], glob, name)
-                iw = pointwise_min([wm for _, wm in ups])
-            if isinstance(spec, GroupByWindow):
-                parts, stages[name] = run.group(spec, parts, _latched(iw))
-            else:
-                parts, stages[name] = run.elementwise(spec, parts, iw)
-            streams[name] = (parts, stages[name].output_watermark)
-            if on_stage is not None:
-                on_stage(name)
-    finally:
-        run.close()
-        shutil.rmtree(out / "_sources", ignore_errors=True)
+    with JobCount(sc, "simulate") as jobs:
+        run = _Run(sc, n, out, fast, max_rounds, jobs)
+        streams: dict[str, tuple[Any, StepSeries]] = {}
+        stages: dict[str, KeyedStage] = {}
+        try:
+            for name in pipeline.graph.order:
+                spec = pipeline.stage(name)
+                if isinstance(spec, Source):
+                    parts, iw = run.source(spec, traces[name])
+                else:
+                    ups = [streams[u] for u in spec.inputs]
+                    glob = isinstance(spec, GroupByWindow) and spec.rekey == "global"
+                    parts = run.gather([p for p, _ in ups], glob, name)
+                    iw = pointwise_min([wm for _, wm in ups])
+                if isinstance(spec, GroupByWindow):
+                    parts, stages[name] = run.group(spec, parts, _latched(iw))
+                else:
+                    parts, stages[name] = run.elementwise(spec, parts, iw)
+                streams[name] = (parts, stages[name].output_watermark)
+                if on_stage is not None:
+                    on_stage(name)
+        finally:
+            run.close()
+            shutil.rmtree(out / "_sources", ignore_errors=True)
+        tally = jobs.log()
     times = union_times(
         [s.input_watermark for s in stages.values()] + [s.output_watermark for s in stages.values()]
     )
     # (KeyedStage has StageResult's series and counts, which is what a result's readers use)
-    return KeyedSimulation(pipeline, stages, times, n)  # type: ignore[arg-type]
+    return KeyedSimulation(pipeline, stages, times, n, tally)  # type: ignore[arg-type]
 
 
 class _Run:
     """One simulation's Spark side: the RDDs it persisted (unpersisted at the end)."""
 
-    def __init__(self, sc: Any, n: int, out: Path, fast: bool, max_rounds: int) -> None:
+    def __init__(
+        self,
+        sc: Any,
+        n: int,
+        out: Path,
+        fast: bool,
+        max_rounds: int,
+        jobs: JobCount | None = None,
+    ) -> None:
         from pyspark import StorageLevel
 
         self.sc, self.n, self.out, self.fast, self.max_rounds = sc, n, out, fast, max_rounds
+        self.jobs = jobs if jobs is not None else JobCount(sc, "simulate")  # (names jobs)
         self.level = StorageLevel.DISK_ONLY
         self.kept: list[Any] = []
+        self.views: list[Any] = []  # a kept RDD's records less their stats: not kept again
 
     def keep(self, rdd: Any) -> Any:
-        self.kept.append(rdd.persist(self.level))
+        if not any(rdd is v for v in self.views):
+            self.kept.append(rdd.persist(self.level))
+        return rdd
+
+    def view(self, rdd: Any) -> Any:
+        """``rdd``, a cheap map of a kept RDD (the stage's parts without its stats)."""
+        self.views.append(rdd)
         return rdd
 
     def close(self) -> None:
@@ -277,11 +302,21 @@ class _Run:
         n, kind = self.n, make_source_watermark(spec.watermark).kind
         made = self.keep(self.sc.parallelize(range(trace.blocks), trace.blocks)
                          .map(lambda i: block_rows(trace, i, n, kind)))  # fmt: skip
-        summaries = self.keep(made.map(lambda x: x[0]))
-        # every block made at once, on every core (the iterator below runs a job a block)
-        summaries.count()
-        # (one block's summary at a time: the driver never holds them all pickled)
-        iw = source_watermark(spec, summaries.toLocalIterator())
+        summaries = made.map(lambda x: x[0])
+        # the blocks made in a few jobs, each on every core, each sending its blocks'
+        # summaries (the driver holds a chunk of them pickled at a time)
+        blocks = list(range(trace.blocks))
+        step = max(self.sc.defaultParallelism, -(-trace.blocks // SUMMARY_JOBS))
+        chunks = [blocks[i : i + step] for i in range(0, trace.blocks, step)]
+
+        def gathered() -> Iterator[Any]:
+            for i, chunk in enumerate(chunks, 1):
+                with self.jobs.purpose(f"source {spec.name}: blocks made, summaries {i}"):
+                    got = self.sc.runJob(summaries, lambda it: it, chunk)
+                yield from got
+                del got
+
+        iw = source_watermark(spec, gathered())
         pieces = made.flatMap(lambda x: [(p, (0, part)) for p, part in x[1]])
         parts = pieces.groupByKey(n, partitionFunc=int).map(
             lambda pp: (pp[0], bounded(merge(list(pp[1]), 1), pp[0], spec.name)),
@@ -344,7 +379,8 @@ class _Run:
             return p, (bounded(out, p, spec.name), stats)
 
         done = self.keep(parts.map(task))
-        stats = done.map(lambda x: x[1][1]).collect()
+        with self.jobs.purpose(f"stage {spec.name}: element-wise"):
+            stats = done.map(lambda x: x[1][1]).collect()
         held.unpersist()
         buffer = _min_series([s.buffer for s in stats])
         latched = _latched(iw)
@@ -354,24 +390,26 @@ class _Run:
             _min_series([s.processing_hold for s in stats]),
             sum(s.arrivals for s in stats), sum(s.late for s in stats), late_dir,
         )  # fmt: skip
-        return done.mapValues(lambda r: r[0]), stage
+        return self.view(done.mapValues(lambda r: r[0])), stage
 
     def group(self, spec: GroupByWindow, parts: Any, iw: StepSeries) -> tuple[Any, KeyedStage]:
         parts = self.keep(parts)
-        glob = spec.rekey == "global"
+        watermark = self.sc.broadcast(iw)
+        # (the first round's tasks send their keys' first places besides their holds)
+        rounds, holds, done, places = self._rounds(spec, parts, watermark)
         firsts: dict[Hashable, tuple[int, ...]] = {}
-        for got in parts.map(lambda pp: first_places(pp[1], glob)).collect():
+        for got in places:
             for k, place in got.items():
                 if k not in firsts or place < firsts[k]:
                     firsts[k] = place
         ranks = {k: r for r, k in enumerate(sorted(firsts, key=firsts.__getitem__))}
-        del firsts
+        del firsts, places
+        watermark.unpersist()
         shared = self.sc.broadcast((iw, ranks))
-        rounds, holds, done = self._rounds(spec, parts, shared)
         pane_dir, late_dir = self.out / "panes" / spec.name, self.out / "late" / spec.name
 
         def outputs(item: Any) -> tuple[int, tuple[Part, ElementStats]]:
-            (p, part), (_, (_, instants, result)) = item
+            (p, part), (_, (_, instants, result, _)) = item
             w, rank = shared.value
             out, table, stats, late = group_outputs(spec, part, w, instants, result, rank)
             _write_panes(pane_dir, p, table, rank)
@@ -379,7 +417,8 @@ class _Run:
             return p, (bounded(out, p, spec.name), stats)
 
         emitted = self.keep(parts.zip(done).map(outputs))
-        stats = emitted.map(lambda x: x[1][1]).collect()
+        with self.jobs.purpose(f"stage {spec.name}: outputs"):
+            stats = emitted.map(lambda x: x[1][1]).collect()
         done.unpersist()
         shared.unpersist()
         state = _min_series(list(holds.values()))
@@ -403,36 +442,48 @@ class _Run:
         )  # fmt: skip
         LOG.info("stage %s: %d rounds, %d panes, at most %d instants a partition", spec.name,
                  rounds, len(stage.panes or ()), stage.largest_grid)  # fmt: skip
-        return emitted.mapValues(lambda r: r[0]), stage
+        return self.view(emitted.mapValues(lambda r: r[0])), stage
 
     def _rounds(
-        self, spec: GroupByWindow, parts: Any, shared: Any
-    ) -> tuple[int, dict[int, StepSeries], Any]:
+        self, spec: GroupByWindow, parts: Any, watermark: Any
+    ) -> tuple[int, dict[int, StepSeries], Any, list[dict[Hashable, tuple[int, ...]]]]:
         """Rounds until the partitions' external holds settle (:func:`settle`): (rounds,
         each partition's own state hold (µs series), the settled round's RDD of (p,
-        (hold, instants, PartResult without its hold))). The partitions' holds are
+        (hold, instants, PartResult without its hold, the first round's first places)),
+        each partition's keys' first places (:func:`first_places`, which the first
+        round's tasks send besides their holds)). The partitions' holds are
         broadcast as one :class:`OthersMin` table, from which each task takes the
         minimum of the others'."""
         fast, level = self.fast, self.level
+        glob = spec.rekey == "global"
+        count = iter(range(1, self.max_rounds + 1))
+        places: list[dict[Hashable, tuple[int, ...]]] = []
 
         def run_round(others: OthersMin | None) -> tuple[dict, Any]:
             ext = self.sc.broadcast(others)
+            first = others is None
 
             def task(pp: tuple[int, Part]) -> tuple[int, Any]:
-                w, _ = shared.value
+                w = watermark.value
                 last = ext.value
                 external = None if last is None else last.of_partition(pp[0])
                 instants, res = group_round(spec, pp[1], w, fast, external)
                 # the hold kept as its changes only (the outputs do not need it)
                 held = hold_changes(res.state_hold, instants)
-                return pp[0], (held, instants, res._replace(state_hold=NO_STEPS.times))
+                firsts = first_places(pp[1], glob) if first else None
+                return pp[0], (held, instants, res._replace(state_hold=NO_STEPS.times), firsts)
 
             done = parts.map(task).persist(level)
-            new = dict(done.map(lambda x: (x[0], x[1][0])).collect())
+            with self.jobs.purpose(f"stage {spec.name}: round {next(count)}"):
+                got = done.map(lambda x: (x[0], x[1][0], x[1][3])).collect()
             ext.unpersist()
-            return new, done
+            if first:
+                places.extend(g[2] for g in got)
+            return {p: held for p, held, _ in got}, done
 
-        return settle(run_round, self.max_rounds, spec.name, lambda done: done.unpersist())
+        rounds, holds, done = settle(run_round, self.max_rounds, spec.name,
+                                     lambda done: done.unpersist())  # fmt: skip
+        return rounds, holds, done, places
 
 
 def _latched(s: StepSeries) -> StepSeries:

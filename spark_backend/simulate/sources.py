@@ -17,10 +17,11 @@ so :func:`source_watermark` gives, at every distinct arrival time of the whole t
 
 which are :func:`theory.watermarks.perfect.perfect_curve` and the others on the whole
 trace (a test checks it). A task sends only the points its spec needs, and the driver
-reads the summaries one block at a time, so its peak in a source is about the distinct
-arrival times and the points (about 24 B per event at most) besides the series it keeps
-(16 B per distinct arrival). Other specs need every row (:data:`SUMMARISED` says which do
-not); the driver then makes the whole trace.
+reads the summaries a share of the blocks at a time (the driver JVM holding that share
+pickled), so its peak in a source is about the distinct arrival times and the points
+(about 24 B per event at most) besides the series it keeps (16 B per distinct arrival).
+Other specs need every row (:data:`SUMMARISED` says which do not); the driver then makes
+the whole trace.
 """
 
 from __future__ import annotations

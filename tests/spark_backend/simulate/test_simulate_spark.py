@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from spark_backend.session.job_count import JobTally
 from spark_backend.simulate.compare import keyed_differences
 from spark_backend.simulate.simulation import simulate_keyed, spark_context
 from theory.experiments.tradeoff import STAGE, grouping_pipeline
@@ -32,6 +33,12 @@ def test_spark_simulation_equals_local(spark, tmp_path):
     # the session stages over many keys settle in >= 2 rounds; the global mean has one key
     assert min(stages[s].rounds for s in ("mobile_sessions", "console_sessions")) >= 2
     assert stages["average_session_length"].rounds == 1
+    # its Spark jobs: a source's blocks and summaries in a job per cores' worth of its 4
+    # blocks, its element-wise stage with a shuffle in one; a grouping stage's rounds and
+    # its outputs; the flatten's and the global stage's shuffles in their first jobs
+    chunks = -(-4 // spark.sparkContext.defaultParallelism)
+    jobs = 2 * (chunks + 1) + sum(s.rounds + 1 for s in stages.values() if s.rounds) + 1
+    assert keyed.spark_jobs == JobTally(jobs, jobs + 4, 4)  # (a shuffle: a stage more)
     assert local.stages["mobile_sessions"].late_count > 0  # (the case has late data)
     # each partition ran over its own instants, well under the stage's every arrival
     arrivals = np.unique(traces["mobile_in"].arrival_time).size
