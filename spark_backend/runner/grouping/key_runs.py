@@ -4,7 +4,8 @@ A GroupByKey whose values go by state-backed iterables must hand each key's valu
 the coder as one stream, but a partition's pairs arrive in shuffle order, keys
 interleaved. :func:`by_key` gathers them without sorting: values are buffered per key
 until the buffer holds :data:`BUFFER_BYTES`, then every buffered key's values are
-appended to one anonymous scratch file (:func:`tempfile.TemporaryFile`, gone when
+appended to one anonymous scratch file (:func:`tempfile.TemporaryFile` in Spark's
+local directory, :func:`~spark_backend.runner.batch.spill.spill_directory`; gone when
 closed) as one contiguous segment per key, each value prefixed by its length (4 bytes,
 big endian). The groups are then read back a key at a time, in the order the keys first
 came, a segment at a time: at most one buffer and one segment are held, never a group.
@@ -16,6 +17,8 @@ import struct
 import tempfile
 from collections.abc import Generator, Iterable, Iterator
 from typing import Any, Final
+
+from spark_backend.runner.batch.spill import spill_directory
 
 __all__ = ["BUFFER_BYTES", "by_key"]
 
@@ -45,8 +48,8 @@ def by_key(
             values.append(value)
             size += len(value)
             if size >= buffer_bytes:
-                if scratch is None:
-                    scratch = tempfile.TemporaryFile(prefix="beam-group-keys-")  # noqa: SIM115 (closed in finally)
+                if scratch is None:  # closed in the finally clause
+                    scratch = tempfile.TemporaryFile(dir=spill_directory())  # noqa: SIM115
                 _flush(buffered, segments, scratch)
                 size = 0
         for key, runs in segments.items():
