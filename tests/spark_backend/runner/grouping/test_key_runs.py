@@ -19,7 +19,7 @@ _PAIRS = st.lists(
 
 
 @given(pairs=_PAIRS, buffer_bytes=st.integers(1, 200))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=80, deadline=None)
 def test_groups_equal_a_dict_of_lists(pairs: list[tuple[bytes, bytes]], buffer_bytes: int) -> None:
     expected: dict[bytes, list[bytes]] = {}
     for key, value in pairs:
