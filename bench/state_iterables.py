@@ -6,8 +6,8 @@ the pipeline (a ``Create`` of shard numbers, then a ``FlatMap``), grouped with
 GroupByKey iterates the group once and emits its count and an order-independent digest
 (the sum of each value's CRC-32), which must equal a plain-Python oracle's. Prints the
 seconds, values/s, and the peak resident memory (VmHWM, from ``/proc/<pid>/status``,
-sampled every 0.5 s) of each Spark Python worker and of the driver; fails if a
-worker's passes ``--max-worker-gib``. Load averages are printed.
+sampled every 0.5 s) of each Spark Python worker, of the driver and of the Spark JVM;
+fails if a Python worker's passes ``--max-worker-gib``. Load averages are printed.
 
     .venv/bin/python bench/state_iterables.py --values 1e6
     .venv/bin/python bench/state_iterables.py --values 2e7 --spark-conf \
@@ -89,10 +89,12 @@ def _descendants(root: int) -> list[int]:
 
 
 class WorkerPeaks:
-    """VmHWM (bytes) of every Spark Python worker under this process, sampled."""
+    """VmHWM (bytes) of every Spark Python worker under this process, sampled; the
+    Spark JVM's (whose command line names pyspark too) apart, in ``jvm``."""
 
     def __init__(self) -> None:
         self.peaks: dict[int, int] = {}
+        self.jvm = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -106,7 +108,11 @@ class WorkerPeaks:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"pyspark" in cmd or b"worker_daemon" in cmd:
+            if not (b"pyspark" in cmd or b"worker_daemon" in cmd):
+                continue
+            if os.path.basename(cmd.split(b"\0", 1)[0]) == b"java":
+                self.jvm = max(self.jvm, _hwm(pid))
+            else:
                 self.peaks[pid] = max(self.peaks.get(pid, 0), _hwm(pid))
 
     def __enter__(self) -> WorkerPeaks:
@@ -153,7 +159,8 @@ def main() -> None:
         print(
             f"n={n:,} x {args.value_bytes} B: {seconds:.1f} s, {n / seconds:,.0f} values/s; "
             f"output equals the oracle's; worker VmHWM max {worst / GIB:.2f} GiB over "
-            f"{len(peaks.peaks)} workers; driver VmHWM {_hwm(os.getpid()) / GIB:.2f} GiB"
+            f"{len(peaks.peaks)} workers; driver VmHWM {_hwm(os.getpid()) / GIB:.2f} GiB; "
+            f"JVM VmHWM {peaks.jvm / GIB:.2f} GiB"
         )
         each = ", ".join(f"{v / GIB:.2f}" for v in sorted(peaks.peaks.values(), reverse=True))
         print(f"  each worker's VmHWM (GiB): {each}")

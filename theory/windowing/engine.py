@@ -62,13 +62,13 @@ import heapq
 from bisect import bisect_left, insort
 from collections.abc import Hashable, Sequence
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
 from theory.columns import as_int, check_timestamp
 from theory.structures import Frontier
-from theory.time import MAX_TIMESTAMP, MIN_TIMESTAMP
+from theory.time import END_OF_GLOBAL_WINDOW, MAX_TIMESTAMP, MIN_TIMESTAMP
 from theory.windowing.strategy import (
     AccumulationMode,
     ElementPolicy,
@@ -91,6 +91,8 @@ from theory.windowing.windows import (
 )
 
 __all__ = ["STATE_HOLD", "GroupByWindowEngine", "Pane", "Timing"]
+
+_GLOBAL_BOUNDS: Final = (MIN_TIMESTAMP, END_OF_GLOBAL_WINDOW)
 
 
 class Timing(Enum):
@@ -615,7 +617,11 @@ class GroupByWindowEngine:
         return (Timing.ON_TIME if maybe_ontime and nonspec == 0 else Timing.LATE), nonspec
 
     def _window(self, window: Win) -> Any:
-        return GLOBAL_WINDOW if self._global else trusted_interval_window(*window)
+        """The pane's window: under ``GlobalWindows`` the global one, unless an element
+        brought another (Beam groups by the windows its elements carry)."""
+        if self._global and window == _GLOBAL_BOUNDS:
+            return GLOBAL_WINDOW
+        return trusted_interval_window(*window)
 
     # -- holds -----------------------------------------------------------------------
 

@@ -26,9 +26,10 @@ at once; a ``columnar`` one shuffles one record of columns per (task, partition)
 grouped by a numpy sort
 (:func:`~spark_backend.runner.grouping.group_by_key.columns_partition`); otherwise by
 Spark's ``groupByKey`` and Beam's batch trigger driver; a GroupByKey whose values go
-by state-backed iterables (``GroupSpec.state_iterable_bytes``) by Spark's external sort
-within partitions instead (``groupByKey`` builds each key's list on the map side), so
-that a group streams from the sort into the spill.
+by state-backed iterables (``GroupSpec.state_iterable_bytes``) is partitioned by key
+(``groupByKey`` builds each key's list on the map side) and each partition's values
+gathered by key into a scratch file (:mod:`~spark_backend.runner.grouping.key_runs`),
+unsorted, so that a group streams from that file into the spill.
 
 Small stages run in the driver process instead (:mod:`.driver_stages`): a stage whose
 inputs the driver holds whole and small, as it holds the impulse and any buffer whose
@@ -45,8 +46,6 @@ whose outputs pass ``driver_output_bytes`` is stopped and run as a Spark job ins
 from __future__ import annotations
 
 import functools
-import itertools
-import operator
 import pickle
 import threading
 from collections import defaultdict
@@ -82,6 +81,7 @@ from spark_backend.runner.grouping.group_by_key import (
     split_columns,
     split_elements,
 )
+from spark_backend.runner.grouping.key_runs import by_key
 from spark_backend.runner.plan.plan import IMPULSE, LEAN, THEORY_ENGINE, GroupSpec, Plan, StageSpec
 from spark_backend.runner.stages.bundles import METRICS, run_partition
 from spark_backend.runner.stages.lean.batch import decode
@@ -480,8 +480,8 @@ class StageExecutor:
             by_key = pairs.partitionBy(partitions, key_hash)
             return by_key.mapPartitions(functools.partial(_engine, group, job, components))
         if group.state_iterable_bytes:  # a group streams: no per-key list on either side
-            by_key = pairs.repartitionAndSortWithinPartitions(partitions, key_hash)
-            return by_key.mapPartitions(functools.partial(_group_sorted, group, job, components))
+            by_key = pairs.partitionBy(partitions, key_hash)
+            return by_key.mapPartitions(functools.partial(_group_gathered, group, job, components))
         grouped = pairs.groupByKey(partitions, key_hash)
         return grouped.mapPartitions(functools.partial(_group, group, job, components))
 
@@ -543,13 +543,10 @@ def _group(group: GroupSpec, job_id: str, components: Any, groups: Any) -> Any:
     return group_partition(groups, group, job_id, components.value)
 
 
-def _group_sorted(group: GroupSpec, job_id: str, components: Any, pairs: Any) -> Any:
-    """Group a partition's ``(key, element)`` pairs sorted by key, a group at a time."""
-    groups = (
-        (key, (element for _, element in run))
-        for key, run in itertools.groupby(pairs, key=operator.itemgetter(0))
-    )
-    return group_partition(groups, group, job_id, components.value)
+def _group_gathered(group: GroupSpec, job_id: str, components: Any, pairs: Any) -> Any:
+    """Group a partition's ``(key, element)`` pairs, a group at a time, gathered by key
+    in bounded memory (:func:`~spark_backend.runner.grouping.key_runs.by_key`)."""
+    return group_partition(by_key(pairs), group, job_id, components.value)
 
 
 def _engine(group: GroupSpec, job_id: str, components: Any, pairs: Any) -> Any:

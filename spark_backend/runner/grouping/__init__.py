@@ -13,5 +13,7 @@
                     Combine
 ``spilled_groups``  a group's values past a size spilled to the task's disk, read
                     back page by page for Beam's state-backed iterables
+``key_runs``        a partition's pairs gathered by key in bounded memory (a
+                    scratch file, no sort), for those state-backed groups
 ==================  =============================================================
 """

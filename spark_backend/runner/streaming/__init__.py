@@ -7,7 +7,9 @@ Architecture (the batch runner's machinery, driven batch by batch)
    are taken from the pipeline object as columns (:mod:`.elements`).
 1. **Sources** (:mod:`.sources`): each ``TestStream`` is read from the proto by the driver
    (or from the TestStreamService its endpoint names, :mod:`.event_service`) and
-   becomes a data input of the stage Beam's fusion puts it in; a ``Combine.PerKey``
+   becomes a data input of the stage Beam's fusion puts it in (an element that carries
+   its own window, Beam's ``WindowedValueHolder``, keeps it: its windows' coder is put on
+   every PCollection inheriting them); a ``Combine.PerKey``
    is lifted only where its panes stay the same (non-merging windows, END_OF_WINDOW,
    Beam's liftable triggers: :mod:`.lifting`), else opened. Then the batch runner's plan
    (Beam's own fusion) gives the fused stages, the lean ones as in batch; a lean stage

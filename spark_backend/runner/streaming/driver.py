@@ -51,7 +51,8 @@ from typing import Any, Final
 
 from apache_beam.portability.api import beam_fn_api_pb2, metrics_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import ENCODED_IMPULSE_VALUE
-from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN, WindowedValue
 
 from spark_backend.runner.batch.executor import (
     is_buffer,
@@ -123,6 +124,8 @@ _LOG = logging.getLogger(__name__)
 #: than elements (a small chapter-3 batch in many partitions runs dozens of tasks).
 _MAX_SOURCE_PARTITIONS: Final[int] = 8
 _MIN_SOURCE_CHUNK: Final[int] = 20_000
+#: The windows of a TestStream element that carries none of its own.
+_GLOBAL_WINDOWS: Final = (GlobalWindow(),)
 
 #: The hold of a stateful or splittable DoFn while its batch runs: its output watermark
 #: stays where it was until its tasks report their timers' or residuals' holds.
@@ -737,7 +740,8 @@ class StreamingDriver:
                     return None
                 # a lean stage with this one input takes the batch as it is, in-task
                 columnar = spec.path == LEAN and len(spec.inputs) == 1
-                return self._source_rdd(spec.input_coders[transform_id], elements, columnar)
+                own = self._stream_of[transform_id].own_windows
+                return self._source_rdd(spec.input_coders[transform_id], elements, columnar, own)
             if transform_id in run.batch.impulses:
                 return self._sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
             return None
@@ -748,14 +752,17 @@ class StreamingDriver:
             return None
         return rdds[0] if len(rdds) == 1 else self._sc.union(rdds)
 
-    def _source_rdd(self, coder_id: str, elements: Elements, columnar: bool) -> Any:
+    def _source_rdd(
+        self, coder_id: str, elements: Elements, columnar: bool, own_windows: bool = False
+    ) -> Any:
         """A TestStream's elements of this batch, one pickled slice per partition, as
         windowed chunks encoded with ``coder_id`` or (``columnar``) lean batches, made in
-        tasks."""
+        tasks; ``own_windows``: some of its values are ``WindowedValue``\\ s that keep
+        their windows and panes."""
         wanted = -(-len(elements) // _MIN_SOURCE_CHUNK)
         parts = max(1, min(self._partitions, wanted, _MAX_SOURCE_PARTITIONS))
         encode = functools.partial(
-            _source_elements, coder_id, self._plan.job_id, self._components, columnar
+            _source_elements, coder_id, self._plan.job_id, self._components, columnar, own_windows
         )
         return self._sc.parallelize(elements.blobs(parts), parts).mapPartitions(encode)
 
@@ -1014,18 +1021,32 @@ def _source_elements(
     job_id: str,
     components: Any,
     columnar: bool,
+    own_windows: bool,
     blobs: Iterable[bytes],
 ) -> Iterator[Any]:
     """A partition of a TestStream's elements (:meth:`Elements.blobs`) as global-window
-    values: one lean :class:`~spark_backend.runner.stages.lean.batch.Batch` for a lean stage
-    reading them in the same task (``columnar``), else one chunk encoded with the
-    stage's windowed coder."""
+    values (``own_windows``: a ``WindowedValue`` keeps its windows and pane): one lean
+    :class:`~spark_backend.runner.stages.lean.batch.Batch` for a lean stage reading them
+    in the same task (``columnar``), else one chunk encoded with the stage's windowed
+    coder."""
     for blob in blobs:
         values, micros = Elements.unblob(blob)
         if not values:
             continue
-        batch = LeanBatch(values, micros, GLOBAL, PANE_INFO_UNKNOWN)
+        if own_windows:
+            batch = _own_windows_batch(values, micros)
+        else:
+            batch = LeanBatch(values, micros, GLOBAL, PANE_INFO_UNKNOWN)
         if columnar:
             yield batch
         else:
             yield BatchEncoder(coder(job_id, components.value, windowed_coder_id)).encode(batch)
+
+
+def _own_windows_batch(values: list[Any], micros: Any) -> LeanBatch:
+    """Values of which the ``WindowedValue``\\ s keep their windows and panes (their
+    timestamps are ``micros``'), the others in the global window."""
+    windows = [v.windows if type(v) is WindowedValue else _GLOBAL_WINDOWS for v in values]
+    panes = [v.pane_info if type(v) is WindowedValue else PANE_INFO_UNKNOWN for v in values]
+    plain = [v.value if type(v) is WindowedValue else v for v in values]
+    return LeanBatch(plain, micros, windows, panes)

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 import apache_beam as beam
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2 as pb
 from apache_beam.runners.pipeline_context import PipelineContext
 from apache_beam.testing.test_stream import WindowedValueHolder
+from apache_beam.transforms.window import GlobalWindow, IntervalWindow
 from apache_beam.utils import proto_utils
+from apache_beam.utils.windowed_value import WindowedValue
 
 from spark_backend.runner.errors import UnsupportedTransformError
 from spark_backend.runner.streaming.elements import Elements, Stripped, decoded
@@ -78,6 +80,8 @@ class TestStreamSource:
     events: tuple[Event, ...] = field(default_factory=tuple)
     targets: tuple[str, ...] = ()
     split: tuple[str, ...] = ()  # the source transforms of its outputs, when several
+    #: its element events' values are Beam ``WindowedValue``\ s (:func:`own_windows`)
+    own_windows: bool = False
 
     def target(self, index: int) -> str:
         """The label of the source transform that event ``index`` feeds."""
@@ -99,13 +103,17 @@ def streaming_proto(
     proto = copy.deepcopy(pipeline)
     sources: dict[str, TestStreamSource] = {}
     context: list[PipelineContext] = []  # built once, when a proto's elements need a coder
+    own: dict[str, str] = {}  # TestStreams whose elements carry their own windows
     for transform in proto.components.transforms.values():
         urn = transform.spec.urn
         if urn == common_urns.primitives.TEST_STREAM.urn:
             taken = (stripped or {}).get(transform.unique_name)
             if (taken is None or _endpoint(transform)) and not context:
                 context.append(PipelineContext(proto.components))
-            sources[transform.unique_name] = _test_stream(transform, taken, context)
+            source, window_coder = _test_stream(transform, taken, context)
+            sources[transform.unique_name] = source
+            if window_coder is not None:
+                own[source.label] = window_coder
             transform.spec.CopyFrom(pb.FunctionSpec(urn=common_urns.primitives.IMPULSE.urn))
         elif (
             urn == common_urns.composites.COMBINE_PER_KEY.urn
@@ -113,6 +121,9 @@ def streaming_proto(
             and not (lift and liftable(proto, transform))
         ):
             transform.spec.CopyFrom(pb.FunctionSpec())
+    for label, urn in sorted(own.items()):
+        if urn:
+            _carry_own_windows(proto, label, urn)
     for label, source in sources.items():
         if source.split:
             _split_outputs(proto, label)
@@ -161,10 +172,12 @@ def _endpoint(transform: pb.PTransform) -> str:
 
 def _test_stream(
     transform: pb.PTransform, taken: dict[int, Elements] | None, context: list[PipelineContext]
-) -> TestStreamSource:
+) -> tuple[TestStreamSource, str | None]:
     """The TestStream ``transform``'s events, from the proto or, when it names an
     endpoint, from that TestStreamService (:mod:`.event_service`); element events from
-    ``taken`` (by event index) when given, else decoded with ``context``'s coder."""
+    ``taken`` (by event index) when given, else decoded with ``context``'s coder. And,
+    when its elements carry their own windows, the window coder URN they need
+    (:meth:`_Held.window_coder`)."""
     label = transform.unique_name
     tags = set(transform.outputs)
     payload = proto_utils.parse_Bytes(transform.spec.payload, pb.TestStreamPayload)
@@ -179,6 +192,7 @@ def _test_stream(
         taken = None  # the service sends encoded elements
     events: list[Event] = []
     targets: list[str] = []
+    held = _Held()
     for index, event in enumerate(proto_events):
         kind = event.WhichOneof("event")
         if kind in ("element_event", "watermark_event"):
@@ -198,33 +212,136 @@ def _test_stream(
             else:
                 coder = context[0].coders.get_by_id(payload.coder_id)
                 elements = decoded(event.element_event.elements, coder, unit)
-            _refuse_own_windows(label, elements.values)
-            events.append((ELEMENTS, elements))
+            events.append((ELEMENTS, held.unheld(elements)))
         elif kind == "watermark_event":
             events.append((WATERMARK, _watermark(event.watermark_event.new_watermark, unit)))
         else:
             advance = event.processing_time_event.advance_duration * unit
             events.append((PROCESSING_TIME, advance))
-    if len(tags) == 1:
-        return TestStreamSource(label, payload.coder_id, tuple(events))
-    split = tuple(output_label(label, tag) for tag in sorted(tags))
-    return TestStreamSource(label, payload.coder_id, tuple(events), tuple(targets), split)
+    own = held.window_coder(label)
+    split = tuple(output_label(label, tag) for tag in sorted(tags)) if len(tags) > 1 else ()
+    source = TestStreamSource(
+        label,
+        payload.coder_id,
+        tuple(events),
+        tuple(targets) if split else (),
+        split,
+        own is not None,
+    )
+    return source, own
 
 
-def _refuse_own_windows(label: str, values: list[Any]) -> None:
-    """Refuse a TestStream element that carries its own window (Beam's
-    ``WindowedValueHolder``, a Row once coded): the runner puts TestStream elements in
-    the global window at their timestamp, so running it would silently re-window it.
-    Only Row-typed values are looked at (a set of types, then those values)."""
-    rows = {t for t in set(map(type, values)) if issubclass(t, beam.Row)}
-    if rows and any(isinstance(v, WindowedValueHolder) for v in values if type(v) in rows):
+class _Held:
+    """What a TestStream's elements that carry their own window (Beam's
+    ``WindowedValueHolder``, a Row once coded) need: the window types they carry, and
+    whether plain elements (the global window) come with them."""
+
+    def __init__(self) -> None:
+        self.kinds: set[type] = set()
+        self.plain = False
+
+    def unheld(self, elements: Elements) -> Elements:
+        """``elements`` with each held element replaced by its ``WindowedValue`` and
+        stamped with its timestamp (whole ms); the others as they are. Only Row-typed
+        values are looked at (a set of types, then those values)."""
+        values = elements.values
+        rows = {t for t in set(map(type, values)) if issubclass(t, beam.Row)}
+        if not rows:
+            self.plain = self.plain or bool(values)
+            return elements
+        out = list(values)
+        micros = elements.micros.copy()
+        for i, v in enumerate(values):
+            if type(v) in rows and isinstance(v, WindowedValueHolder):
+                held: WindowedValue = v.windowed_value  # type: ignore[attr-defined]
+                out[i] = held
+                micros[i] = held.timestamp.micros - held.timestamp.micros % MICROS_PER_MILLI
+                self.kinds.update(map(type, held.windows))
+            else:
+                self.plain = True
+        if not self.kinds:
+            return elements
+        return Elements(out, micros)
+
+    def window_coder(self, label: str) -> str | None:
+        """The window coder URN the TestStream's output needs for its elements' own
+        windows: None when none carries one, ``""`` when all are in the global window
+        (its coder stays), Beam's interval-window coder when all are in
+        IntervalWindows; any other mix is refused (one window coder per
+        PCollection carries them)."""
+        if not self.kinds:
+            return None
+        kinds = self.kinds | ({GlobalWindow} if self.plain else set())
+        if kinds == {GlobalWindow}:
+            return ""
+        if kinds == {IntervalWindow}:
+            return common_urns.coders.INTERVAL_WINDOW.urn
+        names = ", ".join(sorted(k.__name__ for k in kinds))
         raise UnsupportedTransformError(
             label,
             common_urns.primitives.TEST_STREAM.urn,
-            "an element that carries its own window (WindowedValueHolder): TestStream "
-            "elements go to the global window at their timestamp; window them with "
-            "WindowInto",
+            f"elements in windows of types {names} (WindowedValueHolder): the runner "
+            "carries a TestStream's own windows when all are IntervalWindows or all the "
+            "global window",
         )
+
+
+def _carry_own_windows(proto: pb.Pipeline, label: str, urn: str) -> None:
+    """Let the outputs of the TestStream ``label``, whose elements carry their own windows
+    (``urn``: the window coder they need), carry them: every PCollection that inherits its
+    windowing (through any transform but a ``WindowInto``, and a ParDo's main input only)
+    gets a copy of its windowing strategy with that window coder. A Flatten of them with
+    another input is refused: that input's global windows would be coded as intervals.
+    The held values are coded with the output's own coder, as the pipeline declares
+    them."""
+    components = proto.components
+    (source,) = (t for t in components.transforms.values() if t.unique_name == label)
+    window_coder = f"{label}/own_windows"
+    components.coders[window_coder].CopyFrom(pb.Coder(spec=pb.FunctionSpec(urn=urn)))
+    reached = _inheriting(components, set(source.outputs.values()), label)
+    strategies: dict[str, str] = {}
+    for pcollection in sorted(reached):
+        old = components.pcollections[pcollection].windowing_strategy_id
+        if old not in strategies:
+            strategies[old] = new = f"{old}/{window_coder}"
+            components.windowing_strategies[new].CopyFrom(components.windowing_strategies[old])
+            components.windowing_strategies[new].window_coder_id = window_coder
+        components.pcollections[pcollection].windowing_strategy_id = strategies[old]
+
+
+def _inheriting(components: pb.Components, roots: set[str], label: str) -> set[str]:
+    """The PCollections whose windows are those of ``roots``' elements (see
+    :func:`_carry_own_windows`)."""
+    consumers: dict[str, list[pb.PTransform]] = {}
+    for transform in components.transforms.values():
+        if transform.subtransforms:
+            continue
+        main = dict(transform.inputs)
+        if transform.spec.urn == common_urns.primitives.PAR_DO.urn:
+            payload = proto_utils.parse_Bytes(transform.spec.payload, pb.ParDoPayload)
+            main = {t: pc for t, pc in main.items() if t not in payload.side_inputs}
+        for pcollection in main.values():
+            consumers.setdefault(pcollection, []).append(transform)
+    reached, pending = set(roots), list(roots)
+    while pending:
+        for transform in consumers.get(pending.pop(), []):
+            if transform.spec.urn == common_urns.primitives.ASSIGN_WINDOWS.urn:
+                continue
+            for pcollection in transform.outputs.values():
+                if pcollection not in reached:
+                    reached.add(pcollection)
+                    pending.append(pcollection)
+    for transform in components.transforms.values():
+        inputs = set(transform.inputs.values())
+        flatten = transform.spec.urn == common_urns.primitives.FLATTEN.urn
+        if flatten and inputs & reached and not inputs <= reached:
+            raise UnsupportedTransformError(
+                transform.unique_name,
+                transform.spec.urn,
+                f"a Flatten of the TestStream {label!r}, whose elements carry their own "
+                "IntervalWindows (WindowedValueHolder), with another input",
+            )
+    return reached
 
 
 def _watermark(value: int, unit: int = MICROS_PER_MILLI) -> int:

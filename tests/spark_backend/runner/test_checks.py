@@ -339,26 +339,36 @@ def test_a_read_in_streaming_is_refused(no_spark: None) -> None:
         _run_proto(change, "--streaming")
 
 
-def test_a_test_stream_element_with_its_own_window_is_refused(no_spark: None) -> None:
-    # Beam's TestStreamTest::test_windowed_values_interpreted_correctly: the element
-    # belongs in [5, 10) at 5; putting it in the global window at 10 would be a silent
-    # wrong result, so until it is supported it is refused before any work
+def _held(at: int, *windows: Any) -> Any:
     from apache_beam.testing.test_stream import WindowedValueHolder
     from apache_beam.utils.timestamp import Timestamp
-    from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming, WindowedValue
+    from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN, WindowedValue
 
-    held = WindowedValueHolder(
-        WindowedValue(
-            "a",
-            Timestamp(5),
-            [window.IntervalWindow(5, 10)],
-            PaneInfo(True, True, PaneInfoTiming.ON_TIME, 0, 0),
-        )
-    )
+    return WindowedValueHolder(WindowedValue("a", Timestamp(at), windows, PANE_INFO_UNKNOWN))
 
+
+def test_test_stream_elements_in_windows_of_two_kinds_are_refused(no_spark: None) -> None:
+    # a TestStream element that carries its own window keeps it (test_own_windows.py);
+    # one PCollection has one window coder, so interval and global windows cannot mix
     def build(p: beam.Pipeline) -> None:
-        stream = test_stream.TestStream().advance_watermark_to(10).add_elements([held])
-        p | "Held" >> stream | beam.Map(str)
+        held = _held(5, window.IntervalWindow(5, 10))
+        p | "Held" >> test_stream.TestStream().add_elements([held, "plain"]) | beam.Map(str)
 
-    with pytest.raises(UnsupportedTransformError, match=r"'Held'.*own window"):
+    with pytest.raises(
+        UnsupportedTransformError,
+        match=r"'Held'.*GlobalWindow, IntervalWindow \(WindowedValueHolder\)",
+    ):
+        run(build, "--streaming")
+
+
+def test_a_flatten_of_own_windows_with_another_input_is_refused(no_spark: None) -> None:
+    def build(p: beam.Pipeline) -> None:
+        held = p | "Held" >> test_stream.TestStream().add_elements(
+            [_held(5, window.IntervalWindow(5, 10))]
+        )
+        (held, p | beam.Create(["b"])) | "Both" >> beam.Flatten() | beam.Map(str)
+
+    with pytest.raises(
+        UnsupportedTransformError, match=r"'Both'.*Flatten of the TestStream 'Held'"
+    ):
         run(build, "--streaming")

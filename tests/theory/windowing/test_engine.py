@@ -490,3 +490,27 @@ def test_engine_error_convention():
     with pytest.raises(ValueError, match=r"elements\[0\] must be \(key, value, timestamp\)"):
         ElementEvent([("k", 1)])  # type: ignore[list-item]
     assert e.pending_windows() == 0 and e.processing_time == 0
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 50), st.integers(1, 20), st.integers(0, 3)),
+        min_size=1,
+        max_size=12,
+    )
+)
+@settings(max_examples=40, deadline=None)
+def test_under_global_windows_each_row_is_grouped_in_the_window_it_carries(rows):
+    # Beam groups by the windows elements carry: a row in [start, start + span) under
+    # GlobalWindows (an element that brought its own window) fires in that window
+    e = GroupByWindowEngine(strategy(GlobalWindows(), allow_unsafe_triggers=True))
+    keys = [f"k{k}" for _, _, k in rows]
+    starts = [start for start, _, _ in rows]
+    ends = [start + span for start, span, _ in rows]
+    panes = e.add_rows(
+        keys, list(range(len(rows))), starts, list(range(len(rows))), starts, ends, 0, len(rows)
+    )
+    panes += e.advance_watermark_to(MAX_TIMESTAMP)
+    got = {(p.key, p.window, v) for p in panes for v in p.values}
+    want = {(keys[i], IntervalWindow(starts[i], ends[i]), i) for i in range(len(rows))}
+    assert got == want

@@ -390,16 +390,26 @@ class ParDoOp:
 
 def _one_window_each(batch: Batch) -> Batch:
     """``batch`` with every element in several windows made one element per window (in
-    its windows' order), as Beam's invoker calls a DoFn that asks for its window."""
+    its windows' order) with an unknown pane, as Beam's invoker calls a DoFn that asks
+    for its window (it makes each a ``WindowedValue`` of the value, timestamp and window
+    only)."""
     windows = batch.windows
     if not isinstance(windows, list) or all(len(ws) <= 1 for ws in windows):
         return batch
     index = [i for i, ws in enumerate(windows) for _ in range(max(1, len(ws)))]
     exploded = batch.take(index, [batch.values[i] for i in index])
     single: list[Any] = []
+    panes: list[Any] = []
+    kept = exploded.panes
     for ws in windows:
-        single.extend([(w,) for w in ws] if len(ws) > 1 else [ws])
+        if len(ws) > 1:
+            single.extend((w,) for w in ws)
+            panes.extend([PANE_INFO_UNKNOWN] * len(ws))
+        else:
+            single.append(ws)
+            panes.append(kept if isinstance(kept, PaneInfo) else kept[len(panes)])
     exploded.windows = single
+    exploded.panes = panes
     return exploded
 
 
