@@ -137,7 +137,7 @@ def test_each_section_names_its_trace_and_wide_tables_scroll(demo):
     assert all(named.values()), [t for t, m in named.items() if m is None]
     trace = {title: m.group(1) for title, m in named.items() if m}
     for title, phrase in {
-        "Watermark strategies compared": "On the demo&#x27;s trace: 200,000 generated",
+        "Watermark strategies compared": f"On the demo&#x27;s trace: {EVENTS:,} generated",
         "Elements, watermarks and late data": "On the demo&#x27;s trace",
         "Chapter 3 pipeline: watermarks per stage": "On the chapter-3 simulation&#x27;s trace",
         "Watermark hold per stage": "On the chapter-3 simulation&#x27;s trace",
