@@ -19,13 +19,14 @@ is no value.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+
+from theory.experiments.html import html_table
 
 __all__ = [
     "BOOTSTRAP_METRICS",
@@ -99,15 +100,7 @@ class IntervalTable:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>"
-            for row in self._cells()
-        )
-        return (
-            f"<table><caption>{html.escape(self.title)}</caption>"
-            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-        )
+        return html_table(self.columns, self.title)
 
 
 def _text(value: object) -> str:
